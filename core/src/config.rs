@@ -1,0 +1,301 @@
+//! The site configuration file (`/etc/jobscope/jobscope.toml`), shared by the plugin and the epilog.
+//! Every key is optional; see docs/configuration.md for the reference. Unknown keys are an error, so a
+//! typo does not silently fall back to a default.
+
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+pub const DEFAULT_CONFIG_PATH: &str = "/etc/jobscope/jobscope.toml";
+/// A config file larger than this is refused (it is read by root inside slurmstepd).
+const MAX_CONFIG_BYTES: u64 = 256 * 1024;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    pub paths: Paths,
+    pub sampler: Sampler,
+    pub archive: Archive,
+    pub report: Report,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Paths {
+    /// Node-local spool, root only.
+    pub spool_dir: PathBuf,
+    /// Node-local hand-over from job_prolog to the extern step (tmpfs), root only.
+    pub handover_dir: PathBuf,
+    /// Node summaries waiting for the job's other nodes. Must be shared by all nodes of a job for
+    /// multi-node jobs to get one report (same filesystem as the archive is typical).
+    pub state_dir: PathBuf,
+    /// The JSON archive.
+    pub archive_dir: PathBuf,
+    /// Where the epilog logs (it has no terminal; SLURM discards its output).
+    pub log_file: PathBuf,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Sampler {
+    /// Seconds between samples after the early ones.
+    pub cadence_s: u32,
+    /// Extra samples this many seconds after job start, so short jobs get data.
+    pub early_samples_s: Vec<u32>,
+    /// Cap for one node-job spool directory.
+    pub max_spool_bytes: u64,
+    /// Skip spooling (sampling continues in memory) when the spool filesystem has less free space.
+    pub min_free_bytes: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Archive {
+    /// Group that may read the archive (files are 0640 root:<group>).
+    pub admin_group: String,
+    /// Delete archived summaries older than this many days (`jobscope archive prune`); 0 keeps all.
+    pub retention_days: u32,
+    /// Seconds to wait for a multi-node job's missing nodes before a partial report is issued.
+    pub node_wait_s: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Report {
+    /// Advise fewer cores when CPU efficiency is below this (percent).
+    pub cpu_efficiency_warn_pct: f64,
+    /// Advise less memory when peak memory is below this share of the request (percent).
+    pub mem_efficiency_warn_pct: f64,
+    /// Headroom added to the observed peak when advising `--mem` (percent).
+    pub mem_headroom_pct: f64,
+    /// Margin added to the elapsed time when advising `--time` (percent).
+    pub time_margin_pct: f64,
+    /// Advise a shorter `--time` when the job used less than this share of its limit (percent).
+    pub time_efficiency_warn_pct: f64,
+    /// A memory peak at or above this share of the limit is "near OOM" (percent).
+    pub near_oom_pct: f64,
+    /// Jobs shorter than this get no resource advice (too little evidence).
+    pub min_elapsed_for_advice_s: u64,
+}
+
+impl Default for Paths {
+    fn default() -> Self {
+        Paths {
+            spool_dir: "/var/spool/jobscope".into(),
+            handover_dir: "/run/jobscope".into(),
+            state_dir: "/var/lib/jobscope/state".into(),
+            archive_dir: "/var/lib/jobscope/archive".into(),
+            log_file: "/var/log/jobscope/epilog.log".into(),
+        }
+    }
+}
+
+impl Default for Sampler {
+    fn default() -> Self {
+        Sampler {
+            cadence_s: 30,
+            early_samples_s: vec![1, 5, 15],
+            max_spool_bytes: crate::spool::DEFAULT_MAX_SPOOL_BYTES,
+            min_free_bytes: 64 * 1024 * 1024,
+        }
+    }
+}
+
+impl Default for Archive {
+    fn default() -> Self {
+        Archive {
+            admin_group: "root".into(),
+            retention_days: 0,
+            node_wait_s: 600,
+        }
+    }
+}
+
+impl Default for Report {
+    fn default() -> Self {
+        Report {
+            cpu_efficiency_warn_pct: 60.0,
+            mem_efficiency_warn_pct: 50.0,
+            mem_headroom_pct: 25.0,
+            time_margin_pct: 30.0,
+            time_efficiency_warn_pct: 40.0,
+            near_oom_pct: 90.0,
+            min_elapsed_for_advice_s: 60,
+        }
+    }
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            paths: Paths::default(),
+            sampler: Sampler::default(),
+            archive: Archive::default(),
+            report: Report::default(),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: {message}")]
+    Invalid { path: PathBuf, message: String },
+}
+
+impl Config {
+    /// Parses and validates config text; `path` is only used in error messages.
+    pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
+        let c: Config = toml::from_str(text).map_err(|e| ConfigError::Invalid {
+            path: path.into(),
+            message: e.to_string(),
+        })?;
+        c.validate().map_err(|message| ConfigError::Invalid {
+            path: path.into(),
+            message,
+        })?;
+        Ok(c)
+    }
+
+    /// Loads `path`; a missing file gives the defaults (a node without a config still works).
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        match crate::fsutil::read_limited(path, MAX_CONFIG_BYTES) {
+            Ok(bytes) => {
+                let text = String::from_utf8(bytes).map_err(|_| ConfigError::Invalid {
+                    path: path.into(),
+                    message: "not UTF-8".into(),
+                })?;
+                Config::parse(&text, path)
+            }
+            Err(crate::fsutil::FsError::Io { source, .. })
+                if source.kind() == std::io::ErrorKind::NotFound =>
+            {
+                Ok(Config::default())
+            }
+            Err(crate::fsutil::FsError::Io { path, source }) => {
+                Err(ConfigError::Io { path, source })
+            }
+            Err(crate::fsutil::FsError::Unsafe { path, why }) => {
+                Err(ConfigError::Invalid { path, message: why })
+            }
+        }
+    }
+
+    fn validate(&self) -> Result<(), String> {
+        let s = &self.sampler;
+        if !(1..=3600).contains(&s.cadence_s) {
+            return Err(format!(
+                "sampler.cadence_s = {} is outside 1..=3600",
+                s.cadence_s
+            ));
+        }
+        if s.early_samples_s.len() > 16 || s.early_samples_s.iter().any(|&t| t > 3600) {
+            return Err("sampler.early_samples_s: at most 16 values, each <= 3600".into());
+        }
+        if !(16 * 1024..=64 * 1024 * 1024).contains(&s.max_spool_bytes) {
+            return Err(format!(
+                "sampler.max_spool_bytes = {} is outside 16 KiB..64 MiB",
+                s.max_spool_bytes
+            ));
+        }
+        for (name, p) in [
+            ("spool_dir", &self.paths.spool_dir),
+            ("handover_dir", &self.paths.handover_dir),
+            ("state_dir", &self.paths.state_dir),
+            ("archive_dir", &self.paths.archive_dir),
+            ("log_file", &self.paths.log_file),
+        ] {
+            if !p.is_absolute()
+                || p.components()
+                    .any(|c| matches!(c, std::path::Component::ParentDir))
+            {
+                return Err(format!(
+                    "paths.{name} must be an absolute path without '..': {}",
+                    p.display()
+                ));
+            }
+        }
+        let r = &self.report;
+        for (name, v) in [
+            ("cpu_efficiency_warn_pct", r.cpu_efficiency_warn_pct),
+            ("mem_efficiency_warn_pct", r.mem_efficiency_warn_pct),
+            ("mem_headroom_pct", r.mem_headroom_pct),
+            ("time_margin_pct", r.time_margin_pct),
+            ("time_efficiency_warn_pct", r.time_efficiency_warn_pct),
+            ("near_oom_pct", r.near_oom_pct),
+        ] {
+            if !(0.0..=1000.0).contains(&v) {
+                return Err(format!("report.{name} = {v} is outside 0..1000"));
+            }
+        }
+        if !self
+            .archive
+            .admin_group
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "_-.".contains(c))
+            || self.archive.admin_group.is_empty()
+        {
+            return Err(format!(
+                "archive.admin_group {:?} is not a valid group name",
+                self.archive.admin_group
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_file_gives_defaults() {
+        assert_eq!(
+            Config::parse("", Path::new("c")).unwrap(),
+            Config::default()
+        );
+    }
+
+    #[test]
+    fn values_are_read() {
+        let c = Config::parse(
+            "[sampler]\ncadence_s = 5\n[archive]\nadmin_group = \"hpcadm\"\n",
+            Path::new("c"),
+        )
+        .unwrap();
+        assert_eq!(c.sampler.cadence_s, 5);
+        assert_eq!(c.archive.admin_group, "hpcadm");
+        assert_eq!(c.sampler.early_samples_s, vec![1, 5, 15]);
+    }
+
+    #[test]
+    fn bad_input_is_a_clear_error_with_path() {
+        for (text, needle) in [
+            ("[sampler]\ncadense_s = 5\n", "cadense_s"),
+            ("[sampler]\ncadence_s = 0\n", "cadence_s"),
+            ("[paths]\nspool_dir = \"../x\"\n", "spool_dir"),
+            ("[paths]\narchive_dir = \"/a/../../etc\"\n", "archive_dir"),
+            ("[archive]\nadmin_group = \"x;rm -rf\"\n", "admin_group"),
+            ("not toml [", "/etc/x.toml"),
+        ] {
+            let e = Config::parse(text, Path::new("/etc/x.toml"))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains(needle) && e.contains("/etc/x.toml"),
+                "{text:?} -> {e}"
+            );
+        }
+    }
+
+    #[test]
+    fn missing_file_is_defaults() {
+        assert_eq!(
+            Config::load(Path::new("/nonexistent/jobscope.toml")).unwrap(),
+            Config::default()
+        );
+    }
+}

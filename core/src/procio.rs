@@ -1,0 +1,535 @@
+//! Per-process readers of `/proc/<pid>/{io,stat,status}` (through the `procfs` crate, with the
+//! `/proc` root as a parameter) and [`IoAccumulator`], which turns per-process I/O counters into
+//! job-level cumulative counters.
+//!
+//! Why this exists: SLURM's cgroup/v1 plugin makes no blkio job cgroup (see
+//! notes/slurm-sandbox.md, "Job cgroups"), so the only per-job I/O source on v1 is the sum of
+//! `/proc/<pid>/io` over the job's processes. proc(5): `read_bytes`/`write_bytes` are bytes that
+//! really went to the storage layer; `syscr`/`syscw` count read/write-like system calls.
+//!
+//! The kernel fact the accumulator is built around (kernel/exit.c `wait_task_zombie`, checked on
+//! this host with bash + a child `head -c 5000000`): when a parent reaps a child, the child's whole
+//! I/O accounting is ADDED to the parent's, and `/proc/<parent>/io` shows it. So "fold the last
+//! values of every vanished pid into a base total" double counts every child whose parent is in the
+//! job. Instead a vanished process is folded into the base only if its parent is not a live,
+//! readable process of the job; otherwise the parent's counters carry (or will carry, once it
+//! reaps) the child's final totals, including the I/O done after our last look.
+//!
+//! Reading a process that exits mid-read is normal (`Error::Gone`), never reported as a problem.
+use crate::cgroup::Error;
+use procfs::process::Process;
+use procfs::ProcError;
+use std::collections::{HashMap, HashSet};
+use std::io;
+use std::path::{Path, PathBuf};
+
+/// The counters of one process from `/proc/<pid>/io` that the job totals use.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ProcIo {
+    /// Bytes this process caused to be fetched from storage.
+    pub read_bytes: u64,
+    /// Bytes this process caused to be sent to storage.
+    pub write_bytes: u64,
+    /// Read-like system calls.
+    pub syscr: u64,
+    /// Write-like system calls.
+    pub syscw: u64,
+}
+
+impl ProcIo {
+    fn saturating_add(self, o: ProcIo) -> ProcIo {
+        ProcIo {
+            read_bytes: self.read_bytes.saturating_add(o.read_bytes),
+            write_bytes: self.write_bytes.saturating_add(o.write_bytes),
+            syscr: self.syscr.saturating_add(o.syscr),
+            syscw: self.syscw.saturating_add(o.syscw),
+        }
+    }
+    /// Field-wise maximum: the counters of one process never go backwards.
+    fn max_each(self, o: ProcIo) -> ProcIo {
+        ProcIo {
+            read_bytes: self.read_bytes.max(o.read_bytes),
+            write_bytes: self.write_bytes.max(o.write_bytes),
+            syscr: self.syscr.max(o.syscr),
+            syscw: self.syscw.max(o.syscw),
+        }
+    }
+}
+
+/// Job-level I/O counters. All `None` when no process's `/proc/<pid>/io` was ever readable
+/// (e.g. not root and the job belongs to another user).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct IoTotals {
+    pub read_bytes: Option<u64>,
+    pub write_bytes: Option<u64>,
+    /// Sum of `syscr`.
+    pub read_ops: Option<u64>,
+    /// Sum of `syscw`.
+    pub write_ops: Option<u64>,
+}
+
+impl IoTotals {
+    fn known(io: ProcIo) -> Self {
+        IoTotals {
+            read_bytes: Some(io.read_bytes),
+            write_bytes: Some(io.write_bytes),
+            read_ops: Some(io.syscr),
+            write_ops: Some(io.syscw),
+        }
+    }
+}
+
+/// Identity and I/O of one process, read through one `/proc/<pid>` directory handle so that the
+/// values belong to the same process even if the pid is reused meanwhile (the old handle then
+/// answers `ESRCH`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProcSample {
+    pub pid: u32,
+    /// Parent pid (field 4 of `/proc/<pid>/stat`); 0 if the kernel reports none.
+    pub ppid: u32,
+    /// Start time in clock ticks since boot (field 22 of `/proc/<pid>/stat`): with the pid, it
+    /// identifies a process across pid reuse.
+    pub starttime_ticks: u64,
+    pub io: ProcIo,
+}
+
+/// What the sampler may want to show about one process (`/proc/<pid>/stat` + `status`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProcessInfo {
+    pub pid: u32,
+    pub ppid: u32,
+    /// `comm` (at most 15 bytes, may contain spaces and parentheses).
+    pub comm: String,
+    /// Real uid (`Uid:` first field of `status`).
+    pub uid: u32,
+    pub starttime_ticks: u64,
+    /// User CPU time in clock ticks (field 14 of `stat`).
+    pub utime_ticks: u64,
+    /// System CPU time in clock ticks (field 15 of `stat`).
+    pub stime_ticks: u64,
+    /// `Threads:` of `status`.
+    pub threads: u64,
+    /// `VmRSS:` (absent for kernel threads and zombies).
+    pub vm_rss_kib: Option<u64>,
+    /// `VmHWM:` peak RSS.
+    pub vm_hwm_kib: Option<u64>,
+}
+
+fn pid_dir(proc_root: &Path, pid: u32) -> PathBuf {
+    proc_root.join(pid.to_string())
+}
+
+/// Maps a `procfs` error to ours. `Incomplete` (a short or empty file) is what an exiting
+/// process gives, so it counts as gone.
+fn map_proc_err(dir: &Path, e: ProcError) -> Error {
+    let or_dir = |p: Option<PathBuf>| p.unwrap_or_else(|| dir.to_path_buf());
+    match e {
+        ProcError::NotFound(p) | ProcError::Incomplete(p) => Error::Gone { path: or_dir(p) },
+        ProcError::PermissionDenied(p) => Error::Io {
+            path: or_dir(p),
+            source: io::Error::from(io::ErrorKind::PermissionDenied),
+        },
+        ProcError::Io(source, p) => Error::from_io(or_dir(p), source),
+        ProcError::Other(msg) => Error::malformed(dir, &msg),
+        other => Error::malformed(dir, &format!("{other:?}")),
+    }
+}
+
+fn open(proc_root: &Path, pid: u32) -> Result<(PathBuf, Process), Error> {
+    let dir = pid_dir(proc_root, pid);
+    let p = Process::new_with_root(dir.clone()).map_err(|e| map_proc_err(&dir, e))?;
+    Ok((dir, p))
+}
+
+fn to_u32(ppid: i32) -> u32 {
+    u32::try_from(ppid).unwrap_or(0)
+}
+
+/// Reads `<proc_root>/<pid>/io`.
+pub fn read_proc_io(proc_root: &Path, pid: u32) -> Result<ProcIo, Error> {
+    let (dir, p) = open(proc_root, pid)?;
+    let io = p.io().map_err(|e| map_proc_err(&dir, e))?;
+    Ok(ProcIo {
+        read_bytes: io.read_bytes,
+        write_bytes: io.write_bytes,
+        syscr: io.syscr,
+        syscw: io.syscw,
+    })
+}
+
+/// Reads `<proc_root>/<pid>/stat` then `io` through one directory handle.
+pub fn read_proc_sample(proc_root: &Path, pid: u32) -> Result<ProcSample, Error> {
+    let (dir, p) = open(proc_root, pid)?;
+    let stat = p.stat().map_err(|e| map_proc_err(&dir, e))?;
+    let io = p.io().map_err(|e| map_proc_err(&dir, e))?;
+    Ok(ProcSample {
+        pid,
+        ppid: to_u32(stat.ppid),
+        starttime_ticks: stat.starttime,
+        io: ProcIo {
+            read_bytes: io.read_bytes,
+            write_bytes: io.write_bytes,
+            syscr: io.syscr,
+            syscw: io.syscw,
+        },
+    })
+}
+
+/// Reads `<proc_root>/<pid>/stat` and `status` (the latter is the larger file: ~27 µs).
+pub fn read_process_info(proc_root: &Path, pid: u32) -> Result<ProcessInfo, Error> {
+    let (dir, p) = open(proc_root, pid)?;
+    let stat = p.stat().map_err(|e| map_proc_err(&dir, e))?;
+    let status = p.status().map_err(|e| map_proc_err(&dir, e))?;
+    Ok(ProcessInfo {
+        pid,
+        ppid: to_u32(stat.ppid),
+        comm: stat.comm,
+        uid: status.ruid,
+        starttime_ticks: stat.starttime,
+        utime_ticks: stat.utime,
+        stime_ticks: stat.stime,
+        threads: status.threads,
+        vm_rss_kib: status.vmrss,
+        vm_hwm_kib: status.vmhwm,
+    })
+}
+
+/// Last-seen state of one live process.
+#[derive(Debug, Clone, Copy)]
+struct Tracked {
+    ppid: u32,
+    io: ProcIo,
+}
+
+/// Turns per-process `/proc/<pid>/io` counters into job-level CUMULATIVE counters that do not
+/// drop when processes exit. Call [`IoAccumulator::sample`] once per sampling tick with the job's
+/// current pids (e.g. the union of its cgroups' `cgroup.procs`).
+///
+/// - Processes are keyed by (pid, start time), so a reused pid is a new process.
+/// - A process that vanished is folded (last-seen values) into a base total, unless its last-seen
+///   parent is still a live, readable process of the job with an earlier start: the kernel then
+///   adds the child's final I/O to that parent when it reaps it (see the module docs).
+/// - I/O a process does between its last sample and its exit is lost when its parent is outside
+///   the job (e.g. task leaders, reaped by slurmstepd): at most one sampling interval per process.
+/// - Bound: at most `max_tracked` live processes are remembered (default
+///   [`IoAccumulator::DEFAULT_MAX_TRACKED`]). Past it, further processes still count while they
+///   are alive, but are not remembered, so their I/O can be lost when they exit; the count of such
+///   observations is [`IoAccumulator::untracked`]. Because of that (and of a child vanishing just
+///   before its parent reaps it), the returned totals are clamped to never go below the previous
+///   ones.
+/// - A pid that is listed but unreadable (permission) keeps its last-seen values and is not
+///   treated as exited.
+#[derive(Debug, Clone)]
+pub struct IoAccumulator {
+    max_tracked: usize,
+    live: HashMap<(u32, u64), Tracked>,
+    base: ProcIo,
+    last: Option<ProcIo>,
+    untracked: u64,
+    // Scratch collections reused across samples.
+    seen: HashMap<u32, ProcSample>,
+    unreadable: HashSet<u32>,
+}
+
+impl Default for IoAccumulator {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl IoAccumulator {
+    /// Live processes remembered at most; a job has rarely more than a few hundred.
+    pub const DEFAULT_MAX_TRACKED: usize = 8192;
+
+    pub fn new() -> Self {
+        Self::with_max_tracked(Self::DEFAULT_MAX_TRACKED)
+    }
+
+    pub fn with_max_tracked(max_tracked: usize) -> Self {
+        IoAccumulator {
+            max_tracked,
+            live: HashMap::new(),
+            base: ProcIo::default(),
+            last: None,
+            untracked: 0,
+            seen: HashMap::new(),
+            unreadable: HashSet::new(),
+        }
+    }
+
+    /// Number of live processes currently remembered.
+    pub fn tracked(&self) -> usize {
+        self.live.len()
+    }
+
+    /// How many (process, sample) observations could not be remembered because of the bound.
+    pub fn untracked(&self) -> u64 {
+        self.untracked
+    }
+
+    /// Reads `<proc_root>/<pid>/{stat,io}` for every pid (duplicates ignored) and returns the
+    /// job's cumulative totals.
+    pub fn sample(&mut self, proc_root: &Path, pids: &[u32]) -> IoTotals {
+        self.seen.clear();
+        self.unreadable.clear();
+        for &pid in pids {
+            if self.seen.contains_key(&pid) || self.unreadable.contains(&pid) {
+                continue;
+            }
+            match read_proc_sample(proc_root, pid) {
+                Ok(s) => {
+                    self.seen.insert(pid, s);
+                }
+                // Exited between the listing and the read: handled as vanished below.
+                Err(e) if e.is_gone() => {}
+                Err(_) => {
+                    self.unreadable.insert(pid);
+                }
+            }
+        }
+        self.observe()
+    }
+
+    /// The bookkeeping of [`Self::sample`] once `self.seen`/`self.unreadable` are filled.
+    fn observe(&mut self) -> IoTotals {
+        let (seen, unreadable, base) = (&self.seen, &self.unreadable, &mut self.base);
+        self.live.retain(|&(pid, start), t| {
+            let alive = match seen.get(&pid) {
+                Some(s) => s.starttime_ticks == start,
+                None => unreadable.contains(&pid),
+            };
+            if !alive {
+                let absorbed_by_parent = seen
+                    .get(&t.ppid)
+                    .is_some_and(|p| p.starttime_ticks <= start);
+                if !absorbed_by_parent {
+                    *base = base.saturating_add(t.io);
+                }
+            }
+            alive
+        });
+
+        let mut total = self.base;
+        for s in self.seen.values() {
+            let key = (s.pid, s.starttime_ticks);
+            if let Some(t) = self.live.get_mut(&key) {
+                t.io = t.io.max_each(s.io);
+                t.ppid = s.ppid;
+            } else if self.live.len() < self.max_tracked {
+                self.live.insert(
+                    key,
+                    Tracked {
+                        ppid: s.ppid,
+                        io: s.io,
+                    },
+                );
+            } else {
+                self.untracked = self.untracked.saturating_add(1);
+                total = total.saturating_add(s.io);
+            }
+        }
+        for t in self.live.values() {
+            total = total.saturating_add(t.io);
+        }
+
+        let anything_known = self.last.is_some() || !self.seen.is_empty() || !self.live.is_empty();
+        if !anything_known {
+            return IoTotals::default();
+        }
+        let total = match self.last {
+            Some(last) => total.max_each(last),
+            None => total,
+        };
+        self.last = Some(total);
+        IoTotals::known(total)
+    }
+}
+
+/// Stateless sum over the processes alive now (what [`crate::cgroup::JobCgroup::read`] reports
+/// without an accumulator): drops when processes exit.
+pub fn sum_live(proc_root: &Path, pids: &[u32]) -> IoTotals {
+    IoAccumulator::new().sample(proc_root, pids)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::fs;
+
+    const FIXTURE_PROC: &str = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/testdata/cgroup-v1-debian12-slurm-22.05/proc"
+    );
+
+    /// A fake /proc tree: `set(pid, ppid, start, read_bytes)` writes `stat` and `io`.
+    struct FakeProc {
+        dir: tempfile::TempDir,
+    }
+
+    impl FakeProc {
+        fn new() -> Self {
+            FakeProc {
+                dir: tempfile::tempdir().unwrap(),
+            }
+        }
+        fn root(&self) -> &Path {
+            self.dir.path()
+        }
+        fn set(&self, pid: u32, ppid: u32, start: u64, read_bytes: u64) {
+            let d = self.root().join(pid.to_string());
+            fs::create_dir_all(&d).unwrap();
+            // Field 22 (starttime) is the 20th after "(comm)"; see proc(5).
+            let stat = format!(
+                "{pid} (worker (x)) S {ppid} {pid} {pid} 0 -1 4194560 0 0 0 0 7 3 0 0 20 0 1 0 {start} \
+                 1000 10 1000000 0 0 0 0 0 0 0 0 0 0 0 0 0 17 1 0 0 0 0 0 0 0 0 0 0 0 0 0\n"
+            );
+            fs::write(d.join("stat"), stat).unwrap();
+            let io = format!(
+                "rchar: 1\nwchar: 1\nsyscr: {}\nsyscw: 2\nread_bytes: {read_bytes}\nwrite_bytes: 10\n\
+                 cancelled_write_bytes: 0\n",
+                read_bytes / 100
+            );
+            fs::write(d.join("io"), io).unwrap();
+        }
+        fn remove(&self, pid: u32) {
+            fs::remove_dir_all(self.root().join(pid.to_string())).unwrap();
+        }
+    }
+
+    #[test]
+    fn reads_captured_process() {
+        let root = Path::new(FIXTURE_PROC);
+        // proc/2589/io: read_bytes 7942144, write_bytes 53248, syscr 32, syscw 3.
+        let io = read_proc_io(root, 2589).unwrap();
+        assert_eq!(
+            io,
+            ProcIo {
+                read_bytes: 7942144,
+                write_bytes: 53248,
+                syscr: 32,
+                syscw: 3
+            }
+        );
+        let s = read_proc_sample(root, 2589).unwrap();
+        assert_eq!(s.ppid, 2583); // field(proc/2589/stat, 4)
+        assert_eq!(s.starttime_ticks, 14741); // field(proc/2589/stat, 22)
+        let info = read_process_info(root, 2589).unwrap();
+        assert_eq!(info.comm, "python3"); // field(proc/2589/stat, 2)
+        assert_eq!(info.utime_ticks, 301); // field(proc/2589/stat, 14)
+        assert_eq!(info.stime_ticks, 27); // field(proc/2589/stat, 15)
+        assert_eq!(info.uid, 1001); // proc/2589/status "Uid:"
+        assert_eq!(info.threads, 1); // proc/2589/status "Threads:"
+        assert_eq!(info.vm_rss_kib, Some(213148)); // proc/2589/status "VmRSS:"
+        assert_eq!(info.vm_hwm_kib, Some(213148)); // proc/2589/status "VmHWM:"
+    }
+
+    #[test]
+    fn missing_process_is_gone_and_garbage_is_malformed() {
+        let p = FakeProc::new();
+        assert!(read_proc_io(p.root(), 4242).unwrap_err().is_gone());
+        fs::create_dir_all(p.root().join("7")).unwrap();
+        fs::write(p.root().join("7/io"), "read_bytes: lots\n").unwrap();
+        let e = read_proc_io(p.root(), 7).unwrap_err();
+        assert!(!e.is_gone(), "{e:?}");
+        assert!(e.path().starts_with(p.root()), "{e:?}");
+    }
+
+    #[test]
+    fn no_readable_process_gives_none() {
+        let p = FakeProc::new();
+        let mut acc = IoAccumulator::new();
+        assert_eq!(acc.sample(p.root(), &[1, 2, 3]), IoTotals::default());
+        assert_eq!(sum_live(p.root(), &[]), IoTotals::default());
+    }
+
+    #[test]
+    fn exit_keeps_totals() {
+        let p = FakeProc::new();
+        let mut acc = IoAccumulator::new();
+        // 100 and 200 are children of 1 (slurmstepd, not in the job): nobody in the job absorbs them.
+        p.set(100, 1, 500, 1000);
+        p.set(200, 1, 600, 3000);
+        assert_eq!(acc.sample(p.root(), &[100, 200]).read_bytes, Some(4000));
+        p.set(200, 1, 600, 5000);
+        p.remove(100);
+        let t = acc.sample(p.root(), &[100, 200]);
+        assert_eq!(
+            t.read_bytes,
+            Some(6000),
+            "1000 folded from the exited pid + 5000 live"
+        );
+        p.remove(200);
+        let t = acc.sample(p.root(), &[]);
+        assert_eq!(t.read_bytes, Some(6000));
+        assert_eq!(t.write_ops, Some(4), "syscw 2 + 2");
+        assert_eq!(acc.tracked(), 0);
+        // The stateless sum only sees live processes.
+        assert_eq!(sum_live(p.root(), &[]).read_bytes, None);
+    }
+
+    #[test]
+    fn pid_reuse_is_a_new_process() {
+        let p = FakeProc::new();
+        let mut acc = IoAccumulator::new();
+        p.set(100, 1, 500, 1000);
+        assert_eq!(acc.sample(p.root(), &[100]).read_bytes, Some(1000));
+        // Same pid, later start time, smaller counters: the old process exited, a new one started.
+        p.set(100, 1, 900, 10);
+        assert_eq!(acc.sample(p.root(), &[100]).read_bytes, Some(1010));
+        p.set(100, 1, 900, 20);
+        assert_eq!(acc.sample(p.root(), &[100]).read_bytes, Some(1020));
+    }
+
+    #[test]
+    fn reaped_child_is_not_double_counted() {
+        let p = FakeProc::new();
+        let mut acc = IoAccumulator::new();
+        // 10 = job shell (parent 1 outside the job), 11 = its child.
+        p.set(10, 1, 100, 50);
+        p.set(11, 10, 200, 1000);
+        assert_eq!(acc.sample(p.root(), &[10, 11]).read_bytes, Some(1050));
+        // The child did 500 more, exited, and the shell reaped it: the kernel adds the child's
+        // final 1500 to the shell's counters.
+        p.remove(11);
+        p.set(10, 1, 100, 50 + 1500);
+        assert_eq!(
+            acc.sample(p.root(), &[10]).read_bytes,
+            Some(1550),
+            "not 2550"
+        );
+    }
+
+    #[test]
+    fn totals_never_drop_before_the_parent_reaps() {
+        let p = FakeProc::new();
+        let mut acc = IoAccumulator::new();
+        p.set(10, 1, 100, 50);
+        p.set(11, 10, 200, 1000);
+        assert_eq!(acc.sample(p.root(), &[10, 11]).read_bytes, Some(1050));
+        // The child is gone from the listing but not reaped yet: its I/O is in neither place.
+        p.remove(11);
+        assert_eq!(
+            acc.sample(p.root(), &[10]).read_bytes,
+            Some(1050),
+            "clamped"
+        );
+        p.set(10, 1, 100, 50 + 1000);
+        assert_eq!(acc.sample(p.root(), &[10]).read_bytes, Some(1050));
+    }
+
+    #[test]
+    fn bound_is_respected() {
+        let p = FakeProc::new();
+        let mut acc = IoAccumulator::with_max_tracked(2);
+        for pid in 1..=4 {
+            p.set(pid, 999, 10 + pid as u64, 100);
+        }
+        assert_eq!(
+            acc.sample(p.root(), &[1, 2, 3, 4]).read_bytes,
+            Some(400),
+            "all live ones count"
+        );
+        assert_eq!(acc.tracked(), 2);
+        assert_eq!(acc.untracked(), 2);
+    }
+}

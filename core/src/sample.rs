@@ -1,0 +1,140 @@
+//! One reading of a job (or step) cgroup.
+//!
+//! Every measurement is an `Option`: a value the kernel does not give (no `memory.peak` before 5.19,
+//! no PSI on this kernel, no blkio job cgroup on v1) is `None`, never 0. Counters are cumulative as the
+//! kernel reports them; rates are only ever derived from two readings that both have the value and
+//! where the later one is not smaller (see [`rate_per_sec`]).
+
+use serde::{Deserialize, Serialize};
+
+/// Declares [`Reading`] once, and with it the stable field numbering the spool's binary encoding uses.
+/// The number of a field is its position here: NEVER reorder or remove, only append (the spool
+/// format version must change otherwise).
+macro_rules! reading_fields {
+    ($( $(#[$doc:meta])* $name:ident ),* $(,)?) => {
+        /// Cumulative counters and gauges of one cgroup at one instant. Units are in the names.
+        #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+        pub struct Reading {
+            $( $(#[$doc])* #[serde(default, skip_serializing_if = "Option::is_none")] pub $name: Option<u64>, )*
+        }
+        impl Reading {
+            /// Field names in spool order.
+            pub const FIELD_NAMES: &'static [&'static str] = &[$(stringify!($name)),*];
+            /// All fields in spool order.
+            pub fn fields(&self) -> Vec<Option<u64>> { vec![$(self.$name),*] }
+            /// Builds a reading from fields in spool order; extra trailing fields (from a newer
+            /// writer with the same major format) are ignored, missing ones are `None`.
+            pub fn from_fields(v: &[Option<u64>]) -> Self {
+                let mut it = v.iter().copied();
+                Reading { $( $name: it.next().flatten(), )* }
+            }
+        }
+    };
+}
+
+reading_fields! {
+    /// Total CPU time (v1 `cpuacct.usage`, v2 `cpu.stat usage_usec` × 1000).
+    cpu_usage_ns,
+    /// User CPU time (v1 `cpuacct.usage_user`, v2 `user_usec` × 1000).
+    cpu_user_ns,
+    /// System CPU time.
+    cpu_system_ns,
+    /// Number of CPUs that ran this cgroup since the previous reading (from v1 `usage_percpu`).
+    cpus_active,
+    /// v2 `cpu.stat throttled_usec` (CFS quota throttling).
+    cpu_throttled_usec,
+    /// v2 `cpu.stat nr_throttled`.
+    cpu_nr_throttled,
+    /// v1 `memory.usage_in_bytes`, v2 `memory.current`.
+    mem_current_bytes,
+    /// High-water mark: v1 `memory.max_usage_in_bytes`, v2 `memory.peak`.
+    mem_peak_bytes,
+    /// Limit: v1 `memory.limit_in_bytes`, v2 `memory.max` (`None` when unlimited).
+    mem_limit_bytes,
+    /// Anonymous memory: v1 `total_rss`, v2 `anon`.
+    mem_rss_bytes,
+    /// Page cache: v1 `total_cache`, v2 `file`.
+    mem_cache_bytes,
+    /// Shared memory (tmpfs, SysV): v1 `total_shmem`, v2 `shmem`.
+    mem_shmem_bytes,
+    /// Mapped file pages: v1 `total_mapped_file`, v2 `file_mapped`.
+    mem_mapped_file_bytes,
+    /// Swap: v1 `total_swap`, v2 `memory.swap.current`.
+    mem_swap_bytes,
+    /// v1 `memory.failcnt`: times usage hit the limit.
+    mem_failcnt,
+    /// v2 `memory.events oom` / v1 not available.
+    mem_oom_events,
+    /// v2 `memory.events oom_kill`, v1 `memory.oom_control oom_kill`.
+    mem_oom_kill_events,
+    /// v2 `memory.events high`.
+    mem_high_events,
+    /// v2 `memory.events max`.
+    mem_max_events,
+    /// Processes in the cgroup (v1 `tasks`/`cgroup.procs` count, v2 `pids.current` or procs count).
+    tasks,
+    /// Threads in the cgroup.
+    threads,
+    /// Bytes read from storage (v2 `io.stat rbytes`; v1 sum of `/proc/<pid>/io read_bytes`).
+    io_read_bytes,
+    /// Bytes written to storage.
+    io_write_bytes,
+    /// Read operations (v2 `rios`; v1 `syscr`).
+    io_read_ops,
+    /// Write operations (v2 `wios`; v1 `syscw`).
+    io_write_ops,
+    /// PSI `cpu.pressure some total` (µs).
+    psi_cpu_some_usec,
+    /// PSI `memory.pressure some total` (µs).
+    psi_mem_some_usec,
+    /// PSI `memory.pressure full total` (µs).
+    psi_mem_full_usec,
+    /// PSI `io.pressure some total` (µs).
+    psi_io_some_usec,
+}
+
+/// Rate per second of a counter between two readings taken `dt_ms` apart.
+/// `None` unless both values exist, the counter did not go backwards (reset, cgroup recreated)
+/// and the interval is positive.
+pub fn rate_per_sec(a: Option<u64>, b: Option<u64>, dt_ms: u64) -> Option<f64> {
+    match (a, b) {
+        (Some(a), Some(b)) if b >= a && dt_ms > 0 => Some((b - a) as f64 * 1000.0 / dt_ms as f64),
+        _ => None,
+    }
+}
+
+/// Busy cores (CPU-seconds per second) between two `cpu_usage_ns` values `dt_ms` apart.
+pub fn busy_cores(a: Option<u64>, b: Option<u64>, dt_ms: u64) -> Option<f64> {
+    rate_per_sec(a, b, dt_ms).map(|ns_per_s| ns_per_s / 1e9)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rates_only_from_valid_pairs() {
+        assert_eq!(rate_per_sec(Some(10), Some(30), 2000), Some(10.0));
+        assert_eq!(rate_per_sec(None, Some(30), 2000), None);
+        assert_eq!(
+            rate_per_sec(Some(30), Some(10), 2000),
+            None,
+            "counter went backwards"
+        );
+        assert_eq!(rate_per_sec(Some(10), Some(30), 0), None);
+        assert_eq!(busy_cores(Some(0), Some(4_000_000_000), 2000), Some(2.0));
+    }
+
+    #[test]
+    fn field_order_round_trips() {
+        let r = Reading {
+            cpu_usage_ns: Some(5),
+            psi_io_some_usec: Some(9),
+            ..Default::default()
+        };
+        let f = r.fields();
+        assert_eq!(f.len(), Reading::FIELD_NAMES.len());
+        assert_eq!(Reading::from_fields(&f), r);
+        assert_eq!(Reading::FIELD_NAMES[0], "cpu_usage_ns");
+    }
+}

@@ -1,0 +1,306 @@
+//! Spool writers. [`SeriesWriter`] is the sampler's (one per job per node); [`StepWriter`] is a step's.
+//!
+//! Memory and disk are bounded: the series keeps at most `max_buckets` buckets in memory and the file
+//! under `max_bytes`; past either bound it is thinned (see [`super::thin`]) and rewritten atomically.
+//! A write error (disk full, spool dir removed) is returned to the caller, which logs it and carries on
+//! sampling in memory: the job itself is never affected.
+
+use super::codec::{bucket_frame, end_frame, event_frame, file_start};
+use super::thin::thin;
+use super::*;
+use crate::fsutil::{create_new, io_err, open_append, write_atomic, FsError};
+use std::fs::File;
+use std::io::Write;
+
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    pub max_bytes: u64,
+    pub max_buckets: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_bytes: DEFAULT_MAX_SPOOL_BYTES - STEP_FILES_BUDGET_BYTES,
+            max_buckets: 4096,
+        }
+    }
+}
+
+pub struct SeriesWriter {
+    dir: PathBuf,
+    name: String,
+    path: PathBuf,
+    file: Option<File>,
+    header: Header,
+    buckets: Vec<Bucket>,
+    events: Vec<Event>,
+    bytes: u64,
+    limits: Limits,
+    /// Samples per bucket currently appended raw samples are merged to (grows with thinning).
+    pub thinnings: u32,
+}
+
+impl SeriesWriter {
+    /// Creates `dir/name` with the header. The file must not exist yet (`O_EXCL`, no symlink following).
+    pub fn create(dir: &Path, name: &str, header: Header, limits: Limits) -> Result<Self, FsError> {
+        let path = dir.join(name);
+        let mut f = create_new(&path, 0o600)?;
+        let start = file_start(&header);
+        f.write_all(&start).map_err(io_err(&path))?;
+        f.sync_data().map_err(io_err(&path))?;
+        Ok(SeriesWriter {
+            dir: dir.to_path_buf(),
+            name: name.to_string(),
+            path,
+            file: Some(f),
+            bytes: start.len() as u64,
+            header,
+            buckets: Vec::new(),
+            events: Vec::new(),
+            limits,
+            thinnings: 0,
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+    pub fn buckets(&self) -> &[Bucket] {
+        &self.buckets
+    }
+
+    /// Appends one bucket (normally one raw sample). Thins and rewrites when a bound is reached.
+    pub fn push(&mut self, b: Bucket) -> Result<(), FsError> {
+        let fr = bucket_frame(&b);
+        self.buckets.push(b);
+        if self.bytes + fr.len() as u64 > self.limits.max_bytes
+            || self.buckets.len() > self.limits.max_buckets
+        {
+            return self.compact();
+        }
+        self.append(&fr)
+    }
+
+    pub fn event(&mut self, e: Event) -> Result<(), FsError> {
+        let fr = event_frame(&e);
+        // Events are rare; keep at most a few hundred so they cannot crowd out the series.
+        if self.events.len() >= 256 {
+            return Ok(());
+        }
+        self.events.push(e);
+        self.append(&fr)
+    }
+
+    pub fn end(&mut self, e: &End) -> Result<(), FsError> {
+        self.append(&end_frame(e))?;
+        if let Some(f) = self.file.as_ref() {
+            f.sync_data().map_err(io_err(&self.path))?;
+        }
+        Ok(())
+    }
+
+    /// `fdatasync`, called by the sampler every few samples so a node crash loses little.
+    pub fn flush(&mut self) -> Result<(), FsError> {
+        match self.file.as_ref() {
+            Some(f) => f.sync_data().map_err(io_err(&self.path)),
+            None => Ok(()),
+        }
+    }
+
+    fn append(&mut self, frame: &[u8]) -> Result<(), FsError> {
+        if self.file.is_none() {
+            // An earlier write failed: the file may be short. Rewrite it whole from memory.
+            return self.rewrite();
+        }
+        let f = self.file.as_mut().expect("checked");
+        if let Err(e) = f.write_all(frame) {
+            self.file = None;
+            return Err(FsError::Io {
+                path: self.path.clone(),
+                source: e,
+            });
+        }
+        self.bytes += frame.len() as u64;
+        Ok(())
+    }
+
+    fn compact(&mut self) -> Result<(), FsError> {
+        self.buckets = thin(&self.buckets, (self.buckets.len() / 2).max(1));
+        self.thinnings += 1;
+        // If the byte budget is still exceeded after halving (huge events), keep halving.
+        loop {
+            let size = self.encoded_size();
+            if size <= self.limits.max_bytes * 3 / 4 || self.buckets.len() <= 2 {
+                break;
+            }
+            self.buckets = thin(&self.buckets, (self.buckets.len() / 2).max(1));
+            self.thinnings += 1;
+        }
+        self.rewrite()
+    }
+
+    fn encoded_size(&self) -> u64 {
+        let mut n = file_start(&self.header).len() as u64;
+        n += self
+            .buckets
+            .iter()
+            .map(|b| bucket_frame(b).len() as u64)
+            .sum::<u64>();
+        n += self
+            .events
+            .iter()
+            .map(|e| event_frame(e).len() as u64)
+            .sum::<u64>();
+        n
+    }
+
+    fn rewrite(&mut self) -> Result<(), FsError> {
+        let mut bytes = file_start(&self.header);
+        for b in &self.buckets {
+            bytes.extend(bucket_frame(b));
+        }
+        for e in &self.events {
+            bytes.extend(event_frame(e));
+        }
+        self.file = None;
+        write_atomic(&self.dir, &self.name, &bytes, 0o600, None)?;
+        self.bytes = bytes.len() as u64;
+        self.file = Some(open_append(&self.path)?);
+        Ok(())
+    }
+}
+
+/// A step's small file: header, then a `step_start` and a `step_exit` event.
+pub struct StepWriter {
+    path: PathBuf,
+    file: File,
+}
+
+impl StepWriter {
+    pub fn create(dir: &Path, header: &Header) -> Result<Self, FsError> {
+        let name = step_file_name(&header.series).ok_or_else(|| FsError::Unsafe {
+            path: dir.to_path_buf(),
+            why: format!("bad step name {:?}", header.series),
+        })?;
+        let path = dir.join(name);
+        let mut file = create_new(&path, 0o600)?;
+        file.write_all(&file_start(header)).map_err(io_err(&path))?;
+        Ok(StepWriter { path, file })
+    }
+
+    pub fn event(&mut self, e: &Event) -> Result<(), FsError> {
+        self.file
+            .write_all(&event_frame(e))
+            .map_err(io_err(&self.path))?;
+        self.file.sync_data().map_err(io_err(&self.path))
+    }
+}
+
+/// Reads and decodes one spool file (refusing symlinks and oversized files).
+pub fn read_spool_file(path: &Path) -> Result<SpoolFile, SpoolError> {
+    let bytes =
+        crate::fsutil::read_limited(path, DEFAULT_MAX_SPOOL_BYTES * 2).map_err(|e| match e {
+            FsError::Io { path, source } => SpoolError::Io { path, source },
+            FsError::Unsafe { path, why } => SpoolError::Unsafe { path, what: why },
+        })?;
+    decode_file(&bytes, path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sample::Reading;
+
+    fn header() -> Header {
+        Header {
+            format_version: FORMAT_VERSION,
+            job_id: 7,
+            node: "n".into(),
+            series: "job".into(),
+            uid: 0,
+            gid: 0,
+            cgroup_version: None,
+            cgroup_path: None,
+            boot_id: None,
+            boot_time_s: None,
+            start_unix_ms: 0,
+            cadence_s: 30,
+            plugin_version: "t".into(),
+            alloc_cores: None,
+            alloc_mem_bytes: None,
+            handover: None,
+        }
+    }
+
+    fn sample(i: u64) -> Bucket {
+        let mem = if i == 777 { 50 << 30 } else { (1 << 30) + i };
+        let mut gauges = [None; N_GAUGES];
+        gauges[GaugeId::MemCurrentBytes as usize] = Some(Gauge::one(mem));
+        Bucket {
+            t_first_ms: i * 30_000,
+            t_last_ms: i * 30_000,
+            n: 1,
+            last: Reading::from_fields(&vec![Some(i * 1_000_000_007); Reading::FIELD_NAMES.len()]),
+            gauges,
+        }
+    }
+
+    #[test]
+    fn thirty_day_job_stays_under_cap_and_keeps_peak() {
+        let d = tempfile::tempdir().unwrap();
+        let limits = Limits::default();
+        let mut w = SeriesWriter::create(d.path(), "job.jsc", header(), limits).unwrap();
+        let n = 30 * 24 * 120; // 30 days at 30 s
+        for i in 0..n {
+            w.push(sample(i)).unwrap();
+            assert!(w.bytes() <= limits.max_bytes, "at {i}: {}", w.bytes());
+        }
+        w.end(&End {
+            t_ms: n * 30_000,
+            reason: "done".into(),
+            samples_taken: n,
+            samples_missed: 0,
+        })
+        .unwrap();
+        let size = std::fs::metadata(d.path().join("job.jsc")).unwrap().len();
+        assert!(size <= limits.max_bytes);
+        let f = read_spool_file(&d.path().join("job.jsc")).unwrap();
+        assert!(!f.torn);
+        assert_eq!(f.buckets.iter().map(|b| b.n as u64).sum::<u64>(), n);
+        let peak = f
+            .buckets
+            .iter()
+            .filter_map(|b| b.gauge(GaugeId::MemCurrentBytes))
+            .map(|g| g.max)
+            .max();
+        assert_eq!(peak, Some(50 << 30));
+        assert_eq!(
+            f.buckets.last().unwrap().last.cpu_usage_ns,
+            Some((n - 1) * 1_000_000_007)
+        );
+        assert!(f.end.is_some());
+    }
+
+    #[test]
+    fn refuses_existing_file_or_symlink() {
+        let d = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink("/etc/passwd", d.path().join("job.jsc")).unwrap();
+        assert!(SeriesWriter::create(d.path(), "job.jsc", header(), Limits::default()).is_err());
+    }
+
+    #[test]
+    fn write_failure_is_an_error_not_a_panic_and_recovers() {
+        let d = tempfile::tempdir().unwrap();
+        let mut w = SeriesWriter::create(d.path(), "job.jsc", header(), Limits::default()).unwrap();
+        w.push(sample(1)).unwrap();
+        // Simulate a lost file descriptor (as after a failed write): the next append rewrites from memory.
+        w.file = None;
+        w.push(sample(2)).unwrap();
+        let f = read_spool_file(&d.path().join("job.jsc")).unwrap();
+        assert_eq!(f.buckets.len(), 2);
+    }
+}

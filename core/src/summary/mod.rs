@@ -1,0 +1,177 @@
+//! What the epilog archives: one [`NodeSummary`] per node, combined into one [`JobSummary`] per job.
+//!
+//! The archived JSON is described by `docs/schema/job-summary.schema.json`; bump [`SCHEMA_VERSION`]
+//! on any incompatible change. Every field that could not be measured is absent (`null`), never 0.
+
+pub mod analysis;
+pub mod node;
+
+use crate::cgroup::CgroupVersion;
+use serde::{Deserialize, Serialize};
+
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// One point of a node's timeline (after thinning: one bucket).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Point {
+    /// Seconds since the job started on this node (end of the bucket).
+    pub t_s: f64,
+    /// Mean busy cores over the interval ending here.
+    pub busy_cores: Option<f64>,
+    /// Highest busy cores seen within the interval (survives thinning).
+    pub busy_cores_max: Option<f64>,
+    pub mem_bytes: Option<u64>,
+    pub mem_bytes_max: Option<u64>,
+    pub io_bytes_per_s: Option<f64>,
+    pub tasks: Option<u64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct CpuTotals {
+    pub usage_s: Option<f64>,
+    pub user_s: Option<f64>,
+    pub system_s: Option<f64>,
+    pub throttled_s: Option<f64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct MemTotals {
+    /// High-water mark of the cgroup's charged memory (what SLURM's limit is enforced on).
+    pub peak_bytes: Option<u64>,
+    pub limit_bytes: Option<u64>,
+    /// Largest anonymous (rss) memory seen.
+    pub rss_peak_bytes: Option<u64>,
+    /// Largest page cache seen (counted against the cgroup limit, reclaimable).
+    pub cache_peak_bytes: Option<u64>,
+    /// Largest shmem/tmpfs seen (counted against the limit, NOT reclaimable without swap).
+    pub shmem_peak_bytes: Option<u64>,
+    pub swap_peak_bytes: Option<u64>,
+    pub failcnt: Option<u64>,
+    pub oom_events: Option<u64>,
+    pub oom_kill_events: Option<u64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct IoTotals {
+    pub read_bytes: Option<u64>,
+    pub write_bytes: Option<u64>,
+    pub read_ops: Option<u64>,
+    pub write_ops: Option<u64>,
+    /// Highest read+write rate over one sampling interval.
+    pub peak_bytes_per_s: Option<f64>,
+    /// Where I/O figures come from: `io.stat` (v2) or `proc` (sum of /proc/<pid>/io, v1).
+    pub source: Option<String>,
+}
+
+/// One job step on one node, measured in its own cgroup.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StepSummary {
+    /// `batch`, `extern`, `0`, `1`…
+    pub step: String,
+    pub start_unix_ms: Option<u64>,
+    pub end_unix_ms: Option<u64>,
+    pub elapsed_s: Option<f64>,
+    pub cpu_s: Option<f64>,
+    pub mem_peak_bytes: Option<u64>,
+    pub exit_status: Option<i32>,
+}
+
+/// Data quality: what the report can and cannot vouch for.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct Quality {
+    /// Raw samples taken (before thinning) plus final step readings.
+    pub samples: u64,
+    /// The sampler never wrote its end record (node crash, reboot, slurmstepd killed).
+    pub sampler_ended_cleanly: bool,
+    /// A torn or corrupt spool record was dropped.
+    pub torn_records: bool,
+    /// No final reading from a batch/srun step: counters may be up to one cadence stale.
+    pub final_counters: bool,
+    pub thinned: bool,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodeSummary {
+    pub node: String,
+    pub job_id: u32,
+    pub uid: u32,
+    pub start_unix_ms: u64,
+    pub end_unix_ms: u64,
+    pub elapsed_s: f64,
+    pub alloc_cores: Option<u32>,
+    pub alloc_mem_bytes: Option<u64>,
+    pub cgroup_version: Option<CgroupVersion>,
+    pub cpu: CpuTotals,
+    pub mem: MemTotals,
+    pub io: IoTotals,
+    pub tasks_max: Option<u64>,
+    pub threads_max: Option<u64>,
+    /// Share of allocated core-time used on this node, percent.
+    pub cpu_efficiency_pct: Option<f64>,
+    pub steps: Vec<StepSummary>,
+    pub timeline: Vec<Point>,
+    pub quality: Quality,
+}
+
+/// Efficiency figures, each in percent of what was allocated.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct Efficiency {
+    /// CPU time ÷ (allocated cores × elapsed), whole allocation.
+    pub cpu_pct: Option<f64>,
+    /// Largest node peak ÷ per-node memory allocation.
+    pub mem_pct: Option<f64>,
+    /// Elapsed ÷ time limit.
+    pub time_pct: Option<f64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct Allocation {
+    pub nodes: u32,
+    /// Cores over all nodes.
+    pub cores: Option<u32>,
+    /// Memory per node.
+    pub mem_per_node_bytes: Option<u64>,
+    pub gpus: Option<String>,
+    pub time_limit_s: Option<u64>,
+}
+
+/// One job, all nodes. This is the archived document.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobSummary {
+    pub schema_version: u32,
+    pub generator: String,
+    pub cluster: Option<String>,
+    pub job_id: u32,
+    pub array_job_id: Option<u32>,
+    pub array_task_id: Option<u32>,
+    pub name: Option<String>,
+    pub user: Option<String>,
+    pub uid: u32,
+    pub account: Option<String>,
+    pub partition: Option<String>,
+    /// COMPLETED, FAILED, TIMEOUT, OUT_OF_MEMORY, CANCELLED, NODE_FAIL…
+    pub state: String,
+    /// Why the state was concluded, in words (e.g. "oom_kill events in the job cgroup").
+    pub state_reason: Option<String>,
+    pub exit_code: Option<i32>,
+    pub start_unix_ms: u64,
+    pub end_unix_ms: u64,
+    pub elapsed_s: f64,
+    pub alloc: Allocation,
+    pub cpu: CpuTotals,
+    pub mem: MemTotals,
+    pub io: IoTotals,
+    pub efficiency: Efficiency,
+    pub nodes: Vec<NodeSummary>,
+    /// Nodes of the allocation whose data never arrived.
+    pub missing_nodes: Vec<String>,
+    /// Something is missing (a node, the final counters, the sampler's end): numbers are a lower bound.
+    pub partial: bool,
+    pub partial_reasons: Vec<String>,
+    pub samples: u64,
+    /// Analysis added by the report layer (scalability, classification, advice…).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub analysis: Option<analysis::Analysis>,
+}

@@ -1,0 +1,404 @@
+//! From one node's spool files to its [`NodeSummary`]. Pure: the epilog reads the files, this computes.
+
+use super::*;
+use crate::sample::{busy_cores, rate_per_sec, Reading};
+use crate::spool::{GaugeId, SpoolFile};
+
+/// Timestamped job-cgroup readings from every source, in time order.
+fn job_readings<'a>(
+    series: Option<&'a SpoolFile>,
+    steps: &'a [SpoolFile],
+) -> Vec<(u64, &'a Reading)> {
+    let mut v: Vec<(u64, &Reading)> = Vec::new();
+    if let Some(s) = series {
+        v.extend(s.buckets.iter().map(|b| (b.t_last_ms, &b.last)));
+        v.extend(
+            s.events
+                .iter()
+                .filter_map(|e| e.job.as_ref().map(|r| (e.t_ms, r))),
+        );
+    }
+    for f in steps {
+        v.extend(
+            f.events
+                .iter()
+                .filter_map(|e| e.job.as_ref().map(|r| (e.t_ms, r))),
+        );
+    }
+    v.sort_by_key(|(t, _)| *t);
+    v
+}
+
+fn max_of(rs: &[(u64, &Reading)], f: impl Fn(&Reading) -> Option<u64>) -> Option<u64> {
+    rs.iter().filter_map(|(_, r)| f(r)).max()
+}
+
+fn last_of(rs: &[(u64, &Reading)], f: impl Fn(&Reading) -> Option<u64>) -> Option<u64> {
+    rs.iter().rev().find_map(|(_, r)| f(r))
+}
+
+fn secs(ns: Option<u64>) -> Option<f64> {
+    ns.map(|v| v as f64 / 1e9)
+}
+
+/// Builds the node summary. `end_unix_ms` is when the job ended on this node (the caller knows: the
+/// epilog runs right after). `node` is used when no spool file names it.
+pub fn summarize_node(
+    series: Option<&SpoolFile>,
+    steps: &[SpoolFile],
+    node: &str,
+    end_unix_ms: u64,
+) -> NodeSummary {
+    let headers: Vec<&crate::spool::Header> = series
+        .iter()
+        .map(|s| &s.header)
+        .chain(steps.iter().map(|s| &s.header))
+        .collect();
+    let start_unix_ms = headers
+        .iter()
+        .map(|h| h.start_unix_ms)
+        .min()
+        .unwrap_or(end_unix_ms);
+    let first = headers.first();
+    let rs = job_readings(series, steps);
+
+    // Counters are cumulative and monotone: the largest value seen is the final one, whichever
+    // process (sampler or a step's exit) read it last.
+    let cpu = CpuTotals {
+        usage_s: secs(max_of(&rs, |r| r.cpu_usage_ns)),
+        user_s: secs(max_of(&rs, |r| r.cpu_user_ns)),
+        system_s: secs(max_of(&rs, |r| r.cpu_system_ns)),
+        throttled_s: max_of(&rs, |r| r.cpu_throttled_usec).map(|u| u as f64 / 1e6),
+    };
+    let gauge_max = |g: GaugeId| {
+        series.and_then(|s| {
+            s.buckets
+                .iter()
+                .filter_map(|b| b.gauge(g))
+                .map(|g| g.max)
+                .max()
+        })
+    };
+    let mem = MemTotals {
+        peak_bytes: [
+            max_of(&rs, |r| r.mem_peak_bytes),
+            gauge_max(GaugeId::MemCurrentBytes),
+            max_of(&rs, |r| r.mem_current_bytes),
+        ]
+        .into_iter()
+        .flatten()
+        .max(),
+        limit_bytes: last_of(&rs, |r| r.mem_limit_bytes),
+        rss_peak_bytes: max_of(&rs, |r| r.mem_rss_bytes),
+        cache_peak_bytes: max_of(&rs, |r| r.mem_cache_bytes),
+        shmem_peak_bytes: max_of(&rs, |r| r.mem_shmem_bytes),
+        swap_peak_bytes: max_of(&rs, |r| r.mem_swap_bytes),
+        failcnt: max_of(&rs, |r| r.mem_failcnt),
+        oom_events: max_of(&rs, |r| r.mem_oom_events),
+        oom_kill_events: max_of(&rs, |r| r.mem_oom_kill_events),
+    };
+
+    // Timeline: one point per bucket; mean busy cores from consecutive counter pairs.
+    let mut timeline = Vec::new();
+    let mut io_peak: Option<f64> = None;
+    if let Some(s) = series {
+        let mut prev: Option<(u64, &Reading)> = None;
+        for b in &s.buckets {
+            let (busy, io_rate) = match prev {
+                Some((t0, r0)) => {
+                    let dt = b.t_last_ms.saturating_sub(t0);
+                    let io = match (
+                        rate_per_sec(r0.io_read_bytes, b.last.io_read_bytes, dt),
+                        rate_per_sec(r0.io_write_bytes, b.last.io_write_bytes, dt),
+                    ) {
+                        (Some(a), Some(w)) => Some(a + w),
+                        (a, w) => a.or(w),
+                    };
+                    (busy_cores(r0.cpu_usage_ns, b.last.cpu_usage_ns, dt), io)
+                }
+                None => (None, None),
+            };
+            let io_max = b
+                .gauge(GaugeId::IoBytesPerSec)
+                .map(|g| g.max as f64)
+                .or(io_rate);
+            if let Some(v) = io_max {
+                io_peak = Some(io_peak.map_or(v, |p: f64| p.max(v)));
+            }
+            timeline.push(Point {
+                t_s: b.t_last_ms.saturating_sub(start_unix_ms) as f64 / 1000.0,
+                busy_cores: busy,
+                busy_cores_max: b
+                    .gauge(GaugeId::BusyMilliCores)
+                    .map(|g| g.max as f64 / 1000.0)
+                    .or(busy),
+                mem_bytes: b
+                    .gauge(GaugeId::MemCurrentBytes)
+                    .map(|g| g.mean() as u64)
+                    .or(b.last.mem_current_bytes),
+                mem_bytes_max: b
+                    .gauge(GaugeId::MemCurrentBytes)
+                    .map(|g| g.max)
+                    .or(b.last.mem_current_bytes),
+                io_bytes_per_s: io_rate,
+                tasks: b.gauge(GaugeId::Tasks).map(|g| g.max).or(b.last.tasks),
+            });
+            prev = Some((b.t_last_ms, &b.last));
+        }
+        // The final step reading closes the timeline (the sampler may be up to one cadence behind).
+        if let (Some((t0, r0)), Some((t1, r1))) = (prev, rs.last().copied()) {
+            if t1 > t0 {
+                let busy = busy_cores(r0.cpu_usage_ns, r1.cpu_usage_ns, t1 - t0);
+                timeline.push(Point {
+                    t_s: t1.saturating_sub(start_unix_ms) as f64 / 1000.0,
+                    busy_cores: busy,
+                    busy_cores_max: busy,
+                    mem_bytes: r1.mem_current_bytes,
+                    mem_bytes_max: r1.mem_current_bytes,
+                    io_bytes_per_s: None,
+                    tasks: r1.tasks,
+                });
+            }
+        }
+    }
+
+    let io_source = match first.and_then(|h| h.cgroup_version) {
+        Some(crate::cgroup::CgroupVersion::V2) => Some("io.stat".to_string()),
+        Some(crate::cgroup::CgroupVersion::V1) => Some("proc".to_string()),
+        None => None,
+    };
+    let io = IoTotals {
+        read_bytes: max_of(&rs, |r| r.io_read_bytes),
+        write_bytes: max_of(&rs, |r| r.io_write_bytes),
+        read_ops: max_of(&rs, |r| r.io_read_ops),
+        write_ops: max_of(&rs, |r| r.io_write_ops),
+        peak_bytes_per_s: io_peak,
+        source: io_source,
+    };
+
+    let mut step_summaries: Vec<StepSummary> = steps
+        .iter()
+        .map(|f| {
+            let exit = f.events.iter().rev().find(|e| e.kind == "step_exit");
+            let start = f.events.iter().find(|e| e.kind == "step_start");
+            let start_ms = start.map(|e| e.t_ms).unwrap_or(f.header.start_unix_ms);
+            let end_ms = exit.map(|e| e.t_ms);
+            let cpu_start = start
+                .and_then(|e| e.step_reading.as_ref())
+                .and_then(|r| r.cpu_usage_ns)
+                .unwrap_or(0);
+            StepSummary {
+                step: f.header.series.clone(),
+                start_unix_ms: Some(start_ms),
+                end_unix_ms: end_ms,
+                elapsed_s: end_ms.map(|e| e.saturating_sub(start_ms) as f64 / 1000.0),
+                cpu_s: exit
+                    .and_then(|e| e.step_reading.as_ref())
+                    .and_then(|r| r.cpu_usage_ns)
+                    .map(|c| c.saturating_sub(cpu_start) as f64 / 1e9),
+                mem_peak_bytes: exit
+                    .and_then(|e| e.step_reading.as_ref())
+                    .and_then(|r| r.mem_peak_bytes),
+                exit_status: exit.and_then(|e| e.exit_status),
+            }
+        })
+        .collect();
+    step_summaries.sort_by(|a, b| {
+        a.start_unix_ms
+            .cmp(&b.start_unix_ms)
+            .then(a.step.cmp(&b.step))
+    });
+
+    let samples_series: u64 = series
+        .map(|s| s.buckets.iter().map(|b| b.n as u64).sum())
+        .unwrap_or(0);
+    let final_readings = steps
+        .iter()
+        .flat_map(|f| f.events.iter())
+        .filter(|e| {
+            e.kind == "step_exit" && e.job.as_ref().is_some_and(|r| r.cpu_usage_ns.is_some())
+        })
+        .count() as u64;
+    let mut notes = Vec::new();
+    if series.is_none() {
+        notes.push(
+            "no sampler series on this node (sampler not started or its spool was lost)"
+                .to_string(),
+        );
+    }
+    if let Some(s) = series {
+        for e in s.events.iter().filter(|e| e.kind == "sampler_error") {
+            if let Some(m) = &e.message {
+                notes.push(format!("sampler: {m}"));
+            }
+        }
+    }
+    let quality = Quality {
+        samples: samples_series + final_readings,
+        sampler_ended_cleanly: series.is_some_and(|s| s.end.is_some()),
+        torn_records: series.is_some_and(|s| s.torn) || steps.iter().any(|s| s.torn),
+        final_counters: final_readings > 0,
+        thinned: series.is_some_and(|s| s.buckets.iter().any(|b| b.n > 1)),
+        notes,
+    };
+
+    let elapsed_s = end_unix_ms.saturating_sub(start_unix_ms) as f64 / 1000.0;
+    let alloc_cores = first.and_then(|h| h.alloc_cores);
+    let cpu_efficiency_pct = match (cpu.usage_s, alloc_cores) {
+        (Some(u), Some(c)) if c > 0 && elapsed_s > 0.0 => Some(100.0 * u / (c as f64 * elapsed_s)),
+        _ => None,
+    };
+    NodeSummary {
+        node: first
+            .map(|h| h.node.clone())
+            .unwrap_or_else(|| node.to_string()),
+        job_id: first.map(|h| h.job_id).unwrap_or(0),
+        uid: first.map(|h| h.uid).unwrap_or(u32::MAX),
+        start_unix_ms,
+        end_unix_ms,
+        elapsed_s,
+        alloc_cores,
+        alloc_mem_bytes: first.and_then(|h| h.alloc_mem_bytes),
+        cgroup_version: first.and_then(|h| h.cgroup_version),
+        tasks_max: [gauge_max(GaugeId::Tasks), max_of(&rs, |r| r.tasks)]
+            .into_iter()
+            .flatten()
+            .max(),
+        threads_max: max_of(&rs, |r| r.threads),
+        cpu,
+        mem,
+        io,
+        cpu_efficiency_pct,
+        steps: step_summaries,
+        timeline,
+        quality,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spool::{Bucket, End, Event, Gauge, Header, FORMAT_VERSION, N_GAUGES};
+
+    fn header(series: &str, start: u64) -> Header {
+        Header {
+            format_version: FORMAT_VERSION,
+            job_id: 9,
+            node: "vm".into(),
+            series: series.into(),
+            uid: 1001,
+            gid: 1001,
+            cgroup_version: Some(CgroupVersion::V1),
+            cgroup_path: None,
+            boot_id: None,
+            boot_time_s: None,
+            start_unix_ms: start,
+            cadence_s: 30,
+            plugin_version: "t".into(),
+            alloc_cores: Some(2),
+            alloc_mem_bytes: Some(2 << 30),
+            handover: None,
+        }
+    }
+
+    fn bucket(t: u64, cpu_s: u64, mem: u64) -> Bucket {
+        let mut gauges = [None; N_GAUGES];
+        gauges[GaugeId::MemCurrentBytes as usize] = Some(Gauge::one(mem));
+        Bucket {
+            t_first_ms: t,
+            t_last_ms: t,
+            n: 1,
+            last: Reading {
+                cpu_usage_ns: Some(cpu_s * 1_000_000_000),
+                mem_current_bytes: Some(mem),
+                mem_peak_bytes: Some(mem),
+                ..Default::default()
+            },
+            gauges,
+        }
+    }
+
+    #[test]
+    fn final_step_reading_wins_and_efficiency_uses_allocation() {
+        // Sampler: 0 s, 10 s (10 CPU-s), job ends at 20 s; batch exit reads 38 CPU-s and peak 700 MiB.
+        let series = SpoolFile {
+            header: header("job", 0),
+            buckets: vec![bucket(0, 0, 1 << 20), bucket(10_000, 10, 600 << 20)],
+            events: vec![],
+            end: Some(End {
+                t_ms: 20_100,
+                reason: "exit".into(),
+                samples_taken: 2,
+                samples_missed: 0,
+            }),
+            torn: false,
+            valid_bytes: 0,
+        };
+        let batch = SpoolFile {
+            header: header("batch", 50),
+            buckets: vec![],
+            events: vec![
+                Event {
+                    t_ms: 50,
+                    kind: "step_start".into(),
+                    step: Some("batch".into()),
+                    job: None,
+                    step_reading: Some(Reading {
+                        cpu_usage_ns: Some(0),
+                        ..Default::default()
+                    }),
+                    exit_status: None,
+                    message: None,
+                },
+                Event {
+                    t_ms: 20_000,
+                    kind: "step_exit".into(),
+                    step: Some("batch".into()),
+                    job: Some(Reading {
+                        cpu_usage_ns: Some(38_000_000_000),
+                        mem_peak_bytes: Some(700 << 20),
+                        ..Default::default()
+                    }),
+                    step_reading: Some(Reading {
+                        cpu_usage_ns: Some(37_000_000_000),
+                        mem_peak_bytes: Some(690 << 20),
+                        ..Default::default()
+                    }),
+                    exit_status: Some(0),
+                    message: None,
+                },
+            ],
+            end: None,
+            torn: false,
+            valid_bytes: 0,
+        };
+        let s = summarize_node(Some(&series), &[batch], "vm", 20_000);
+        assert_eq!(s.cpu.usage_s, Some(38.0));
+        assert_eq!(s.mem.peak_bytes, Some(700 << 20));
+        assert_eq!(s.elapsed_s, 20.0);
+        // 38 CPU-s / (2 cores × 20 s) = 95 %
+        assert!((s.cpu_efficiency_pct.unwrap() - 95.0).abs() < 1e-9);
+        assert_eq!(s.quality.samples, 3);
+        assert!(s.quality.final_counters && s.quality.sampler_ended_cleanly);
+        assert_eq!(s.steps.len(), 1);
+        assert_eq!(s.steps[0].cpu_s, Some(37.0));
+        assert_eq!(s.steps[0].elapsed_s, Some(19.95));
+        // timeline: 2 buckets + the closing point from the batch exit; 10 CPU-s over 10 s = 1 core
+        assert_eq!(s.timeline.len(), 3);
+        assert_eq!(s.timeline[1].busy_cores, Some(1.0));
+        assert_eq!(s.timeline[2].busy_cores, Some(2.8));
+        // absent, not zero
+        assert_eq!(s.io.read_bytes, None);
+        assert_eq!(s.mem.oom_kill_events, None);
+    }
+
+    #[test]
+    fn no_series_is_partial_not_a_crash() {
+        let s = summarize_node(None, &[], "n1", 5_000);
+        assert_eq!(s.node, "n1");
+        assert_eq!(s.cpu.usage_s, None);
+        assert_eq!(s.quality.samples, 0);
+        assert!(!s.quality.sampler_ended_cleanly);
+        assert!(!s.quality.notes.is_empty());
+    }
+}

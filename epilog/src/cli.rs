@@ -1,0 +1,214 @@
+//! Command-line entry points of `jobscope` and `jobscope-epilog`.
+
+use crate::jobinfo::EpilogEnv;
+use crate::{archive, render, run};
+use anyhow::{bail, Context, Result};
+use clap::{Parser, Subcommand};
+use jobscope_core::config::{Config, DEFAULT_CONFIG_PATH};
+use jobscope_core::summary::JobSummary;
+use std::io::IsTerminal;
+use std::path::PathBuf;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "jobscope",
+    version,
+    about = "How well did a SLURM job use what it asked for?"
+)]
+struct Cli {
+    /// Configuration file.
+    #[arg(long, global = true, default_value = DEFAULT_CONFIG_PATH)]
+    config: PathBuf,
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Print a job's report (your own jobs; root and admins: any job).
+    Show {
+        job_id: u32,
+        /// Print the archived JSON summary instead of the text report.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Run the epilog by hand for a job on this node (as root), as SLURM's Epilog= would.
+    Epilog {
+        #[arg(long)]
+        job: Option<u32>,
+        #[arg(long)]
+        node: Option<String>,
+        /// Comma-separated nodes of the job (default: this node only).
+        #[arg(long)]
+        nodelist: Option<String>,
+    },
+    /// Summarise a spool directory (`<spool>/<job>.<node>`) without SLURM or the archive.
+    Summarize {
+        dir: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn caller_uid() -> u32 {
+    // SAFETY: getuid cannot fail.
+    unsafe { libc::getuid() }
+}
+
+fn load_config(path: &PathBuf) -> Result<Config> {
+    Config::load(path).map_err(|e| anyhow::anyhow!("{e}"))
+}
+
+fn use_color() -> bool {
+    std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+}
+
+fn print_summary(s: &JobSummary, json: bool) -> Result<()> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(s)?);
+    } else {
+        print!("{}", render::render_text(s, use_color())?);
+    }
+    Ok(())
+}
+
+fn real_main() -> Result<()> {
+    let cli = Cli::parse();
+    match cli.cmd {
+        Cmd::Show { job_id, json } => {
+            let cfg = load_config(&cli.config)?;
+            let bytes = archive::find(&cfg.paths.archive_dir, job_id, caller_uid())?;
+            let s: JobSummary = serde_json::from_slice(&bytes)
+                .with_context(|| format!("job {job_id}: archived summary is not valid"))?;
+            if caller_uid() != 0 && s.uid != caller_uid() {
+                bail!("job {job_id}: not your job");
+            }
+            print_summary(&s, json)
+        }
+        Cmd::Epilog {
+            job,
+            node,
+            nodelist,
+        } => {
+            let cfg = load_config(&cli.config)?;
+            let mut vars: std::collections::HashMap<String, String> = std::env::vars().collect();
+            if let Some(j) = job {
+                vars.insert("SLURM_JOB_ID".into(), j.to_string());
+            }
+            if let Some(n) = node {
+                vars.insert("SLURMD_NODENAME".into(), n);
+            }
+            if let Some(n) = nodelist {
+                vars.insert("SLURM_NODELIST".into(), n);
+            }
+            let env = EpilogEnv::from_vars(&vars).map_err(anyhow::Error::msg)?;
+            let outcome = run::run_epilog(&cfg, &env, &mut |m| eprintln!("jobscope: {m}"))?;
+            println!("{outcome:?}");
+            Ok(())
+        }
+        Cmd::Summarize { dir, json } => {
+            let (series, steps, problems) = run::read_spool_dir(&dir);
+            for p in problems {
+                eprintln!("jobscope: {p}");
+            }
+            let Some(h) = series
+                .as_ref()
+                .map(|s| s.header.clone())
+                .or_else(|| steps.first().map(|s| s.header.clone()))
+            else {
+                bail!("{}: no readable spool files", dir.display());
+            };
+            let end = [series.as_ref().and_then(|s| s.end.as_ref().map(|e| e.t_ms))]
+                .into_iter()
+                .flatten()
+                .chain(steps.iter().flat_map(|s| s.events.iter().map(|e| e.t_ms)))
+                .chain(
+                    series
+                        .iter()
+                        .flat_map(|s| s.buckets.last().map(|b| b.t_last_ms)),
+                )
+                .max()
+                .unwrap_or(h.start_unix_ms);
+            let ns =
+                jobscope_core::summary::node::summarize_node(series.as_ref(), &steps, &h.node, end);
+            let env = EpilogEnv {
+                job_id: h.job_id,
+                node: h.node.clone(),
+                uid: Some(h.uid),
+                exit_code2: Some("0:0".into()),
+                ..Default::default()
+            };
+            let cfg = load_config(&cli.config).unwrap_or_default();
+            let mut s = crate::assemble::assemble(crate::assemble::Inputs {
+                env: &env,
+                info: None,
+                nodes: vec![ns],
+                expected_nodes: vec![h.node.clone()],
+                generator: run::GENERATOR.into(),
+            });
+            s.analysis = Some(crate::analyze::analyze(&s, &cfg.report));
+            print_summary(&s, json)
+        }
+    }
+}
+
+/// `jobscope`: exit 0 on success, 1 with a one-line error otherwise.
+pub fn main() -> i32 {
+    match real_main() {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("jobscope: {e:#}");
+            1
+        }
+    }
+}
+
+/// `jobscope-epilog`: always 0 (a non-zero Epilog drains the node); everything goes to the log.
+pub fn epilog_main() -> i32 {
+    let result = std::panic::catch_unwind(|| {
+        let cfg_path = std::env::var_os("JOBSCOPE_CONFIG")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from(DEFAULT_CONFIG_PATH));
+        let cfg = match Config::load(&cfg_path) {
+            Ok(c) => c,
+            Err(e) => {
+                let c = Config::default();
+                run::append_log(&c.paths.log_file, &format!("config: {e}; using defaults"));
+                c
+            }
+        };
+        let log_path = cfg.paths.log_file.clone();
+        let vars: std::collections::HashMap<String, String> = std::env::vars().collect();
+        let env = match EpilogEnv::from_vars(&vars) {
+            Ok(e) => e,
+            Err(e) => {
+                run::append_log(&log_path, &format!("epilog: {e}"));
+                return;
+            }
+        };
+        let t0 = std::time::Instant::now();
+        let mut log = |m: &str| run::append_log(&log_path, m);
+        match run::run_epilog(&cfg, &env, &mut log) {
+            Ok(o) => run::append_log(
+                &log_path,
+                &format!(
+                    "job {} node {}: {o:?} in {} ms",
+                    env.job_id,
+                    env.node,
+                    t0.elapsed().as_millis()
+                ),
+            ),
+            Err(e) => run::append_log(
+                &log_path,
+                &format!("job {} node {}: epilog failed: {e:#}", env.job_id, env.node),
+            ),
+        }
+    });
+    if result.is_err() {
+        run::append_log(
+            &Config::default().paths.log_file,
+            "epilog panicked (caught)",
+        );
+    }
+    0
+}

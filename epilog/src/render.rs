@@ -1,0 +1,245 @@
+//! Rendering of the text report from `report-templates/` (handlebars).
+//!
+//! The view model is built here with every number already formatted (units, rounding, sparklines),
+//! so templates only lay text out. The registry runs in strict mode: a template that names a field the
+//! view does not have is an error, caught by the tests, not a blank in a user's report. The text
+//! registry does no HTML escaping (it is plain text); control characters from user-supplied strings
+//! (job name…) are stripped before they reach any template.
+
+use handlebars::Handlebars;
+use jobscope_core::summary::{JobSummary, NodeSummary, Point};
+use serde_json::{json, Value};
+
+pub const TEXT_TEMPLATE: &str = include_str!("../../report-templates/report.txt.hbs");
+
+/// Removes control characters (terminal escapes, CR/LF) and caps the length of user-supplied text.
+pub fn clean(s: &str, max_chars: usize) -> String {
+    let mut out: String = s
+        .chars()
+        .filter(|c| !c.is_control())
+        .take(max_chars)
+        .collect();
+    if s.chars().filter(|c| !c.is_control()).count() > max_chars {
+        out.push('…');
+    }
+    out
+}
+
+pub fn fmt_bytes(b: Option<u64>) -> String {
+    match b {
+        None => "n/a".into(),
+        Some(b) => {
+            let units = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+            let mut v = b as f64;
+            let mut i = 0;
+            while v >= 1024.0 && i < units.len() - 1 {
+                v /= 1024.0;
+                i += 1;
+            }
+            if i == 0 {
+                format!("{b} B")
+            } else {
+                format!("{v:.1} {}", units[i])
+            }
+        }
+    }
+}
+
+pub fn fmt_duration(s: f64) -> String {
+    let s = s.max(0.0).round() as u64;
+    let (d, h, m, sec) = (s / 86_400, s / 3600 % 24, s / 60 % 60, s % 60);
+    if d > 0 {
+        format!("{d}d{h:02}h{m:02}m")
+    } else if h > 0 {
+        format!("{h}h{m:02}m{sec:02}s")
+    } else if m > 0 {
+        format!("{m}m{sec:02}s")
+    } else {
+        format!("{sec}s")
+    }
+}
+
+pub fn fmt_pct(p: Option<f64>) -> String {
+    p.map(|p| format!("{p:.1} %"))
+        .unwrap_or_else(|| "n/a".into())
+}
+
+pub fn fmt_secs(s: Option<f64>) -> String {
+    s.map(|s| format!("{} ({s:.1} s)", fmt_duration(s)))
+        .unwrap_or_else(|| "n/a".into())
+}
+
+const SPARKS: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
+
+/// A Unicode sparkline of `vals` scaled to `max` (missing values are spaces), resampled to `width`.
+pub fn sparkline(vals: &[Option<f64>], max: f64, width: usize) -> String {
+    if vals.is_empty() || width == 0 {
+        return String::new();
+    }
+    let n = vals.len();
+    let cols = width.min(n);
+    (0..cols)
+        .map(|c| {
+            // Each column shows the largest value of the samples it covers, so peaks stay visible.
+            let (a, b) = (c * n / cols, ((c + 1) * n / cols).max(c * n / cols + 1));
+            let v = vals[a..b.min(n)]
+                .iter()
+                .flatten()
+                .fold(None, |m: Option<f64>, &x| Some(m.map_or(x, |m| m.max(x))));
+            match v {
+                None => ' ',
+                Some(v) if max <= 0.0 => SPARKS[0].min(if v > 0.0 { SPARKS[7] } else { SPARKS[0] }),
+                Some(v) => SPARKS[((v / max).clamp(0.0, 1.0) * 7.0).round() as usize],
+            }
+        })
+        .collect()
+}
+
+fn node_view(n: &NodeSummary, width: usize) -> Value {
+    let busy: Vec<Option<f64>> = n
+        .timeline
+        .iter()
+        .map(|p: &Point| p.busy_cores_max.or(p.busy_cores))
+        .collect();
+    let mem: Vec<Option<f64>> = n
+        .timeline
+        .iter()
+        .map(|p| p.mem_bytes_max.map(|m| m as f64))
+        .collect();
+    let cores = n
+        .alloc_cores
+        .map(|c| c as f64)
+        .unwrap_or_else(|| busy.iter().flatten().cloned().fold(1.0, f64::max));
+    let mem_max = n
+        .mem
+        .limit_bytes
+        .or(n.alloc_mem_bytes)
+        .map(|m| m as f64)
+        .unwrap_or_else(|| mem.iter().flatten().cloned().fold(1.0, f64::max));
+    json!({
+        "name": clean(&n.node, 64),
+        "cpu_time": fmt_secs(n.cpu.usage_s),
+        "cpu_efficiency": fmt_pct(n.cpu_efficiency_pct),
+        "mem_peak": fmt_bytes(n.mem.peak_bytes),
+        "cores": n.alloc_cores.map(|c| c.to_string()).unwrap_or_else(|| "n/a".into()),
+        "cpu_spark": sparkline(&busy, cores, width),
+        "mem_spark": sparkline(&mem, mem_max, width),
+        "samples": n.quality.samples,
+        "steps": n.steps.iter().map(|s| json!({
+            "name": clean(&s.step, 32),
+            "elapsed": s.elapsed_s.map(fmt_duration).unwrap_or_else(|| "n/a".into()),
+            "cpu_time": fmt_secs(s.cpu_s),
+            "mem_peak": fmt_bytes(s.mem_peak_bytes),
+            "exit": s.exit_status.map(|e| e.to_string()).unwrap_or_else(|| "n/a".into()),
+        })).collect::<Vec<_>>(),
+    })
+}
+
+/// The view model of the text report.
+pub fn view(s: &JobSummary) -> Value {
+    let width = 48;
+    let a = s.analysis.clone().unwrap_or_default();
+    json!({
+        "job_id": s.job_id,
+        "name": clean(s.name.as_deref().unwrap_or("(unknown)"), 120),
+        "user": clean(s.user.as_deref().unwrap_or("(unknown)"), 64),
+        "cluster": clean(s.cluster.as_deref().unwrap_or("-"), 64),
+        "partition": clean(s.partition.as_deref().unwrap_or("-"), 64),
+        "state": clean(&s.state, 32),
+        "state_reason": s.state_reason.as_deref().map(|r| clean(r, 200)).unwrap_or_default(),
+        "elapsed": fmt_duration(s.elapsed_s),
+        "time_limit": s.alloc.time_limit_s.map(|t| fmt_duration(t as f64)).unwrap_or_else(|| "none".into()),
+        "nodes_count": s.alloc.nodes,
+        "cores": s.alloc.cores.map(|c| c.to_string()).unwrap_or_else(|| "n/a".into()),
+        "mem_alloc": fmt_bytes(s.alloc.mem_per_node_bytes),
+        "gpus": s.alloc.gpus.as_deref().map(|g| clean(g, 64)).unwrap_or_else(|| "none".into()),
+        "cpu_time": fmt_secs(s.cpu.usage_s),
+        "cpu_user": fmt_secs(s.cpu.user_s),
+        "cpu_system": fmt_secs(s.cpu.system_s),
+        "cpu_efficiency": fmt_pct(s.efficiency.cpu_pct),
+        "mem_peak": fmt_bytes(s.mem.peak_bytes),
+        "mem_efficiency": fmt_pct(s.efficiency.mem_pct),
+        "mem_rss": fmt_bytes(s.mem.rss_peak_bytes),
+        "mem_cache": fmt_bytes(s.mem.cache_peak_bytes),
+        "mem_shmem": fmt_bytes(s.mem.shmem_peak_bytes),
+        "oom_kills": s.mem.oom_kill_events.map(|o| o.to_string()).unwrap_or_else(|| "n/a".into()),
+        "time_efficiency": fmt_pct(s.efficiency.time_pct),
+        "io_read": fmt_bytes(s.io.read_bytes),
+        "io_write": fmt_bytes(s.io.write_bytes),
+        "io_peak": s.io.peak_bytes_per_s.map(|r| format!("{}/s", fmt_bytes(Some(r as u64)))).unwrap_or_else(|| "n/a".into()),
+        "io_source": s.io.source.clone().unwrap_or_else(|| "n/a".into()),
+        "samples": s.samples,
+        "partial": s.partial,
+        "partial_reasons": s.partial_reasons.iter().map(|r| clean(r, 300)).collect::<Vec<_>>(),
+        "nodes": s.nodes.iter().map(|n| node_view(n, width)).collect::<Vec<_>>(),
+        "multi_node": s.nodes.len() > 1,
+        "analysis": serde_json::to_value(&a).unwrap_or(Value::Null),
+    })
+}
+
+pub fn registry() -> Handlebars<'static> {
+    let mut h = Handlebars::new();
+    h.set_strict_mode(true);
+    h.register_escape_fn(handlebars::no_escape);
+    h.register_template_string("report.txt", TEXT_TEMPLATE)
+        .expect("built-in text template is valid");
+    h
+}
+
+/// Renders the text report. `color` adds ANSI bold/colour to headings (only on a TTY without NO_COLOR).
+pub fn render_text(s: &JobSummary, color: bool) -> Result<String, handlebars::RenderError> {
+    let out = registry().render("report.txt", &view(s))?;
+    Ok(if color { colorize(&out) } else { out })
+}
+
+/// Bold for section headings (lines ending in ':' at column 0), red for the state when not COMPLETED.
+fn colorize(text: &str) -> String {
+    text.lines()
+        .map(|l| {
+            if !l.starts_with(' ') && l.ends_with(':') {
+                format!("\x1b[1m{l}\x1b[0m")
+            } else if l.starts_with("State:") && !l.contains("COMPLETED") {
+                format!("\x1b[31m{l}\x1b[0m")
+            } else {
+                l.to_string()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+        + "\n"
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats() {
+        assert_eq!(fmt_bytes(Some(600 * 1024 * 1024)), "600.0 MiB");
+        assert_eq!(fmt_bytes(Some(12)), "12 B");
+        assert_eq!(fmt_bytes(None), "n/a");
+        assert_eq!(fmt_duration(3725.0), "1h02m05s");
+        assert_eq!(fmt_duration(59.6), "1m00s");
+        assert_eq!(fmt_duration(90_000.0), "1d01h00m");
+    }
+
+    #[test]
+    fn sparkline_keeps_peaks_and_gaps() {
+        assert_eq!(
+            sparkline(&[Some(0.0), Some(1.0), Some(2.0)], 2.0, 10),
+            "▁▅█"
+        );
+        assert_eq!(sparkline(&[Some(0.0), None, Some(2.0)], 2.0, 10), "▁ █");
+        // 100 values squeezed into 10 columns: the single peak survives
+        let mut v = vec![Some(0.0); 100];
+        v[55] = Some(8.0);
+        let s = sparkline(&v, 8.0, 10);
+        assert_eq!(s.chars().filter(|&c| c == '█').count(), 1);
+    }
+
+    #[test]
+    fn clean_strips_control_and_caps() {
+        assert_eq!(clean("a\r\nb\x1b[31mc", 100), "ab[31mc");
+        assert_eq!(clean(&"x".repeat(10), 4), "xxxx…");
+    }
+}

@@ -1,0 +1,272 @@
+//! The SPANK entry points. ALL SLURM-version-specific code lives in this file: the plugin version
+//! constant below and the `slurm-spank` API. See docs/slurm-versions.md to build for a newer SLURM.
+
+use crate::args::Args;
+use crate::handover;
+use crate::steps::{locate_self, node_name, JobCtx, StepRecorder};
+use jobscope_core::config::{Config, DEFAULT_CONFIG_PATH};
+use jobscope_core::sampler::{spawn, SamplerHandle};
+use jobscope_core::slurm::{cpulist_count, step_name, STEP_BATCH, STEP_EXTERN};
+use jobscope_core::spool::Handover;
+use slurm_spank::{Context, Plugin, SpankHandle, SpankOption, SPANK_PLUGIN};
+use std::error::Error;
+use std::path::PathBuf;
+use std::sync::Once;
+use std::time::Duration;
+
+// SLURM refuses a SPANK plugin whose major.minor differs from its own. 0x160508 = 22.05.8 (Debian 12).
+// slurm-spank 0.2.2 wants a literal here.
+SPANK_PLUGIN!(b"jobscope", 0x160508, Jobscope);
+
+/// Values a user may give to `--jobscope-mail`.
+pub const MAIL_CHOICES: &[&str] = &["never", "fail", "end", "always"];
+/// How long `exit` waits for the sampler to write its end record before leaving it behind.
+const SAMPLER_STOP_WAIT: Duration = Duration::from_secs(2);
+
+#[derive(Default)]
+pub struct Jobscope {
+    args: Option<Args>,
+    ctx: Option<JobCtx>,
+    sampler: Option<SamplerHandle>,
+    step: Option<StepRecorder>,
+    started: bool,
+}
+
+static PANIC_HOOK: Once = Once::new();
+
+/// Panics must never reach the job's stderr: the default hook would print there.
+fn install_panic_hook() {
+    PANIC_HOOK.call_once(|| {
+        std::panic::set_hook(Box::new(|info| {
+            crate::log_error(&format!("internal error (caught): {info}"));
+        }));
+    });
+}
+
+/// Runs a callback body: a panic or an error is logged and swallowed, and the callback reports
+/// success to SLURM, so jobscope can never fail, delay (beyond its own bounds) or kill a job.
+fn guard(what: &str, f: impl FnOnce() -> Result<(), String>) {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => crate::log_error(&format!("{what}: {e}")),
+        Err(_) => crate::log_error(&format!(
+            "{what}: panicked (caught; the job is not affected)"
+        )),
+    }
+}
+
+impl Jobscope {
+    fn args(&mut self, spank: &SpankHandle) -> &Args {
+        if self.args.is_none() {
+            let a = Args::parse(spank.plugin_argv().unwrap_or_default());
+            for p in &a.problems {
+                crate::log_error(p);
+            }
+            self.args = Some(a);
+        }
+        self.args.as_ref().expect("set above")
+    }
+
+    fn config(args: &Args) -> Config {
+        let path = args
+            .config
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(DEFAULT_CONFIG_PATH));
+        Config::load(&path).unwrap_or_else(|e| {
+            crate::log_error(&format!("config: {e}; using defaults"));
+            Config::default()
+        })
+    }
+
+    /// Learns the job context in a remote (slurmstepd) context, once the step is in its cgroups.
+    fn remote_ctx(&mut self, spank: &SpankHandle) -> Result<JobCtx, String> {
+        if let Some(c) = &self.ctx {
+            return Ok(c.clone());
+        }
+        let args = self.args(spank).clone();
+        let cfg = Self::config(&args);
+        let job_id = spank.job_id().map_err(|e| e.to_string())?;
+        let step_id = spank.job_stepid().map_err(|e| e.to_string())?;
+        let cgroup_root = args
+            .cgroup_root
+            .clone()
+            .unwrap_or_else(|| PathBuf::from("/sys/fs/cgroup"));
+        let cgroup = locate_self(&cgroup_root, job_id);
+        let alloc_cores = spank
+            .job_alloc_cores()
+            .ok()
+            .and_then(cpulist_count)
+            .filter(|&n| n > 0);
+        let alloc_mem_bytes = spank
+            .job_alloc_mem()
+            .ok()
+            .filter(|&m| m > 0)
+            .map(|mb| mb * 1024 * 1024);
+        let ctx = JobCtx {
+            job_id,
+            step: step_name(step_id),
+            uid: spank.job_uid().map_err(|e| e.to_string())?,
+            gid: spank.job_gid().map_err(|e| e.to_string())?,
+            node: node_name(cgroup.as_ref()),
+            cgroup,
+            alloc_cores,
+            alloc_mem_bytes,
+            cfg,
+            args,
+        };
+        self.ctx = Some(ctx.clone());
+        Ok(ctx)
+    }
+
+    fn start_sampler(&mut self, ctx: &JobCtx, handover: Option<Handover>) -> Result<(), String> {
+        let (sampler, schedule) = ctx.sampler(handover)?;
+        let h = spawn(sampler, schedule, Box::new(|m: &str| crate::log_error(m)))
+            .map_err(|e| format!("cannot start sampler thread: {e}"))?;
+        self.sampler = Some(h);
+        Ok(())
+    }
+
+    /// The first `task_post_fork` of a step: slurmstepd has forked its task(s) and sits in the job's cgroups.
+    fn on_task_post_fork(&mut self, spank: &SpankHandle) -> Result<(), String> {
+        if self.started {
+            return Ok(());
+        }
+        self.started = true;
+        let step_id = spank.job_stepid().map_err(|e| e.to_string())?;
+        let ctx = self.remote_ctx(spank)?;
+        if ctx.args.disabled {
+            return Ok(());
+        }
+        if step_id == STEP_EXTERN {
+            let h = handover::read(&ctx.handover_dir(), ctx.job_id, &ctx.node);
+            return self.start_sampler(&ctx, h);
+        }
+        self.step = Some(StepRecorder::start(&ctx));
+        // Contain off: no extern step, so the batch step samples the job for its whole life.
+        let extern_present = ctx
+            .cgroup
+            .as_ref()
+            .is_some_and(|c| c.step("step_extern").exists());
+        if step_id == STEP_BATCH && !extern_present {
+            let handover = Some(Handover {
+                job_id: ctx.job_id,
+                options: user_options(spank),
+                gpus: spank.getenv("SLURM_JOB_GPUS").ok().flatten(),
+                cuda_visible_devices: spank.getenv("CUDA_VISIBLE_DEVICES").ok().flatten(),
+            });
+            self.start_sampler(&ctx, handover)?;
+        }
+        Ok(())
+    }
+}
+
+/// The user's `--jobscope-*` options, validated.
+fn user_options(spank: &SpankHandle) -> std::collections::BTreeMap<String, String> {
+    let mut m = std::collections::BTreeMap::new();
+    if let Ok(Some(v)) = spank.get_option_value("jobscope-mail") {
+        let v = v.to_ascii_lowercase();
+        if MAIL_CHOICES.contains(&v.as_str()) {
+            m.insert("mail".to_string(), v);
+        } else {
+            crate::log_error(&format!(
+                "ignoring --jobscope-mail={v:?}: expected one of {MAIL_CHOICES:?}"
+            ));
+        }
+    }
+    m
+}
+
+unsafe impl Plugin for Jobscope {
+    fn setup(&self, _spank: &mut SpankHandle) -> Result<(), Box<dyn Error>> {
+        // Deliberately no tracing subscriber (slurm-spank's default): its writer takes locks that a
+        // forked task child could inherit held. We log with spank_log directly.
+        install_panic_hook();
+        Ok(())
+    }
+
+    fn init(&mut self, spank: &mut SpankHandle) -> Result<(), Box<dyn Error>> {
+        guard("init", || {
+            // Options are registered in every context so srun/sbatch accept them and job_prolog sees them.
+            let opt = SpankOption::new("jobscope-mail")
+                .takes_value("when")
+                .usage("jobscope: mail the efficiency report: never|fail|end|always (site default otherwise)");
+            spank.register_option(opt).map_err(|e| e.to_string())?;
+            if matches!(spank.context(), Ok(Context::Remote))
+                && self.args(spank).injects("init_panic")
+            {
+                panic!("jobscope fault injection: init panic");
+            }
+            Ok(())
+        });
+        Ok(())
+    }
+
+    fn job_prolog(&mut self, spank: &mut SpankHandle) -> Result<(), Box<dyn Error>> {
+        // Returning an error here would drain the node: always Ok.
+        guard("job_prolog", || {
+            let args = self.args(spank).clone();
+            if args.disabled {
+                return Ok(());
+            }
+            let cfg = Self::config(&args);
+            let job_id = spank.job_id().map_err(|e| e.to_string())?;
+            let node = std::env::var("SLURMD_NODENAME").unwrap_or_else(|_| node_name(None));
+            let h = Handover {
+                job_id,
+                options: user_options(spank),
+                gpus: std::env::var("SLURM_JOB_GPUS").ok(),
+                cuda_visible_devices: std::env::var("CUDA_VISIBLE_DEVICES").ok(),
+            };
+            let dir = args.handover_dir.clone().unwrap_or(cfg.paths.handover_dir);
+            handover::write(&dir, &node, &h).map(|_| ())
+        });
+        Ok(())
+    }
+
+    fn task_post_fork(&mut self, spank: &mut SpankHandle) -> Result<(), Box<dyn Error>> {
+        guard("task_post_fork", || self.on_task_post_fork(spank));
+        Ok(())
+    }
+
+    fn task_exit(&mut self, spank: &mut SpankHandle) -> Result<(), Box<dyn Error>> {
+        guard("task_exit", || {
+            if let (Some(step), Ok(status)) = (self.step.as_mut(), spank.task_exit_status()) {
+                // Keep the worst status of the step's tasks.
+                if step.exit_status.map_or(true, |s| s == 0) {
+                    step.exit_status = Some(status);
+                }
+            }
+            Ok(())
+        });
+        Ok(())
+    }
+
+    fn exit(&mut self, spank: &mut SpankHandle) -> Result<(), Box<dyn Error>> {
+        guard("exit", || {
+            if !matches!(spank.context(), Ok(Context::Remote)) {
+                return Ok(());
+            }
+            if let Some(args) = &self.args {
+                if args.injects("exit_panic") {
+                    panic!("jobscope fault injection: exit panic");
+                }
+            }
+            // Steps first: their exit still sees the job cgroup (final counters).
+            if let Some(step) = self.step.as_mut() {
+                step.exit();
+            }
+            if let Some(h) = self.sampler.take() {
+                if !h.stop(SAMPLER_STOP_WAIT) {
+                    crate::log_error("sampler did not stop in time; left behind");
+                }
+            }
+            if let Some(ctx) = &self.ctx {
+                if ctx.step == "extern" {
+                    handover::remove(&ctx.handover_dir(), ctx.job_id, &ctx.node);
+                }
+            }
+            Ok(())
+        });
+        Ok(())
+    }
+}

@@ -1,0 +1,278 @@
+//! Per-process state of the plugin inside one slurmstepd: where the job is, the sampler, the step file.
+
+use crate::args::Args;
+use jobscope_core::cgroup::{locate_job, JobCgroup};
+use jobscope_core::config::Config;
+use jobscope_core::fsutil::{ensure_dir, free_bytes};
+use jobscope_core::sampler::{now_unix_ms, Faults, Sampler, Schedule};
+use jobscope_core::spool::writer::{Limits, SeriesWriter, StepWriter};
+use jobscope_core::spool::{
+    job_dir, Event, Handover, Header, FORMAT_VERSION, STEP_FILES_BUDGET_BYTES,
+};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+pub const PLUGIN_VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// What the plugin knows about the job in this slurmstepd.
+#[derive(Debug, Clone)]
+pub struct JobCtx {
+    pub job_id: u32,
+    pub step: String,
+    pub uid: u32,
+    pub gid: u32,
+    pub node: String,
+    pub cgroup: Option<JobCgroup>,
+    pub alloc_cores: Option<u32>,
+    pub alloc_mem_bytes: Option<u64>,
+    pub cfg: Config,
+    pub args: Args,
+}
+
+impl JobCtx {
+    pub fn spool_dir(&self) -> PathBuf {
+        self.args
+            .spool_dir
+            .clone()
+            .unwrap_or_else(|| self.cfg.paths.spool_dir.clone())
+    }
+    pub fn handover_dir(&self) -> PathBuf {
+        self.args
+            .handover_dir
+            .clone()
+            .unwrap_or_else(|| self.cfg.paths.handover_dir.clone())
+    }
+    pub fn proc_root(&self) -> PathBuf {
+        self.args
+            .proc_root
+            .clone()
+            .unwrap_or_else(|| PathBuf::from("/proc"))
+    }
+
+    fn header(&self, series: &str, handover: Option<Handover>) -> Header {
+        Header {
+            format_version: FORMAT_VERSION,
+            job_id: self.job_id,
+            node: self.node.clone(),
+            series: series.to_string(),
+            uid: self.uid,
+            gid: self.gid,
+            cgroup_version: self.cgroup.as_ref().map(|c| c.version),
+            cgroup_path: self
+                .cgroup
+                .as_ref()
+                .map(|c| c.memory_dir.display().to_string()),
+            boot_id: std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+                .ok()
+                .map(|s| s.trim().to_string()),
+            boot_time_s: boot_time_s(),
+            start_unix_ms: now_unix_ms(),
+            cadence_s: self.args.cadence_s.unwrap_or(self.cfg.sampler.cadence_s),
+            plugin_version: PLUGIN_VERSION.into(),
+            alloc_cores: self.alloc_cores,
+            alloc_mem_bytes: self.alloc_mem_bytes,
+            handover,
+        }
+    }
+
+    /// Creates (or checks) the root-only spool directories of this job on this node.
+    fn ensure_job_dir(&self) -> Result<PathBuf, String> {
+        let spool = self.spool_dir();
+        ensure_dir(&spool, 0o700, 0, 0).map_err(|e| e.to_string())?;
+        if let Some(free) = free_bytes(&spool) {
+            if free < self.cfg.sampler.min_free_bytes {
+                return Err(format!(
+                    "{}: only {free} bytes free, not spooling",
+                    spool.display()
+                ));
+            }
+        }
+        let dir = job_dir(&spool, self.job_id, &self.node);
+        ensure_dir(&dir, 0o700, 0, 0).map_err(|e| e.to_string())?;
+        Ok(dir)
+    }
+
+    /// Builds the sampler for this job (the writer is optional: without a spool it still runs, and
+    /// the failure is logged once).
+    pub fn sampler(&self, handover: Option<Handover>) -> Result<(Sampler, Schedule), String> {
+        let cg = self
+            .cgroup
+            .clone()
+            .ok_or("this step is in no job cgroup; nothing to sample")?;
+        let series_budget = self
+            .cfg
+            .sampler
+            .max_spool_bytes
+            .saturating_sub(STEP_FILES_BUDGET_BYTES)
+            .max(16 * 1024);
+        let writer = match self.ensure_job_dir() {
+            Ok(dir) => match SeriesWriter::create(
+                &dir,
+                "job.jsc",
+                self.header("job", handover),
+                Limits {
+                    max_bytes: series_budget,
+                    max_buckets: 4096,
+                },
+            ) {
+                Ok(w) => Some(w),
+                Err(e) => {
+                    crate::log_error(&format!("cannot create spool series: {e}"));
+                    None
+                }
+            },
+            Err(e) => {
+                crate::log_error(&format!("cannot use spool directory: {e}"));
+                None
+            }
+        };
+        let faults = Faults {
+            panic_after_samples: self.args.injects("sampler_panic").then_some(1),
+        };
+        let sampler = Sampler::new(
+            cg,
+            self.proc_root(),
+            writer,
+            Box::new(|m: &str| crate::log_error(m)),
+            faults,
+        );
+        let schedule = Schedule {
+            early: self
+                .cfg
+                .sampler
+                .early_samples_s
+                .iter()
+                .map(|s| Duration::from_secs(*s as u64))
+                .collect(),
+            cadence: Duration::from_secs(
+                self.args.cadence_s.unwrap_or(self.cfg.sampler.cadence_s) as u64
+            ),
+        };
+        Ok((sampler, schedule))
+    }
+}
+
+fn boot_time_s() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/stat").ok()?;
+    s.lines()
+        .find_map(|l| l.strip_prefix("btime "))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// Finds this process's job cgroup from `/proc/self/cgroup`.
+pub fn locate_self(cgroup_root: &Path, job_id: u32) -> Option<JobCgroup> {
+    let text = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    locate_job(&text, cgroup_root, job_id)
+}
+
+/// Node name: from the cgroup path (`slurm_<node>`, multiple-slurmd builds) or the short host name.
+pub fn node_name(cg: Option<&JobCgroup>) -> String {
+    if let Some(n) = cg.and_then(|c| c.node_from_path.clone()) {
+        return n;
+    }
+    let mut buf = [0u8; 256];
+    // SAFETY: buf is valid for buf.len() bytes; gethostname NUL-terminates on success.
+    let ok = unsafe { libc::gethostname(buf.as_mut_ptr() as *mut libc::c_char, buf.len()) } == 0;
+    let host = if ok {
+        let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+        String::from_utf8_lossy(&buf[..end]).into_owned()
+    } else {
+        "unknown".into()
+    };
+    host.split('.').next().unwrap_or("unknown").to_string()
+}
+
+/// The step file of a batch or srun step: readings at start and at exit.
+pub struct StepRecorder {
+    writer: Option<StepWriter>,
+    step_cg: Option<JobCgroup>,
+    ctx: JobCtx,
+    pub exit_status: Option<i32>,
+}
+
+impl StepRecorder {
+    pub fn start(ctx: &JobCtx) -> StepRecorder {
+        let step_cg = ctx
+            .cgroup
+            .as_ref()
+            .map(|c| c.step(&format!("step_{}", ctx.step)));
+        let mut rec = StepRecorder {
+            writer: None,
+            step_cg,
+            ctx: ctx.clone(),
+            exit_status: None,
+        };
+        match ctx.ensure_job_dir() {
+            Ok(dir) => {
+                if dir_bytes(&dir)
+                    > STEP_FILES_BUDGET_BYTES
+                        + ctx
+                            .cfg
+                            .sampler
+                            .max_spool_bytes
+                            .saturating_sub(STEP_FILES_BUDGET_BYTES)
+                {
+                    crate::log_info(&format!(
+                        "spool of job {} is at its cap; step {} is not recorded",
+                        ctx.job_id, ctx.step
+                    ));
+                } else {
+                    match StepWriter::create(&dir, &ctx.header(&ctx.step, None)) {
+                        Ok(w) => rec.writer = Some(w),
+                        Err(e) => crate::log_error(&format!("cannot create step file: {e}")),
+                    }
+                }
+            }
+            Err(e) => crate::log_error(&format!("cannot use spool directory: {e}")),
+        }
+        rec.record("step_start");
+        rec
+    }
+
+    fn record(&mut self, kind: &str) {
+        let Some(w) = self.writer.as_mut() else {
+            return;
+        };
+        let proc_root = self.ctx.proc_root();
+        let job = self
+            .ctx
+            .cgroup
+            .as_ref()
+            .map(|c| c.read(&proc_root))
+            .filter(|s| !s.gone)
+            .map(|s| s.reading);
+        let step_reading = self
+            .step_cg
+            .as_ref()
+            .map(|c| c.read(&proc_root))
+            .filter(|s| !s.gone)
+            .map(|s| s.reading);
+        let e = Event {
+            t_ms: now_unix_ms(),
+            kind: kind.into(),
+            step: Some(self.ctx.step.clone()),
+            job,
+            step_reading,
+            exit_status: self.exit_status,
+            message: None,
+        };
+        if let Err(e) = w.event(&e) {
+            crate::log_error(&format!("step record failed: {e}"));
+        }
+    }
+
+    pub fn exit(&mut self) {
+        self.record("step_exit");
+    }
+}
+
+fn dir_bytes(dir: &Path) -> u64 {
+    std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.flatten()
+                .filter_map(|e| e.metadata().ok())
+                .map(|m| m.len())
+                .sum()
+        })
+        .unwrap_or(0)
+}
