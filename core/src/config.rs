@@ -75,6 +75,8 @@ pub struct Report {
     pub near_oom_pct: f64,
     /// Jobs shorter than this get no resource advice (too little evidence).
     pub min_elapsed_for_advice_s: u64,
+    /// A stretch of near-zero CPU at least this long is reported as an idle phase.
+    pub idle_phase_min_s: u64,
 }
 
 impl Default for Paths {
@@ -120,6 +122,7 @@ impl Default for Report {
             time_efficiency_warn_pct: 40.0,
             near_oom_pct: 90.0,
             min_elapsed_for_advice_s: 60,
+            idle_phase_min_s: 600,
         }
     }
 }

@@ -42,6 +42,8 @@ enum Cmd {
         #[arg(long)]
         nodelist: Option<String>,
     },
+    /// Print the JSON Schema of the archived summary.
+    Schema,
     /// Summarise a spool directory (`<spool>/<job>.<node>`) without SLURM or the archive.
     Summarize {
         dir: PathBuf,
@@ -106,6 +108,10 @@ fn real_main() -> Result<()> {
             println!("{outcome:?}");
             Ok(())
         }
+        Cmd::Schema => {
+            println!("{}", serde_json::to_string_pretty(&jobscope_core::summary::json_schema())?);
+            Ok(())
+        }
         Cmd::Summarize { dir, json } => {
             let (series, steps, problems) = run::read_spool_dir(&dir);
             for p in problems {
@@ -146,7 +152,7 @@ fn real_main() -> Result<()> {
                 expected_nodes: vec![h.node.clone()],
                 generator: run::GENERATOR.into(),
             });
-            s.analysis = Some(crate::analyze::analyze(&s, &cfg.report));
+            s.analysis = Some(jobscope_core::summary::analysis::analyze(&s, &cfg.report));
             print_summary(&s, json)
         }
     }

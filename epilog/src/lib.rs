@@ -1,12 +1,12 @@
+#![recursion_limit = "256"]
 //! jobscope epilog and CLI.
 //!
 //! - [`run`]: the Epilog flow and multi-node assembly (one report per job).
 //! - [`assemble`]: node summaries → job summary (aggregation rules, end state).
-//! - [`analyze`]: scalability, classification, anomalies, `#SBATCH` advice.
+//! - analysis (scalability, classification, anomalies, advice) lives in `jobscope_core::summary::analysis`.
 //! - [`render`]: the text report (handlebars, `report-templates/`).
 //! - [`archive`]: the JSON archive and who may read what.
 //! - [`jobinfo`]: what SLURM says about the job (Epilog env, `squeue --json`).
-pub mod analyze;
 pub mod archive;
 pub mod assemble;
 pub mod cli;

@@ -173,7 +173,32 @@ pub fn view(s: &JobSummary) -> Value {
         "partial_reasons": s.partial_reasons.iter().map(|r| clean(r, 300)).collect::<Vec<_>>(),
         "nodes": s.nodes.iter().map(|n| node_view(n, width)).collect::<Vec<_>>(),
         "multi_node": s.nodes.len() > 1,
-        "analysis": serde_json::to_value(&a).unwrap_or(Value::Null),
+        "scalability": a.scalability.as_ref().map(|sc| json!({
+            "verdict": sc.verdict.replace('_', " "),
+            "statement": sc.statement,
+            "p50": format!("{:.1}", sc.busy_cores_p50),
+            "p95": format!("{:.1}", sc.busy_cores_p95),
+            "max": format!("{:.1}", sc.busy_cores_max),
+            "mean": format!("{:.1}", sc.busy_cores_mean),
+            "one_core_share": format!("{:.0} %", sc.share_time_at_most_one_core_pct),
+            "amdahl": sc.amdahl_speedup_ceiling.map(|c| format!("{c:.1}×")).unwrap_or_else(|| "unbounded (no serial phase seen)".into()),
+            "timeline": sparkline(&sc.busy_cores_timeline.iter().map(|v| Some(*v)).collect::<Vec<_>>(), sc.allocated_cores.map(|c| c as f64).unwrap_or(sc.busy_cores_max), width),
+            "imbalance": sc.imbalance_statement.clone().unwrap_or_default(),
+            "node_loads": sc.nodes.iter().map(|l| json!({
+                "node": clean(&l.node, 64),
+                "cpu": fmt_secs(l.cpu_s),
+                "share": l.share_of_mean.map(|r| format!("{:.0} %", r * 100.0)).unwrap_or_else(|| "n/a".into()),
+            })).collect::<Vec<_>>(),
+        })).unwrap_or(Value::Null),
+        "classification": a.classification.class.replace('_', "-"),
+        "classification_evidence": a.classification.evidence.join(", "),
+        "anomalies": a.anomalies.iter().map(|f| json!({"severity": f.severity.to_uppercase(), "message": clean(&f.message, 400)})).collect::<Vec<_>>(),
+        "advice": a.advice.iter().map(|x| json!({"sbatch": x.sbatch, "reason": clean(&x.reason, 400)})).collect::<Vec<_>>(),
+        "memory_accounting": a.memory_accounting,
+        "waste_core_hours": a.waste.core_hours_wasted.map(|w| format!("{w:.2}")).unwrap_or_else(|| "n/a".into()),
+        "alloc_core_hours": a.waste.core_hours_allocated.map(|w| format!("{w:.2}")).unwrap_or_else(|| "n/a".into()),
+        "waste_gb_hours": a.waste.mem_gb_hours_wasted.map(|w| format!("{w:.2}")).unwrap_or_else(|| "n/a".into()),
+        "alloc_gb_hours": a.waste.mem_gb_hours_allocated.map(|w| format!("{w:.2}")).unwrap_or_else(|| "n/a".into()),
     })
 }
 

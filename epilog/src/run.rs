@@ -137,7 +137,7 @@ pub fn finish_job(
         expected_nodes: expected,
         generator: GENERATOR.into(),
     });
-    s.analysis = Some(crate::analyze::analyze(&s, &cfg.report));
+    s.analysis = Some(jobscope_core::summary::analysis::analyze(&s, &cfg.report));
     let written = archive::write(&cfg.paths.archive_dir, &cfg.archive.admin_group, &s)
         .context("archive write failed")?;
     let dir = job_state_dir(cfg, env.job_id);

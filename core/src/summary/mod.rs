@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 pub const SCHEMA_VERSION: u32 = 1;
 
 /// One point of a node's timeline (after thinning: one bucket).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Point {
     /// Seconds since the job started on this node (end of the bucket).
     pub t_s: f64,
@@ -26,7 +26,7 @@ pub struct Point {
     pub tasks: Option<u64>,
 }
 
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct CpuTotals {
     pub usage_s: Option<f64>,
     pub user_s: Option<f64>,
@@ -34,7 +34,7 @@ pub struct CpuTotals {
     pub throttled_s: Option<f64>,
 }
 
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct MemTotals {
     /// High-water mark of the cgroup's charged memory (what SLURM's limit is enforced on).
     pub peak_bytes: Option<u64>,
@@ -51,7 +51,7 @@ pub struct MemTotals {
     pub oom_kill_events: Option<u64>,
 }
 
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct IoTotals {
     pub read_bytes: Option<u64>,
     pub write_bytes: Option<u64>,
@@ -64,7 +64,7 @@ pub struct IoTotals {
 }
 
 /// One job step on one node, measured in its own cgroup.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct StepSummary {
     /// `batch`, `extern`, `0`, `1`…
     pub step: String,
@@ -77,7 +77,7 @@ pub struct StepSummary {
 }
 
 /// Data quality: what the report can and cannot vouch for.
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Quality {
     /// Raw samples taken (before thinning) plus final step readings.
     pub samples: u64,
@@ -92,7 +92,7 @@ pub struct Quality {
     pub notes: Vec<String>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct NodeSummary {
     pub node: String,
     pub job_id: u32,
@@ -116,7 +116,7 @@ pub struct NodeSummary {
 }
 
 /// Efficiency figures, each in percent of what was allocated.
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Efficiency {
     /// CPU time ÷ (allocated cores × elapsed), whole allocation.
     pub cpu_pct: Option<f64>,
@@ -126,7 +126,7 @@ pub struct Efficiency {
     pub time_pct: Option<f64>,
 }
 
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Allocation {
     pub nodes: u32,
     /// Cores over all nodes.
@@ -138,7 +138,7 @@ pub struct Allocation {
 }
 
 /// One job, all nodes. This is the archived document.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct JobSummary {
     pub schema_version: u32,
     pub generator: String,
@@ -174,4 +174,30 @@ pub struct JobSummary {
     /// Analysis added by the report layer (scalability, classification, advice…).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub analysis: Option<analysis::Analysis>,
+}
+
+/// The JSON Schema of the archived [`JobSummary`] (published as docs/schema/job-summary.schema.json).
+pub fn json_schema() -> serde_json::Value {
+    let mut v = serde_json::to_value(schemars::schema_for!(JobSummary)).expect("schema serialises");
+    if let Some(o) = v.as_object_mut() {
+        o.insert("$id".into(), serde_json::Value::String(format!("https://jobscope.invalid/schema/job-summary/v{SCHEMA_VERSION}.json")));
+        o.insert("title".into(), serde_json::Value::String(format!("jobscope job summary, schema_version {SCHEMA_VERSION}")));
+    }
+    v
+}
+
+#[cfg(test)]
+mod schema_tests {
+    /// The published schema must be exactly what the types produce: regenerate with
+    /// `JOBSCOPE_BLESS=1 cargo test -p jobscope-core published_schema` (or `jobscope schema`).
+    #[test]
+    fn published_schema_is_current() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/schema/job-summary.schema.json");
+        if std::env::var_os("JOBSCOPE_BLESS").is_some() {
+            std::fs::write(path, serde_json::to_string_pretty(&super::json_schema()).unwrap() + "\n").unwrap();
+        }
+        let published = std::fs::read_to_string(path).unwrap();
+        let published: serde_json::Value = serde_json::from_str(&published).unwrap();
+        assert_eq!(published, super::json_schema(), "docs/schema/job-summary.schema.json is stale");
+    }
 }

@@ -1,0 +1,470 @@
+#!/bin/bash
+# The jobscope TEST cluster: a real SLURM 22.05 on this Debian 12 host, loopback only, as root.
+#
+#   slurm-conf/cluster.sh up [--nodes 1|2] [--clean]   (re)start munged, slurmctld, slurmd(s)
+#   slurm-conf/cluster.sh down                         stop them, clean up
+#   slurm-conf/cluster.sh status                       mode, daemons, nodes, installed bits
+#   slurm-conf/cluster.sh install                      install target/release/* + config + plugstack line
+#
+# up --nodes 1 (default): one slurmd named `hostname -s`, Debian's standard paths
+#   (/etc/slurm, /run/slurmctld.pid, /run/slurmd.pid, /var/lib/slurm/{slurmctld,slurmd}).
+# up --nodes 2: two slurmd on 127.0.0.1 (`slurmd -N <host>n1|<host>n2`, ports 6821/6822),
+#   per-node paths with %n (/run/slurmd-%n.pid, /var/lib/slurm/slurmd-%n, slurmd-%n.log).
+# Only one mode runs at a time: `up` first stops whatever runs (it is idempotent: a second
+# `up` restarts cleanly). --clean also wipes slurmctld's saved state (job ids restart at 1);
+# without it job ids keep increasing across restarts (node states are always reset).
+# The config is generated from slurm-conf/test-cluster/*.in into /etc/slurm.
+# Daemons run with a clean environment (env -i) so nothing leaks into job output.
+# Logs: /var/log/slurm/{slurmctld,slurmd,slurmd-<node>,jobcomp,mailprog}.log (previous run: *.log.1)
+#
+# Env: JOBSCOPE_CLUSTER_UP_TIMEOUT (s, default 60): how long `up` waits for idle nodes.
+#      CARGO_TARGET_DIR: where `install` looks for release/ (default: <repo>/target).
+set -euo pipefail
+unset SLURM_CONF   # always /etc/slurm/slurm.conf, for the daemons (env -i) and for us
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPO=$(cd "$HERE/.." && pwd)
+TPL=$HERE/test-cluster
+HOST=$(hostname -s)
+ETC=/etc/slurm
+DAEMON_PATH=/usr/sbin:/usr/bin:/sbin:/bin
+DENV=(env -i "PATH=$DAEMON_PATH" LANG=C.UTF-8)
+RUNDIR=/run/jobscope-test-cluster          # our bookkeeping: mode, munged we started
+CTLD_PID=/run/slurmctld.pid
+STATE_SAVE=/var/lib/slurm/slurmctld
+LOGDIR=/var/log/slurm
+CLUSTER_NAME=jobscope
+UP_TIMEOUT=${JOBSCOPE_CLUSTER_UP_TIMEOUT:-60}
+
+PLUGIN_SO=/usr/local/lib/slurm/jobscope_spank.so
+CLI_BIN=/usr/local/bin/jobscope
+EPILOG_BIN=/usr/local/sbin/jobscope-epilog
+JS_CONFIG=/etc/jobscope/jobscope.toml
+PLUGSTACK=$ETC/plugstack.conf
+PLUGSTACK_D=$ETC/plugstack.conf.d
+PLUGSTACK_LINE="optional $PLUGIN_SO"
+PLACEHOLDER_MARK=JOBSCOPE-EPILOG-PLACEHOLDER
+
+export PATH="$DAEMON_PATH:${PATH:-}"
+
+log()  { echo "cluster: $*"; }
+warn() { echo "cluster: WARNING: $*" >&2; }
+die()  { echo "cluster: ERROR: $*" >&2; exit 1; }
+now()  { date +%s.%N; }
+since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
+
+need_root() { [ "$(id -u)" = 0 ] || die "must run as root"; }
+
+# node names / slurmd pid files of a mode (1 or 2)
+node_names() { if [ "$1" = 2 ]; then echo "${HOST}n1 ${HOST}n2"; else echo "$HOST"; fi; }
+slurmd_pidfile() { if [ "$1" = 2 ]; then echo "/run/slurmd-$2.pid"; else echo /run/slurmd.pid; fi; }
+slurmd_logfile() { if [ "$1" = 2 ]; then echo "$LOGDIR/slurmd-$2.log"; else echo "$LOGDIR/slurmd.log"; fi; }
+all_our_node_names() { echo "$HOST ${HOST}n1 ${HOST}n2"; }
+
+current_mode() { [ -s "$RUNDIR/mode" ] && cat "$RUNDIR/mode" || true; }
+
+# pid from a pid file if that process is alive and is `comm`; empty otherwise
+live_pid() {
+  local pf=$1 comm=$2 pid
+  [ -s "$pf" ] || return 0
+  pid=$(tr -dc '0-9' <"$pf")
+  [ -n "$pid" ] || return 0
+  [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "$comm" ] && alive "$pid" && echo "$pid"
+  return 0
+}
+
+# alive = exists and is not a zombie (our daemons are reparented to PID 1, which may reap late)
+alive() {
+  local st
+  st=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
+  st=${st##*) }
+  [ "${st%% *}" != Z ]
+}
+
+# pids of running processes named exactly `comm` (detection only; we never kill by name)
+pids_named() {
+  local c p out=""
+  for c in /proc/[0-9]*/comm; do
+    [ "$(cat "$c" 2>/dev/null)" = "$1" ] || continue
+    p=${c#/proc/}; p=${p%/comm}
+    alive "$p" && out+="$p "
+  done
+  echo "${out% }"
+}
+
+# stop the process of a pid file (TERM, wait, KILL as a last resort); always removes the file
+stop_pidfile() {
+  local pf=$1 comm=$2 pid i t
+  [ -e "$pf" ] || return 0
+  pid=$(live_pid "$pf" "$comm")
+  if [ -z "$pid" ]; then
+    log "removing stale pid file $pf"
+    rm -f "$pf"
+    return 0
+  fi
+  t=$(now)
+  kill -TERM "$pid" 2>/dev/null || true
+  for i in $(seq 1 200); do alive "$pid" || break; sleep 0.1; done
+  if alive "$pid"; then
+    warn "$comm (pid $pid) still running 20 s after SIGTERM; sending SIGKILL"
+    kill -KILL "$pid" 2>/dev/null || true
+    for i in $(seq 1 50); do alive "$pid" || break; sleep 0.1; done
+  fi
+  log "stopped $comm (pid $pid, $(since "$t") s)"
+  rm -f "$pf"
+}
+
+# ---------------------------------------------------------------- cgroups
+cgroup_v1_ok() {
+  local c
+  for c in cpuset memory freezer cpuacct; do
+    awk -v c="$c" '$3 == "cgroup" { n = split($4, o, ","); for (i = 1; i <= n; i++) if (o[i] == c) f = 1 }
+                   END { exit !f }' /proc/mounts || return 1
+  done
+}
+
+# remove empty cgroup dirs SLURM created for our node names (slurm_<node>), depth-first
+cleanup_cgroups() {
+  local name d left=()
+  for name in $(all_our_node_names); do
+    for d in /sys/fs/cgroup/*/"slurm_$name" /sys/fs/cgroup/"slurm_$name"; do
+      [ -d "$d" ] || continue
+      find "$d" -depth -type d -exec rmdir {} + 2>/dev/null || true
+      [ -d "$d" ] && left+=("$d")
+    done
+  done
+  if [ "${#left[@]}" -gt 0 ]; then
+    warn "cgroups still in use (processes left?), not removed: ${left[*]}"
+  fi
+  return 0
+}
+
+# ---------------------------------------------------------------- down
+cancel_jobs() {
+  # Cancel remaining jobs while slurmctld/slurmd are still up, so slurmstepd kills the job
+  # processes, runs the epilog and removes the job cgroups.
+  [ -n "$(live_pid "$CTLD_PID" slurmctld)" ] || return 0
+  local ids i
+  ids=$(timeout 10 squeue -h -o %i -t PD,CF,R,S,CG 2>/dev/null | tr '\n' ' ' || true)
+  [ -n "${ids// /}" ] || return 0
+  log "cancelling jobs: $ids"
+  # shellcheck disable=SC2086
+  timeout 10 scancel $ids 2>/dev/null || true
+  for i in $(seq 1 150); do
+    [ -z "$(timeout 5 squeue -h -o %i -t PD,CF,R,S,CG 2>/dev/null || true)" ] && return 0
+    sleep 0.2
+  done
+  warn "jobs still not finished 30 s after scancel: $(timeout 5 squeue -h -o '%i:%T' 2>/dev/null | tr '\n' ' ')"
+}
+
+cmd_down() {
+  need_root
+  local t0 pf n
+  t0=$(now)
+  cancel_jobs
+  for pf in /run/slurmd.pid /run/slurmd-*.pid; do
+    [ -e "$pf" ] && stop_pidfile "$pf" slurmd
+  done
+  stop_pidfile "$CTLD_PID" slurmctld
+  if [ -s "$RUNDIR/munged.pid" ]; then
+    # only a munged that this script started
+    n=$(cat "$RUNDIR/munged.pid")
+    if [ "$(live_pid /run/munge/munged.pid munged)" = "$n" ]; then
+      stop_pidfile /run/munge/munged.pid munged
+    fi
+    rm -f "$RUNDIR/munged.pid"
+  fi
+  cleanup_cgroups
+  rm -f "$RUNDIR/mode"
+  log "down ($(since "$t0") s)"
+}
+
+# ---------------------------------------------------------------- config
+ensure_plugstack_include() {
+  install -d -m 0755 "$PLUGSTACK_D"
+  if [ ! -f "$PLUGSTACK" ]; then
+    printf 'include %s/*.conf\n' "$PLUGSTACK_D" >"$PLUGSTACK"
+    log "created $PLUGSTACK"
+  elif ! grep -Eq "^[[:space:]]*include[[:space:]]+$PLUGSTACK_D/\*\.conf" "$PLUGSTACK"; then
+    printf '# added by jobscope slurm-conf/cluster.sh\ninclude %s/*.conf\n' "$PLUGSTACK_D" >>"$PLUGSTACK"
+    log "added 'include $PLUGSTACK_D/*.conf' to $PLUGSTACK"
+  fi
+}
+
+write_slurm_conf() {
+  local mode=$1 cpus realmem memtotal tmp
+  memtotal=$(awk '/^MemTotal:/ { print int($2 / 1024) }' /proc/meminfo)
+  realmem=$(( memtotal - 512 ))
+  if [ "$mode" = 2 ]; then
+    cpus=$(nproc); [ "$cpus" -ge 2 ] && cpus=2
+    realmem=$(( realmem / 2 ))
+  else
+    cpus=$(nproc)
+  fi
+  [ "$realmem" -ge 1000 ] || realmem=1000
+  tmp=$(mktemp)
+  cat "$TPL/slurm.conf.in" "$TPL/nodes-$mode.conf.in" \
+    | sed -e "s/@HOST@/$HOST/g" -e "s/@NNODES@/$mode/g" -e "s/@CPUS@/$cpus/g" \
+          -e "s/@REALMEM@/$realmem/g" >"$tmp"
+  if grep -q '@[A-Z_]*@' "$tmp"; then
+    rm -f "$tmp"; die "unsubstituted @VAR@ left in generated slurm.conf (check $TPL)"
+  fi
+  install -d -m 0755 "$ETC"
+  install -m 0644 "$tmp" "$ETC/slurm.conf"
+  rm -f "$tmp"
+  install -m 0644 "$TPL/cgroup.conf" "$ETC/cgroup.conf"
+  install -m 0644 "$TPL/gres.conf" "$ETC/gres.conf"
+  install -m 0755 "$TPL/mailprog.sh" "$ETC/jobscope-test-mailprog.sh"
+  ensure_plugstack_include
+  log "wrote $ETC/slurm.conf ($mode node(s) x $cpus CPUs, RealMemory=$realmem MB each)"
+}
+
+check_installed() {
+  if [ ! -x "$EPILOG_BIN" ]; then
+    warn "$EPILOG_BIN is not installed: installing a do-nothing placeholder (a missing Epilog would drain the node). Run: cargo build --release --workspace && $0 install"
+    install -D -m 0755 "$TPL/epilog-placeholder.sh" "$EPILOG_BIN"
+  elif grep -q "$PLACEHOLDER_MARK" "$EPILOG_BIN" 2>/dev/null; then
+    warn "$EPILOG_BIN is the do-nothing placeholder (run: $0 install)"
+  fi
+  if [ -f "$PLUGSTACK_D/jobscope.conf" ]; then
+    [ -f "$PLUGIN_SO" ] || warn "$PLUGSTACK_D/jobscope.conf is present but $PLUGIN_SO is not installed"
+  else
+    warn "jobscope SPANK plugin not configured ($PLUGSTACK_D/jobscope.conf missing; run: $0 install)"
+  fi
+}
+
+# ---------------------------------------------------------------- up
+start_munged() {
+  install -d -o munge -g munge -m 0755 /run/munge
+  install -d -o munge -g munge -m 0700 /var/lib/munge /var/log/munge
+  [ -s /etc/munge/munge.key ] || die "/etc/munge/munge.key missing (run slurm-conf/install-deps.sh)"
+  if munge -n 2>/dev/null | unmunge >/dev/null 2>&1; then
+    log "munged already running (not started by us; left alone)"
+    return 0
+  fi
+  # --force: start even if a dead munged left its socket/lock behind
+  "${DENV[@]}" /usr/sbin/runuser -u munge -- /usr/sbin/munged --force
+  local i
+  for i in $(seq 1 50); do
+    munge -n 2>/dev/null | unmunge >/dev/null 2>&1 && break
+    sleep 0.1
+  done
+  munge -n 2>/dev/null | unmunge >/dev/null 2>&1 || die "munged did not start (see /var/log/munge/munged.log)"
+  live_pid /run/munge/munged.pid munged >"$RUNDIR/munged.pid"
+}
+
+rotate_logs() {
+  local f
+  install -d -o slurm -g slurm -m 0755 "$LOGDIR"
+  for f in "$LOGDIR"/slurmctld.log "$LOGDIR"/slurmd.log "$LOGDIR"/slurmd-*.log; do
+    [ -f "$f" ] && mv -f "$f" "$f.1"
+  done
+  return 0
+}
+
+show_failure() {
+  local mode=$1 n
+  echo "---- sinfo -N -l" >&2
+  timeout 5 sinfo -N -l >&2 2>&1 || true
+  echo "---- node reasons" >&2
+  timeout 5 sinfo -h -N -o '%N %T %E' >&2 2>&1 || true
+  echo "---- tail $LOGDIR/slurmctld.log" >&2
+  tail -n 25 "$LOGDIR/slurmctld.log" >&2 2>/dev/null || true
+  for n in $(node_names "$mode"); do
+    echo "---- tail $(slurmd_logfile "$mode" "$n")" >&2
+    tail -n 25 "$(slurmd_logfile "$mode" "$n")" >&2 2>/dev/null || true
+  done
+}
+
+wait_until() {  # wait_until <timeout_s> <command...>: poll every 0.2 s
+  local end=$(( $(date +%s) + $1 )); shift
+  until "$@"; do
+    [ "$(date +%s)" -lt "$end" ] || return 1
+    sleep 0.2
+  done
+}
+
+ctld_up() { local o; o=$(timeout 5 scontrol ping 2>/dev/null) || true; [[ $o == *'is UP'* ]]; }
+
+sched_ran() {
+  local n
+  n=$(timeout 5 sdiag 2>/dev/null | awk -F: '/Total cycles/ && !s { s = 1; print $2 + 0 }') || return 1
+  [ "${n:-0}" -ge 1 ]
+}
+
+nodes_idle() {
+  local want=$1 states n st
+  states=$(timeout 5 sinfo -h -N -o '%N %T' 2>/dev/null) || return 1
+  for n in $want; do
+    st=$(awk -v n="$n" '$1 == n { print $2; exit }' <<<"$states")
+    [ "$st" = idle ] || return 1
+  done
+}
+
+cmd_up() {
+  need_root
+  local mode=1 clean=0 t0 n pid names foreign
+  while [ $# -gt 0 ]; do
+    case "$1" in
+      --nodes) mode=${2:-}; shift 2 || die "--nodes needs a value" ;;
+      --nodes=*) mode=${1#--nodes=}; shift ;;
+      --clean) clean=1; shift ;;
+      *) die "up: unknown argument '$1' (usage: up [--nodes 1|2] [--clean])" ;;
+    esac
+  done
+  [ "$mode" = 1 ] || [ "$mode" = 2 ] || die "--nodes must be 1 or 2 (got '$mode')"
+  for b in /usr/sbin/slurmctld /usr/sbin/slurmd /usr/sbin/munged /usr/bin/sinfo; do
+    [ -x "$b" ] || die "$b not found: run slurm-conf/install-deps.sh first"
+  done
+  cgroup_v1_ok || die "the cgroup v1 controllers cpuset, memory, freezer and cpuacct must be mounted under /sys/fs/cgroup (this test cluster uses CgroupPlugin=cgroup/v1; a pure cgroup v2 host is not supported)"
+  id slurm >/dev/null 2>&1 || die "user 'slurm' missing (the slurm packages create it; run slurm-conf/install-deps.sh)"
+  names=$(node_names "$mode")
+  t0=$(now)
+
+  # 1. stop whatever runs (either mode), then make sure no foreign daemon holds the ports
+  if [ -n "$(live_pid "$CTLD_PID" slurmctld)" ]; then
+    local m; m=$(current_mode)
+    log "stopping the running cluster first (${m:-?}-node mode)"
+  fi
+  cmd_down >/dev/null
+  for n in slurmctld slurmd; do
+    foreign=$(pids_named "$n")
+    [ -z "$foreign" ] || die "a $n not started by this script is running (pid $foreign, no pid file of ours): stop it first"
+  done
+
+  # 2. config + directories
+  install -d -m 0755 "$RUNDIR"
+  write_slurm_conf "$mode"
+  check_installed
+  install -d -o slurm -g slurm -m 0755 /var/lib/slurm "$STATE_SAVE"
+  for n in $names; do
+    if [ "$mode" = 2 ]; then install -d -m 0755 "/var/lib/slurm/slurmd-$n"; else install -d -m 0755 /var/lib/slurm/slurmd; fi
+  done
+  if [ -s "$STATE_SAVE/clustername" ] && [ "$(cat "$STATE_SAVE/clustername")" != "$CLUSTER_NAME" ]; then
+    log "state in $STATE_SAVE is from cluster '$(cat "$STATE_SAVE/clustername")': wiping it"
+    clean=1
+  fi
+  if [ "$clean" = 1 ]; then
+    find "$STATE_SAVE" -mindepth 1 -delete
+  else
+    # keep the job id sequence, but not node states (a node drained by an earlier test stays
+    # drained across restarts otherwise)
+    rm -f "$STATE_SAVE"/node_state "$STATE_SAVE"/node_state.old
+  fi
+  rotate_logs
+
+  # 3. daemons
+  start_munged
+  "${DENV[@]}" /usr/sbin/slurmctld || { show_failure "$mode"; die "slurmctld failed to start"; }
+  wait_until 30 ctld_up || { show_failure "$mode"; die "slurmctld did not answer 'scontrol ping' within 30 s"; }
+  for n in $names; do
+    if [ "$mode" = 2 ]; then
+      "${DENV[@]}" /usr/sbin/slurmd -N "$n" || { show_failure "$mode"; die "slurmd -N $n failed to start"; }
+    else
+      "${DENV[@]}" /usr/sbin/slurmd || { show_failure "$mode"; die "slurmd failed to start"; }
+    fi
+  done
+  echo "$mode" >"$RUNDIR/mode"
+  if ! wait_until "$UP_TIMEOUT" nodes_idle "$names"; then
+    show_failure "$mode"
+    die "node(s) $names not idle after ${UP_TIMEOUT} s (daemons left running for inspection; stop with: $0 down)"
+  fi
+  for n in $names; do
+    pid=$(live_pid "$(slurmd_pidfile "$mode" "$n")" slurmd)
+    [ -n "$pid" ] || { show_failure "$mode"; die "slurmd for $n is not running (no live pid in $(slurmd_pidfile "$mode" "$n"))"; }
+  done
+  # slurmctld's main scheduler runs its first cycle ~3 s after start; jobs submitted before
+  # that wait for it. Wait here so that `up` means "ready to run jobs at once".
+  wait_until 15 sched_ran || warn "slurmctld's scheduler has not run yet (first job may start late)"
+  local conf
+  conf=$(timeout 5 scontrol show config) || die "scontrol show config failed"
+  grep -qE "^Epilog +=  *$EPILOG_BIN\$" <<<"$conf" \
+    || die "scontrol show config does not show Epilog=$EPILOG_BIN"
+  log "up: $mode node(s) idle: $names ($(since "$t0") s)"
+}
+
+# ---------------------------------------------------------------- status
+pid_or_not() { if [ -n "$1" ]; then echo "pid $1"; else echo "NOT RUNNING"; fi; }
+
+cmd_status() {
+  local mode pid n rc=0 ctld
+  mode=$(current_mode)
+  ctld=$(live_pid "$CTLD_PID" slurmctld)
+  if [ -z "$mode" ] && [ -z "$ctld" ]; then
+    echo "cluster: down"
+    for n in slurmctld slurmd; do
+      pid=$(pids_named "$n")
+      [ -z "$pid" ] || echo "  note: a $n not started by cluster.sh is running: pid $pid"
+    done
+    rc=3
+  else
+    echo "cluster: ${mode:-?}-node mode (node names: $(node_names "${mode:-1}"))"
+    echo "  slurmctld: $(pid_or_not "$ctld")"; [ -n "$ctld" ] || rc=1
+    for n in $(node_names "${mode:-1}"); do
+      pid=$(live_pid "$(slurmd_pidfile "${mode:-1}" "$n")" slurmd)
+      echo "  slurmd $n: $(pid_or_not "$pid")"; [ -n "$pid" ] || rc=1
+    done
+    pid=$(live_pid /run/munge/munged.pid munged)
+    echo "  munged: $(pid_or_not "$pid")"
+    if [ -n "$ctld" ] && ctld_up; then
+      timeout 5 sinfo -N -o '  %12N %10P %8T %5c %8m %G' || true
+      timeout 5 scontrol show config | grep -E '^(ClusterName|Epilog|PlugStackConfig|ProctrackType|TaskPlugin) ' | sed 's/^/  /' || true
+    else
+      echo "  slurmctld does not answer"; rc=1
+    fi
+  fi
+  echo "installed:"
+  for n in "$PLUGIN_SO" "$CLI_BIN" "$EPILOG_BIN" "$JS_CONFIG"; do
+    if [ ! -e "$n" ]; then echo "  $n: missing"
+    elif grep -q "$PLACEHOLDER_MARK" "$n" 2>/dev/null; then echo "  $n: PLACEHOLDER (run: $0 install)"
+    else echo "  $n: $(date -r "$n" '+%F %T')"; fi
+  done
+  if [ -f "$PLUGSTACK_D/jobscope.conf" ]; then
+    echo "  $PLUGSTACK_D/jobscope.conf: $(grep -v '^[[:space:]]*#' "$PLUGSTACK_D/jobscope.conf" | tr '\n' ' ')"
+  else
+    echo "  $PLUGSTACK_D/jobscope.conf: missing"
+  fi
+  return $rc
+}
+
+# ---------------------------------------------------------------- install
+cmd_install() {
+  need_root
+  local rel f missing=() tmp
+  rel=${CARGO_TARGET_DIR:-$REPO/target}/release
+  for f in libjobscope_spank.so jobscope jobscope-epilog; do
+    [ -f "$rel/$f" ] || missing+=("$rel/$f")
+  done
+  [ "${#missing[@]}" -eq 0 ] || die "not built: missing ${missing[*]} -- run: cargo build --release --workspace"
+  # `install` unlinks the target first: safe while slurmstepd has the old .so mapped (never cp over it)
+  install -D -m 0755 "$rel/libjobscope_spank.so" "$PLUGIN_SO"
+  install -D -m 0755 "$rel/jobscope" "$CLI_BIN"
+  install -D -m 0755 "$rel/jobscope-epilog" "$EPILOG_BIN"
+  log "installed $PLUGIN_SO $CLI_BIN $EPILOG_BIN"
+  if [ -f "$HERE/jobscope.toml" ]; then
+    install -D -m 0644 "$HERE/jobscope.toml" "$JS_CONFIG"
+    log "installed $JS_CONFIG (from slurm-conf/jobscope.toml)"
+  else
+    warn "slurm-conf/jobscope.toml not found: $JS_CONFIG not installed (built-in defaults apply)"
+  fi
+  ensure_plugstack_include
+  tmp=$(mktemp "$PLUGSTACK_D/.jobscope.conf.XXXXXX")
+  printf '%s\n' "$PLUGSTACK_LINE" >"$tmp"
+  chmod 0644 "$tmp"
+  mv -f "$tmp" "$PLUGSTACK_D/jobscope.conf"
+  log "wrote $PLUGSTACK_D/jobscope.conf: $PLUGSTACK_LINE"
+  if [ -n "$(live_pid "$CTLD_PID" slurmctld)" ]; then
+    log "cluster is running: new job steps load the new plugin and epilog; to reload slurmd too: $0 up --nodes $(m=$(current_mode); echo "${m:-1}")"
+  fi
+}
+
+usage() { sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; }
+
+case "${1:-}" in
+  up) shift; cmd_up "$@" ;;
+  down) shift; [ $# -eq 0 ] || die "down takes no arguments"; cmd_down ;;
+  status) shift; cmd_status ;;
+  install) shift; [ $# -eq 0 ] || die "install takes no arguments"; cmd_install ;;
+  -h|--help|help) usage ;;
+  *) usage >&2; exit 2 ;;
+esac

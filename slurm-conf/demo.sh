@@ -1,0 +1,123 @@
+#!/bin/bash
+# THE demo (README): a real SLURM job measured by jobscope, from a fresh clone, as root.
+#
+#   sudo slurm-conf/demo.sh [--down] [--skip-deps]
+#
+# Installs the dependencies, builds, installs jobscope into the 1-node test cluster, starts
+# it, runs a small job as alice (2 cores busy for ~8 s, ~300 MiB of memory), then shows
+# `jobscope show <jobid>` and the archived JSON the Epilog wrote under
+# /var/lib/jobscope/archive/YYYY/MM/DD/<jobid>.json.
+# The cluster stays up afterwards (explore with squeue, jobscope ...) unless --down is given;
+# stop it with: slurm-conf/cluster.sh down
+set -euo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPO=$(cd "$HERE/.." && pwd)
+cd "$REPO"
+ARCHIVE=/var/lib/jobscope/archive
+DEMO_DIR=/tmp/jobscope-demo
+DEMO_USER=alice
+
+down=0 skip_deps=0
+for a in "$@"; do
+  case "$a" in
+    --down) down=1 ;;
+    --skip-deps) skip_deps=1 ;;
+    -h|--help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "demo: unknown argument $a" >&2; exit 2 ;;
+  esac
+done
+[ "$(id -u)" = 0 ] || { echo "demo: must run as root" >&2; exit 1; }
+command -v cargo >/dev/null 2>&1 || export PATH="${CARGO_HOME:-$HOME/.cargo}/bin:$PATH"
+unset SLURM_CONF
+
+step() { printf '\n==> %s\n' "$*"; }
+if [ "$down" = 1 ]; then
+  trap 'step "stopping the cluster"; bash "$HERE/cluster.sh" down' EXIT
+fi
+
+if [ "$skip_deps" = 0 ]; then
+  step "installing dependencies (slurm-conf/install-deps.sh)"
+  bash "$HERE/install-deps.sh"
+fi
+
+step "building (cargo build --release --workspace)"
+cargo build --release --workspace
+
+step "installing jobscope (slurm-conf/cluster.sh install)"
+bash "$HERE/cluster.sh" install
+
+step "starting the 1-node test cluster (slurm-conf/cluster.sh up)"
+bash "$HERE/cluster.sh" up
+
+step "submitting a demo job as $DEMO_USER: 2 cores busy for ~8 s, ~300 MiB of memory"
+install -d -m 0755 -o "$DEMO_USER" -g "$(id -gn "$DEMO_USER")" "$DEMO_DIR"
+cat >"$DEMO_DIR/demo-job.sh" <<'JOB'
+#!/bin/bash
+echo "jobscope demo job $SLURM_JOB_ID on $SLURMD_NODENAME with $SLURM_CPUS_ON_NODE CPUs"
+# core 1: python holding ~300 MiB and spinning
+python3 -c '
+import time
+buf = bytearray(300 * 1024 * 1024)
+for i in range(0, len(buf), 4096):
+    buf[i] = 1
+end = time.time() + 8
+while time.time() < end:
+    pass
+' &
+# core 2: a shell busy loop
+timeout 8 sh -c 'while :; do :; done' &
+wait
+echo "done"
+JOB
+chown "$DEMO_USER" "$DEMO_DIR/demo-job.sh"
+chmod 0755 "$DEMO_DIR/demo-job.sh"
+home=$(getent passwd "$DEMO_USER" | cut -d: -f6)
+J=$(cd "$DEMO_DIR" && runuser -u "$DEMO_USER" -- env -i PATH=/usr/bin:/bin "HOME=$home" \
+      sbatch --parsable --job-name=jobscope-demo --cpus-per-task=2 --mem=1G --time=5 \
+             --output="$DEMO_DIR/%j.out" "$DEMO_DIR/demo-job.sh")
+J=${J%%;*}
+echo "job $J submitted"
+
+step "waiting for job $J"
+t0=$(date +%s)
+while :; do
+  st=$(scontrol show job -o "$J" 2>/dev/null | grep -o 'JobState=[A-Z_]*' | cut -d= -f2 || true)
+  case "$st" in
+    PENDING|CONFIGURING|RUNNING|COMPLETING|SUSPENDED|"") ;;
+    *) break ;;
+  esac
+  [ $(( $(date +%s) - t0 )) -lt 180 ] || { echo "demo: job $J still $st after 180 s" >&2; exit 1; }
+  sleep 0.5
+done
+echo "job $J: $st after $(( $(date +%s) - t0 )) s"
+echo "--- job output ($DEMO_DIR/$J.out)"
+cat "$DEMO_DIR/$J.out" 2>/dev/null || true
+[ "$st" = COMPLETED ] || echo "demo: WARNING: job ended $st" >&2
+
+rc=0
+step "jobscope show $J"
+if [ -x /usr/local/bin/jobscope ]; then
+  /usr/local/bin/jobscope show "$J" || { rc=1; echo "demo: 'jobscope show $J' failed" >&2; }
+else
+  rc=1; echo "demo: /usr/local/bin/jobscope is not installed" >&2
+fi
+
+step "archived JSON for job $J (under $ARCHIVE)"
+json=""
+for _ in $(seq 1 50); do
+  json=$(find "$ARCHIVE" \( -name "$J.json" -o -name "$J[._-]*.json" \) -type f 2>/dev/null | sort | head -n 1 || true)
+  [ -n "$json" ] && break
+  sleep 0.2
+done
+if [ -n "$json" ]; then
+  echo "--- $json"
+  python3 -m json.tool "$json" 2>/dev/null || cat "$json"
+else
+  rc=1; echo "demo: no archive JSON for job $J under $ARCHIVE (did the Epilog run? see /var/log/slurm/slurmd.log)" >&2
+fi
+
+if [ "$down" = 0 ]; then
+  step "the cluster is still up: try squeue, sinfo, jobscope ...; stop it with: slurm-conf/cluster.sh down"
+fi
+exit "$rc"

@@ -1,0 +1,86 @@
+#!/bin/bash
+# Install what the jobscope test cluster and the build need on Debian 12 (bookworm), as root:
+# SLURM 22.05 (slurmctld, slurmd, client, headers), munge, libclang (bindgen for slurm-spank),
+# mailutils, bc, python3; and create the test users alice and bob.
+#
+#   slurm-conf/install-deps.sh           # skips apt-get when everything is already installed
+#   slurm-conf/install-deps.sh --force   # always apt-get update + install
+#
+# Non-interactive, idempotent and quiet. Packages are installed with --no-install-recommends.
+# Daemons are NOT started or enabled by the packages (a temporary policy-rc.d blocks that on
+# hosts where none exists): slurm-conf/cluster.sh starts and stops them itself.
+# Rust (cargo) is not installed here; it must already be on PATH (rustup).
+set -euo pipefail
+
+PKGS=(slurmctld slurmd slurm-client munge libslurm-dev slurm-wlm-basic-plugins-dev
+      libclang-dev mailutils bc python3)
+TEST_USERS=(alice bob)
+
+die() { echo "install-deps: ERROR: $*" >&2; exit 1; }
+log() { echo "install-deps: $*"; }
+
+[ "$(id -u)" = 0 ] || die "must run as root"
+[ -r /etc/debian_version ] || die "only Debian 12 (bookworm) is supported"
+
+force=0
+case "${1:-}" in
+  "") ;;
+  --force) force=1 ;;
+  -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
+  *) die "unknown argument: $1 (usage: $0 [--force])" ;;
+esac
+
+# A C toolchain is needed to link Rust crates; add it only when missing.
+command -v cc >/dev/null 2>&1 || PKGS+=(gcc libc6-dev)
+
+missing=()
+for p in "${PKGS[@]}"; do
+  st=$(dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null || true)
+  [ "$st" = installed ] || missing+=("$p")
+done
+
+if [ "$force" = 1 ] || [ "${#missing[@]}" -gt 0 ]; then
+  [ "${#missing[@]}" -gt 0 ] && log "installing: ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  # Keep the packages' maintainer scripts from starting slurmctld/slurmd/munged (systemd hosts):
+  # exit code 101 = "action forbidden by policy". Only added if the host has no policy-rc.d.
+  added_policy=0
+  if [ ! -e /usr/sbin/policy-rc.d ]; then
+    printf '#!/bin/sh\n# temporary, added by jobscope slurm-conf/install-deps.sh\nexit 101\n' \
+      >/usr/sbin/policy-rc.d
+    chmod 0755 /usr/sbin/policy-rc.d
+    added_policy=1
+    trap 'rm -f /usr/sbin/policy-rc.d' EXIT
+  fi
+  t0=$(date +%s)
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends \
+    -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold \
+    "${PKGS[@]}" >/dev/null
+  [ "$added_policy" = 1 ] && rm -f /usr/sbin/policy-rc.d
+  log "apt-get done in $(( $(date +%s) - t0 )) s"
+else
+  log "all packages already installed (use --force to re-run apt-get)"
+fi
+
+# The munge package normally creates the key; make sure one exists and is private.
+if [ ! -s /etc/munge/munge.key ]; then
+  log "creating /etc/munge/munge.key"
+  install -d -m 0700 -o munge -g munge /etc/munge
+  dd if=/dev/urandom of=/etc/munge/munge.key bs=1024 count=1 status=none
+  chown munge:munge /etc/munge/munge.key
+  chmod 0400 /etc/munge/munge.key
+fi
+
+for u in "${TEST_USERS[@]}"; do
+  if ! id "$u" >/dev/null 2>&1; then
+    useradd --create-home --shell /bin/bash "$u"
+    log "created user $u"
+  fi
+  home=$(getent passwd "$u" | cut -d: -f6)
+  if [ -n "$home" ] && [ ! -d "$home" ]; then
+    install -d -m 0755 -o "$u" -g "$(id -gn "$u")" "$home"
+  fi
+done
+
+exit 0

@@ -1,0 +1,121 @@
+#!/bin/bash
+# THE test command (README, CI): everything from a fresh clone, as root, non-interactive.
+#
+#   sudo tests/run-all.sh [--keep-up] [--skip-deps]
+#
+# Phases: deps (slurm-conf/install-deps.sh; no apt-get when all is installed) -> build
+# (cargo build --release --workspace) -> unit tests (whole workspace except the cluster tests)
+# -> install (slurm-conf/cluster.sh install) -> 1-node cluster + cluster tests (all but
+# two_node_*) -> 2-node cluster + two_node_* tests -> cluster down (always, unless --keep-up).
+# Test phases all run even if an earlier one failed; the exit status is non-zero if any
+# phase failed. Uses cargo-nextest when installed, `cargo test` otherwise.
+set -uo pipefail
+
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$REPO" || exit 1
+CLUSTER=slurm-conf/cluster.sh
+CLUSTER_PKG=jobscope-cluster-tests
+
+keep_up=0 skip_deps=0
+for a in "$@"; do
+  case "$a" in
+    --keep-up) keep_up=1 ;;
+    --skip-deps) skip_deps=1 ;;
+    -h|--help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "run-all: unknown argument $a" >&2; exit 2 ;;
+  esac
+done
+
+[ "$(id -u)" = 0 ] || { echo "run-all: must run as root (it installs packages, starts SLURM, submits jobs via runuser)" >&2; exit 1; }
+exec </dev/null
+export CARGO_TERM_COLOR=${CARGO_TERM_COLOR:-never} DEBIAN_FRONTEND=noninteractive
+command -v cargo >/dev/null 2>&1 || export PATH="${CARGO_HOME:-$HOME/.cargo}/bin:$PATH"
+
+T_START=$(date +%s)
+declare -a RESULTS=()
+FAILED=0
+CLUSTER_STARTED=0
+CURRENT=""
+
+phase() {
+  CURRENT=$1
+  PHASE_T0=$(date +%s)
+  printf '\n======================================================================\n'
+  printf '=== [%s] %s\n' "$(date +%T)" "$1"
+  printf '======================================================================\n'
+}
+# end_phase <rc>: record the result of the current phase
+end_phase() {
+  local rc=$1 dt=$(( $(date +%s) - PHASE_T0 ))
+  if [ "$rc" = 0 ]; then
+    RESULTS+=("PASS  ${dt}s  $CURRENT")
+  else
+    RESULTS+=("FAIL  ${dt}s  $CURRENT (exit $rc)")
+    FAILED=1
+    echo "run-all: phase FAILED: $CURRENT (exit $rc)" >&2
+  fi
+  return "$rc"
+}
+summary() {
+  printf '\n=== summary (%ss total)\n' "$(( $(date +%s) - T_START ))"
+  local r; for r in "${RESULTS[@]}"; do echo "  $r"; done
+  if [ "$FAILED" = 0 ]; then echo "=== ALL PASSED"; else echo "=== FAILED"; fi
+}
+finish() {
+  local rc=$?
+  trap - EXIT INT TERM
+  if [ "$CLUSTER_STARTED" = 1 ] && [ "$keep_up" = 0 ]; then
+    phase "cluster down"
+    bash "$CLUSTER" down; end_phase $?
+  fi
+  summary
+  [ "$FAILED" = 0 ] && [ "$rc" = 0 ] || exit 1
+  exit 0
+}
+trap finish EXIT
+trap 'echo "run-all: interrupted" >&2; FAILED=1; exit 130' INT TERM
+# abort <msg>: a phase the later ones depend on failed
+abort() { echo "run-all: $1: stopping here" >&2; exit 1; }
+
+if cargo nextest --version >/dev/null 2>&1; then NEXTEST=1; else NEXTEST=0; echo "run-all: cargo-nextest not found, using cargo test"; fi
+
+# run_tests <what>: unit | one-node | two-node
+run_tests() {
+  case "$1:$NEXTEST" in
+    unit:1) cargo nextest run --workspace --exclude "$CLUSTER_PKG" --release --no-tests=warn ;;
+    unit:0) cargo test --workspace --exclude "$CLUSTER_PKG" --release ;;
+    one-node:1) cargo nextest run -p "$CLUSTER_PKG" --release --test-threads 1 -E 'not test(/(^|::)two_node_/)' ;;
+    one-node:0) cargo test -p "$CLUSTER_PKG" --release -- --test-threads 1 --skip two_node_ ;;
+    two-node:1) cargo nextest run -p "$CLUSTER_PKG" --release --test-threads 1 -E 'test(/(^|::)two_node_/)' ;;
+    two-node:0) cargo test -p "$CLUSTER_PKG" --release -- --test-threads 1 two_node_ ;;
+  esac
+}
+
+if [ "$skip_deps" = 0 ]; then
+  phase "deps: slurm-conf/install-deps.sh"
+  bash slurm-conf/install-deps.sh; end_phase $? || abort "dependencies missing"
+fi
+
+phase "build: cargo build --release --workspace"
+cargo build --release --workspace; end_phase $? || abort "build failed"
+
+phase "unit tests (workspace except $CLUSTER_PKG)"
+run_tests unit; end_phase $?
+
+phase "install: $CLUSTER install"
+bash "$CLUSTER" install; end_phase $? || abort "install failed"
+
+phase "cluster up (1 node)"
+CLUSTER_STARTED=1
+if bash "$CLUSTER" up; end_phase $?; then
+  phase "cluster tests, 1 node (all but two_node_*)"
+  run_tests one-node; end_phase $?
+fi
+
+phase "cluster up --nodes 2"
+if bash "$CLUSTER" up --nodes 2; end_phase $?; then
+  phase "cluster tests, 2 nodes (two_node_*)"
+  run_tests two-node; end_phase $?
+fi
+
+exit 0
