@@ -56,6 +56,9 @@ pub struct Archive {
     pub retention_days: u32,
     /// Seconds to wait for a multi-node job's missing nodes before a partial report is issued.
     pub node_wait_s: u64,
+    /// If set, the epilog copies each node's raw spool here before deleting it (debugging, and how
+    /// the recorded spools in the test data were captured). Root only; unset on production sites.
+    pub keep_spools_dir: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -108,6 +111,7 @@ impl Default for Archive {
             admin_group: "root".into(),
             retention_days: 0,
             node_wait_s: 600,
+            keep_spools_dir: None,
         }
     }
 }
@@ -300,5 +304,20 @@ mod tests {
             Config::load(Path::new("/nonexistent/jobscope.toml")).unwrap(),
             Config::default()
         );
+    }
+}
+
+#[cfg(test)]
+mod example_tests {
+    use super::*;
+
+    /// The shipped example and test-cluster configs must parse, and the example must state the defaults.
+    #[test]
+    fn shipped_configs_parse() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../slurm-conf");
+        let example = std::fs::read_to_string(format!("{dir}/examples/jobscope.toml")).unwrap();
+        assert_eq!(Config::parse(&example, Path::new("example")).unwrap(), Config::default());
+        let test = std::fs::read_to_string(format!("{dir}/jobscope.toml")).unwrap();
+        assert_eq!(Config::parse(&test, Path::new("test")).unwrap().sampler.cadence_s, 5);
     }
 }

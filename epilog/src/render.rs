@@ -69,6 +69,16 @@ pub fn fmt_secs(s: Option<f64>) -> String {
         .unwrap_or_else(|| "n/a".into())
 }
 
+/// Resource-hours with three significant digits (short jobs waste fractions of an hour).
+pub fn fmt_hours(h: Option<f64>) -> String {
+    match h {
+        None => "n/a".into(),
+        Some(h) if h >= 100.0 => format!("{h:.0}"),
+        Some(h) if h >= 1.0 => format!("{h:.2}"),
+        Some(h) => format!("{h:.3}"),
+    }
+}
+
 const SPARKS: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
 
 /// A Unicode sparkline of `vals` scaled to `max` (missing values are spaces), resampled to `width`.
@@ -195,10 +205,10 @@ pub fn view(s: &JobSummary) -> Value {
         "anomalies": a.anomalies.iter().map(|f| json!({"severity": f.severity.to_uppercase(), "message": clean(&f.message, 400)})).collect::<Vec<_>>(),
         "advice": a.advice.iter().map(|x| json!({"sbatch": x.sbatch, "reason": clean(&x.reason, 400)})).collect::<Vec<_>>(),
         "memory_accounting": a.memory_accounting,
-        "waste_core_hours": a.waste.core_hours_wasted.map(|w| format!("{w:.2}")).unwrap_or_else(|| "n/a".into()),
-        "alloc_core_hours": a.waste.core_hours_allocated.map(|w| format!("{w:.2}")).unwrap_or_else(|| "n/a".into()),
-        "waste_gb_hours": a.waste.mem_gb_hours_wasted.map(|w| format!("{w:.2}")).unwrap_or_else(|| "n/a".into()),
-        "alloc_gb_hours": a.waste.mem_gb_hours_allocated.map(|w| format!("{w:.2}")).unwrap_or_else(|| "n/a".into()),
+        "waste_core_hours": fmt_hours(a.waste.core_hours_wasted),
+        "alloc_core_hours": fmt_hours(a.waste.core_hours_allocated),
+        "waste_gb_hours": fmt_hours(a.waste.mem_gb_hours_wasted),
+        "alloc_gb_hours": fmt_hours(a.waste.mem_gb_hours_allocated),
     })
 }
 

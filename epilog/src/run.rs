@@ -198,6 +198,9 @@ pub fn run_epilog(cfg: &Config, env: &EpilogEnv, log: &mut dyn FnMut(&str)) -> R
         return Ok(Outcome::WaitingForNodes { missing });
     }
     if !claim(cfg, env.job_id) {
+        // Another node of this job is assembling it right now; its archive marker lets a later
+        // epilog on this node (see `sweep_archived_spools`) remove this node's spool.
+        sweep_archived_spools(cfg, &env.node, log);
         return Ok(Outcome::AlreadyArchived);
     }
     let info = jobinfo::query(env.job_id);
@@ -209,7 +212,22 @@ pub fn run_epilog(cfg: &Config, env: &EpilogEnv, log: &mut dyn FnMut(&str)) -> R
     }
     let (_s, path) = finish_job(cfg, env, info.as_ref(), expected)?;
     remove_spool(cfg, env.job_id, &env.node, log);
+    sweep_archived_spools(cfg, &env.node, log);
     Ok(Outcome::Archived { path })
+}
+
+/// Removes this node's spools of jobs that have since been archived (a node that did not assemble
+/// its job keeps its spool until the archive exists). Bounded: looks at most at 256 entries per run.
+pub fn sweep_archived_spools(cfg: &Config, node: &str, log: &mut dyn FnMut(&str)) {
+    let Ok(rd) = std::fs::read_dir(&cfg.paths.spool_dir) else { return };
+    let suffix = format!(".{node}");
+    for e in rd.flatten().take(256) {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some(job) = name.strip_suffix(&suffix).and_then(|j| j.parse::<u32>().ok()) else { continue };
+        if is_archived(cfg, job) {
+            remove_spool(cfg, job, node, log);
+        }
+    }
 }
 
 /// Removes this node's spool of a job, once archived.
@@ -218,11 +236,28 @@ pub fn remove_spool(cfg: &Config, job_id: u32, node: &str, log: &mut dyn FnMut(&
     if !is_archived(cfg, job_id) {
         return;
     }
+    if let Some(keep) = &cfg.archive.keep_spools_dir {
+        copy_spool(&dir, &keep.join(format!("{job_id}.{node}")), log);
+    }
     if let Ok(m) = std::fs::symlink_metadata(&dir) {
         if m.is_dir() {
             if let Err(e) = std::fs::remove_dir_all(&dir) {
                 log(&format!("{}: {e}", dir.display()));
             }
+        }
+    }
+}
+
+/// Copies the regular files of a spool directory (no symlinks followed) into `to`.
+fn copy_spool(from: &Path, to: &Path, log: &mut dyn FnMut(&str)) {
+    if ensure_dir(to, 0o700, 0, 0).is_err() {
+        log(&format!("{}: cannot create spool copy directory", to.display()));
+        return;
+    }
+    for e in std::fs::read_dir(from).into_iter().flatten().flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if let (true, Ok(bytes)) = (is_safe_name(&name), read_limited(&e.path(), 4 * 1024 * 1024)) {
+            let _ = write_atomic(to, &name, &bytes, 0o600, None);
         }
     }
 }

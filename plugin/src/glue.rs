@@ -141,7 +141,9 @@ impl Jobscope {
             let h = handover::read(&ctx.handover_dir(), ctx.job_id, &ctx.node);
             return self.start_sampler(&ctx, h);
         }
-        self.step = Some(StepRecorder::start(&ctx));
+        let mut rec = StepRecorder::start(&ctx);
+        rec.local_tasks = spank.job_local_task_count().unwrap_or(1).max(1);
+        self.step = Some(rec);
         // Contain off: no extern step, so the batch step samples the job for its whole life.
         let extern_present = ctx
             .cgroup
@@ -231,10 +233,7 @@ unsafe impl Plugin for Jobscope {
     fn task_exit(&mut self, spank: &mut SpankHandle) -> Result<(), Box<dyn Error>> {
         guard("task_exit", || {
             if let (Some(step), Ok(status)) = (self.step.as_mut(), spank.task_exit_status()) {
-                // Keep the worst status of the step's tasks.
-                if step.exit_status.map_or(true, |s| s == 0) {
-                    step.exit_status = Some(status);
-                }
+                step.task_exited(status);
             }
             Ok(())
         });

@@ -92,6 +92,19 @@ impl JobCtx {
         Ok(dir)
     }
 
+    /// A `job.jsc` already there belongs to an earlier job with the same id (SLURM's job ids restart
+    /// after a state reset) whose spool was never collected, e.g. a node crash. Move that directory
+    /// aside (`.stale.<job>.<node>.<ms>`, kept for `jobscope reap`) rather than fail or mix the two.
+    fn move_stale_series(&self, dir: PathBuf) -> Result<PathBuf, String> {
+        if std::fs::symlink_metadata(dir.join("job.jsc")).is_err() {
+            return Ok(dir);
+        }
+        let aside = self.spool_dir().join(format!(".stale.{}.{}.{}", self.job_id, self.node, now_unix_ms()));
+        std::fs::rename(&dir, &aside).map_err(|e| format!("{}: cannot move stale spool aside: {e}", dir.display()))?;
+        crate::log_error(&format!("moved a stale spool of an earlier job {} to {}", self.job_id, aside.display()));
+        self.ensure_job_dir()
+    }
+
     /// Builds the sampler for this job (the writer is optional: without a spool it still runs, and
     /// the failure is logged once).
     pub fn sampler(&self, handover: Option<Handover>) -> Result<(Sampler, Schedule), String> {
@@ -105,7 +118,7 @@ impl JobCtx {
             .max_spool_bytes
             .saturating_sub(STEP_FILES_BUDGET_BYTES)
             .max(16 * 1024);
-        let writer = match self.ensure_job_dir() {
+        let writer = match self.ensure_job_dir().and_then(|d| self.move_stale_series(d)) {
             Ok(dir) => match SeriesWriter::create(
                 &dir,
                 "job.jsc",
@@ -188,6 +201,10 @@ pub struct StepRecorder {
     step_cg: Option<JobCgroup>,
     ctx: JobCtx,
     pub exit_status: Option<i32>,
+    /// Tasks of this step on this node, and how many have exited.
+    pub local_tasks: u32,
+    pub tasks_exited: u32,
+    tasks_done_recorded: bool,
 }
 
 impl StepRecorder {
@@ -201,6 +218,9 @@ impl StepRecorder {
             step_cg,
             ctx: ctx.clone(),
             exit_status: None,
+            local_tasks: 1,
+            tasks_exited: 0,
+            tasks_done_recorded: false,
         };
         match ctx.ensure_job_dir() {
             Ok(dir) => {
@@ -258,6 +278,19 @@ impl StepRecorder {
         };
         if let Err(e) = w.event(&e) {
             crate::log_error(&format!("step record failed: {e}"));
+        }
+    }
+
+    /// Called from `task_exit`. When the step's last local task has exited, the step cgroup still
+    /// exists (slurmstepd removes it before `exit`), so this is where the step's own totals are read.
+    pub fn task_exited(&mut self, status: i32) {
+        if self.exit_status.is_none_or(|s| s == 0) {
+            self.exit_status = Some(status);
+        }
+        self.tasks_exited += 1;
+        if self.tasks_exited >= self.local_tasks && !self.tasks_done_recorded {
+            self.tasks_done_recorded = true;
+            self.record("step_tasks_done");
         }
     }
 

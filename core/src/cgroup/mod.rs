@@ -258,7 +258,9 @@ impl JobCgroup {
         r.mem_shmem_bytes = ms.total_shmem_bytes;
         r.mem_mapped_file_bytes = ms.total_mapped_file_bytes;
         r.mem_swap_bytes = ms.total_swap_bytes;
-        r.mem_oom_kill_events = p.keyed(v1::memory_oom_control(mem)).oom_kill;
+        // v1's oom_kill counter is NOT hierarchical: SLURM sets the same limit on the job and step
+        // cgroups, and the kill is counted in the step's (or task's) memcg that hit it. Sum the subtree.
+        r.mem_oom_kill_events = p.keyed(v1::memory_oom_control(mem)).oom_kill.map(|own| own + v1_descendant_oom_kills(mem));
 
         let members = walk_members(self.members_tree(), Some(v1::TASKS), p).unwrap_or_default();
         r.tasks = members.processes;
@@ -487,6 +489,33 @@ pub fn read_cgroup_procs(dir: &Path) -> Result<Vec<u32>, Error> {
 }
 
 pub const CGROUP_PROCS: &str = "cgroup.procs";
+
+/// Sum of `oom_kill` in the `memory.oom_control` of every descendant of `dir` (not `dir` itself),
+/// bounded like [`walk_members`]. Unreadable or vanished sub-cgroups count as 0.
+fn v1_descendant_oom_kills(dir: &Path) -> u64 {
+    let mut total = 0u64;
+    let mut stack = vec![(dir.to_path_buf(), 0usize)];
+    let mut visited = 0usize;
+    while let Some((d, depth)) = stack.pop() {
+        if depth > 0 {
+            if let Ok(oc) = v1::memory_oom_control(&d) {
+                total = total.saturating_add(oc.value.oom_kill.unwrap_or(0));
+            }
+        }
+        visited += 1;
+        if depth >= MAX_WALK_DEPTH || visited >= MAX_WALK_CGROUPS {
+            continue;
+        }
+        if let Ok(rd) = fs::read_dir(&d) {
+            for ent in rd.flatten() {
+                if ent.file_type().is_ok_and(|t| t.is_dir()) {
+                    stack.push((ent.path(), depth + 1));
+                }
+            }
+        }
+    }
+    total
+}
 
 /// Deepest descendant level walked (SLURM uses at most 3 below the job: `step/user/task_N`).
 pub const MAX_WALK_DEPTH: usize = 8;

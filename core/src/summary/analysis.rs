@@ -122,6 +122,18 @@ fn resample(points: &[Point], elapsed_s: f64, bins: usize) -> Vec<Option<f64>> {
     out
 }
 
+/// At most `n` values, each the max of the values it covers (peaks survive), rounded to 0.01.
+fn downsample(v: &[f64], n: usize) -> Vec<f64> {
+    let cols = n.min(v.len()).max(1);
+    (0..cols)
+        .map(|c| {
+            let (a, b) = (c * v.len() / cols, ((c + 1) * v.len() / cols).max(c * v.len() / cols + 1));
+            let m = v[a..b.min(v.len())].iter().cloned().fold(0.0, f64::max);
+            (m * 100.0).round() / 100.0
+        })
+        .collect()
+}
+
 fn percentile(sorted: &[f64], q: f64) -> f64 {
     if sorted.is_empty() {
         return 0.0;
@@ -251,7 +263,8 @@ pub fn scalability(s: &JobSummary) -> Option<Scalability> {
         share_time_at_most_one_core_pct: at_most_one * 100.0,
         serial_work_fraction: serial_fraction,
         amdahl_speedup_ceiling: ceiling,
-        busy_cores_timeline: job,
+        // Stored at sparkline resolution; the statistics above used the full resampling.
+        busy_cores_timeline: downsample(&job, 60),
         nodes,
         imbalance_max_over_mean: imbalance,
         underused_nodes: underused,

@@ -187,18 +187,22 @@ pub fn summarize_node(
                 .and_then(|e| e.step_reading.as_ref())
                 .and_then(|r| r.cpu_usage_ns)
                 .unwrap_or(0);
+            // The step's own cgroup is read when its last task exits (it is gone by `exit`).
+            let last_step_reading = f
+                .events
+                .iter()
+                .rev()
+                .filter(|e| e.kind != "step_start")
+                .find_map(|e| e.step_reading.as_ref().filter(|r| r.cpu_usage_ns.is_some()));
             StepSummary {
                 step: f.header.series.clone(),
                 start_unix_ms: Some(start_ms),
                 end_unix_ms: end_ms,
                 elapsed_s: end_ms.map(|e| e.saturating_sub(start_ms) as f64 / 1000.0),
-                cpu_s: exit
-                    .and_then(|e| e.step_reading.as_ref())
+                cpu_s: last_step_reading
                     .and_then(|r| r.cpu_usage_ns)
                     .map(|c| c.saturating_sub(cpu_start) as f64 / 1e9),
-                mem_peak_bytes: exit
-                    .and_then(|e| e.step_reading.as_ref())
-                    .and_then(|r| r.mem_peak_bytes),
+                mem_peak_bytes: last_step_reading.and_then(|r| r.mem_peak_bytes),
                 exit_status: exit.and_then(|e| e.exit_status),
             }
         })
@@ -216,7 +220,7 @@ pub fn summarize_node(
         .iter()
         .flat_map(|f| f.events.iter())
         .filter(|e| {
-            e.kind == "step_exit" && e.job.as_ref().is_some_and(|r| r.cpu_usage_ns.is_some())
+            e.kind != "step_start" && e.job.as_ref().is_some_and(|r| r.cpu_usage_ns.is_some())
         })
         .count() as u64;
     let mut notes = Vec::new();

@@ -16,6 +16,8 @@
 //! * No cluster is not a reason to skip: every entry point fails with a message that says
 //!   how to start one.
 
+pub mod jobscope;
+
 use anyhow::{anyhow, bail, ensure, Context, Result};
 use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
