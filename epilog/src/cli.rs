@@ -44,6 +44,13 @@ enum Cmd {
     },
     /// Print the JSON Schema of the archived summary.
     Schema,
+    /// Finish what epilogs could not (cron, every few minutes, as root): partial reports for jobs whose
+    /// other nodes never reported within archive.node_wait_s, and reports from spools a crash left.
+    Reap {
+        /// This node's SLURM name (default: the short host name).
+        #[arg(long)]
+        node: Option<String>,
+    },
     /// Summarise a spool directory (`<spool>/<job>.<node>`) without SLURM or the archive.
     Summarize {
         dir: PathBuf,
@@ -108,8 +115,33 @@ fn real_main() -> Result<()> {
             println!("{outcome:?}");
             Ok(())
         }
+        Cmd::Reap { node } => {
+            let cfg = load_config(&cli.config)?;
+            let node = node.unwrap_or_else(crate::jobinfo::short_hostname);
+            let running = |job: u32| {
+                crate::jobinfo::query(job).is_some_and(|i| {
+                    matches!(
+                        i.state.as_deref(),
+                        Some("RUNNING" | "PENDING" | "COMPLETING" | "SUSPENDED" | "CONFIGURING")
+                    )
+                })
+            };
+            let rep = run::reap(
+                &cfg,
+                &node,
+                jobscope_core::sampler::now_unix_ms(),
+                &running,
+                &crate::jobinfo::query,
+                &mut |m| eprintln!("jobscope: {m}"),
+            )?;
+            println!("{rep:?}");
+            Ok(())
+        }
         Cmd::Schema => {
-            println!("{}", serde_json::to_string_pretty(&jobscope_core::summary::json_schema())?);
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&jobscope_core::summary::json_schema())?
+            );
             Ok(())
         }
         Cmd::Summarize { dir, json } => {

@@ -185,6 +185,17 @@ pub fn run_epilog(cfg: &Config, env: &EpilogEnv, log: &mut dyn FnMut(&str)) -> R
         .and_then(expand_hostlist)
         .filter(|v| !v.is_empty())
         .unwrap_or_else(|| vec![env.node.clone()]);
+    // Remember which nodes the job had, for `reap` when SLURM has forgotten the job.
+    let dir = job_state_dir(cfg, env.job_id);
+    if !dir.join("expected").exists() {
+        write_atomic(
+            &dir,
+            "expected",
+            expected.join("\n").as_bytes(),
+            0o600,
+            None,
+        )?;
+    }
     let have: Vec<String> = stored_nodes(cfg, env.job_id)
         .into_iter()
         .map(|n| n.node)
@@ -219,11 +230,18 @@ pub fn run_epilog(cfg: &Config, env: &EpilogEnv, log: &mut dyn FnMut(&str)) -> R
 /// Removes this node's spools of jobs that have since been archived (a node that did not assemble
 /// its job keeps its spool until the archive exists). Bounded: looks at most at 256 entries per run.
 pub fn sweep_archived_spools(cfg: &Config, node: &str, log: &mut dyn FnMut(&str)) {
-    let Ok(rd) = std::fs::read_dir(&cfg.paths.spool_dir) else { return };
+    let Ok(rd) = std::fs::read_dir(&cfg.paths.spool_dir) else {
+        return;
+    };
     let suffix = format!(".{node}");
     for e in rd.flatten().take(256) {
         let name = e.file_name().to_string_lossy().into_owned();
-        let Some(job) = name.strip_suffix(&suffix).and_then(|j| j.parse::<u32>().ok()) else { continue };
+        let Some(job) = name
+            .strip_suffix(&suffix)
+            .and_then(|j| j.parse::<u32>().ok())
+        else {
+            continue;
+        };
         if is_archived(cfg, job) {
             remove_spool(cfg, job, node, log);
         }
@@ -248,15 +266,176 @@ pub fn remove_spool(cfg: &Config, job_id: u32, node: &str, log: &mut dyn FnMut(&
     }
 }
 
+/// What `jobscope reap` did.
+#[derive(Debug, Default)]
+pub struct ReapReport {
+    /// Jobs finished as partial reports because some nodes never reported.
+    pub partial: Vec<(u32, Vec<String>)>,
+    /// Local spools turned into node summaries because no epilog ever ran for them (crash, reboot).
+    pub orphans: Vec<u32>,
+}
+
+/// Finishes what epilogs could not:
+/// 1. spools on this node whose job is no longer running and which no epilog collected (the node
+///    crashed or rebooted mid-job, or slurmd died): summarised as partial node summaries;
+/// 2. jobs whose first node summary is older than `archive.node_wait_s` and whose other nodes never
+///    reported: archived as partial reports that name the missing nodes.
+///
+/// `is_running(job)` asks SLURM; it is a parameter so the logic can be tested without a cluster.
+pub fn reap(
+    cfg: &Config,
+    node: &str,
+    now_ms: u64,
+    is_running: &dyn Fn(u32) -> bool,
+    query: &dyn Fn(u32) -> Option<JobInfo>,
+    log: &mut dyn FnMut(&str),
+) -> Result<ReapReport> {
+    let mut rep = ReapReport::default();
+    sweep_archived_spools(cfg, node, log);
+    // 1. Orphaned spools of this node (including ones moved aside as stale).
+    let suffix = format!(".{node}");
+    let mut orphan_dirs: Vec<(u32, PathBuf)> = Vec::new();
+    for e in std::fs::read_dir(&cfg.paths.spool_dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .take(1024)
+    {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let base = name
+            .strip_prefix(".stale.")
+            .map(|rest| rest.rsplit_once('.').map(|(a, _)| a).unwrap_or(rest))
+            .unwrap_or(&name);
+        let Some(job) = base
+            .strip_suffix(&suffix)
+            .and_then(|j| j.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let stale = name.starts_with(".stale.");
+        if stale
+            || (!is_running(job)
+                && !is_archived(cfg, job)
+                && !job_state_dir(cfg, job)
+                    .join(format!("{node}.json"))
+                    .exists())
+        {
+            orphan_dirs.push((job, e.path()));
+        }
+    }
+    for (job, dir) in orphan_dirs {
+        let (series, steps, problems) = read_spool_dir(&dir);
+        for p in problems {
+            log(&format!("reap: {p}"));
+        }
+        let end = series
+            .as_ref()
+            .and_then(|s| {
+                s.end
+                    .as_ref()
+                    .map(|e| e.t_ms)
+                    .or_else(|| s.buckets.last().map(|b| b.t_last_ms))
+            })
+            .unwrap_or(now_ms);
+        let mut ns = summarize_node(series.as_ref(), &steps, node, end);
+        ns.job_id = job;
+        ns.quality.notes.push("collected by `jobscope reap`: no epilog ran for this job on this node (crash or reboot?)".into());
+        // A stale spool of an earlier job with a reused id must not overwrite the later job's data.
+        if dir
+            .file_name()
+            .is_some_and(|n| n.to_string_lossy().starts_with(".stale."))
+            && is_archived(cfg, job)
+        {
+            log(&format!(
+                "reap: {} belongs to an earlier job {job} whose id was reused; kept for inspection",
+                dir.display()
+            ));
+            continue;
+        }
+        store_node(cfg, &ns)?;
+        rep.orphans.push(job);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    // 2. Jobs waiting too long for their other nodes.
+    let wait_ms = cfg.archive.node_wait_s.saturating_mul(1000);
+    for e in std::fs::read_dir(&cfg.paths.state_dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .take(4096)
+    {
+        let Some(job) = e.file_name().to_string_lossy().parse::<u32>().ok() else {
+            continue;
+        };
+        if is_archived(cfg, job) || is_running(job) {
+            continue;
+        }
+        let nodes = stored_nodes(cfg, job);
+        let Some(oldest) = nodes.iter().map(|n| n.end_unix_ms).min() else {
+            continue;
+        };
+        let info = query(job);
+        // The expected node list: SLURM's if it still knows the job, else what the node summaries say.
+        let recorded = read_limited(&job_state_dir(cfg, job).join("expected"), 1 << 20)
+            .ok()
+            .map(|b| {
+                String::from_utf8_lossy(&b)
+                    .lines()
+                    .filter(|l| is_safe_name(l))
+                    .map(str::to_string)
+                    .collect::<Vec<_>>()
+            })
+            .filter(|v| !v.is_empty());
+        let expected: Vec<String> = recorded
+            .or_else(|| {
+                info.as_ref()
+                    .and_then(|i| i.nodes.as_deref())
+                    .and_then(expand_hostlist)
+            })
+            .unwrap_or_else(|| nodes.iter().map(|n| n.node.clone()).collect());
+        let waited = now_ms.saturating_sub(oldest) >= wait_ms;
+        let complete = expected.iter().all(|x| nodes.iter().any(|n| &n.node == x));
+        if !(waited || complete) || !claim(cfg, job) {
+            continue;
+        }
+        let env = EpilogEnv {
+            job_id: job,
+            node: node.to_string(),
+            uid: nodes.first().map(|n| n.uid),
+            num_nodes: Some(expected.len() as u32),
+            exit_code2: None,
+            ..Default::default()
+        };
+        let missing: Vec<String> = expected
+            .iter()
+            .filter(|x| !nodes.iter().any(|n| &n.node == *x))
+            .cloned()
+            .collect();
+        let (_s, path) = finish_job(cfg, &env, info.as_ref(), expected)?;
+        log(&format!(
+            "reap: job {job} archived at {} (missing nodes: {missing:?})",
+            path.display()
+        ));
+        rep.partial.push((job, missing));
+    }
+    Ok(rep)
+}
+
 /// Copies the regular files of a spool directory (no symlinks followed) into `to`.
 fn copy_spool(from: &Path, to: &Path, log: &mut dyn FnMut(&str)) {
     if ensure_dir(to, 0o700, 0, 0).is_err() {
-        log(&format!("{}: cannot create spool copy directory", to.display()));
+        log(&format!(
+            "{}: cannot create spool copy directory",
+            to.display()
+        ));
         return;
     }
     for e in std::fs::read_dir(from).into_iter().flatten().flatten() {
         let name = e.file_name().to_string_lossy().into_owned();
-        if let (true, Ok(bytes)) = (is_safe_name(&name), read_limited(&e.path(), 4 * 1024 * 1024)) {
+        if let (true, Ok(bytes)) = (
+            is_safe_name(&name),
+            read_limited(&e.path(), 4 * 1024 * 1024),
+        ) {
             let _ = write_atomic(to, &name, &bytes, 0o600, None);
         }
     }
@@ -274,5 +453,191 @@ pub fn append_log(path: &Path, line: &str) {
         .open(path)
     {
         let _ = writeln!(f, "{} {line}", now_unix_ms() / 1000);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use jobscope_core::cgroup::CgroupVersion;
+    use jobscope_core::sample::Reading;
+    use jobscope_core::spool::writer::{Limits, SeriesWriter, StepWriter};
+    use jobscope_core::spool::{Bucket, End, Event, Header, FORMAT_VERSION};
+
+    fn cfg(root: &Path) -> Config {
+        let mut c = Config::default();
+        c.paths.spool_dir = root.join("spool");
+        c.paths.state_dir = root.join("state");
+        c.paths.archive_dir = root.join("archive");
+        c.paths.log_file = root.join("log");
+        c.archive.node_wait_s = 60;
+        c
+    }
+
+    fn header(job: u32, node: &str, series: &str) -> Header {
+        Header {
+            format_version: FORMAT_VERSION,
+            job_id: job,
+            node: node.into(),
+            series: series.into(),
+            uid: 4242,
+            gid: 4242,
+            cgroup_version: Some(CgroupVersion::V1),
+            cgroup_path: None,
+            boot_id: None,
+            boot_time_s: None,
+            start_unix_ms: 1_000_000,
+            cadence_s: 30,
+            plugin_version: "t".into(),
+            alloc_cores: Some(2),
+            alloc_mem_bytes: Some(1 << 30),
+            handover: None,
+        }
+    }
+
+    /// A spool as the plugin leaves it; `crashed` = the sampler never wrote its end record and no
+    /// step reached its exit (the node died mid-job).
+    fn make_spool(c: &Config, job: u32, node: &str, crashed: bool) {
+        let dir = job_dir(&c.paths.spool_dir, job, node);
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut w =
+            SeriesWriter::create(&dir, "job.jsc", header(job, node, "job"), Limits::default())
+                .unwrap();
+        for i in 0..5u64 {
+            w.push(Bucket {
+                t_first_ms: 1_000_000 + i * 30_000,
+                t_last_ms: 1_000_000 + i * 30_000,
+                n: 1,
+                last: Reading {
+                    cpu_usage_ns: Some(i * 30_000_000_000),
+                    mem_current_bytes: Some(1 << 28),
+                    ..Default::default()
+                },
+                gauges: Default::default(),
+            })
+            .unwrap();
+        }
+        if !crashed {
+            w.end(&End {
+                t_ms: 1_150_000,
+                reason: "stopped".into(),
+                samples_taken: 5,
+                samples_missed: 0,
+            })
+            .unwrap();
+            let mut s = StepWriter::create(&dir, &header(job, node, "batch")).unwrap();
+            s.event(&Event {
+                t_ms: 1_149_000,
+                kind: "step_exit".into(),
+                step: Some("batch".into()),
+                job: Some(Reading {
+                    cpu_usage_ns: Some(140_000_000_000),
+                    ..Default::default()
+                }),
+                step_reading: None,
+                exit_status: Some(0),
+                message: None,
+            })
+            .unwrap();
+        }
+    }
+
+    fn env(job: u32, node: &str, nodelist: &str) -> EpilogEnv {
+        EpilogEnv {
+            job_id: job,
+            node: node.into(),
+            uid: Some(4242),
+            nodelist: Some(nodelist.into()),
+            exit_code2: Some("0:0".into()),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn two_nodes_give_exactly_one_report_whatever_the_order() {
+        for order in [["a", "b"], ["b", "a"]] {
+            let d = tempfile::tempdir().unwrap();
+            let c = cfg(d.path());
+            make_spool(&c, 77, "a", false);
+            make_spool(&c, 77, "b", false);
+            let mut log = |_: &str| {};
+            let first = run_epilog(&c, &env(77, order[0], "a,b"), &mut log).unwrap();
+            assert!(
+                matches!(first, Outcome::WaitingForNodes { ref missing } if missing == &vec![order[1].to_string()]),
+                "{first:?}"
+            );
+            let second = run_epilog(&c, &env(77, order[1], "a,b"), &mut log).unwrap();
+            assert!(matches!(second, Outcome::Archived { .. }), "{second:?}");
+            let again = run_epilog(&c, &env(77, order[0], "a,b"), &mut log).unwrap();
+            assert!(matches!(again, Outcome::AlreadyArchived));
+            let bytes = archive::find(&c.paths.archive_dir, 77, 0).unwrap();
+            let s: JobSummary = serde_json::from_slice(&bytes).unwrap();
+            assert_eq!(s.nodes.len(), 2);
+            assert!(!s.partial, "{:?}", s.partial_reasons);
+            // 140 CPU-s per node from the batch exit readings
+            assert_eq!(s.cpu.usage_s, Some(280.0));
+            // both spools are gone once archived (the first node's by its next epilog's sweep)
+            assert!(
+                !job_dir(&c.paths.spool_dir, 77, "a").exists()
+                    && !job_dir(&c.paths.spool_dir, 77, "b").exists()
+            );
+        }
+    }
+
+    #[test]
+    fn missing_node_gives_partial_report_after_the_wait() {
+        let d = tempfile::tempdir().unwrap();
+        let c = cfg(d.path());
+        make_spool(&c, 78, "a", false);
+        let mut log = |_: &str| {};
+        run_epilog(&c, &env(78, "a", "a,b"), &mut log).unwrap();
+        let no = |_: u32| false;
+        let none = |_: u32| None;
+        let early = reap(&c, "a", now_unix_ms(), &no, &none, &mut log).unwrap();
+        assert!(early.partial.is_empty(), "must wait node_wait_s first");
+        let later = reap(&c, "a", now_unix_ms() + 61_000, &no, &none, &mut log).unwrap();
+        assert_eq!(later.partial, vec![(78, vec!["b".to_string()])]);
+        let s: JobSummary =
+            serde_json::from_slice(&archive::find(&c.paths.archive_dir, 78, 0).unwrap()).unwrap();
+        assert!(s.partial && s.missing_nodes == vec!["b"]);
+        assert!(s.partial_reasons.iter().any(|r| r.contains("node b")));
+    }
+
+    #[test]
+    fn crash_mid_job_still_gives_a_partial_report() {
+        let d = tempfile::tempdir().unwrap();
+        let c = cfg(d.path());
+        make_spool(&c, 79, "a", true);
+        let mut log = |_: &str| {};
+        let r = reap(&c, "a", now_unix_ms(), &|_| false, &|_| None, &mut log).unwrap();
+        assert_eq!(r.orphans, vec![79]);
+        assert_eq!(
+            r.partial.len(),
+            1,
+            "single-node job: complete once its node is in"
+        );
+        let s: JobSummary =
+            serde_json::from_slice(&archive::find(&c.paths.archive_dir, 79, 0).unwrap()).unwrap();
+        assert!(s.partial, "a crashed job's report is partial");
+        assert!(
+            s.partial_reasons
+                .iter()
+                .any(|r| r.contains("stopped early")),
+            "{:?}",
+            s.partial_reasons
+        );
+        // 4 intervals of 30 CPU-s seen before the crash
+        assert_eq!(s.cpu.usage_s, Some(120.0));
+    }
+
+    #[test]
+    fn running_jobs_are_left_alone() {
+        let d = tempfile::tempdir().unwrap();
+        let c = cfg(d.path());
+        make_spool(&c, 80, "a", true);
+        let mut log = |_: &str| {};
+        let r = reap(&c, "a", now_unix_ms(), &|_| true, &|_| None, &mut log).unwrap();
+        assert!(r.orphans.is_empty() && r.partial.is_empty());
+        assert!(job_dir(&c.paths.spool_dir, 80, "a").exists());
     }
 }
