@@ -316,8 +316,17 @@ mod example_tests {
     fn shipped_configs_parse() {
         let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../slurm-conf");
         let example = std::fs::read_to_string(format!("{dir}/examples/jobscope.toml")).unwrap();
-        assert_eq!(Config::parse(&example, Path::new("example")).unwrap(), Config::default());
+        assert_eq!(
+            Config::parse(&example, Path::new("example")).unwrap(),
+            Config::default()
+        );
         let test = std::fs::read_to_string(format!("{dir}/jobscope.toml")).unwrap();
-        assert_eq!(Config::parse(&test, Path::new("test")).unwrap().sampler.cadence_s, 5);
+        assert_eq!(
+            Config::parse(&test, Path::new("test"))
+                .unwrap()
+                .sampler
+                .cadence_s,
+            5
+        );
     }
 }

@@ -54,7 +54,14 @@ pub fn derive_state(
     // SLURM's task/cgroup reports an OOM kill as the pseudo-signal SIG_OOM (253), which the 7-bit
     // signal field of SLURM_JOB_EXIT_CODE2 shows as 125.
     if signal == Some(125) || slurm_state == "OUT_OF_MEMORY" {
-        return ("OUT_OF_MEMORY".into(), Some("SLURM detected an OOM kill in the job (the job used more memory than --mem)".into()), exit);
+        return (
+            "OUT_OF_MEMORY".into(),
+            Some(
+                "SLURM detected an OOM kill in the job (the job used more memory than --mem)"
+                    .into(),
+            ),
+            exit,
+        );
     }
     if final_states.contains(&slurm_state.as_str()) && slurm_state != "COMPLETED" {
         let why = match slurm_state.as_str() {

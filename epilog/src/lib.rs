@@ -7,9 +7,14 @@
 //! - [`render`]: the text report (handlebars, `report-templates/`).
 //! - [`archive`]: the JSON archive and who may read what.
 //! - [`jobinfo`]: what SLURM says about the job (Epilog env, `squeue --json`).
+//! - [`mail`]: the end-of-job mail (message, transports, a durable queue); [`charts`]: its PNG charts.
+//! - [`manifest`]: the archive's per-day hash-chained manifest (tamper evidence).
 pub mod archive;
 pub mod assemble;
+pub mod charts;
 pub mod cli;
 pub mod jobinfo;
+pub mod mail;
+pub mod manifest;
 pub mod render;
 pub mod run;

@@ -26,7 +26,10 @@ pub use args::Args;
 /// At SLURM's `info` level on purpose: in batch and srun steps slurmstepd copies `error()` messages to
 /// the JOB's stderr ("slurmstepd: error: …"), and jobscope must never write into a user's output.
 pub(crate) fn log_error(msg: &str) {
-    slurm_spank::spank_log(slurm_spank::LogLevel::Info, &format!("jobscope: error: {msg}"));
+    slurm_spank::spank_log(
+        slurm_spank::LogLevel::Info,
+        &format!("jobscope: error: {msg}"),
+    );
 }
 
 pub(crate) fn log_info(msg: &str) {

@@ -99,9 +99,19 @@ impl JobCtx {
         if std::fs::symlink_metadata(dir.join("job.jsc")).is_err() {
             return Ok(dir);
         }
-        let aside = self.spool_dir().join(format!(".stale.{}.{}.{}", self.job_id, self.node, now_unix_ms()));
-        std::fs::rename(&dir, &aside).map_err(|e| format!("{}: cannot move stale spool aside: {e}", dir.display()))?;
-        crate::log_error(&format!("moved a stale spool of an earlier job {} to {}", self.job_id, aside.display()));
+        let aside = self.spool_dir().join(format!(
+            ".stale.{}.{}.{}",
+            self.job_id,
+            self.node,
+            now_unix_ms()
+        ));
+        std::fs::rename(&dir, &aside)
+            .map_err(|e| format!("{}: cannot move stale spool aside: {e}", dir.display()))?;
+        crate::log_error(&format!(
+            "moved a stale spool of an earlier job {} to {}",
+            self.job_id,
+            aside.display()
+        ));
         self.ensure_job_dir()
     }
 
@@ -118,7 +128,10 @@ impl JobCtx {
             .max_spool_bytes
             .saturating_sub(STEP_FILES_BUDGET_BYTES)
             .max(16 * 1024);
-        let writer = match self.ensure_job_dir().and_then(|d| self.move_stale_series(d)) {
+        let writer = match self
+            .ensure_job_dir()
+            .and_then(|d| self.move_stale_series(d))
+        {
             Ok(dir) => match SeriesWriter::create(
                 &dir,
                 "job.jsc",

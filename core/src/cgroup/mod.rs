@@ -31,7 +31,9 @@ pub use error::Error;
 pub use parse::{CpuStatV2, IoStatV2, MemEventsV2, MemStatV1, MemStatV2, OomControlV1, Pressure};
 
 /// Which hierarchy the job cgroup lives in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum CgroupVersion {
     V1,
@@ -260,7 +262,10 @@ impl JobCgroup {
         r.mem_swap_bytes = ms.total_swap_bytes;
         // v1's oom_kill counter is NOT hierarchical: SLURM sets the same limit on the job and step
         // cgroups, and the kill is counted in the step's (or task's) memcg that hit it. Sum the subtree.
-        r.mem_oom_kill_events = p.keyed(v1::memory_oom_control(mem)).oom_kill.map(|own| own + v1_descendant_oom_kills(mem));
+        r.mem_oom_kill_events = p
+            .keyed(v1::memory_oom_control(mem))
+            .oom_kill
+            .map(|own| own + v1_descendant_oom_kills(mem));
 
         let members = walk_members(self.members_tree(), Some(v1::TASKS), p).unwrap_or_default();
         r.tasks = members.processes;

@@ -113,7 +113,11 @@ fn resample(points: &[Point], elapsed_s: f64, bins: usize) -> Vec<Option<f64>> {
         if let Some(v) = p.busy_cores {
             let a = ((prev_t / elapsed_s) * bins as f64).floor().max(0.0) as usize;
             let b = ((p.t_s / elapsed_s) * bins as f64).ceil().min(bins as f64) as usize;
-            for slot in out.iter_mut().take(b.max(a + 1).min(bins)).skip(a.min(bins.saturating_sub(1))) {
+            for slot in out
+                .iter_mut()
+                .take(b.max(a + 1).min(bins))
+                .skip(a.min(bins.saturating_sub(1)))
+            {
                 *slot = Some(v);
             }
         }
@@ -127,7 +131,10 @@ fn downsample(v: &[f64], n: usize) -> Vec<f64> {
     let cols = n.min(v.len()).max(1);
     (0..cols)
         .map(|c| {
-            let (a, b) = (c * v.len() / cols, ((c + 1) * v.len() / cols).max(c * v.len() / cols + 1));
+            let (a, b) = (
+                c * v.len() / cols,
+                ((c + 1) * v.len() / cols).max(c * v.len() / cols + 1),
+            );
             let m = v[a..b.min(v.len())].iter().cloned().fold(0.0, f64::max);
             (m * 100.0).round() / 100.0
         })
@@ -145,7 +152,11 @@ fn percentile(sorted: &[f64], q: f64) -> f64 {
 /// Time-weighted busy-core statistics of the whole job.
 pub fn scalability(s: &JobSummary) -> Option<Scalability> {
     let elapsed = s.elapsed_s;
-    let node_series: Vec<Vec<Option<f64>>> = s.nodes.iter().map(|n| resample(&n.timeline, n.elapsed_s.max(elapsed), RESAMPLE_BINS)).collect();
+    let node_series: Vec<Vec<Option<f64>>> = s
+        .nodes
+        .iter()
+        .map(|n| resample(&n.timeline, n.elapsed_s.max(elapsed), RESAMPLE_BINS))
+        .collect();
     let mut job: Vec<f64> = Vec::with_capacity(RESAMPLE_BINS);
     for i in 0..RESAMPLE_BINS {
         let vals: Vec<f64> = node_series.iter().filter_map(|v| v[i]).collect();
@@ -162,7 +173,12 @@ pub fn scalability(s: &JobSummary) -> Option<Scalability> {
     let peak = s
         .nodes
         .iter()
-        .map(|n| n.timeline.iter().filter_map(|p| p.busy_cores_max.or(p.busy_cores)).fold(0.0, f64::max))
+        .map(|n| {
+            n.timeline
+                .iter()
+                .filter_map(|p| p.busy_cores_max.or(p.busy_cores))
+                .fold(0.0, f64::max)
+        })
         .sum::<f64>()
         .max(percentile(&sorted, 1.0));
     let at_most_one = job.iter().filter(|&&v| v <= ONE_CORE).count() as f64 / job.len() as f64;
@@ -200,7 +216,10 @@ pub fn scalability(s: &JobSummary) -> Option<Scalability> {
         );
     } else if cores_f.is_some_and(|c| mean >= 0.75 * c) {
         verdict = "parallel";
-        statement = format!("kept {mean:.1} of {} cores busy on average (p95 {p95:.1}): scales to its allocation", cores.unwrap_or(0));
+        statement = format!(
+            "kept {mean:.1} of {} cores busy on average (p95 {p95:.1}): scales to its allocation",
+            cores.unwrap_or(0)
+        );
     } else {
         verdict = "partially_parallel";
         statement = format!(
@@ -215,7 +234,16 @@ pub fn scalability(s: &JobSummary) -> Option<Scalability> {
     let loads: Vec<NodeLoad> = s
         .nodes
         .iter()
-        .map(|n| NodeLoad { node: n.node.clone(), cpu_s: n.cpu.usage_s, mean_busy_cores: n.cpu.usage_s.filter(|_| n.elapsed_s > 0.0).map(|c| c / n.elapsed_s), share_of_mean: None })
+        .map(|n| NodeLoad {
+            node: n.node.clone(),
+            cpu_s: n.cpu.usage_s,
+            mean_busy_cores: n
+                .cpu
+                .usage_s
+                .filter(|_| n.elapsed_s > 0.0)
+                .map(|c| c / n.elapsed_s),
+            share_of_mean: None,
+        })
         .collect();
     let cpu: Vec<f64> = loads.iter().filter_map(|l| l.cpu_s).collect();
     let mut nodes = loads;
@@ -248,7 +276,10 @@ pub fn scalability(s: &JobSummary) -> Option<Scalability> {
                         .join(", ")
                 ));
             } else if max / mean_cpu > 1.5 {
-                imbalance_statement = Some(format!("the busiest node used {:.1}× the mean node's CPU time", max / mean_cpu));
+                imbalance_statement = Some(format!(
+                    "the busiest node used {:.1}× the mean node's CPU time",
+                    max / mean_cpu
+                ));
             }
         }
     }
@@ -278,8 +309,16 @@ pub fn waste(s: &JobSummary) -> Waste {
     let core_used = s.cpu.usage_s.map(|c| c / 3600.0);
     let gb = 1024.0 * 1024.0 * 1024.0;
     let nodes = s.alloc.nodes.max(1) as f64;
-    let mem_alloc = s.alloc.mem_per_node_bytes.map(|m| m as f64 / gb * nodes * h);
-    let node_peaks: f64 = s.nodes.iter().filter_map(|n| n.mem.peak_bytes).map(|p| p as f64 / gb).sum();
+    let mem_alloc = s
+        .alloc
+        .mem_per_node_bytes
+        .map(|m| m as f64 / gb * nodes * h);
+    let node_peaks: f64 = s
+        .nodes
+        .iter()
+        .filter_map(|n| n.mem.peak_bytes)
+        .map(|p| p as f64 / gb)
+        .sum();
     let mem_needed = (!s.nodes.is_empty()).then_some(node_peaks * h);
     Waste {
         core_hours_allocated: core_alloc,
@@ -301,12 +340,19 @@ pub fn waste(s: &JobSummary) -> Waste {
 
 /// Least-squares slope (bytes/s) and R² of memory over time.
 fn mem_trend(n: &NodeSummary) -> Option<(f64, f64)> {
-    let pts: Vec<(f64, f64)> = n.timeline.iter().filter_map(|p| p.mem_bytes.map(|m| (p.t_s, m as f64))).collect();
+    let pts: Vec<(f64, f64)> = n
+        .timeline
+        .iter()
+        .filter_map(|p| p.mem_bytes.map(|m| (p.t_s, m as f64)))
+        .collect();
     if pts.len() < 6 {
         return None;
     }
     let k = pts.len() as f64;
-    let (mx, my) = (pts.iter().map(|p| p.0).sum::<f64>() / k, pts.iter().map(|p| p.1).sum::<f64>() / k);
+    let (mx, my) = (
+        pts.iter().map(|p| p.0).sum::<f64>() / k,
+        pts.iter().map(|p| p.1).sum::<f64>() / k,
+    );
     let sxy: f64 = pts.iter().map(|p| (p.0 - mx) * (p.1 - my)).sum();
     let sxx: f64 = pts.iter().map(|p| (p.0 - mx).powi(2)).sum();
     let syy: f64 = pts.iter().map(|p| (p.1 - my).powi(2)).sum();
@@ -356,7 +402,11 @@ pub fn anomalies(s: &JobSummary, cfg: &Report) -> Vec<Finding> {
     for n in &s.nodes {
         if let (Some((slope, r2)), Some(peak)) = (mem_trend(n), n.mem.peak_bytes) {
             let growth = slope * n.elapsed_s;
-            if slope > 0.0 && r2 >= 0.8 && growth >= 0.2 * peak as f64 && growth >= 64.0 * 1024.0 * 1024.0 {
+            if slope > 0.0
+                && r2 >= 0.8
+                && growth >= 0.2 * peak as f64
+                && growth >= 64.0 * 1024.0 * 1024.0
+            {
                 f.push(Finding {
                     kind: "memory_leak".into(),
                     severity: "warning".into(),
@@ -371,7 +421,9 @@ pub fn anomalies(s: &JobSummary, cfg: &Report) -> Vec<Finding> {
             }
         }
         let phases = idle_phases(n, idle_min_s);
-        let tail = phases.last().filter(|(_, e)| (n.elapsed_s - e).abs() <= (n.elapsed_s * 0.05).max(60.0));
+        let tail = phases
+            .last()
+            .filter(|(_, e)| (n.elapsed_s - e).abs() <= (n.elapsed_s * 0.05).max(60.0));
         if let Some((a, _)) = tail.filter(|(a, b)| b - a >= 0.25 * n.elapsed_s && *a > 0.0) {
             f.push(Finding {
                 kind: "busy_then_idle".into(),
@@ -385,20 +437,36 @@ pub fn anomalies(s: &JobSummary, cfg: &Report) -> Vec<Finding> {
                 ),
             });
         }
-        for (a, b) in phases.iter().filter(|p| Some(*p) != tail.filter(|(a, _)| *a > 0.0)) {
+        for (a, b) in phases
+            .iter()
+            .filter(|p| Some(*p) != tail.filter(|(a, _)| *a > 0.0))
+        {
             f.push(Finding {
                 kind: "idle_phase".into(),
                 severity: "info".into(),
-                message: format!("node {}: idle (< {IDLE_CORES} cores) for {} from +{} to +{}", n.node, fmt_dur(b - a), fmt_dur(*a), fmt_dur(*b)),
+                message: format!(
+                    "node {}: idle (< {IDLE_CORES} cores) for {} from +{} to +{}",
+                    n.node,
+                    fmt_dur(b - a),
+                    fmt_dur(*a),
+                    fmt_dur(*b)
+                ),
             });
         }
-        if let (Some(peak), Some(limit)) = (n.mem.peak_bytes, n.mem.limit_bytes.or(n.alloc_mem_bytes)) {
+        if let (Some(peak), Some(limit)) =
+            (n.mem.peak_bytes, n.mem.limit_bytes.or(n.alloc_mem_bytes))
+        {
             let pct = 100.0 * peak as f64 / limit as f64;
             if pct >= cfg.near_oom_pct && n.mem.oom_kill_events.unwrap_or(0) == 0 {
                 f.push(Finding {
                     kind: "near_oom".into(),
                     severity: "warning".into(),
-                    message: format!("node {}: memory peaked at {} = {pct:.0} % of its {} limit", n.node, mib(peak as f64), mib(limit as f64)),
+                    message: format!(
+                        "node {}: memory peaked at {} = {pct:.0} % of its {} limit",
+                        n.node,
+                        mib(peak as f64),
+                        mib(limit as f64)
+                    ),
                 });
             }
         }
@@ -406,12 +474,19 @@ pub fn anomalies(s: &JobSummary, cfg: &Report) -> Vec<Finding> {
             f.push(Finding {
                 kind: "oom".into(),
                 severity: "critical".into(),
-                message: format!("node {}: the kernel killed {k} process(es) for exceeding the memory limit", n.node),
+                message: format!(
+                    "node {}: the kernel killed {k} process(es) for exceeding the memory limit",
+                    n.node
+                ),
             });
         }
     }
     if s.state == "TIMEOUT" {
-        f.push(Finding { kind: "timeout".into(), severity: "critical".into(), message: "the job was killed at its time limit".into() });
+        f.push(Finding {
+            kind: "timeout".into(),
+            severity: "critical".into(),
+            message: "the job was killed at its time limit".into(),
+        });
     }
     f
 }
@@ -447,19 +522,30 @@ pub fn classify(s: &JobSummary, sc: Option<&Scalability>, cfg: &Report) -> Class
     let oom = s.mem.oom_kill_events.unwrap_or(0) > 0;
     let class = if sc.is_some_and(|x| x.verdict == "idle") {
         "idle"
-    } else if oom || mem_eff.is_some_and(|m| m >= cfg.near_oom_pct) || s.mem.failcnt.unwrap_or(0) > 0 && mem_eff.is_some_and(|m| m >= 80.0) {
+    } else if oom
+        || mem_eff.is_some_and(|m| m >= cfg.near_oom_pct)
+        || s.mem.failcnt.unwrap_or(0) > 0 && mem_eff.is_some_and(|m| m >= 80.0)
+    {
         if s.mem.failcnt.unwrap_or(0) > 0 {
-            ev.push(format!("hit its memory limit {} time(s) (failcnt)", s.mem.failcnt.unwrap_or(0)));
+            ev.push(format!(
+                "hit its memory limit {} time(s) (failcnt)",
+                s.mem.failcnt.unwrap_or(0)
+            ));
         }
         "memory_bound"
-    } else if io_rate.is_some_and(|r| r >= 50.0 * 1024.0 * 1024.0) && cpu_eff.is_some_and(|c| c < 50.0) {
+    } else if io_rate.is_some_and(|r| r >= 50.0 * 1024.0 * 1024.0)
+        && cpu_eff.is_some_and(|c| c < 50.0)
+    {
         "io_bound"
     } else if cpu_eff.is_some_and(|c| c >= cfg.cpu_efficiency_warn_pct) {
         "cpu_bound"
     } else {
         "mixed"
     };
-    Classification { class: class.into(), evidence: ev }
+    Classification {
+        class: class.into(),
+        evidence: ev,
+    }
 }
 
 /// Rounds a memory size up to a clean `--mem` value (MiB granularity below 1 GiB, else 1 GiB, min 100M).
@@ -490,7 +576,11 @@ pub fn advice(s: &JobSummary, sc: Option<&Scalability>, cfg: &Report) -> Vec<Adv
     if let (Some(sc), Some(cores), Some(eff)) = (sc, s.alloc.cores, s.efficiency.cpu_pct) {
         if enough && eff < cfg.cpu_efficiency_warn_pct && cores > 1 {
             let per_node = s.alloc.nodes.max(1) as f64;
-            let want = if sc.verdict == "serial" { 1 } else { ((sc.busy_cores_p95 / per_node) * 1.1).ceil().max(1.0) as u32 };
+            let want = if sc.verdict == "serial" {
+                1
+            } else {
+                ((sc.busy_cores_p95 / per_node) * 1.1).ceil().max(1.0) as u32
+            };
             let have_per_node = (cores as f64 / per_node).round() as u32;
             if want < have_per_node {
                 out.push(Advice {
@@ -517,14 +607,24 @@ pub fn advice(s: &JobSummary, sc: Option<&Scalability>, cfg: &Report) -> Vec<Adv
         } else if pct >= cfg.near_oom_pct {
             out.push(Advice {
                 sbatch: format!("#SBATCH --mem={}", mem_flag(peak as f64 * headroom)),
-                reason: format!("peak {} was {pct:.0} % of the {} request: add {:.0} % headroom", mib(peak as f64), mib(req as f64), cfg.mem_headroom_pct),
+                reason: format!(
+                    "peak {} was {pct:.0} % of the {} request: add {:.0} % headroom",
+                    mib(peak as f64),
+                    mib(req as f64),
+                    cfg.mem_headroom_pct
+                ),
             });
         } else if enough && pct < cfg.mem_efficiency_warn_pct {
             let want = peak as f64 * headroom;
             if mem_flag(want) != mem_flag(req as f64) {
                 out.push(Advice {
                     sbatch: format!("#SBATCH --mem={}", mem_flag(want)),
-                    reason: format!("peak {} was only {pct:.0} % of the {} request (+{:.0} % headroom)", mib(peak as f64), mib(req as f64), cfg.mem_headroom_pct),
+                    reason: format!(
+                        "peak {} was only {pct:.0} % of the {} request (+{:.0} % headroom)",
+                        mib(peak as f64),
+                        mib(req as f64),
+                        cfg.mem_headroom_pct
+                    ),
                 });
             }
         }
@@ -535,9 +635,15 @@ pub fn advice(s: &JobSummary, sc: Option<&Scalability>, cfg: &Report) -> Vec<Adv
         if s.state == "TIMEOUT" {
             out.push(Advice {
                 sbatch: format!("#SBATCH --time={}", time_flag(limit as f64 * 2.0)),
-                reason: format!("the job hit its {} limit before finishing; double it (or checkpoint)", time_flag(limit as f64)),
+                reason: format!(
+                    "the job hit its {} limit before finishing; double it (or checkpoint)",
+                    time_flag(limit as f64)
+                ),
             });
-        } else if enough && s.state == "COMPLETED" && 100.0 * s.elapsed_s / (limit as f64) < cfg.time_efficiency_warn_pct {
+        } else if enough
+            && s.state == "COMPLETED"
+            && 100.0 * s.elapsed_s / (limit as f64) < cfg.time_efficiency_warn_pct
+        {
             let want = time_flag(s.elapsed_s * margin);
             if want != time_flag(limit as f64) {
                 out.push(Advice {
@@ -586,15 +692,31 @@ mod tests {
     use super::*;
     use crate::summary::*;
 
-    fn node(name: &str, elapsed: f64, busy: impl Fn(f64) -> f64, mem: impl Fn(f64) -> u64) -> NodeSummary {
+    fn node(
+        name: &str,
+        elapsed: f64,
+        busy: impl Fn(f64) -> f64,
+        mem: impl Fn(f64) -> u64,
+    ) -> NodeSummary {
         let n = 60;
         let timeline: Vec<Point> = (1..=n)
             .map(|i| {
                 let t = elapsed * i as f64 / n as f64;
-                Point { t_s: t, busy_cores: Some(busy(t)), busy_cores_max: Some(busy(t)), mem_bytes: Some(mem(t)), mem_bytes_max: Some(mem(t)), io_bytes_per_s: None, tasks: Some(1) }
+                Point {
+                    t_s: t,
+                    busy_cores: Some(busy(t)),
+                    busy_cores_max: Some(busy(t)),
+                    mem_bytes: Some(mem(t)),
+                    mem_bytes_max: Some(mem(t)),
+                    io_bytes_per_s: None,
+                    tasks: Some(1),
+                }
             })
             .collect();
-        let cpu: f64 = timeline.iter().map(|p| p.busy_cores.unwrap() * elapsed / n as f64).sum();
+        let cpu: f64 = timeline
+            .iter()
+            .map(|p| p.busy_cores.unwrap() * elapsed / n as f64)
+            .sum();
         NodeSummary {
             node: name.into(),
             job_id: 1,
@@ -605,15 +727,27 @@ mod tests {
             alloc_cores: Some(2),
             alloc_mem_bytes: Some(4 << 30),
             cgroup_version: Some(crate::cgroup::CgroupVersion::V1),
-            cpu: CpuTotals { usage_s: Some(cpu), ..Default::default() },
-            mem: MemTotals { peak_bytes: timeline.iter().filter_map(|p| p.mem_bytes_max).max(), limit_bytes: Some(4 << 30), ..Default::default() },
+            cpu: CpuTotals {
+                usage_s: Some(cpu),
+                ..Default::default()
+            },
+            mem: MemTotals {
+                peak_bytes: timeline.iter().filter_map(|p| p.mem_bytes_max).max(),
+                limit_bytes: Some(4 << 30),
+                ..Default::default()
+            },
             io: IoTotals::default(),
             tasks_max: Some(1),
             threads_max: None,
             cpu_efficiency_pct: None,
             steps: vec![],
             timeline,
-            quality: Quality { samples: 60, sampler_ended_cleanly: true, final_counters: true, ..Default::default() },
+            quality: Quality {
+                samples: 60,
+                sampler_ended_cleanly: true,
+                final_counters: true,
+                ..Default::default()
+            },
         }
     }
 
@@ -640,9 +774,21 @@ mod tests {
             start_unix_ms: 0,
             end_unix_ms: (elapsed * 1000.0) as u64,
             elapsed_s: elapsed,
-            alloc: Allocation { nodes: nodes.len() as u32, cores: Some(cores), mem_per_node_bytes: Some(4 << 30), gpus: None, time_limit_s },
-            cpu: CpuTotals { usage_s: Some(cpu), ..Default::default() },
-            mem: MemTotals { peak_bytes: peak, ..Default::default() },
+            alloc: Allocation {
+                nodes: nodes.len() as u32,
+                cores: Some(cores),
+                mem_per_node_bytes: Some(4 << 30),
+                gpus: None,
+                time_limit_s,
+            },
+            cpu: CpuTotals {
+                usage_s: Some(cpu),
+                ..Default::default()
+            },
+            mem: MemTotals {
+                peak_bytes: peak,
+                ..Default::default()
+            },
             io: IoTotals::default(),
             efficiency: Efficiency {
                 cpu_pct: Some(100.0 * cpu / (cores as f64 * elapsed)),
@@ -669,7 +815,13 @@ mod tests {
         assert!(sc.statement.contains("request 1 core"), "{}", sc.statement);
         assert_eq!(sc.share_time_at_most_one_core_pct, 100.0);
         assert_eq!(sc.amdahl_speedup_ceiling, Some(1.0));
-        assert!(a.advice.iter().any(|x| x.sbatch == "#SBATCH --cpus-per-task=1"), "{:?}", a.advice);
+        assert!(
+            a.advice
+                .iter()
+                .any(|x| x.sbatch == "#SBATCH --cpus-per-task=1"),
+            "{:?}",
+            a.advice
+        );
         assert!((a.waste.core_hours_wasted.unwrap() - 1200.0 / 3600.0).abs() < 1e-6);
     }
 
@@ -678,7 +830,11 @@ mod tests {
         let s = job(vec![node("a", 1200.0, |_| 2.0, |_| 3 << 30)], None);
         let a = analyze(&s, &Report::default());
         assert_eq!(a.scalability.as_ref().unwrap().verdict, "parallel");
-        assert!(!a.advice.iter().any(|x| x.sbatch.contains("cpus-per-task")), "{:?}", a.advice);
+        assert!(
+            !a.advice.iter().any(|x| x.sbatch.contains("cpus-per-task")),
+            "{:?}",
+            a.advice
+        );
         assert_eq!(a.classification.class, "cpu_bound");
     }
 
@@ -687,7 +843,11 @@ mod tests {
         let s = job(vec![node("a", 1200.0, |_| 2.0, |_| 300 * MIB)], None);
         let a = analyze(&s, &Report::default());
         // 300 MiB × 1.25 = 375 MiB → rounded up to 400M
-        let m = a.advice.iter().find(|x| x.sbatch.starts_with("#SBATCH --mem=")).expect("mem advice");
+        let m = a
+            .advice
+            .iter()
+            .find(|x| x.sbatch.starts_with("#SBATCH --mem="))
+            .expect("mem advice");
         assert_eq!(m.sbatch, "#SBATCH --mem=400M");
         assert!(m.reason.contains("300 MiB"), "{}", m.reason);
     }
@@ -701,15 +861,32 @@ mod tests {
 
     #[test]
     fn short_time_use_gets_time_advice() {
-        let s = job(vec![node("a", 1200.0, |_| 2.0, |_| 3500 * MIB)], Some(36_000));
+        let s = job(
+            vec![node("a", 1200.0, |_| 2.0, |_| 3500 * MIB)],
+            Some(36_000),
+        );
         let a = analyze(&s, &Report::default());
         // 20 min × 1.3 = 26 min → 30 min
-        assert!(a.advice.iter().any(|x| x.sbatch == "#SBATCH --time=00:30:00"), "{:?}", a.advice);
+        assert!(
+            a.advice
+                .iter()
+                .any(|x| x.sbatch == "#SBATCH --time=00:30:00"),
+            "{:?}",
+            a.advice
+        );
     }
 
     #[test]
     fn leak_and_busy_then_idle_are_found() {
-        let s = job(vec![node("a", 7200.0, |t| if t < 3000.0 { 2.0 } else { 0.0 }, |t| (200.0 * MIB as f64 + t * 200_000.0) as u64)], None);
+        let s = job(
+            vec![node(
+                "a",
+                7200.0,
+                |t| if t < 3000.0 { 2.0 } else { 0.0 },
+                |t| (200.0 * MIB as f64 + t * 200_000.0) as u64,
+            )],
+            None,
+        );
         let a = analyze(&s, &Report::default());
         let kinds: Vec<&str> = a.anomalies.iter().map(|f| f.kind.as_str()).collect();
         assert!(kinds.contains(&"memory_leak"), "{kinds:?}");
@@ -726,12 +903,22 @@ mod tests {
 
     #[test]
     fn two_node_imbalance_names_the_idle_node() {
-        let s = job(vec![node("n1", 1200.0, |_| 2.0, |_| MIB << 10), node("n2", 1200.0, |_| 0.0, |_| 5 * MIB)], None);
+        let s = job(
+            vec![
+                node("n1", 1200.0, |_| 2.0, |_| MIB << 10),
+                node("n2", 1200.0, |_| 0.0, |_| 5 * MIB),
+            ],
+            None,
+        );
         let a = analyze(&s, &Report::default());
         let sc = a.scalability.unwrap();
         assert_eq!(sc.underused_nodes, vec!["n2"]);
         assert!(sc.imbalance_statement.unwrap().contains("n2"));
-        assert!(a.advice.iter().any(|x| x.sbatch == "#SBATCH --nodes=1"), "{:?}", a.advice);
+        assert!(
+            a.advice.iter().any(|x| x.sbatch == "#SBATCH --nodes=1"),
+            "{:?}",
+            a.advice
+        );
     }
 
     #[test]
@@ -742,8 +929,15 @@ mod tests {
         s.mem.oom_kill_events = Some(1);
         s.state = "OUT_OF_MEMORY".into();
         let a = analyze(&s, &Report::default());
-        assert!(a.anomalies.iter().any(|f| f.kind == "oom" && f.severity == "critical"));
-        assert!(a.advice.iter().any(|x| x.sbatch == "#SBATCH --mem=8G"), "{:?}", a.advice);
+        assert!(a
+            .anomalies
+            .iter()
+            .any(|f| f.kind == "oom" && f.severity == "critical"));
+        assert!(
+            a.advice.iter().any(|x| x.sbatch == "#SBATCH --mem=8G"),
+            "{:?}",
+            a.advice
+        );
         assert_eq!(a.classification.class, "memory_bound");
     }
 
@@ -762,7 +956,11 @@ mod tests {
         n.alloc_cores = Some(4);
         let s = job(vec![n], None);
         let sc = scalability(&s).unwrap();
-        assert!((sc.amdahl_speedup_ceiling.unwrap() - 5.0).abs() < 0.3, "{:?}", sc.amdahl_speedup_ceiling);
+        assert!(
+            (sc.amdahl_speedup_ceiling.unwrap() - 5.0).abs() < 0.3,
+            "{:?}",
+            sc.amdahl_speedup_ceiling
+        );
         assert!((sc.share_time_at_most_one_core_pct - 50.0).abs() < 3.0);
     }
 }

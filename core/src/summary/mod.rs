@@ -180,8 +180,18 @@ pub struct JobSummary {
 pub fn json_schema() -> serde_json::Value {
     let mut v = serde_json::to_value(schemars::schema_for!(JobSummary)).expect("schema serialises");
     if let Some(o) = v.as_object_mut() {
-        o.insert("$id".into(), serde_json::Value::String(format!("https://jobscope.invalid/schema/job-summary/v{SCHEMA_VERSION}.json")));
-        o.insert("title".into(), serde_json::Value::String(format!("jobscope job summary, schema_version {SCHEMA_VERSION}")));
+        o.insert(
+            "$id".into(),
+            serde_json::Value::String(format!(
+                "https://jobscope.invalid/schema/job-summary/v{SCHEMA_VERSION}.json"
+            )),
+        );
+        o.insert(
+            "title".into(),
+            serde_json::Value::String(format!(
+                "jobscope job summary, schema_version {SCHEMA_VERSION}"
+            )),
+        );
     }
     v
 }
@@ -192,12 +202,23 @@ mod schema_tests {
     /// `JOBSCOPE_BLESS=1 cargo test -p jobscope-core published_schema` (or `jobscope schema`).
     #[test]
     fn published_schema_is_current() {
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/schema/job-summary.schema.json");
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../docs/schema/job-summary.schema.json"
+        );
         if std::env::var_os("JOBSCOPE_BLESS").is_some() {
-            std::fs::write(path, serde_json::to_string_pretty(&super::json_schema()).unwrap() + "\n").unwrap();
+            std::fs::write(
+                path,
+                serde_json::to_string_pretty(&super::json_schema()).unwrap() + "\n",
+            )
+            .unwrap();
         }
         let published = std::fs::read_to_string(path).unwrap();
         let published: serde_json::Value = serde_json::from_str(&published).unwrap();
-        assert_eq!(published, super::json_schema(), "docs/schema/job-summary.schema.json is stale");
+        assert_eq!(
+            published,
+            super::json_schema(),
+            "docs/schema/job-summary.schema.json is stale"
+        );
     }
 }

@@ -4,6 +4,55 @@ use super::*;
 use crate::sample::{busy_cores, rate_per_sec, Reading};
 use crate::spool::{GaugeId, SpoolFile};
 
+/// Points kept per node in the archived timeline (a 30-day job has 86 400 samples; the archive keeps
+/// a chart's worth, with every peak: see [`downsample_timeline`]).
+pub const MAX_TIMELINE_POINTS: usize = 240;
+
+/// Merges adjacent points so at most `max` remain: means are time-weighted, maxima are kept, so a
+/// peak seen by the sampler survives into the archive.
+pub fn downsample_timeline(points: Vec<Point>, max: usize) -> Vec<Point> {
+    if points.len() <= max || max == 0 {
+        return points;
+    }
+    let per = points.len().div_ceil(max);
+    let mut out = Vec::with_capacity(max);
+    let mut prev_t = 0.0;
+    for chunk in points.chunks(per) {
+        let last = chunk.last().expect("chunks are non-empty");
+        let (mut wsum, mut busy, mut mem, mut io) = (0.0, (0.0, 0.0), (0.0, 0.0), (0.0, 0.0));
+        let mut t0 = prev_t;
+        for p in chunk {
+            let w = (p.t_s - t0).max(0.0);
+            t0 = p.t_s;
+            wsum += w;
+            if let Some(b) = p.busy_cores {
+                busy = (busy.0 + b * w, busy.1 + w);
+            }
+            if let Some(m) = p.mem_bytes {
+                mem = (mem.0 + m as f64 * w, mem.1 + w);
+            }
+            if let Some(r) = p.io_bytes_per_s {
+                io = (io.0 + r * w, io.1 + w);
+            }
+        }
+        let mean = |(s, w): (f64, f64), any: bool| if w > 0.0 { Some(s / w) } else if any { Some(0.0) } else { None };
+        let fmax = |f: fn(&Point) -> Option<f64>| chunk.iter().filter_map(f).fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.max(x))));
+        let umax = |f: fn(&Point) -> Option<u64>| chunk.iter().filter_map(f).max();
+        let _ = wsum;
+        out.push(Point {
+            t_s: last.t_s,
+            busy_cores: mean(busy, chunk.iter().any(|p| p.busy_cores.is_some())),
+            busy_cores_max: fmax(|p| p.busy_cores_max.or(p.busy_cores)),
+            mem_bytes: mean(mem, chunk.iter().any(|p| p.mem_bytes.is_some())).map(|m| m as u64),
+            mem_bytes_max: umax(|p| p.mem_bytes_max.or(p.mem_bytes)),
+            io_bytes_per_s: mean(io, chunk.iter().any(|p| p.io_bytes_per_s.is_some())),
+            tasks: umax(|p| p.tasks),
+        });
+        prev_t = last.t_s;
+    }
+    out
+}
+
 /// Timestamped job-cgroup readings from every source, in time order.
 fn job_readings<'a>(
     series: Option<&'a SpoolFile>,
@@ -162,6 +211,7 @@ pub fn summarize_node(
         }
     }
 
+    let timeline = downsample_timeline(timeline, MAX_TIMELINE_POINTS);
     let io_source = match first.and_then(|h| h.cgroup_version) {
         Some(crate::cgroup::CgroupVersion::V2) => Some("io.stat".to_string()),
         Some(crate::cgroup::CgroupVersion::V1) => Some("proc".to_string()),
@@ -394,6 +444,30 @@ mod tests {
         // absent, not zero
         assert_eq!(s.io.read_bytes, None);
         assert_eq!(s.mem.oom_kill_events, None);
+    }
+
+    #[test]
+    fn downsampled_timeline_keeps_peaks_and_means() {
+        let pts: Vec<Point> = (1..=1000)
+            .map(|i| Point {
+                t_s: i as f64,
+                busy_cores: Some(if i == 500 { 8.0 } else { 1.0 }),
+                busy_cores_max: Some(if i == 500 { 8.0 } else { 1.0 }),
+                mem_bytes: Some(if i == 700 { 9 << 30 } else { 1 << 30 }),
+                mem_bytes_max: Some(if i == 700 { 9 << 30 } else { 1 << 30 }),
+                io_bytes_per_s: None,
+                tasks: Some(1),
+            })
+            .collect();
+        let d = downsample_timeline(pts, 100);
+        assert!(d.len() <= 100);
+        assert_eq!(d.iter().filter_map(|p| p.busy_cores_max).fold(0.0, f64::max), 8.0);
+        assert_eq!(d.iter().filter_map(|p| p.mem_bytes_max).max(), Some(9 << 30));
+        // time-weighted mean busy cores is preserved: (999 × 1 + 8) / 1000
+        let total: f64 = d.iter().zip(std::iter::once(0.0).chain(d.iter().map(|p| p.t_s))).map(|(p, t0)| p.busy_cores.unwrap() * (p.t_s - t0)).sum();
+        assert!((total / 1000.0 - 1.007).abs() < 1e-9, "{total}");
+        assert_eq!(d.last().unwrap().t_s, 1000.0);
+        assert_eq!(d[0].io_bytes_per_s, None);
     }
 
     #[test]

@@ -8,31 +8,58 @@ use std::process::Command;
 
 pub const JOBSCOPE: &str = "/usr/local/bin/jobscope";
 pub const ARCHIVE: &str = "/var/lib/jobscope/archive";
-pub const SCHEMA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/schema/job-summary.schema.json");
+pub const SCHEMA: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../docs/schema/job-summary.schema.json"
+);
 
 /// `jobscope show ID --json` as root, parsed; also validated against the published JSON Schema.
 pub fn summary(id: u32) -> Result<Value> {
-    let out = Command::new(JOBSCOPE).args(["show", &id.to_string(), "--json"]).env_clear().output().context("cannot run jobscope")?;
-    ensure!(out.status.success(), "jobscope show {id} --json failed: {}", String::from_utf8_lossy(&out.stderr));
-    let v: Value = serde_json::from_slice(&out.stdout).context("jobscope show --json printed invalid JSON")?;
+    let out = Command::new(JOBSCOPE)
+        .args(["show", &id.to_string(), "--json"])
+        .env_clear()
+        .output()
+        .context("cannot run jobscope")?;
+    ensure!(
+        out.status.success(),
+        "jobscope show {id} --json failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value =
+        serde_json::from_slice(&out.stdout).context("jobscope show --json printed invalid JSON")?;
     validate(&v).with_context(|| format!("archived summary of job {id}"))?;
     Ok(v)
 }
 
 /// The text report as root.
 pub fn report_text(id: u32) -> Result<String> {
-    let out = Command::new(JOBSCOPE).args(["show", &id.to_string()]).env_clear().output()?;
-    ensure!(out.status.success(), "jobscope show {id} failed: {}", String::from_utf8_lossy(&out.stderr));
+    let out = Command::new(JOBSCOPE)
+        .args(["show", &id.to_string()])
+        .env_clear()
+        .output()?;
+    ensure!(
+        out.status.success(),
+        "jobscope show {id} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
 /// Validates a summary against docs/schema/job-summary.schema.json.
 pub fn validate(v: &Value) -> Result<()> {
     let schema: Value = serde_json::from_str(&std::fs::read_to_string(SCHEMA)?)?;
-    let validator = jsonschema::validator_for(&schema).map_err(|e| anyhow!("schema does not compile: {e}"))?;
-    let errors: Vec<String> = validator.iter_errors(v).map(|e| format!("{} at {}", e, e.instance_path)).take(10).collect();
+    let validator =
+        jsonschema::validator_for(&schema).map_err(|e| anyhow!("schema does not compile: {e}"))?;
+    let errors: Vec<String> = validator
+        .iter_errors(v)
+        .map(|e| format!("{} at {}", e, e.instance_path))
+        .take(10)
+        .collect();
     if !errors.is_empty() {
-        bail!("summary does not validate against the schema: {}", errors.join("; "));
+        bail!(
+            "summary does not validate against the schema: {}",
+            errors.join("; ")
+        );
     }
     Ok(())
 }
@@ -41,12 +68,16 @@ pub fn validate(v: &Value) -> Result<()> {
 pub fn archive_file(id: u32) -> Result<PathBuf> {
     let mut found = Vec::new();
     for e in walk(Path::new(ARCHIVE), 4) {
-        if e.file_name().and_then(|n| n.to_str()) == Some(&format!("{id}.json")) && !e.to_string_lossy().contains("/users/") {
+        if e.file_name().and_then(|n| n.to_str()) == Some(&format!("{id}.json"))
+            && !e.to_string_lossy().contains("/users/")
+        {
             found.push(e);
         }
     }
     found.sort();
-    found.pop().ok_or_else(|| anyhow!("job {id}: no archive file under {ARCHIVE}"))
+    found
+        .pop()
+        .ok_or_else(|| anyhow!("job {id}: no archive file under {ARCHIVE}"))
 }
 
 fn walk(dir: &Path, depth: usize) -> Vec<PathBuf> {
@@ -71,16 +102,22 @@ pub fn mode_of(p: &Path) -> Result<(u32, u32, u32)> {
 
 /// A job's v1 cgroup directory for one controller (`cpuacct`, `memory`).
 pub fn job_cgroup(ctrl: &str, node: &str, uid: u32, id: u32) -> PathBuf {
-    PathBuf::from(format!("/sys/fs/cgroup/{ctrl}/slurm_{node}/uid_{uid}/job_{id}"))
+    PathBuf::from(format!(
+        "/sys/fs/cgroup/{ctrl}/slurm_{node}/uid_{uid}/job_{id}"
+    ))
 }
 
 /// A float field by JSON pointer.
 pub fn f64_at(v: &Value, ptr: &str) -> Result<f64> {
-    v.pointer(ptr).and_then(|x| x.as_f64()).ok_or_else(|| anyhow!("{ptr} missing or not a number in {}", short(v)))
+    v.pointer(ptr)
+        .and_then(|x| x.as_f64())
+        .ok_or_else(|| anyhow!("{ptr} missing or not a number in {}", short(v)))
 }
 
 pub fn str_at<'a>(v: &'a Value, ptr: &str) -> Result<&'a str> {
-    v.pointer(ptr).and_then(|x| x.as_str()).ok_or_else(|| anyhow!("{ptr} missing or not a string in {}", short(v)))
+    v.pointer(ptr)
+        .and_then(|x| x.as_str())
+        .ok_or_else(|| anyhow!("{ptr} missing or not a string in {}", short(v)))
 }
 
 fn short(v: &Value) -> String {

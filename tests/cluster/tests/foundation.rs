@@ -14,8 +14,16 @@ const MIB: f64 = 1024.0 * 1024.0;
 
 fn completed(id: u32) -> Result<()> {
     let state = wait_job(id, T)?;
-    ensure!(state == "COMPLETED", "job {id}: {state}, ExitCode={}", job_field(id, "ExitCode")?);
-    ensure!(job_field(id, "ExitCode")? == "0:0", "job {id}: ExitCode {}", job_field(id, "ExitCode")?);
+    ensure!(
+        state == "COMPLETED",
+        "job {id}: {state}, ExitCode={}",
+        job_field(id, "ExitCode")?
+    );
+    ensure!(
+        job_field(id, "ExitCode")? == "0:0",
+        "job {id}: ExitCode {}",
+        job_field(id, "ExitCode")?
+    );
     Ok(())
 }
 
@@ -45,9 +53,15 @@ PY
 "#;
     let id = submit("alice", &[], script)?;
     let workdir = PathBuf::from(wait_for("WorkDir", T, || job_field(id, "WorkDir").ok())?);
-    let node = wait_for("node", T, || job_field(id, "NodeList").ok().filter(|n| !n.is_empty() && n != "(null)"))?;
+    let node = wait_for("node", T, || {
+        job_field(id, "NodeList")
+            .ok()
+            .filter(|n| !n.is_empty() && n != "(null)")
+    })?;
     let uid = user_info("alice")?.uid;
-    wait_for("the job's work-done marker", T, || workdir.join("work-done").exists().then_some(()))?;
+    wait_for("the job's work-done marker", T, || {
+        workdir.join("work-done").exists().then_some(())
+    })?;
     let usage_file = job_cgroup("cpuacct", &node, uid, id).join("cpuacct.usage");
     let kernel_ns: f64 = std::fs::read_to_string(&usage_file)
         .with_context(|| format!("read {}", usage_file.display()))?
@@ -58,27 +72,54 @@ PY
     let cpu_s = f64_at(&s, "/cpu/usage_s")?;
     let kernel_s = kernel_ns / 1e9;
     // ~40 CPU-s on an idle machine; less when the host is busy, which the 3 % check does not mind.
-    ensure!(kernel_s > 10.0, "the job should have burnt CPU, kernel says {kernel_s} s");
-    ensure!((cpu_s - kernel_s).abs() / kernel_s <= 0.03, "summary CPU {cpu_s:.2} s vs kernel cpuacct.usage {kernel_s:.2} s: more than 3 % apart");
+    ensure!(
+        kernel_s > 10.0,
+        "the job should have burnt CPU, kernel says {kernel_s} s"
+    );
+    ensure!(
+        (cpu_s - kernel_s).abs() / kernel_s <= 0.03,
+        "summary CPU {cpu_s:.2} s vs kernel cpuacct.usage {kernel_s:.2} s: more than 3 % apart"
+    );
     let peak = f64_at(&s, "/mem/peak_bytes")?;
-    ensure!((peak - 600.0 * MIB).abs() / (600.0 * MIB) <= 0.10, "memory peak {:.0} MiB is not within 10 % of the 600 MiB touched", peak / MIB);
+    ensure!(
+        (peak - 600.0 * MIB).abs() / (600.0 * MIB) <= 0.10,
+        "memory peak {:.0} MiB is not within 10 % of the 600 MiB touched",
+        peak / MIB
+    );
     ensure!(str_at(&s, "/state")? == "COMPLETED");
     ensure!(f64_at(&s, "/alloc/cores")? == 2.0);
     ensure!((f64_at(&s, "/alloc/mem_per_node_bytes")? - 2048.0 * MIB).abs() < 1.0);
     // CPU efficiency = CPU time ÷ (allocated cores × elapsed).
     let eff = f64_at(&s, "/efficiency/cpu_pct")?;
     let expect = 100.0 * cpu_s / (2.0 * f64_at(&s, "/elapsed_s")?);
-    ensure!((eff - expect).abs() < 0.01 && eff <= 100.5, "CPU efficiency {eff} vs {expect}");
-    ensure!(s.pointer("/io/read_bytes").is_some(), "I/O bytes are reported");
+    ensure!(
+        (eff - expect).abs() < 0.01 && eff <= 100.5,
+        "CPU efficiency {eff} vs {expect}"
+    );
+    ensure!(
+        s.pointer("/io/read_bytes").is_some(),
+        "I/O bytes are reported"
+    );
     ensure!(f64_at(&s, "/samples")? >= 4.0);
     // Archive file: 0640 root:<admin group = root on the test cluster>.
     let file = archive_file(id)?;
     let (mode, uid_owner, _gid) = mode_of(&file)?;
-    ensure!(mode == 0o640 && uid_owner == 0, "{}: mode {mode:o} owner {uid_owner}", file.display());
+    ensure!(
+        mode == 0o640 && uid_owner == 0,
+        "{}: mode {mode:o} owner {uid_owner}",
+        file.display()
+    );
     // Nothing from jobscope in the job's output.
-    ensure!(job_output(id)?.is_empty(), "job output: {:?}", job_output(id)?);
+    ensure!(
+        job_output(id)?.is_empty(),
+        "job output: {:?}",
+        job_output(id)?
+    );
     // The spool is gone once archived.
-    ensure!(!PathBuf::from(format!("/var/spool/jobscope/{id}.{node}")).exists(), "spool of job {id} not removed after archiving");
+    ensure!(
+        !PathBuf::from(format!("/var/spool/jobscope/{id}.{node}")).exists(),
+        "spool of job {id} not removed after archiving"
+    );
     Ok(())
 }
 
@@ -98,12 +139,24 @@ fn short_job_gets_samples() -> Result<()> {
 #[test]
 fn timeout_job_states_why_it_ended() -> Result<()> {
     let _c = ClusterGuard::acquire()?;
-    let id = submit("alice", &["--job-name=limit", "--time=1", "--wrap", "sleep 600"], "")?;
+    let id = submit(
+        "alice",
+        &["--job-name=limit", "--time=1", "--wrap", "sleep 600"],
+        "",
+    )?;
     let state = wait_job(id, Duration::from_secs(240))?;
     ensure!(state == "TIMEOUT", "SLURM says {state}");
     let s = summary(id)?;
-    ensure!(str_at(&s, "/state")? == "TIMEOUT", "summary state {}", s["state"]);
-    ensure!(str_at(&s, "/state_reason")?.contains("limit"), "reason {}", s["state_reason"]);
+    ensure!(
+        str_at(&s, "/state")? == "TIMEOUT",
+        "summary state {}",
+        s["state"]
+    );
+    ensure!(
+        str_at(&s, "/state_reason")?.contains("limit"),
+        "reason {}",
+        s["state_reason"]
+    );
     ensure!(report_text(id)?.contains("TIMEOUT"));
     Ok(())
 }
@@ -115,20 +168,43 @@ fn oom_job_states_why_it_ended() -> Result<()> {
     let script = "#!/bin/bash\n#SBATCH --job-name=oom --mem=150M\npython3 -c 'a = bytearray(600 * 1024 * 1024)\nfor i in range(0, len(a), 4096): a[i] = 1'\n";
     let id = submit("alice", &[], script)?;
     let state = wait_job(id, T)?;
-    ensure!(state == "OUT_OF_MEMORY" || state == "FAILED", "SLURM says {state}");
+    ensure!(
+        state == "OUT_OF_MEMORY" || state == "FAILED",
+        "SLURM says {state}"
+    );
     let s = summary(id)?;
-    ensure!(str_at(&s, "/state")? == "OUT_OF_MEMORY", "summary state {} ({})", s["state"], s["state_reason"]);
+    ensure!(
+        str_at(&s, "/state")? == "OUT_OF_MEMORY",
+        "summary state {} ({})",
+        s["state"],
+        s["state_reason"]
+    );
     ensure!(f64_at(&s, "/mem/oom_kill_events")? >= 1.0);
-    ensure!(str_at(&s, "/state_reason")?.contains("OOM"), "reason {}", s["state_reason"]);
+    ensure!(
+        str_at(&s, "/state_reason")?.contains("OOM"),
+        "reason {}",
+        s["state_reason"]
+    );
     Ok(())
 }
 
 fn fault_case(args: &str) -> Result<u32> {
     let _guard = set_plugin_args(args)?;
-    let id = submit("alice", &["--job-name=fault", "--wrap", "echo ok; sleep 2; srun -n1 echo step"], "")?;
+    let id = submit(
+        "alice",
+        &[
+            "--job-name=fault",
+            "--wrap",
+            "echo ok; sleep 2; srun -n1 echo step",
+        ],
+        "",
+    )?;
     completed(id)?;
     let out = job_output(id)?;
-    ensure!(out == "ok\nstep\n", "job output must hold only the job's own text, got {out:?}");
+    ensure!(
+        out == "ok\nstep\n",
+        "job output must hold only the job's own text, got {out:?}"
+    );
     ensure!(!out.to_lowercase().contains("jobscope") && !out.contains("panic"));
     Ok(id)
 }
@@ -139,7 +215,10 @@ fn unwritable_spool_directory_harms_nothing() -> Result<()> {
     let _c = ClusterGuard::acquire()?;
     let id = fault_case("spool_dir=/dev/null/jobscope")?;
     let s = summary(id)?;
-    ensure!(s["partial"] == true, "a report without samples is marked partial");
+    ensure!(
+        s["partial"] == true,
+        "a report without samples is marked partial"
+    );
     Ok(())
 }
 
@@ -172,12 +251,25 @@ fn only_owner_and_root_can_show_a_report() -> Result<()> {
     completed(id)?;
     summary(id)?;
     let mine = run_as("alice", &format!("{JOBSCOPE} show {id}"))?;
-    ensure!(mine.success() && mine.stdout.contains(&format!("job {id}")), "alice: {:?} {:?}", mine.stdout, mine.stderr);
+    ensure!(
+        mine.success() && mine.stdout.contains(&format!("job {id}")),
+        "alice: {:?} {:?}",
+        mine.stdout,
+        mine.stderr
+    );
     let json = run_as("alice", &format!("{JOBSCOPE} show {id} --json"))?;
     ensure!(json.success() && json.stdout.contains("\"schema_version\""));
     let theirs = run_as("bob", &format!("{JOBSCOPE} show {id}"))?;
-    ensure!(!theirs.success(), "bob could read alice's report: {:?}", theirs.stdout);
-    ensure!(!theirs.stdout.contains("private") && theirs.stderr.contains("owner"), "bob: {:?}", theirs.stderr);
+    ensure!(
+        !theirs.success(),
+        "bob could read alice's report: {:?}",
+        theirs.stdout
+    );
+    ensure!(
+        !theirs.stdout.contains("private") && theirs.stderr.contains("owner"),
+        "bob: {:?}",
+        theirs.stderr
+    );
     // bob cannot read the archive files directly either
     let file = archive_file(id)?;
     let cat = run_as("bob", &format!("cat {}", file.display()))?;
@@ -194,11 +286,29 @@ fn two_node_each_node_writes_its_summary() -> Result<()> {
     let id = submit("alice", &[], script)?;
     completed(id)?;
     let s = summary(id)?;
-    let got: Vec<&str> = s["nodes"].as_array().context("nodes")?.iter().filter_map(|n| n["node"].as_str()).collect();
-    ensure!(got.len() == 2 && nodes.iter().all(|n| got.contains(&n.as_str())), "nodes in summary: {got:?}, cluster: {nodes:?}");
+    let got: Vec<&str> = s["nodes"]
+        .as_array()
+        .context("nodes")?
+        .iter()
+        .filter_map(|n| n["node"].as_str())
+        .collect();
+    ensure!(
+        got.len() == 2 && nodes.iter().all(|n| got.contains(&n.as_str())),
+        "nodes in summary: {got:?}, cluster: {nodes:?}"
+    );
     for n in s["nodes"].as_array().unwrap() {
-        ensure!(n["quality"]["samples"].as_f64().unwrap_or(0.0) >= 2.0, "node {} samples {}", n["node"], n["quality"]["samples"]);
-        ensure!(n["cpu"]["usage_s"].as_f64().unwrap_or(0.0) > 2.0, "node {} cpu {}", n["node"], n["cpu"]["usage_s"]);
+        ensure!(
+            n["quality"]["samples"].as_f64().unwrap_or(0.0) >= 2.0,
+            "node {} samples {}",
+            n["node"],
+            n["quality"]["samples"]
+        );
+        ensure!(
+            n["cpu"]["usage_s"].as_f64().unwrap_or(0.0) > 2.0,
+            "node {} cpu {}",
+            n["node"],
+            n["cpu"]["usage_s"]
+        );
     }
     ensure!(s["partial"] == false, "reasons: {}", s["partial_reasons"]);
     Ok(())

@@ -1,0 +1,1088 @@
+//! The end-of-job mail as a lettre [`Message`]: who it goes to, its subject, and its two views.
+//!
+//! ```text
+//! multipart/alternative
+//! ├── text/plain                 the text report, as rendered by `render::render_text`
+//! └── multipart/related          (plain text/html when there are no charts)
+//!     ├── text/html              report-templates/report.html.hbs, <img src="cid:node0-cpu@jobscope">
+//!     └── image/png …            one busy-cores and one memory chart per node (first N nodes)
+//! ```
+//!
+//! Every string here can come from a user: `sbatch -J`, `--mail-user`, even the account name. So:
+//! - the subject is rendered WITHOUT escaping (it is not HTML) and then stripped of control and
+//!   bidi-format characters and capped, and lettre RFC 2047-encodes what is left: no header injection;
+//! - the HTML registry escapes every `{{value}}` (handlebars' default), and the built-in template uses
+//!   no `{{{triple}}}`: no markup from a job name reaches the HTML;
+//! - both registries run in strict mode: a template naming a field the view lacks is an error, caught
+//!   by the tests for the built-in templates, and for a site's own templates answered by falling back
+//!   to the built-in one (with a warning for the caller to log) rather than by a blank;
+//! - an address is accepted only as a bare `local@domain` that lettre parses, without control
+//!   characters, at most 254 characters, not starting with `-`.
+//!
+//! Content-IDs are built from node indexes, never from node names.
+
+use crate::charts;
+use crate::render::{clean, fmt_bytes, fmt_duration, fmt_pct, fmt_secs};
+use handlebars::Handlebars;
+use jobscope_core::summary::{JobSummary, NodeSummary};
+use lettre::message::header::{self, ContentType, Header, HeaderName, HeaderValue};
+use lettre::message::{Attachment, Mailbox, MultiPart, SinglePart};
+use lettre::{Address, Message};
+use serde_json::{json, Value};
+use std::path::Path;
+
+pub const SUBJECT_TEMPLATE: &str = include_str!("../../../report-templates/subject.hbs");
+pub const HTML_TEMPLATE: &str = include_str!("../../../report-templates/report.html.hbs");
+/// File names looked for in the site's template override directory.
+pub const SUBJECT_FILE: &str = "subject.hbs";
+pub const HTML_FILE: &str = "report.html.hbs";
+
+/// The subject is cut to this many characters (before RFC 2047 encoding), with `…` appended.
+pub const SUBJECT_MAX_CHARS: usize = 160;
+/// RFC 5321's limit on a forward-path, less the angle brackets.
+pub const MAX_ADDRESS_LEN: usize = 254;
+/// A site template larger than this is not read.
+const MAX_TEMPLATE_BYTES: u64 = 1024 * 1024;
+
+const SUBJECT: &str = "subject";
+const SUBJECT_SITE: &str = "subject.site";
+const HTML: &str = "report.html";
+const HTML_SITE: &str = "report.html.site";
+
+/// Why an address was refused. The caller logs it (with [`printable`] of the input); the archive
+/// does not depend on the mail.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AddressError {
+    #[error("the address is empty")]
+    Empty,
+    #[error("the address contains control characters (CR, LF, …)")]
+    ControlChars,
+    #[error("the address has no '@'")]
+    NoAt,
+    #[error("the address is {0} bytes long, more than the {MAX_ADDRESS_LEN} allowed")]
+    TooLong(usize),
+    #[error("the address starts with '-'")]
+    LeadingDash,
+    #[error("not a valid address: {0}")]
+    Invalid(String),
+    #[error("no recipient: no usable --mail-user and the job's user name is unknown")]
+    NoUser,
+    #[error("no recipient: {0:?} has no domain and mail.domain is not configured")]
+    NoDomain(String),
+}
+
+/// `s` made safe to put into a log line: escaped (`\r`, `\n`, `\u{…}`) and cut at 300 characters.
+pub fn printable(s: &str) -> String {
+    let e: String = s.escape_debug().take(300).collect();
+    if s.escape_debug().nth(300).is_some() {
+        e + "…"
+    } else {
+        e
+    }
+}
+
+/// Parses one bare address (`local@domain`, no display name, no list).
+pub fn parse_address(s: &str) -> Result<Mailbox, AddressError> {
+    let s = s.trim_matches(|c| c == ' ' || c == '\t');
+    if s.is_empty() {
+        return Err(AddressError::Empty);
+    }
+    if s.chars().any(char::is_control) {
+        return Err(AddressError::ControlChars);
+    }
+    if s.len() > MAX_ADDRESS_LEN {
+        return Err(AddressError::TooLong(s.len()));
+    }
+    if !s.contains('@') {
+        return Err(AddressError::NoAt);
+    }
+    // sendmail gets the address after `--`, but an address that looks like an option is refused anyway.
+    if s.starts_with('-') {
+        return Err(AddressError::LeadingDash);
+    }
+    let a: Address = s
+        .parse()
+        .map_err(|e: lettre::address::AddressError| AddressError::Invalid(e.to_string()))?;
+    Ok(Mailbox::new(None, a))
+}
+
+/// Where the recipient came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecipientSource {
+    /// `--mail-user` (qualified with the configured domain when it was a bare name).
+    MailUser,
+    /// The job's user name at the configured domain.
+    UserAtDomain,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Recipient {
+    pub mailbox: Mailbox,
+    pub source: RecipientSource,
+    /// `--mail-user` was set but refused (printable form, reason); the mail went to the user instead.
+    /// The caller should log it.
+    pub rejected_mail_user: Option<(String, AddressError)>,
+}
+
+/// Chooses the recipient: `--mail-user` if set and valid, else `<user>@<domain>`.
+///
+/// A `--mail-user` without `@` is a user name (SLURM itself fills `mail_user` with the submitting
+/// user's name when the option is not given) and is qualified with `domain`, as SLURM's `MailDomain`
+/// does.
+pub fn choose_recipient(
+    mail_user: Option<&str>,
+    user: Option<&str>,
+    domain: Option<&str>,
+) -> Result<Recipient, AddressError> {
+    let qualify = |name: &str| -> Result<Mailbox, AddressError> {
+        if name.contains('@') {
+            return parse_address(name);
+        }
+        if name.trim().is_empty() {
+            return Err(AddressError::Empty);
+        }
+        if name.chars().any(char::is_control) {
+            return Err(AddressError::ControlChars);
+        }
+        match domain.map(str::trim).filter(|d| !d.is_empty()) {
+            Some(d) => parse_address(&format!("{}@{d}", name.trim())),
+            None => Err(AddressError::NoDomain(printable(name))),
+        }
+    };
+    let mut rejected = None;
+    if let Some(mu) = mail_user.filter(|m| !m.trim().is_empty()) {
+        match qualify(mu) {
+            Ok(mailbox) => {
+                return Ok(Recipient {
+                    mailbox,
+                    source: RecipientSource::MailUser,
+                    rejected_mail_user: None,
+                })
+            }
+            Err(e) => rejected = Some((printable(mu), e)),
+        }
+    }
+    let user = user
+        .filter(|u| !u.trim().is_empty())
+        .ok_or(AddressError::NoUser)?;
+    if user.contains('@') {
+        // A user name is never an address; don't let one pick its own domain.
+        return Err(AddressError::Invalid(format!(
+            "user name {:?} contains '@'",
+            printable(user)
+        )));
+    }
+    Ok(Recipient {
+        mailbox: qualify(user)?,
+        source: RecipientSource::UserAtDomain,
+        rejected_mail_user: rejected,
+    })
+}
+
+/// The subject and HTML templates: the built-in ones, plus a site's own where configured.
+pub struct Templates {
+    subject: Handlebars<'static>,
+    html: Handlebars<'static>,
+}
+
+impl Templates {
+    /// Only the built-in templates.
+    pub fn builtin() -> Self {
+        let mut subject = Handlebars::new();
+        subject.set_strict_mode(true);
+        // Not HTML: no escaping; control characters are removed after rendering (see `render_subject`).
+        subject.register_escape_fn(handlebars::no_escape);
+        subject
+            .register_template_string(SUBJECT, SUBJECT_TEMPLATE)
+            .expect("built-in subject template is valid");
+        let mut html = Handlebars::new();
+        html.set_strict_mode(true);
+        // The default escape function (html_escape) stays in place.
+        html.register_template_string(HTML, HTML_TEMPLATE)
+            .expect("built-in HTML template is valid");
+        Templates { subject, html }
+    }
+
+    /// The built-in templates, overridden by `dir/subject.hbs` and `dir/report.html.hbs` where those
+    /// exist and parse. Returns warnings for the caller to log: a template that cannot be read or
+    /// parsed is named with the reason, and the built-in one is used instead.
+    pub fn load(override_dir: Option<&Path>) -> (Self, Vec<String>) {
+        let mut t = Self::builtin();
+        let mut warnings = Vec::new();
+        let Some(dir) = override_dir else {
+            return (t, warnings);
+        };
+        if !dir.is_dir() {
+            warnings.push(format!(
+                "mail template directory {} is not a directory; using the built-in templates",
+                dir.display()
+            ));
+            return (t, warnings);
+        }
+        for (file, name, reg) in [
+            (SUBJECT_FILE, SUBJECT_SITE, &mut t.subject),
+            (HTML_FILE, HTML_SITE, &mut t.html),
+        ] {
+            let path = dir.join(file);
+            let src = match read_template(&path) {
+                Ok(Some(s)) => s,
+                Ok(None) => continue,
+                Err(e) => {
+                    warnings.push(format!(
+                        "mail template {}: {e}; using the built-in one",
+                        path.display()
+                    ));
+                    continue;
+                }
+            };
+            if let Err(e) = reg.register_template_string(name, src) {
+                warnings.push(format!(
+                    "mail template {} does not parse: {e}; using the built-in one",
+                    path.display()
+                ));
+            }
+        }
+        (t, warnings)
+    }
+
+    /// Renders `name.site` if the site has one, else (or if that fails, with a warning) the built-in.
+    fn render(
+        reg: &Handlebars<'static>,
+        name: &str,
+        site: &str,
+        file: &str,
+        view: &Value,
+        warnings: &mut Vec<String>,
+    ) -> Result<String, handlebars::RenderError> {
+        if reg.has_template(site) {
+            match reg.render(site, view) {
+                Ok(s) => return Ok(s),
+                Err(e) => warnings.push(format!(
+                    "site mail template {file} failed to render: {e}; using the built-in one"
+                )),
+            }
+        }
+        reg.render(name, view)
+    }
+
+    /// The subject line: rendered, control and bidi characters removed, whitespace collapsed, capped.
+    pub fn render_subject(
+        &self,
+        view: &Value,
+        warnings: &mut Vec<String>,
+    ) -> Result<String, handlebars::RenderError> {
+        let raw = Self::render(
+            &self.subject,
+            SUBJECT,
+            SUBJECT_SITE,
+            SUBJECT_FILE,
+            view,
+            warnings,
+        )?;
+        let subject = clean_subject(&raw, SUBJECT_MAX_CHARS);
+        if subject.is_empty() && self.subject.has_template(SUBJECT_SITE) {
+            warnings.push(format!(
+                "site mail template {SUBJECT_FILE} rendered an empty subject; using the built-in one"
+            ));
+            let raw = self.subject.render(SUBJECT, view)?;
+            return Ok(clean_subject(&raw, SUBJECT_MAX_CHARS));
+        }
+        Ok(subject)
+    }
+
+    pub fn render_html(
+        &self,
+        view: &Value,
+        warnings: &mut Vec<String>,
+    ) -> Result<String, handlebars::RenderError> {
+        Self::render(&self.html, HTML, HTML_SITE, HTML_FILE, view, warnings)
+    }
+}
+
+/// Reads a site template: `Ok(None)` if there is none; refuses anything but a regular file of at most
+/// 1 MiB in UTF-8.
+fn read_template(path: &Path) -> Result<Option<String>, String> {
+    let md = match std::fs::metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e.to_string()),
+    };
+    if !md.is_file() {
+        return Err("not a regular file".into());
+    }
+    if md.len() > MAX_TEMPLATE_BYTES {
+        return Err(format!(
+            "{} bytes, more than the {MAX_TEMPLATE_BYTES} allowed",
+            md.len()
+        ));
+    }
+    let bytes = std::fs::read(path).map_err(|e| e.to_string())?;
+    String::from_utf8(bytes)
+        .map(Some)
+        .map_err(|_| "not UTF-8".into())
+}
+
+/// Unicode "format" characters that reorder or hide text (bidi overrides, zero-width, BOM).
+fn is_bidi_or_invisible(c: char) -> bool {
+    matches!(c, '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2060}'..='\u{2069}' | '\u{FEFF}')
+}
+
+/// User-supplied text for a view: `render::clean` (control characters out, capped) with the
+/// bidi/invisible characters removed too, so a job name cannot reorder what is shown around it.
+fn text(s: &str, max_chars: usize) -> String {
+    let s: String = s.chars().filter(|&c| !is_bidi_or_invisible(c)).collect();
+    clean(&s, max_chars)
+}
+
+/// A one-line header value: control characters become spaces, bidi/invisible ones are dropped,
+/// runs of whitespace collapse to one space, and the result is cut at `max_chars` (plus `…`).
+pub fn clean_subject(s: &str, max_chars: usize) -> String {
+    let mut out = String::with_capacity(s.len().min(max_chars * 4));
+    let mut n = 0;
+    let mut pending_space = false;
+    for c in s.chars() {
+        if is_bidi_or_invisible(c) {
+            continue;
+        }
+        if c.is_control() || c.is_whitespace() {
+            pending_space = !out.is_empty();
+            continue;
+        }
+        if n + usize::from(pending_space) >= max_chars {
+            out.push('…');
+            return out;
+        }
+        if pending_space {
+            out.push(' ');
+            n += 1;
+            pending_space = false;
+        }
+        out.push(c);
+        n += 1;
+    }
+    out
+}
+
+/// A stable identifier for one mail about one job run: `<cluster>.<job_id>.<start_s>.<kind>`, made of
+/// `[A-Za-z0-9_-]` and dots only (a safe file name for the queue, and the Message-ID's left side).
+/// The start time keeps a requeued job's second run (same job id) from being taken for a duplicate.
+pub fn mail_id(s: &JobSummary, kind: &str) -> String {
+    let safe = |x: &str, max: usize| -> String {
+        let v: String = x
+            .chars()
+            .take(max)
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect();
+        if v.is_empty() {
+            "_".into()
+        } else {
+            v
+        }
+    };
+    format!(
+        "{}.{}.{}.{}",
+        safe(s.cluster.as_deref().unwrap_or("local"), 64),
+        s.job_id,
+        s.start_unix_ms / 1000,
+        safe(kind, 32)
+    )
+}
+
+/// The job as SLURM users write it: `1234`, or `1230_4` for an array task.
+fn job_label(s: &JobSummary) -> String {
+    match (s.array_job_id, s.array_task_id) {
+        (Some(a), Some(t)) => format!("{a}_{t}"),
+        _ => s.job_id.to_string(),
+    }
+}
+
+/// `45 %` (whole percent, for the subject line).
+fn pct0(p: Option<f64>) -> String {
+    p.filter(|p| p.is_finite())
+        .map(|p| format!("{p:.0} %"))
+        .unwrap_or_else(|| "n/a".into())
+}
+
+/// `3h12m` / `12m05s` / `42s`: `fmt_duration` without the seconds once it reaches hours.
+fn short_duration(s: f64) -> String {
+    let d = fmt_duration(s);
+    match d.find('h') {
+        Some(i) if d.ends_with('s') && d[i + 1..].len() == 6 => d[..d.len() - 3].to_string(),
+        _ => d,
+    }
+}
+
+/// The view model of the subject line. All text is cleaned of control characters and capped.
+pub fn subject_view(s: &JobSummary) -> Value {
+    json!({
+        "job_id": job_label(s),
+        "name": text(s.name.as_deref().unwrap_or("(unknown)"), 60),
+        "user": text(s.user.as_deref().unwrap_or("(unknown)"), 32),
+        "cluster": text(s.cluster.as_deref().unwrap_or("-"), 32),
+        "partition": text(s.partition.as_deref().unwrap_or("-"), 32),
+        "state": text(&s.state, 32),
+        "elapsed": short_duration(s.elapsed_s),
+        "cpu_efficiency": pct0(s.efficiency.cpu_pct),
+        "mem_efficiency": pct0(s.efficiency.mem_pct),
+        "time_efficiency": pct0(s.efficiency.time_pct),
+        "partial": s.partial,
+    })
+}
+
+/// Content-IDs of a node's charts (by index: node names never reach a header).
+fn chart_cids(i: usize) -> (String, String) {
+    (
+        format!("node{i}-cpu@jobscope"),
+        format!("node{i}-mem@jobscope"),
+    )
+}
+
+fn or_na(v: Option<String>) -> String {
+    v.unwrap_or_else(|| "n/a".into())
+}
+
+fn node_html_view(
+    n: &NodeSummary,
+    charts: (Option<&str>, Option<&str>),
+    size: (u32, u32),
+) -> Value {
+    json!({
+        "name": text(&n.node, 64),
+        "cores": or_na(n.alloc_cores.map(|c| c.to_string())),
+        "cpu_time": fmt_secs(n.cpu.usage_s),
+        "cpu_efficiency": fmt_pct(n.cpu_efficiency_pct),
+        "mem_peak": fmt_bytes(n.mem.peak_bytes),
+        "samples": n.quality.samples,
+        "cpu_chart": charts.0,
+        "mem_chart": charts.1,
+        "chart_width": size.0,
+        "chart_height": size.1,
+        "steps": n.steps.iter().take(200).map(|s| json!({
+            "name": text(&s.step, 32),
+            "elapsed": or_na(s.elapsed_s.map(fmt_duration)),
+            "cpu_time": fmt_secs(s.cpu_s),
+            "mem_peak": fmt_bytes(s.mem_peak_bytes),
+            "exit": or_na(s.exit_status.map(|e| e.to_string())),
+        })).collect::<Vec<_>>(),
+    })
+}
+
+/// The view model of the HTML report. `charts[i]` holds node i's Content-IDs (or `None` where that
+/// chart is missing); nodes past `charts.len()` get none.
+pub fn html_view(
+    s: &JobSummary,
+    charts: &[(Option<String>, Option<String>)],
+    size: (u32, u32),
+) -> Value {
+    let nodes: Vec<Value> = s
+        .nodes
+        .iter()
+        .enumerate()
+        .map(|(i, n)| {
+            let c = charts.get(i);
+            node_html_view(
+                n,
+                (
+                    c.and_then(|c| c.0.as_deref()),
+                    c.and_then(|c| c.1.as_deref()),
+                ),
+                size,
+            )
+        })
+        .collect();
+    let shown = charts.len().min(s.nodes.len());
+    json!({
+        "job_id": job_label(s),
+        "name": text(s.name.as_deref().unwrap_or("(unknown)"), 120),
+        "user": text(s.user.as_deref().unwrap_or("(unknown)"), 64),
+        "account": text(s.account.as_deref().unwrap_or("-"), 64),
+        "cluster": text(s.cluster.as_deref().unwrap_or("-"), 64),
+        "partition": text(s.partition.as_deref().unwrap_or("-"), 64),
+        "state": text(&s.state, 32),
+        "state_ok": s.state == "COMPLETED",
+        "state_reason": s.state_reason.as_deref().map(|r| text(r, 200)).unwrap_or_default(),
+        "elapsed": fmt_duration(s.elapsed_s),
+        "time_limit": s.alloc.time_limit_s.map(|t| fmt_duration(t as f64)).unwrap_or_else(|| "no".into()),
+        "nodes_count": s.alloc.nodes,
+        "cores": or_na(s.alloc.cores.map(|c| c.to_string())),
+        "mem_alloc": fmt_bytes(s.alloc.mem_per_node_bytes),
+        "gpus": s.alloc.gpus.as_deref().map(|g| text(g, 64)).unwrap_or_else(|| "none".into()),
+        "cpu_time": fmt_secs(s.cpu.usage_s),
+        "cpu_user": fmt_secs(s.cpu.user_s),
+        "cpu_system": fmt_secs(s.cpu.system_s),
+        "cpu_efficiency": fmt_pct(s.efficiency.cpu_pct),
+        "mem_peak": fmt_bytes(s.mem.peak_bytes),
+        "mem_efficiency": fmt_pct(s.efficiency.mem_pct),
+        "mem_rss": fmt_bytes(s.mem.rss_peak_bytes),
+        "mem_cache": fmt_bytes(s.mem.cache_peak_bytes),
+        "mem_shmem": fmt_bytes(s.mem.shmem_peak_bytes),
+        "oom_kills": or_na(s.mem.oom_kill_events.map(|o| o.to_string())),
+        "time_efficiency": fmt_pct(s.efficiency.time_pct),
+        "io_read": fmt_bytes(s.io.read_bytes),
+        "io_write": fmt_bytes(s.io.write_bytes),
+        "io_peak": or_na(s.io.peak_bytes_per_s.map(|r| format!("{}/s", fmt_bytes(Some(r as u64))))),
+        "io_source": text(s.io.source.as_deref().unwrap_or("n/a"), 16),
+        "samples": s.samples,
+        "partial": s.partial,
+        "partial_reasons": s.partial_reasons.iter().take(50).map(|r| text(r, 300)).collect::<Vec<_>>(),
+        "nodes": nodes,
+        "nodes_total": s.nodes.len(),
+        "charts_shown": shown,
+        "charts_omitted": shown < s.nodes.len(),
+        "generator": text(&s.generator, 64),
+    })
+}
+
+/// `Auto-Submitted: auto-generated` (RFC 3834): vacation responders and ticket systems don't answer.
+#[derive(Debug, Clone)]
+struct AutoSubmitted;
+
+impl Header for AutoSubmitted {
+    fn name() -> HeaderName {
+        HeaderName::new_from_ascii_str("Auto-Submitted")
+    }
+    fn parse(_s: &str) -> Result<Self, Box<dyn std::error::Error + Send + Sync>> {
+        Ok(AutoSubmitted)
+    }
+    fn display(&self) -> HeaderValue {
+        HeaderValue::new(Self::name(), "auto-generated".into())
+    }
+}
+
+/// How the mail is built (from the site configuration).
+#[derive(Debug, Clone)]
+pub struct MailOptions {
+    pub from: Mailbox,
+    /// Chart size in pixels; charts are drawn for the first `max_chart_nodes` nodes only.
+    pub chart_width: u32,
+    pub chart_height: u32,
+    pub max_chart_nodes: usize,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum MailError {
+    #[error("rendering the mail: {0}")]
+    Render(#[from] handlebars::RenderError),
+    #[error("building the mail: {0}")]
+    Build(#[from] lettre::error::Error),
+}
+
+/// A built mail, ready for the queue.
+#[derive(Debug)]
+pub struct Mail {
+    /// [`mail_id`]: the queue's key for this mail.
+    pub id: String,
+    pub message: Message,
+    /// Problems that did not stop the mail (a chart that failed, a site template that was refused):
+    /// for the caller to log.
+    pub warnings: Vec<String>,
+}
+
+/// Builds the mail for job summary `s`. `text_report` is the plain-text part as is (the text report
+/// without colour). `kind` names this mail in its id (`end` for the end-of-job report).
+pub fn build_mail(
+    s: &JobSummary,
+    text_report: &str,
+    to: &Mailbox,
+    kind: &str,
+    opts: &MailOptions,
+    templates: &Templates,
+) -> Result<Mail, MailError> {
+    let id = mail_id(s, kind);
+    let mut warnings = Vec::new();
+
+    // Charts first: the HTML names only the ones that exist.
+    let mut images: Vec<SinglePart> = Vec::new();
+    let mut cids: Vec<(Option<String>, Option<String>)> = Vec::new();
+    let size = (opts.chart_width, opts.chart_height);
+    for (i, n) in s.nodes.iter().take(opts.max_chart_nodes).enumerate() {
+        let (cpu_cid, mem_cid) = chart_cids(i);
+        let mut pair = (None, None);
+        for (what, cid, png, slot) in [
+            (
+                "busy cores",
+                cpu_cid,
+                charts::busy_cores_png(n, size.0, size.1),
+                &mut pair.0,
+            ),
+            (
+                "memory",
+                mem_cid,
+                charts::memory_png(n, size.0, size.1),
+                &mut pair.1,
+            ),
+        ] {
+            match png {
+                Ok(bytes) => {
+                    images.push(Attachment::new_inline(cid.clone()).body(
+                        bytes,
+                        ContentType::parse("image/png").expect("valid MIME type"),
+                    ));
+                    *slot = Some(cid);
+                }
+                Err(e) => warnings.push(format!(
+                    "job {}: {what} chart of node {} left out: {e}",
+                    s.job_id,
+                    printable(&clean(&n.node, 64))
+                )),
+            }
+        }
+        cids.push(pair);
+    }
+
+    let subject = templates.render_subject(&subject_view(s), &mut warnings)?;
+    let html = templates.render_html(&html_view(s, &cids, size), &mut warnings)?;
+
+    let text_part = SinglePart::plain(text_report.to_string());
+    let html_part = SinglePart::html(html);
+    let body = if images.is_empty() {
+        MultiPart::alternative()
+            .singlepart(text_part)
+            .singlepart(html_part)
+    } else {
+        let related = images
+            .into_iter()
+            .fold(MultiPart::related().singlepart(html_part), |m, p| {
+                m.singlepart(p)
+            });
+        MultiPart::alternative()
+            .singlepart(text_part)
+            .multipart(related)
+    };
+
+    let domain = opts.from.email.domain().to_string();
+    let message = Message::builder()
+        .from(opts.from.clone())
+        .to(to.clone())
+        .subject(subject)
+        .message_id(Some(format!("<jobscope.{id}@{domain}>")))
+        .header(AutoSubmitted)
+        .header(header::UserAgent::from(crate::run::GENERATOR.to_string()))
+        .multipart(body)?;
+    Ok(Mail {
+        id,
+        message,
+        warnings,
+    })
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use jobscope_core::summary::*;
+    use mail_parser::{MessageParser, MimeHeaders};
+
+    pub(crate) fn summary() -> JobSummary {
+        let timeline: Vec<Point> = (0..40)
+            .map(|i| Point {
+                t_s: i as f64 * 30.0,
+                busy_cores: Some((i % 5) as f64),
+                busy_cores_max: Some((i % 5) as f64 + 0.5),
+                mem_bytes: Some((i as u64 + 1) << 28),
+                mem_bytes_max: Some((i as u64 + 2) << 28),
+                io_bytes_per_s: None,
+                tasks: Some(3),
+            })
+            .collect();
+        let node = |name: &str| NodeSummary {
+            node: name.into(),
+            job_id: 1234,
+            uid: 1000,
+            start_unix_ms: 1_795_305_466_000,
+            end_unix_ms: 1_795_305_466_000 + 11_520_000,
+            elapsed_s: 11_520.0,
+            alloc_cores: Some(4),
+            alloc_mem_bytes: Some(16 << 30),
+            cgroup_version: None,
+            cpu: CpuTotals {
+                usage_s: Some(20_736.0),
+                ..Default::default()
+            },
+            mem: MemTotals {
+                peak_bytes: Some(11 << 29),
+                limit_bytes: Some(16 << 30),
+                ..Default::default()
+            },
+            io: IoTotals::default(),
+            tasks_max: Some(3),
+            threads_max: None,
+            cpu_efficiency_pct: Some(45.0),
+            steps: vec![StepSummary {
+                step: "batch".into(),
+                start_unix_ms: Some(1_795_305_466_000),
+                end_unix_ms: Some(1_795_305_466_000 + 11_520_000),
+                elapsed_s: Some(11_520.0),
+                cpu_s: Some(20_000.0),
+                mem_peak_bytes: Some(5 << 30),
+                exit_status: Some(0),
+            }],
+            timeline: timeline.clone(),
+            quality: Quality {
+                samples: 40,
+                sampler_ended_cleanly: true,
+                ..Default::default()
+            },
+        };
+        JobSummary {
+            schema_version: SCHEMA_VERSION,
+            generator: "jobscope test".into(),
+            cluster: Some("alpha".into()),
+            job_id: 1234,
+            array_job_id: None,
+            array_task_id: None,
+            name: Some("train".into()),
+            user: Some("alice".into()),
+            uid: 1000,
+            account: Some("proj1".into()),
+            partition: Some("cpu".into()),
+            state: "COMPLETED".into(),
+            state_reason: None,
+            exit_code: Some(0),
+            start_unix_ms: 1_795_305_466_000,
+            end_unix_ms: 1_795_305_466_000 + 11_520_000,
+            elapsed_s: 11_520.0,
+            alloc: Allocation {
+                nodes: 2,
+                cores: Some(8),
+                mem_per_node_bytes: Some(16 << 30),
+                gpus: None,
+                time_limit_s: Some(86_400),
+            },
+            cpu: CpuTotals {
+                usage_s: Some(41_472.0),
+                user_s: Some(40_000.0),
+                system_s: Some(1_472.0),
+                throttled_s: None,
+            },
+            mem: MemTotals {
+                peak_bytes: Some(11 << 29),
+                limit_bytes: Some(16 << 30),
+                ..Default::default()
+            },
+            io: IoTotals::default(),
+            efficiency: Efficiency {
+                cpu_pct: Some(45.0),
+                mem_pct: Some(23.4),
+                time_pct: Some(13.3),
+            },
+            nodes: vec![node("node-1"), node("node-2")],
+            missing_nodes: vec![],
+            partial: false,
+            partial_reasons: vec![],
+            samples: 80,
+            analysis: None,
+        }
+    }
+
+    pub(crate) fn opts() -> MailOptions {
+        MailOptions {
+            from: parse_address("jobscope@cluster.example.org").unwrap(),
+            chart_width: 480,
+            chart_height: 200,
+            max_chart_nodes: 8,
+        }
+    }
+
+    fn build(s: &JobSummary, text: &str) -> Mail {
+        let to = parse_address("alice@example.org").unwrap();
+        build_mail(s, text, &to, "end", &opts(), &Templates::builtin()).unwrap()
+    }
+
+    #[test]
+    fn builtin_subject() {
+        let s = summary();
+        let mut w = vec![];
+        let subj = Templates::builtin()
+            .render_subject(&subject_view(&s), &mut w)
+            .unwrap();
+        assert_eq!(
+            subj,
+            "Job 1234 (train) COMPLETED in 3h12m: CPU 45 %, mem 23 %"
+        );
+        assert!(w.is_empty());
+        assert_eq!(short_duration(42.0), "42s");
+        assert_eq!(short_duration(725.0), "12m05s");
+        assert_eq!(short_duration(90_000.0), "1d01h00m");
+    }
+
+    #[test]
+    fn message_structure_text_html_and_inline_charts() {
+        let s = summary();
+        let text = "jobscope report: job 1234 (train)\nline two\n.\nafter a lone dot\n";
+        let mail = build(&s, text);
+        assert!(mail.warnings.is_empty(), "{:?}", mail.warnings);
+        assert_eq!(mail.id, "alpha.1234.1795305466.end");
+        let raw = mail.message.formatted();
+        let m = MessageParser::default().parse(&raw).expect("parses");
+        assert_eq!(
+            m.subject(),
+            Some("Job 1234 (train) COMPLETED in 3h12m: CPU 45 %, mem 23 %")
+        );
+        assert_eq!(
+            m.message_id(),
+            Some("jobscope.alpha.1234.1795305466.end@cluster.example.org")
+        );
+        assert_eq!(
+            m.header_raw("Auto-Submitted").map(str::trim),
+            Some("auto-generated")
+        );
+        assert_eq!(m.content_type().unwrap().subtype(), Some("alternative"));
+        assert_eq!(m.body_text(0).unwrap().replace("\r\n", "\n"), text);
+        let html = m.body_html(0).unwrap();
+        assert!(html.contains("Job 1234 (train)"));
+        // 2 nodes × 2 charts, each a PNG whose Content-ID the HTML names.
+        let imgs: Vec<_> = m.attachments().collect();
+        assert_eq!(imgs.len(), 4);
+        for p in imgs {
+            assert_eq!(p.content_type().unwrap().ctype(), "image");
+            let cid = p.content_id().expect("Content-ID");
+            assert!(html.contains(&format!("src=\"cid:{cid}\"")), "{cid}");
+            let dec = png::Decoder::new(std::io::Cursor::new(p.contents()));
+            let info = dec.read_info().unwrap();
+            assert_eq!((info.info().width, info.info().height), (480, 200));
+        }
+        let env = mail.message.envelope();
+        assert_eq!(env.to().len(), 1);
+        assert_eq!(env.to()[0].to_string(), "alice@example.org");
+    }
+
+    #[test]
+    fn charts_only_for_the_first_nodes_and_none_at_all() {
+        let s = summary();
+        let to = parse_address("alice@example.org").unwrap();
+        let mut o = opts();
+        o.max_chart_nodes = 1;
+        let mail = build_mail(&s, "t", &to, "end", &o, &Templates::builtin()).unwrap();
+        let raw = mail.message.formatted();
+        let m = MessageParser::default().parse(&raw).unwrap();
+        assert_eq!(m.attachments().count(), 2);
+        assert!(m.body_html(0).unwrap().contains("first 1 of 2 nodes"));
+        o.max_chart_nodes = 0;
+        let mail = build_mail(&s, "t", &to, "end", &o, &Templates::builtin()).unwrap();
+        let raw = mail.message.formatted();
+        let m = MessageParser::default().parse(&raw).unwrap();
+        assert_eq!(m.attachments().count(), 0);
+        assert!(m.body_html(0).unwrap().contains("node-2"));
+        // A chart size out of range: the mail still goes, without charts, with warnings.
+        o.max_chart_nodes = 8;
+        o.chart_width = 1;
+        let mail = build_mail(&s, "t", &to, "end", &o, &Templates::builtin()).unwrap();
+        assert_eq!(mail.warnings.len(), 4, "{:?}", mail.warnings);
+        let raw = mail.message.formatted();
+        let m = MessageParser::default().parse(&raw).unwrap();
+        assert_eq!(m.attachments().count(), 0);
+        assert!(!m.body_html(0).unwrap().contains("cid:"));
+    }
+
+    #[test]
+    fn hostile_strings_do_not_inject_headers_or_markup() {
+        let mut s = summary();
+        let lossy = String::from_utf8_lossy(b"bad\xff\xfeutf8").into_owned();
+        let evil = format!(
+            "x\r\nBcc: evil@example.com\r\nX-Evil: 1\n<script>alert('x')</script>\u{202E}{lossy}{}",
+            "A".repeat(10 * 1024)
+        );
+        s.name = Some(evil.clone());
+        s.user = Some(evil.clone());
+        s.account = Some(evil.clone());
+        s.state_reason = Some(evil.clone());
+        s.partial = true;
+        s.partial_reasons = vec![evil.clone()];
+        s.nodes[0].node = evil.clone();
+        s.nodes[0].steps[0].step = evil.clone();
+        let text = format!("report for {evil}\n");
+        let mail = build(&s, &text);
+        let raw = mail.message.formatted();
+        let m = MessageParser::default().parse(&raw).expect("parses");
+
+        // Headers: exactly the ones we set, no Bcc, no X-Evil, one recipient.
+        assert!(m.header_raw("Bcc").is_none());
+        assert!(m.header_raw("X-Evil").is_none());
+        assert_eq!(m.to().unwrap().iter().count(), 1);
+        let raw_text = String::from_utf8_lossy(&raw);
+        let head = &raw_text[..raw_text.find("\r\n\r\n").unwrap()];
+        assert!(!head
+            .lines()
+            .any(|l| l.starts_with("Bcc:") || l.starts_with("X-Evil:")));
+        for l in head.split("\r\n") {
+            assert!(l.len() <= 998, "header line of {} bytes", l.len());
+            assert!(!l.contains('\n') && !l.contains('\r'));
+        }
+        let subj = m.subject().unwrap();
+        assert!(!subj.chars().any(|c| c.is_control() || c == '\u{202E}'));
+        assert!(subj.chars().count() <= SUBJECT_MAX_CHARS + 1, "{subj}");
+        assert!(
+            subj.starts_with("Job 1234 (xBcc: evil@example.com"),
+            "{subj}"
+        );
+
+        // HTML: the name is there, escaped, and no markup from it.
+        let html = m.body_html(0).unwrap();
+        assert!(!html.contains("<script"));
+        assert!(html.contains("&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;"));
+        assert!(html.contains('\u{FFFD}'));
+        assert!(!html.contains('\u{202E}'));
+        assert_eq!(html.matches("<img ").count(), 4);
+        // The text part is delivered as given (line ends normalised to CRLF on the wire).
+        let got = m.body_text(0).unwrap().replace("\r\n", "\n");
+        assert!(got == text.replace("\r\n", "\n"), "text part differs");
+    }
+
+    #[test]
+    fn clean_subject_rules() {
+        assert_eq!(
+            clean_subject("a\r\nb\tc  d\u{202E}e\u{200B}f", 100),
+            "a b c def"
+        );
+        assert_eq!(clean_subject("  lead\n", 100), "lead");
+        assert_eq!(clean_subject("abcdef", 3), "abc…");
+        assert_eq!(clean_subject("ab cdef", 3), "ab…");
+    }
+
+    #[test]
+    fn addresses() {
+        use AddressError::*;
+        let cases: Vec<(String, AddressError)> = vec![
+            ("".into(), Empty),
+            ("alice@example.org\r\nBcc: x@y.z".into(), ControlChars),
+            ("alice.example.org".into(), NoAt),
+            (format!("{}@example.org", "a".repeat(250)), TooLong(262)),
+            ("-oQ/tmp@example.org".into(), LeadingDash),
+        ];
+        for (a, want) in cases {
+            assert_eq!(parse_address(&a).unwrap_err(), want, "{a:?}");
+        }
+        for bad in [
+            "Alice <alice@example.org>",
+            "a@b@c",
+            "a b@example.org",
+            "alice@",
+            "@x",
+        ] {
+            assert!(matches!(parse_address(bad), Err(Invalid(_))), "{bad:?}");
+        }
+        assert_eq!(
+            parse_address(" alice@example.org ").unwrap().to_string(),
+            "alice@example.org"
+        );
+    }
+
+    #[test]
+    fn recipient_choice() {
+        let d = Some("example.org");
+        let r = choose_recipient(Some("bob@lab.example.com"), Some("alice"), d).unwrap();
+        assert_eq!(r.mailbox.to_string(), "bob@lab.example.com");
+        assert_eq!(r.source, RecipientSource::MailUser);
+        // SLURM's default mail_user is the user name: qualified with the domain.
+        let r = choose_recipient(Some("alice"), Some("alice"), d).unwrap();
+        assert_eq!(r.mailbox.to_string(), "alice@example.org");
+        assert_eq!(r.source, RecipientSource::MailUser);
+        // A bad --mail-user: falls back to the user, and says why.
+        let r = choose_recipient(Some("x@y\r\nBcc: z@w"), Some("alice"), d).unwrap();
+        assert_eq!(r.mailbox.to_string(), "alice@example.org");
+        assert_eq!(r.source, RecipientSource::UserAtDomain);
+        let (shown, why) = r.rejected_mail_user.unwrap();
+        assert_eq!(why, AddressError::ControlChars);
+        assert!(shown.contains("\\r\\n"), "{shown}");
+        // Nothing usable.
+        assert_eq!(
+            choose_recipient(None, None, d).unwrap_err(),
+            AddressError::NoUser
+        );
+        assert!(matches!(
+            choose_recipient(None, Some("alice"), None),
+            Err(AddressError::NoDomain(_))
+        ));
+        assert!(choose_recipient(None, Some("evil@attacker.example"), d).is_err());
+        assert!(choose_recipient(None, Some("a\nb"), d).is_err());
+        assert!(choose_recipient(Some(""), Some("alice"), d)
+            .unwrap()
+            .rejected_mail_user
+            .is_none());
+    }
+
+    #[test]
+    fn site_templates_override_and_fall_back() {
+        let s = summary();
+        let dir = tempfile::tempdir().unwrap();
+        // A good subject and an HTML template that does not parse.
+        std::fs::write(
+            dir.path().join(SUBJECT_FILE),
+            "[{{cluster}}] job {{job_id}}: {{state}}\n",
+        )
+        .unwrap();
+        std::fs::write(dir.path().join(HTML_FILE), "<p>{{#if state}}unclosed").unwrap();
+        let (t, w) = Templates::load(Some(dir.path()));
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert!(w[0].contains("report.html.hbs does not parse"), "{}", w[0]);
+        let mut w = vec![];
+        assert_eq!(
+            t.render_subject(&subject_view(&s), &mut w).unwrap(),
+            "[alpha] job 1234: COMPLETED"
+        );
+        assert!(t
+            .render_html(&html_view(&s, &[], (1, 1)), &mut w)
+            .unwrap()
+            .contains("Job 1234"));
+        assert!(w.is_empty());
+
+        // Templates that parse but name a field the view lacks: strict mode fails the render, and the
+        // built-in one is used, with a warning.
+        std::fs::write(dir.path().join(SUBJECT_FILE), "{{no_such_field}}").unwrap();
+        std::fs::write(dir.path().join(HTML_FILE), "<p>{{job.nope}}</p>").unwrap();
+        let (t, w) = Templates::load(Some(dir.path()));
+        assert!(w.is_empty(), "{w:?}");
+        let mut w = vec![];
+        assert!(t
+            .render_subject(&subject_view(&s), &mut w)
+            .unwrap()
+            .starts_with("Job 1234 (train)"));
+        assert!(t
+            .render_html(&html_view(&s, &[], (1, 1)), &mut w)
+            .unwrap()
+            .contains("<!DOCTYPE html>"));
+        assert_eq!(w.len(), 2, "{w:?}");
+        assert!(w[0].contains("subject.hbs failed to render"), "{}", w[0]);
+
+        // A site subject that renders to nothing: the built-in one.
+        std::fs::write(dir.path().join(SUBJECT_FILE), "{{#if partial}}x{{/if}}\r\n").unwrap();
+        let (t, _) = Templates::load(Some(dir.path()));
+        let mut w = vec![];
+        assert!(t
+            .render_subject(&subject_view(&s), &mut w)
+            .unwrap()
+            .starts_with("Job 1234"));
+        assert_eq!(w.len(), 1, "{w:?}");
+
+        // A site HTML template escapes too.
+        std::fs::write(dir.path().join(HTML_FILE), "<p>{{name}}</p>").unwrap();
+        let (t, _) = Templates::load(Some(dir.path()));
+        let mut s2 = s.clone();
+        s2.name = Some("<b>x</b>".into());
+        let out = t.render_html(&html_view(&s2, &[], (1, 1)), &mut w).unwrap();
+        assert_eq!(out, "<p>&lt;b&gt;x&lt;/b&gt;</p>");
+
+        // A missing directory: a warning, built-ins.
+        let (_, w) = Templates::load(Some(&dir.path().join("nope")));
+        assert_eq!(w.len(), 1);
+    }
+
+    #[test]
+    fn mail_ids_are_safe_names() {
+        let mut s = summary();
+        s.cluster = Some("../evil cluster\n".into());
+        s.array_job_id = Some(1200);
+        s.array_task_id = Some(34);
+        let id = mail_id(&s, "end");
+        assert_eq!(id, "___evil_cluster_.1234.1795305466.end");
+        assert!(jobscope_core::fsutil::is_safe_name(&id));
+        s.cluster = None;
+        assert!(mail_id(&s, "end").starts_with("local."));
+    }
+}
