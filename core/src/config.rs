@@ -16,6 +16,150 @@ pub struct Config {
     pub sampler: Sampler,
     pub archive: Archive,
     pub report: Report,
+    pub mail: Mail,
+}
+
+/// When a job's owner gets the report by mail (`--jobscope-mail=...`, or the site default).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum MailPolicy {
+    /// No mail.
+    Never,
+    /// Only when the job did not complete (FAILED, TIMEOUT, OUT_OF_MEMORY, CANCELLED, …).
+    Fail,
+    /// At the end of every job, except jobs shorter than `mail.min_elapsed_s` and array tasks
+    /// covered by an array digest.
+    End,
+    /// At the end of every job, short ones and array tasks included.
+    Always,
+}
+
+impl MailPolicy {
+    pub fn parse(s: &str) -> Option<MailPolicy> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "never" => Some(MailPolicy::Never),
+            "fail" => Some(MailPolicy::Fail),
+            "end" => Some(MailPolicy::End),
+            "always" => Some(MailPolicy::Always),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MailTransportKind {
+    Smtp,
+    Sendmail,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SmtpTls {
+    None,
+    Starttls,
+    Tls,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Mail {
+    /// Send mail at all (the archive is written either way).
+    pub enabled: bool,
+    /// Policy for jobs whose user gave neither `--jobscope-mail` nor SLURM's `--mail-type`.
+    pub default_policy: MailPolicy,
+    /// Sender address.
+    pub from: String,
+    /// Domain for `<user>@<domain>` and for bare `--mail-user` names. Unset: the user name alone
+    /// is not mailed (no guessing).
+    pub domain: Option<String>,
+    /// Admin template overrides (`subject.hbs`, `report.html.hbs`); a bad one falls back to built-in.
+    pub template_dir: Option<PathBuf>,
+    /// Node-local durable queue of undelivered mail, root only.
+    pub queue_dir: PathBuf,
+    pub transport: MailTransportKind,
+    /// Seconds the epilog may spend delivering before leaving the rest queued.
+    pub flush_budget_s: u64,
+    /// Deliveries per second at most.
+    pub rate_per_s: f64,
+    pub initial_backoff_s: u64,
+    pub max_backoff_s: u64,
+    /// Undelivered this long after queueing: moved to `dead/` (still in the archive).
+    pub max_age_s: u64,
+    pub keep_sent_days: u64,
+    /// Under `End`, jobs shorter than this get no mail (too short to judge).
+    pub min_elapsed_s: u64,
+    /// One digest mail per job array when its last task ends, instead of one mail per task.
+    pub array_digest: bool,
+    /// Sites without mail: also write the text report into the job's working directory, as the
+    /// user (`jobscope-<jobid>.txt`; never follows a symlink, never overwrites).
+    pub workdir_report: bool,
+    pub chart_width: u32,
+    pub chart_height: u32,
+    pub max_chart_nodes: usize,
+    pub smtp: Smtp,
+    pub sendmail: Sendmail,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Smtp {
+    pub host: String,
+    pub port: u16,
+    pub tls: SmtpTls,
+    pub user: Option<String>,
+    /// File holding the password (root only), rather than the password in this world-readable file.
+    pub password_file: Option<PathBuf>,
+    pub timeout_s: u64,
+    pub ca_file: Option<PathBuf>,
+    pub helo_name: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Sendmail {
+    pub path: PathBuf,
+    pub timeout_s: u64,
+}
+
+impl Default for Mail {
+    fn default() -> Self {
+        Mail {
+            enabled: true,
+            default_policy: MailPolicy::End,
+            from: "jobscope@localhost".into(),
+            domain: None,
+            template_dir: None,
+            queue_dir: "/var/spool/jobscope/mail".into(),
+            transport: MailTransportKind::Sendmail,
+            flush_budget_s: 3,
+            rate_per_s: 5.0,
+            initial_backoff_s: 60,
+            max_backoff_s: 3600,
+            max_age_s: 3 * 86_400,
+            keep_sent_days: 30,
+            min_elapsed_s: 60,
+            array_digest: true,
+            workdir_report: false,
+            chart_width: 640,
+            chart_height: 240,
+            max_chart_nodes: 8,
+            smtp: Smtp::default(),
+            sendmail: Sendmail::default(),
+        }
+    }
+}
+
+impl Default for Smtp {
+    fn default() -> Self {
+        Smtp { host: "localhost".into(), port: 25, tls: SmtpTls::None, user: None, password_file: None, timeout_s: 10, ca_file: None, helo_name: None }
+    }
+}
+
+impl Default for Sendmail {
+    fn default() -> Self {
+        Sendmail { path: "/usr/sbin/sendmail".into(), timeout_s: 10 }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -138,6 +282,7 @@ impl Default for Config {
             sampler: Sampler::default(),
             archive: Archive::default(),
             report: Report::default(),
+            mail: Mail::default(),
         }
     }
 }

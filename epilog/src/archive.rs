@@ -56,6 +56,8 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
 pub struct Archived {
     pub path: PathBuf,
     pub user_copy: Option<PathBuf>,
+    /// The exact bytes written (for the manifest digest).
+    pub bytes: Vec<u8>,
 }
 
 /// Writes the job summary into the archive (admin copy first; it is the record), then the owner's copy.
@@ -80,7 +82,7 @@ pub fn write(archive_dir: &Path, admin_group: &str, s: &JobSummary) -> Result<Ar
     } else {
         None
     };
-    Ok(Archived { path, user_copy })
+    Ok(Archived { path, user_copy, bytes: json })
 }
 
 /// Finds job `job_id` for the caller: root (or a reader of the dated tree) may read any job; anyone else

@@ -234,6 +234,7 @@ pub fn assemble(inp: Inputs) -> JobSummary {
         }
     }
     let samples = nodes.iter().map(|n| n.quality.samples).sum();
+    let user_options = nodes.iter().find(|n| !n.user_options.is_empty()).map(|n| n.user_options.clone()).unwrap_or_default();
     JobSummary {
         schema_version: SCHEMA_VERSION,
         generator,
@@ -272,6 +273,7 @@ pub fn assemble(inp: Inputs) -> JobSummary {
         missing_nodes,
         partial_reasons,
         samples,
+        user_options,
         analysis: None,
     }
 }
@@ -311,6 +313,7 @@ mod tests {
                 final_counters: true,
                 ..Default::default()
             },
+            user_options: Default::default(),
         }
     }
 

@@ -359,6 +359,7 @@ mod tests {
             steps: vec![],
             timeline,
             quality: Quality::default(),
+            user_options: Default::default(),
         }
     }
 

@@ -44,6 +44,16 @@ enum Cmd {
     },
     /// Print the JSON Schema of the archived summary.
     Schema,
+    /// The mail queue: `flush` delivers what is due (cron / systemd timer), `list` shows it.
+    Mail {
+        #[command(subcommand)]
+        cmd: MailCmd,
+    },
+    /// The archive: `verify` checks every day's hash-chained MANIFEST against the files.
+    Archive {
+        #[command(subcommand)]
+        cmd: ArchiveCmd,
+    },
     /// Finish what epilogs could not (cron, every few minutes, as root): partial reports for jobs whose
     /// other nodes never reported within archive.node_wait_s, and reports from spools a crash left.
     Reap {
@@ -56,6 +66,28 @@ enum Cmd {
         dir: PathBuf,
         #[arg(long)]
         json: bool,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum MailCmd {
+    /// Deliver queued mail that is due, for at most --budget seconds.
+    Flush {
+        #[arg(long, default_value_t = 60)]
+        budget: u64,
+    },
+    /// List the queue (queued, sent markers, dead letters).
+    List,
+    /// Put a dead letter back in the queue.
+    Retry { id: String },
+}
+
+#[derive(Subcommand, Debug)]
+enum ArchiveCmd {
+    /// Report edited, removed or inserted archive records; exit 1 if any.
+    Verify {
+        #[arg(long)]
+        verbose: bool,
     },
 }
 
@@ -137,6 +169,31 @@ fn real_main() -> Result<()> {
             println!("{rep:?}");
             Ok(())
         }
+        Cmd::Mail { cmd } => {
+            let cfg = load_config(&cli.config)?;
+            match cmd {
+                MailCmd::Flush { budget } => println!("{}", crate::notify::flush(&cfg, std::time::Duration::from_secs(budget))?),
+                MailCmd::List => {
+                    for l in crate::mail::queue::Queue::open(&cfg.mail.queue_dir)?.list() {
+                        println!("{l:?}");
+                    }
+                }
+                MailCmd::Retry { id } => {
+                    let ok = crate::mail::queue::Queue::open(&cfg.mail.queue_dir)?.retry_dead(&id)?;
+                    println!("{}", if ok { "requeued" } else { "no such dead letter" });
+                }
+            }
+            Ok(())
+        }
+        Cmd::Archive { cmd: ArchiveCmd::Verify { verbose } } => {
+            let cfg = load_config(&cli.config)?;
+            let rep = crate::manifest::verify(&cfg.paths.archive_dir);
+            print!("{}", rep.render(verbose));
+            if !rep.ok() {
+                bail!("archive verification found problems");
+            }
+            Ok(())
+        }
         Cmd::Schema => {
             println!(
                 "{}",
@@ -190,8 +247,17 @@ fn real_main() -> Result<()> {
     }
 }
 
+/// The privilege-dropped child of `notify::workdir_report` (same binary, re-executed as the user).
+fn write_user_file_mode() -> Option<i32> {
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    (args.len() == 3 && args[1] == "--write-user-file").then(|| crate::notify::write_user_file(std::path::Path::new(&args[2])))
+}
+
 /// `jobscope`: exit 0 on success, 1 with a one-line error otherwise.
 pub fn main() -> i32 {
+    if let Some(rc) = write_user_file_mode() {
+        return rc;
+    }
     match real_main() {
         Ok(()) => 0,
         Err(e) => {
@@ -203,6 +269,9 @@ pub fn main() -> i32 {
 
 /// `jobscope-epilog`: always 0 (a non-zero Epilog drains the node); everything goes to the log.
 pub fn epilog_main() -> i32 {
+    if let Some(rc) = write_user_file_mode() {
+        return rc;
+    }
     let result = std::panic::catch_unwind(|| {
         let cfg_path = std::env::var_os("JOBSCOPE_CONFIG")
             .map(PathBuf::from)

@@ -8,6 +8,7 @@
 //! - [`archive`]: the JSON archive and who may read what.
 //! - [`jobinfo`]: what SLURM says about the job (Epilog env, `squeue --json`).
 //! - [`mail`]: the end-of-job mail (message, transports, a durable queue); [`charts`]: its PNG charts.
+//! - [`notify`]: mail policy, the end-of-job mail, array digests, the report in the work dir.
 //! - [`manifest`]: the archive's per-day hash-chained manifest (tamper evidence).
 pub mod archive;
 pub mod assemble;
@@ -15,6 +16,7 @@ pub mod charts;
 pub mod cli;
 pub mod jobinfo;
 pub mod mail;
+pub mod notify;
 pub mod manifest;
 pub mod render;
 pub mod run;

@@ -140,6 +140,13 @@ pub fn finish_job(
     s.analysis = Some(jobscope_core::summary::analysis::analyze(&s, &cfg.report));
     let written = archive::write(&cfg.paths.archive_dir, &cfg.archive.admin_group, &s)
         .context("archive write failed")?;
+    if let Some(day) = written.path.parent() {
+        let name = written.path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        // The manifest is evidence, not the record: a failure is logged, the report stands.
+        if let Err(e) = crate::manifest::append(day, &name, &written.bytes) {
+            append_log(&cfg.paths.log_file, &format!("job {}: manifest: {e}", s.job_id));
+        }
+    }
     let dir = job_state_dir(cfg, env.job_id);
     write_atomic(
         &dir,
@@ -221,9 +228,11 @@ pub fn run_epilog(cfg: &Config, env: &EpilogEnv, log: &mut dyn FnMut(&str)) -> R
             env.job_id
         ));
     }
-    let (_s, path) = finish_job(cfg, env, info.as_ref(), expected)?;
+    let (s, path) = finish_job(cfg, env, info.as_ref(), expected)?;
     remove_spool(cfg, env.job_id, &env.node, log);
     sweep_archived_spools(cfg, &env.node, log);
+    // Archive first (done above), mail second.
+    crate::notify::notify(cfg, &s, info.as_ref(), log);
     Ok(Outcome::Archived { path })
 }
 
@@ -411,7 +420,8 @@ pub fn reap(
             .filter(|x| !nodes.iter().any(|n| &n.node == *x))
             .cloned()
             .collect();
-        let (_s, path) = finish_job(cfg, &env, info.as_ref(), expected)?;
+        let (s, path) = finish_job(cfg, &env, info.as_ref(), expected)?;
+        crate::notify::notify(cfg, &s, info.as_ref(), log);
         log(&format!(
             "reap: job {job} archived at {} (missing nodes: {missing:?})",
             path.display()

@@ -748,6 +748,7 @@ mod tests {
                 final_counters: true,
                 ..Default::default()
             },
+            user_options: Default::default(),
         }
     }
 
@@ -800,6 +801,7 @@ mod tests {
             partial: false,
             partial_reasons: vec![],
             samples: 60,
+            user_options: Default::default(),
             analysis: None,
         }
     }

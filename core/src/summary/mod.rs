@@ -113,6 +113,9 @@ pub struct NodeSummary {
     pub steps: Vec<StepSummary>,
     pub timeline: Vec<Point>,
     pub quality: Quality,
+    /// The user's `--jobscope-*` options as handed over by job_prolog (validated there).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub user_options: std::collections::BTreeMap<String, String>,
 }
 
 /// Efficiency figures, each in percent of what was allocated.
@@ -171,6 +174,9 @@ pub struct JobSummary {
     pub partial: bool,
     pub partial_reasons: Vec<String>,
     pub samples: u64,
+    /// The user's `--jobscope-*` options (e.g. `mail`).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub user_options: std::collections::BTreeMap<String, String>,
     /// Analysis added by the report layer (scalability, classification, advice…).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub analysis: Option<analysis::Analysis>,

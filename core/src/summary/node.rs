@@ -326,6 +326,7 @@ pub fn summarize_node(
         steps: step_summaries,
         timeline,
         quality,
+        user_options: headers.iter().find_map(|h| h.handover.as_ref().map(|x| x.options.clone())).unwrap_or_default(),
     }
 }
 

@@ -728,6 +728,7 @@ pub(crate) mod tests {
                 sampler_ended_cleanly: true,
                 ..Default::default()
             },
+            user_options: Default::default(),
         };
         JobSummary {
             schema_version: SCHEMA_VERSION,
@@ -776,6 +777,7 @@ pub(crate) mod tests {
             partial: false,
             partial_reasons: vec![],
             samples: 80,
+            user_options: Default::default(),
             analysis: None,
         }
     }
