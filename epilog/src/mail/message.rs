@@ -536,6 +536,12 @@ pub fn html_view(
         "charts_shown": shown,
         "charts_omitted": shown < s.nodes.len(),
         "generator": text(&s.generator, 64),
+        "verdict": s.analysis.as_ref().and_then(|a| a.scalability.as_ref()).map(|sc| text(&sc.statement, 400)).unwrap_or_default(),
+        "classification": s.analysis.as_ref().map(|a| text(&a.classification.class.replace('_', "-"), 32)).unwrap_or_default(),
+        "imbalance": s.analysis.as_ref().and_then(|a| a.scalability.as_ref()).and_then(|sc| sc.imbalance_statement.as_deref()).map(|t| text(t, 400)).unwrap_or_default(),
+        "core_hours_wasted": s.analysis.as_ref().and_then(|a| a.waste.core_hours_wasted).map(|w| format!("{w:.3}")).unwrap_or_else(|| "n/a".into()),
+        "findings": s.analysis.as_ref().map(|a| a.anomalies.iter().take(50).map(|f| json!({"severity": text(&f.severity.to_uppercase(), 16), "message": text(&f.message, 400)})).collect::<Vec<_>>()).unwrap_or_default(),
+        "advice": s.analysis.as_ref().map(|a| a.advice.iter().take(20).map(|x| json!({"sbatch": text(&x.sbatch, 120), "reason": text(&x.reason, 400)})).collect::<Vec<_>>()).unwrap_or_default(),
     })
 }
 
