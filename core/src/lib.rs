@@ -8,9 +8,11 @@
 //! - [`summary`]: the per-node and per-job summary types (what is archived) and the analysis maths.
 //! - [`config`]: the site configuration file.
 //! - [`fsutil`]: root-owned directory and atomic-write helpers that refuse symlink tricks.
+//! - [`gpu`]: which GPUs are the job's, NVML/amdgpu sampling in its own thread, `gpu.jsc`, GPU summary.
 pub mod cgroup;
 pub mod config;
 pub mod fsutil;
+pub mod gpu;
 pub mod procio;
 pub mod sample;
 pub mod sampler;

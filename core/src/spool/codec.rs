@@ -166,6 +166,76 @@ fn next_frame(buf: &[u8], pos: usize) -> Option<(u8, &[u8], usize)> {
     Some((kind, payload, end + 4))
 }
 
+/// Reads a spool file's prologue (magic, version, header frame): the header and the position of the
+/// first frame after it. Lets other series (e.g. `gpu.jsc`, see `crate::gpu::spool`) share the
+/// framing with their own frame kinds.
+pub fn read_prologue(buf: &[u8], path: &Path) -> Result<(Header, usize), SpoolError> {
+    let path_buf = || path.to_path_buf();
+    if buf.len() < 6 || &buf[..4] != MAGIC {
+        return Err(SpoolError::BadMagic { path: path_buf() });
+    }
+    let version = u16::from_le_bytes([buf[4], buf[5]]);
+    if version != FORMAT_VERSION {
+        return Err(SpoolError::Version {
+            path: path_buf(),
+            found: version,
+        });
+    }
+    let (kind, payload, pos) =
+        next_frame(buf, 6).ok_or(SpoolError::BadHeader { path: path_buf() })?;
+    if kind != KIND_HEADER {
+        return Err(SpoolError::BadHeader { path: path_buf() });
+    }
+    let header: Header =
+        serde_json::from_slice(payload).map_err(|_| SpoolError::BadHeader { path: path_buf() })?;
+    Ok((header, pos))
+}
+
+/// Iterator over intact frames from `pos` on: `(kind, payload)`. Stops at the end of the buffer or
+/// at the first torn/corrupt frame, after which [`Frames::torn`] is true.
+pub struct Frames<'a> {
+    buf: &'a [u8],
+    pos: usize,
+    torn: bool,
+}
+
+impl<'a> Frames<'a> {
+    pub fn new(buf: &'a [u8], pos: usize) -> Self {
+        Frames {
+            buf,
+            pos,
+            torn: false,
+        }
+    }
+    /// A torn or corrupt frame ended the iteration.
+    pub fn torn(&self) -> bool {
+        self.torn
+    }
+    /// Bytes of the valid prefix read so far (the position of the next frame).
+    pub fn pos(&self) -> usize {
+        self.pos
+    }
+}
+
+impl<'a> Iterator for Frames<'a> {
+    type Item = (u8, &'a [u8]);
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.torn || self.pos >= self.buf.len() {
+            return None;
+        }
+        match next_frame(self.buf, self.pos) {
+            Some((kind, payload, next)) => {
+                self.pos = next;
+                Some((kind, payload))
+            }
+            None => {
+                self.torn = true;
+                None
+            }
+        }
+    }
+}
+
 /// Decodes a whole spool file. A torn or corrupt frame ends the decoding (marked `torn`) and is not an
 /// error: the valid prefix is what the job produced before the writer died. Only a file whose header
 /// cannot be read is an error.

@@ -1,0 +1,158 @@
+//! GPUs: which ones belong to the job, sampling them, their spool file and their summary.
+//!
+//! - [`assign`]: which GPUs are the job's, from SLURM's strings (`SLURM_JOB_GPUS`, UUIDs in
+//!   `CUDA_VISIBLE_DEVICES`), gres.conf device files and the v1 devices cgroup; always resolved to a
+//!   device *identity* (minor number, UUID, PCI bus id), never to an ordinal: SLURM's gres index,
+//!   CUDA's ordinal and NVML's index are three different numberings (inside a constrained job NVML
+//!   numbers only the GPUs it can open, from 0).
+//! - [`GpuBackend`]: the sampling interface; [`nvml::NvmlBackend`] (NVIDIA, through nvml-wrapper in
+//!   a worker thread with a deadline per sample), [`amd::AmdBackend`] (amdgpu sysfs) and
+//!   [`testing::ScriptedBackend`] (tests).
+//! - [`monitor::GpuMonitor`]: the job's GPU sampling thread, separate from the cgroup sampler so a
+//!   hung driver can never stall CPU/memory sampling; it writes `gpu.jsc` ([`spool`]).
+//! - [`summary`]: per-GPU figures and findings for the report, and advice.
+//!
+//! Every measured value is an `Option`: "not supported" (MIG utilization, an old GPU without an
+//! energy counter) is `None`, never 0.
+
+pub mod amd;
+pub mod assign;
+pub mod bench;
+pub mod monitor;
+pub mod nvml;
+pub mod spool;
+pub mod summary;
+pub mod testing;
+
+#[cfg(test)]
+mod fake_nvml_tests;
+
+pub use assign::{GpuRef, GpuSelection, JobGpuEnv, SelectionSource, Wanted};
+pub use monitor::{BackendConfig, GpuMonitor, LogLevel};
+pub use spool::{decode_gpu_file, read_gpu_file, GpuSeries, GPU_FILE_NAME};
+pub use summary::{gpu_advice, summarize_gpus, Advice, GpuSummary};
+
+use serde::{Deserialize, Serialize};
+use std::time::Instant;
+
+/// What kind of device a GPU entry is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum GpuKind {
+    Nvidia,
+    Amd,
+    /// An NVIDIA MIG instance (a slice of a physical GPU).
+    Mig,
+}
+
+/// Who a device is. Identity is the minor number, UUID or PCI bus id; `index` is only for display.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct GpuIdentity {
+    pub kind: Option<GpuKind>,
+    /// The backend's own index: NVML index (of the parent for MIG) or DRM card number (AMD).
+    /// As seen by the sampler: inside a constrained job NVML numbers only the job's GPUs.
+    pub index: Option<u32>,
+    /// SLURM's gres index (`SLURM_JOB_GPUS`), when known.
+    pub gres_index: Option<u32>,
+    /// `/dev/nvidia<minor>` for NVIDIA; the DRM render-node minor (`/dev/dri/renderD<minor>`) for AMD.
+    pub minor: Option<u32>,
+    /// NVIDIA `GPU-…`/`MIG-…`; AMD `GPU-<unique_id>` when the card exposes `unique_id`.
+    pub uuid: Option<String>,
+    /// `0000:3b:00.0` style (NVML gives `00000000:3B:00.0`; kept as the backend reports it).
+    pub pci_bus_id: Option<String>,
+    pub name: Option<String>,
+    /// MIG: the physical GPU's UUID.
+    pub parent_uuid: Option<String>,
+    pub mem_total_bytes: Option<u64>,
+}
+
+impl GpuIdentity {
+    /// A short human label: `GPU 1 (NVIDIA A100, GPU-5c3e…)`.
+    pub fn label(&self) -> String {
+        let n = self
+            .gres_index
+            .or(self.index)
+            .map_or_else(|| "?".to_string(), |i| i.to_string());
+        let kind = match self.kind {
+            Some(GpuKind::Mig) => "MIG",
+            _ => "GPU",
+        };
+        let id = self
+            .uuid
+            .as_deref()
+            .or(self.pci_bus_id.as_deref())
+            .unwrap_or("unknown id");
+        match &self.name {
+            Some(name) => format!("{kind} {n} ({name}, {id})"),
+            None => format!("{kind} {n} ({id})"),
+        }
+    }
+}
+
+/// One reading of one device. Counters (`energy_mj`) are cumulative as the driver reports them.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct DeviceSample {
+    /// Percent of the last sample period in which a kernel ran (NVML `utilization.gpu`, amdgpu
+    /// `gpu_busy_percent`). `None` on MIG instances (NVML answers NOT_SUPPORTED).
+    pub util_gpu_pct: Option<u32>,
+    /// Percent of time device memory was read or written (NVML only).
+    pub util_mem_pct: Option<u32>,
+    pub mem_used_bytes: Option<u64>,
+    pub mem_total_bytes: Option<u64>,
+    pub power_mw: Option<u64>,
+    /// Energy counter since the driver loaded, millijoules (NVML Volta+, amdgpu `energy1_input`).
+    pub energy_mj: Option<u64>,
+    /// NVML clock throttle (clocks event) reason bits.
+    pub throttle_reasons: Option<u64>,
+    /// Processes of the job with a compute context on this device (`None`: unknown, e.g. AMD).
+    pub job_processes: Option<u32>,
+    /// GPU memory used by the job's processes, bytes.
+    pub job_mem_bytes: Option<u64>,
+    /// Processes of someone else on this device (shared node or a leak of SLURM's isolation).
+    pub other_processes: Option<u32>,
+}
+
+/// Something that happened to a device or a backend, recorded in the spool as an event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GpuEvent {
+    /// `gpu_lost`, `nvml_timeout`, `nvml_gave_up`, `nvml_error`, `sysfs_error`…
+    pub kind: String,
+    /// The device's slot in the backend's list, if the event is about one device.
+    pub slot: Option<usize>,
+    pub message: String,
+}
+
+/// What [`GpuBackend::open`] found.
+#[derive(Debug, Clone, Default)]
+pub struct OpenResult {
+    /// The devices this backend will sample, in slot order, each with the index of the
+    /// [`Wanted`] entry it answers.
+    pub devices: Vec<(usize, GpuIdentity)>,
+    /// Why the backend cannot sample at all (no driver, no library, init failed).
+    pub unavailable: Option<String>,
+    /// True when `unavailable` is the normal state of a node without this vendor's driver
+    /// (log it at debug level only).
+    pub quiet: bool,
+    pub events: Vec<GpuEvent>,
+}
+
+/// One sample of all the backend's devices.
+#[derive(Debug, Clone, Default)]
+pub struct BackendSample {
+    /// One entry per opened device, in slot order; `None` when the device could not be read this
+    /// time (deadline overrun, lost GPU, backend given up).
+    pub devices: Vec<Option<DeviceSample>>,
+    pub events: Vec<GpuEvent>,
+}
+
+/// A source of GPU readings. Implementations must bound their own time: `open` and `sample` get a
+/// deadline and return (with `None`s) when it passes.
+pub trait GpuBackend: Send {
+    /// `nvml`, `amdgpu`, `scripted`.
+    fn name(&self) -> &'static str;
+    /// Resolves the wanted devices (those it can recognise; others are left for other backends).
+    /// Called once, from the monitor thread.
+    fn open(&mut self, wanted: &[Wanted], deadline: Instant) -> OpenResult;
+    /// Reads every opened device. `job_pids` is sorted and deduplicated.
+    fn sample(&mut self, job_pids: &[u32], deadline: Instant) -> BackendSample;
+}

@@ -1,0 +1,959 @@
+//! The job's GPU sampling thread.
+//!
+//! It is separate from the cgroup sampler ([`crate::sampler`]) on purpose: a driver that hangs can
+//! delay only GPU samples, never CPU/memory ones. Everything is bounded: one monitor thread, at
+//! most one NVML worker (see [`super::nvml`]), a deadline per sample, a capped `gpu.jsc`
+//! ([`super::spool`]), and a stop that waits a bounded time. Nothing it does can fail the job:
+//! problems are logged (once) and recorded as events.
+//!
+//! ```text
+//! start ─ create gpu.jsc (header) ─ open backends (≤ open_timeout) ─ info frame
+//!       ─ every schedule slot: pids = pid_source(); sample (≤ sample_timeout) ─ bucket frame
+//! stop  ─ one last sample ─ end frame
+//! ```
+
+use super::amd::AmdBackend;
+use super::assign::{GpuRef, GpuSelection, Wanted};
+use super::nvml::{NvmlBackend, NvmlConfig};
+use super::spool::{DeviceBucket, GpuBucket, GpuInfo, GpuLimits, GpuWriter, GPU_FILE_NAME};
+use super::{DeviceSample, GpuBackend, GpuEvent, GpuIdentity};
+use crate::sampler::{now_unix_ms, Schedule};
+use crate::spool::{End, Event, Gauge, Header};
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{channel, RecvTimeoutError, Sender};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogLevel {
+    /// Normal states worth a trace (no GPU driver on this node).
+    Debug,
+    Info,
+    Error,
+}
+
+/// Where the monitor logs (the plugin maps levels to `slurm_debug`/`slurm_info`/`slurm_error`).
+pub type GpuLogFn = Box<dyn Fn(LogLevel, &str) + Send>;
+/// The job's pids, asked once per sample (e.g. [`cgroup_pid_source`]).
+pub type PidSource = Box<dyn FnMut() -> Vec<u32> + Send>;
+
+/// Site knobs for the GPU backends.
+#[derive(Debug, Clone)]
+pub struct BackendConfig {
+    /// Use NVML for NVIDIA devices.
+    pub nvidia: bool,
+    /// NVML library; `None` = `libnvidia-ml.so.1` from the dynamic linker's path.
+    pub nvml_lib_path: Option<PathBuf>,
+    /// Use amdgpu sysfs for AMD devices.
+    pub amd: bool,
+    /// Root of sysfs (`/sys`).
+    pub sysfs_root: PathBuf,
+    /// Longest wait for backend init and device discovery (NVML init can take seconds).
+    pub open_timeout: Duration,
+    /// Deadline of one sample; a device not read by then is missing for that sample.
+    pub sample_timeout: Duration,
+    /// Give NVML up for the job when one call has been stuck this long.
+    pub give_up_after: Duration,
+    /// Cap of `gpu.jsc`.
+    pub max_file_bytes: u64,
+}
+
+impl Default for BackendConfig {
+    fn default() -> Self {
+        BackendConfig {
+            nvidia: true,
+            nvml_lib_path: None,
+            amd: true,
+            sysfs_root: PathBuf::from("/sys"),
+            open_timeout: Duration::from_secs(30),
+            sample_timeout: Duration::from_secs(5),
+            give_up_after: Duration::from_secs(120),
+            max_file_bytes: super::spool::DEFAULT_MAX_GPU_FILE_BYTES,
+        }
+    }
+}
+
+impl BackendConfig {
+    /// The backends that could answer `sel` (none for an empty selection). Creating them does no
+    /// I/O: NVML is loaded in [`GpuBackend::open`], in the monitor's thread.
+    pub fn backends_for(&self, sel: &GpuSelection) -> Vec<Box<dyn GpuBackend>> {
+        let refs = || sel.wanted.iter().map(|w| &w.reference);
+        let mut v: Vec<Box<dyn GpuBackend>> = Vec::new();
+        let nvidia = refs().any(|r| {
+            matches!(
+                r,
+                GpuRef::NvidiaMinor(_)
+                    | GpuRef::Uuid(_)
+                    | GpuRef::PciBusId(_)
+                    | GpuRef::AllAccessible
+            )
+        });
+        let amd = refs().any(|r| {
+            matches!(
+                r,
+                GpuRef::DrmMinor(_) | GpuRef::Uuid(_) | GpuRef::PciBusId(_)
+            )
+        });
+        if self.nvidia && nvidia {
+            v.push(Box::new(NvmlBackend::new(NvmlConfig {
+                lib_path: self.nvml_lib_path.clone(),
+                give_up_after: self.give_up_after,
+            })));
+        }
+        if self.amd && amd {
+            v.push(Box::new(AmdBackend::new(self.sysfs_root.clone())));
+        }
+        v
+    }
+}
+
+/// Where and how the monitor writes.
+pub struct MonitorOptions {
+    /// The job's spool directory on this node (`<spool>/<job>.<node>/`).
+    pub job_dir: PathBuf,
+    /// The node-job header (`series` is set to `gpu`).
+    pub header: Header,
+    pub schedule: Schedule,
+    pub open_timeout: Duration,
+    pub sample_timeout: Duration,
+    pub limits: GpuLimits,
+}
+
+/// Events about one device carry `step = "gpu<slot>"` (the slot in [`GpuInfo::devices`]).
+pub const EVENT_SLOT_PREFIX: &str = "gpu";
+
+/// The device slot an event is about, from its `step` field.
+pub fn event_slot(e: &Event) -> Option<usize> {
+    e.step
+        .as_deref()?
+        .strip_prefix(EVENT_SLOT_PREFIX)?
+        .parse()
+        .ok()
+}
+
+/// What the monitor has done so far (for tests, benchmarks and the plugin's own log).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Progress {
+    /// Backends opened (or failed to).
+    pub opened: bool,
+    pub devices: usize,
+    pub samples_taken: u64,
+    /// Schedule slots skipped or samples in which no device answered.
+    pub samples_missed: u64,
+    /// Why no GPU is sampled, when none is.
+    pub unavailable: Option<String>,
+}
+
+/// A running GPU monitor.
+pub struct GpuMonitor {
+    stop: Option<Sender<()>>,
+    thread: Option<JoinHandle<()>>,
+    done: Arc<AtomicBool>,
+    progress: Arc<Mutex<Progress>>,
+}
+
+impl GpuMonitor {
+    /// Starts the GPU monitor of a job: one thread that opens the backends for `selection`
+    /// (NVML and/or amdgpu per `backend`), writes `<job_dir>/gpu.jsc` and samples on `schedule`.
+    ///
+    /// An empty selection without notes (a job without GPUs) starts nothing and writes nothing.
+    /// Only an error to spawn the thread is returned; everything else is logged and recorded.
+    pub fn start(
+        selection: GpuSelection,
+        backend: &BackendConfig,
+        job_dir: &Path,
+        header: Header,
+        schedule: Schedule,
+        pids: PidSource,
+        log: GpuLogFn,
+    ) -> std::io::Result<GpuMonitor> {
+        let backends = backend.backends_for(&selection);
+        let opts = MonitorOptions {
+            job_dir: job_dir.to_path_buf(),
+            header,
+            schedule,
+            open_timeout: backend.open_timeout,
+            sample_timeout: backend.sample_timeout,
+            limits: GpuLimits {
+                max_bytes: backend.max_file_bytes,
+                ..GpuLimits::default()
+            },
+        };
+        Self::start_with(selection, backends, opts, pids, log)
+    }
+
+    /// [`GpuMonitor::start`] with explicit backends (tests use [`super::testing::ScriptedBackend`]).
+    pub fn start_with(
+        selection: GpuSelection,
+        backends: Vec<Box<dyn GpuBackend>>,
+        opts: MonitorOptions,
+        pids: PidSource,
+        log: GpuLogFn,
+    ) -> std::io::Result<GpuMonitor> {
+        let done = Arc::new(AtomicBool::new(false));
+        let progress = Arc::new(Mutex::new(Progress::default()));
+        if selection.wanted.is_empty() && selection.notes.is_empty() {
+            done.store(true, Ordering::Release);
+            return Ok(GpuMonitor {
+                stop: None,
+                thread: None,
+                done,
+                progress,
+            });
+        }
+        let (tx, rx) = channel::<()>();
+        let (done2, progress2) = (done.clone(), progress.clone());
+        let thread = std::thread::Builder::new()
+            .name("jobscope-gpu".into())
+            .stack_size(256 * 1024)
+            .spawn(move || {
+                let log = Rc::new(log);
+                let log2 = log.clone();
+                let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    let mut run = Run {
+                        selection,
+                        backends,
+                        opts,
+                        pids,
+                        log: log2,
+                        progress: progress2,
+                        writer: None,
+                        slot_offsets: vec![],
+                        identities: vec![],
+                        prev_energy: vec![],
+                        logged_write_error: false,
+                    };
+                    run.main(&rx);
+                }));
+                if let Err(p) = result {
+                    let msg = p
+                        .downcast_ref::<&str>()
+                        .map(|s| s.to_string())
+                        .or_else(|| p.downcast_ref::<String>().cloned())
+                        .unwrap_or_else(|| "non-string panic".into());
+                    (*log)(
+                        LogLevel::Error,
+                        &format!("GPU monitor panicked, GPU sampling stopped for this job: {msg}"),
+                    );
+                }
+                done2.store(true, Ordering::Release);
+            })?;
+        Ok(GpuMonitor {
+            stop: Some(tx),
+            thread: Some(thread),
+            done,
+            progress,
+        })
+    }
+
+    pub fn progress(&self) -> Progress {
+        self.progress.lock().map(|p| p.clone()).unwrap_or_default()
+    }
+
+    /// True once the thread has finished (stopped, no GPUs, or panicked).
+    pub fn finished(&self) -> bool {
+        self.done.load(Ordering::Acquire)
+    }
+
+    /// Asks the thread to take a last sample and write the end record, and waits at most `wait`.
+    /// Returns whether it finished in time; a thread that did not (a hung driver) is left
+    /// detached: slurmstepd is never held up by jobscope.
+    pub fn stop(mut self, wait: Duration) -> bool {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        let deadline = Instant::now() + wait;
+        loop {
+            if self.done.load(Ordering::Acquire) {
+                return match self.thread.take() {
+                    Some(t) => t.join().is_ok(),
+                    None => true,
+                };
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+}
+
+/// The monitor thread's state.
+struct Run {
+    selection: GpuSelection,
+    backends: Vec<Box<dyn GpuBackend>>,
+    opts: MonitorOptions,
+    pids: PidSource,
+    log: Rc<GpuLogFn>,
+    progress: Arc<Mutex<Progress>>,
+    writer: Option<GpuWriter>,
+    /// First slot of each backend.
+    slot_offsets: Vec<usize>,
+    identities: Vec<GpuIdentity>,
+    /// Last energy counter per slot (deltas are taken between consecutive samples).
+    prev_energy: Vec<Option<u64>>,
+    logged_write_error: bool,
+}
+
+impl Run {
+    fn log(&self, level: LogLevel, msg: &str) {
+        (*self.log)(level, msg)
+    }
+
+    fn update(&self, f: impl FnOnce(&mut Progress)) {
+        if let Ok(mut p) = self.progress.lock() {
+            f(&mut p);
+        }
+    }
+
+    fn write<T>(&mut self, r: Result<T, crate::fsutil::FsError>) {
+        if let Err(e) = r {
+            if !self.logged_write_error {
+                self.logged_write_error = true;
+                self.log(
+                    LogLevel::Error,
+                    &format!("gpu spool write failed, GPU sampling continues: {e}"),
+                );
+            }
+        }
+    }
+
+    fn main(&mut self, stop: &std::sync::mpsc::Receiver<()>) {
+        match GpuWriter::create(
+            &self.opts.job_dir,
+            GPU_FILE_NAME,
+            self.opts.header.clone(),
+            self.opts.limits,
+        ) {
+            Ok(w) => self.writer = Some(w),
+            Err(e) => {
+                self.log(
+                    LogLevel::Error,
+                    &format!("cannot create the GPU spool file, GPUs not sampled: {e}"),
+                );
+                self.update(|p| p.opened = true);
+                return;
+            }
+        }
+        let start = Instant::now();
+        self.open();
+        if self.identities.is_empty() {
+            self.finish("no_gpus", 0, 0);
+            return;
+        }
+        let (mut taken, mut missed) = (0u64, 0u64);
+        let mut i = 0u64;
+        let reason = loop {
+            if self.sample_once() {
+                taken += 1;
+            } else {
+                taken += 1;
+                missed += 1;
+            }
+            self.update(|p| {
+                p.samples_taken = taken;
+                p.samples_missed = missed;
+            });
+            if taken % 4 == 0 {
+                if let Some(w) = self.writer.as_mut() {
+                    let _ = w.flush();
+                }
+            }
+            i += 1;
+            let mut next = self.opts.schedule.offset(i);
+            while start + next < Instant::now() {
+                missed += 1;
+                i += 1;
+                next = self.opts.schedule.offset(i);
+            }
+            match stop.recv_timeout((start + next).saturating_duration_since(Instant::now())) {
+                Err(RecvTimeoutError::Timeout) => continue,
+                _ => break "stopped",
+            }
+        };
+        // The last sample closes the energy and utilization series at the job's end.
+        taken += 1;
+        if !self.sample_once() {
+            missed += 1;
+        }
+        self.update(|p| {
+            p.samples_taken = taken;
+            p.samples_missed = missed;
+        });
+        self.finish(reason, taken, missed);
+    }
+
+    fn open(&mut self) {
+        let deadline = Instant::now() + self.opts.open_timeout;
+        let mut remaining: Vec<usize> = (0..self.selection.wanted.len()).collect();
+        let mut info = GpuInfo {
+            t_ms: now_unix_ms(),
+            backends: vec![],
+            selection_source: Some(self.selection.source),
+            devices: vec![],
+            unresolved: vec![],
+            notes: self.selection.notes.clone(),
+        };
+        let mut events: Vec<(Option<usize>, GpuEvent)> = Vec::new();
+        // "NVML not available" matters only if a GPU stayed unresolved (an AMD job on a node
+        // without NVML is normal): kept aside until the end.
+        let mut backend_notes: Vec<String> = Vec::new();
+        let mut backends = std::mem::take(&mut self.backends);
+        for b in backends.iter_mut() {
+            self.slot_offsets.push(self.identities.len());
+            if remaining.is_empty() {
+                continue; // an earlier backend found everything: do not even load this one
+            }
+            let wanted: Vec<Wanted> = remaining
+                .iter()
+                .map(|&i| self.selection.wanted[i].clone())
+                .collect();
+            let o = b.open(&wanted, deadline);
+            if let Some(why) = &o.unavailable {
+                let level = if o.quiet {
+                    LogLevel::Debug
+                } else {
+                    LogLevel::Error
+                };
+                self.log(level, why);
+                backend_notes.push(why.clone());
+            }
+            let base = self.identities.len();
+            for e in o.events {
+                events.push((e.slot.map(|s| base + s), e));
+            }
+            let mut used = Vec::new();
+            for (wi, id) in o.devices {
+                used.push(remaining[wi]);
+                self.identities.push(id);
+            }
+            if !self.identities[base..].is_empty() {
+                info.backends.push(b.name().to_string());
+            }
+            remaining.retain(|i| !used.contains(i));
+        }
+        self.backends = backends;
+        if !remaining.is_empty() {
+            info.notes.append(&mut backend_notes);
+        }
+        for i in remaining {
+            let w = &self.selection.wanted[i];
+            info.unresolved.push(match w.gres_index {
+                Some(g) => format!("{} (gres index {g})", w.reference),
+                None => w.reference.to_string(),
+            });
+        }
+        if !info.unresolved.is_empty() && !self.identities.is_empty() {
+            self.log(
+                LogLevel::Info,
+                &format!(
+                    "some of the job's GPUs were not found: {}",
+                    info.unresolved.join(", ")
+                ),
+            );
+        }
+        info.devices = self.identities.clone();
+        self.prev_energy = vec![None; self.identities.len()];
+        let n = self.identities.len();
+        let unavailable = (n == 0).then(|| {
+            if info.notes.is_empty() {
+                "no GPU of the job was found".to_string()
+            } else {
+                info.notes.join("; ")
+            }
+        });
+        self.update(|p| {
+            p.opened = true;
+            p.devices = n;
+            p.unavailable = unavailable;
+        });
+        let t = now_unix_ms();
+        let r = self.writer.as_mut().map(|w| w.set_info(info));
+        if let Some(r) = r {
+            self.write(r);
+        }
+        for (slot, e) in events {
+            self.record(t, slot, e);
+        }
+    }
+
+    fn record(&mut self, t_ms: u64, slot: Option<usize>, e: GpuEvent) {
+        let who = slot
+            .and_then(|s| self.identities.get(s))
+            .map(|id| format!("{}: ", id.label()))
+            .unwrap_or_default();
+        let message = format!("{who}{}", e.message);
+        let level = match e.kind.as_str() {
+            "gpu_lost" | "nvml_gave_up" => LogLevel::Error,
+            _ => LogLevel::Info,
+        };
+        self.log(level, &message);
+        let ev = Event {
+            t_ms,
+            kind: e.kind,
+            step: slot.map(|s| format!("{EVENT_SLOT_PREFIX}{s}")),
+            job: None,
+            step_reading: None,
+            exit_status: None,
+            message: Some(message),
+        };
+        let r = self.writer.as_mut().map(|w| w.event(ev));
+        if let Some(r) = r {
+            self.write(r);
+        }
+    }
+
+    /// One sample of all backends; false when no device answered.
+    fn sample_once(&mut self) -> bool {
+        let t_ms = now_unix_ms();
+        let mut pids = (self.pids)();
+        pids.sort_unstable();
+        pids.dedup();
+        let deadline = Instant::now() + self.opts.sample_timeout;
+        let mut bucket = GpuBucket {
+            t_first_ms: t_ms,
+            t_last_ms: t_ms,
+            n: 1,
+            devices: vec![],
+        };
+        let mut events = Vec::new();
+        let mut backends = std::mem::take(&mut self.backends);
+        for (bi, b) in backends.iter_mut().enumerate() {
+            let base = self.slot_offsets.get(bi).copied().unwrap_or(0);
+            let s = b.sample(&pids, deadline);
+            for (k, d) in s.devices.into_iter().enumerate() {
+                let slot = base + k;
+                if slot >= self.identities.len() {
+                    break;
+                }
+                if let Some(d) = d {
+                    bucket.devices.push(device_bucket(
+                        slot as u32,
+                        &d,
+                        &mut self.prev_energy[slot],
+                    ));
+                }
+            }
+            for e in s.events {
+                events.push((e.slot.map(|s| base + s), e));
+            }
+        }
+        self.backends = backends;
+        for (slot, e) in events {
+            self.record(t_ms, slot, e);
+        }
+        if bucket.devices.is_empty() {
+            return false;
+        }
+        let r = self.writer.as_mut().map(|w| w.push(bucket));
+        if let Some(r) = r {
+            self.write(r);
+        }
+        true
+    }
+
+    fn finish(&mut self, reason: &str, taken: u64, missed: u64) {
+        let end = End {
+            t_ms: now_unix_ms(),
+            reason: reason.into(),
+            samples_taken: taken,
+            samples_missed: missed,
+        };
+        let r = self.writer.as_mut().map(|w| w.end(&end));
+        if let Some(Err(e)) = r {
+            self.log(
+                LogLevel::Error,
+                &format!("could not write the GPU spool end record: {e}"),
+            );
+        }
+    }
+}
+
+/// One device's reading as a one-sample bucket entry; `prev_energy` is the slot's last counter.
+pub fn device_bucket(slot: u32, d: &DeviceSample, prev_energy: &mut Option<u64>) -> DeviceBucket {
+    let energy_mj = match (*prev_energy, d.energy_mj) {
+        (Some(a), Some(b)) if a <= b => Some(b - a),
+        _ => None,
+    };
+    if d.energy_mj.is_some() {
+        *prev_energy = d.energy_mj;
+    }
+    let g = |v: Option<u64>| v.map(Gauge::one);
+    DeviceBucket {
+        slot,
+        samples: 1,
+        util_gpu_pct: g(d.util_gpu_pct.map(u64::from)),
+        util_mem_pct: g(d.util_mem_pct.map(u64::from)),
+        mem_used_bytes: g(d.mem_used_bytes),
+        power_mw: g(d.power_mw),
+        job_processes: g(d.job_processes.map(u64::from)),
+        job_mem_bytes: g(d.job_mem_bytes),
+        other_processes: g(d.other_processes.map(u64::from)),
+        energy_mj,
+        energy_counter_mj: d.energy_mj,
+        mem_total_bytes: d.mem_total_bytes,
+        throttle_reasons: d.throttle_reasons,
+    }
+}
+
+/// The pids of a cgroup and its descendants (each sample), e.g. the job's v1 memory directory
+/// or v2 directory. Bounded walk (depth 8, 4096 cgroups); a vanished sub-cgroup is skipped.
+pub fn cgroup_pid_source(job_cgroup_dir: PathBuf) -> PidSource {
+    Box::new(move || cgroup_pids(&job_cgroup_dir))
+}
+
+/// See [`cgroup_pid_source`].
+pub fn cgroup_pids(dir: &Path) -> Vec<u32> {
+    let mut out = Vec::new();
+    let mut stack = vec![(dir.to_path_buf(), 0usize)];
+    let mut visited = 0usize;
+    while let Some((d, depth)) = stack.pop() {
+        visited += 1;
+        if let Ok(mut p) = crate::cgroup::read_cgroup_procs(&d) {
+            out.append(&mut p);
+        }
+        if depth >= 8 {
+            continue;
+        }
+        if let Ok(rd) = std::fs::read_dir(&d) {
+            for e in rd.flatten() {
+                if visited + stack.len() >= 4096 {
+                    break;
+                }
+                if e.file_type().is_ok_and(|t| t.is_dir()) {
+                    stack.push((e.path(), depth + 1));
+                }
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gpu::assign::{GpuRef, SelectionSource};
+    use crate::gpu::spool::read_gpu_file;
+    use crate::gpu::testing::ScriptedBackend;
+    use crate::gpu::GpuKind;
+
+    fn header() -> Header {
+        Header {
+            format_version: crate::spool::FORMAT_VERSION,
+            job_id: 5,
+            node: "n1".into(),
+            series: "job".into(),
+            uid: 1,
+            gid: 1,
+            cgroup_version: None,
+            cgroup_path: None,
+            boot_id: None,
+            boot_time_s: None,
+            start_unix_ms: now_unix_ms(),
+            cadence_s: 1,
+            plugin_version: "t".into(),
+            alloc_cores: None,
+            alloc_mem_bytes: None,
+            handover: None,
+        }
+    }
+
+    fn id(kind: GpuKind, minor: u32, uuid: &str) -> GpuIdentity {
+        GpuIdentity {
+            kind: Some(kind),
+            minor: Some(minor),
+            uuid: Some(uuid.into()),
+            ..Default::default()
+        }
+    }
+
+    fn opts(dir: &Path, cadence_ms: u64) -> MonitorOptions {
+        MonitorOptions {
+            job_dir: dir.to_path_buf(),
+            header: header(),
+            schedule: Schedule {
+                early: vec![],
+                cadence: Duration::from_millis(cadence_ms),
+            },
+            open_timeout: Duration::from_secs(5),
+            sample_timeout: Duration::from_secs(1),
+            limits: GpuLimits::default(),
+        }
+    }
+
+    fn quiet() -> GpuLogFn {
+        Box::new(|_, _| {})
+    }
+
+    fn wait_for(m: &GpuMonitor, samples: u64) {
+        let t = Instant::now();
+        while m.progress().samples_taken < samples && t.elapsed() < Duration::from_secs(30) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    #[test]
+    fn gpu_monitor_no_gpus_starts_nothing_and_writes_nothing() {
+        let d = tempfile::tempdir().unwrap();
+        let m = GpuMonitor::start_with(
+            GpuSelection::of([]),
+            vec![],
+            opts(d.path(), 10),
+            Box::new(Vec::new),
+            quiet(),
+        )
+        .unwrap();
+        assert!(m.finished());
+        assert!(m.stop(Duration::ZERO));
+        assert!(!d.path().join(GPU_FILE_NAME).exists());
+    }
+
+    #[test]
+    fn gpu_monitor_samples_the_selected_device_with_sorted_job_pids() {
+        let d = tempfile::tempdir().unwrap();
+        let b = ScriptedBackend::new(
+            vec![
+                id(GpuKind::Nvidia, 0, "GPU-zero"),
+                id(GpuKind::Nvidia, 3, "GPU-three"),
+            ],
+            |n, pids| {
+                assert_eq!(pids, &[3, 5], "sorted, deduplicated");
+                vec![Some(DeviceSample {
+                    util_gpu_pct: Some(n as u32 % 100),
+                    energy_mj: Some(1000 + 10 * n),
+                    job_processes: Some(1),
+                    ..Default::default()
+                })]
+            },
+        );
+        let sel = GpuSelection {
+            wanted: vec![Wanted {
+                reference: GpuRef::NvidiaMinor(3),
+                gres_index: Some(1),
+            }],
+            source: SelectionSource::GresConf,
+            notes: vec![],
+        };
+        let m = GpuMonitor::start_with(
+            sel,
+            vec![Box::new(b)],
+            opts(d.path(), 5),
+            Box::new(|| vec![5, 3, 3]),
+            quiet(),
+        )
+        .unwrap();
+        wait_for(&m, 10);
+        assert_eq!(m.progress().devices, 1);
+        assert!(m.stop(Duration::from_secs(10)));
+        let s = read_gpu_file(&d.path().join(GPU_FILE_NAME)).unwrap();
+        let info = s.info.clone().unwrap();
+        assert_eq!(info.devices[0].uuid.as_deref(), Some("GPU-three"));
+        assert_eq!(info.devices[0].gres_index, Some(1));
+        assert_eq!(info.backends, vec!["scripted"]);
+        assert_eq!(info.selection_source, Some(SelectionSource::GresConf));
+        let end = s.end.unwrap();
+        assert_eq!(end.reason, "stopped");
+        let n = s.buckets.iter().map(|b| b.n as u64).sum::<u64>();
+        // Every attempted sample answered (`samples_missed` also counts skipped schedule slots).
+        assert_eq!(n, end.samples_taken);
+        assert!(n >= 10);
+        // Energy deltas: 10 mJ per sample after the first.
+        let e: u64 = s
+            .buckets
+            .iter()
+            .filter_map(|b| b.device(0)?.energy_mj)
+            .sum();
+        assert_eq!(e, 10 * (n - 1));
+        assert_eq!(s.buckets[0].device(0).unwrap().energy_mj, None);
+    }
+
+    #[test]
+    fn gpu_monitor_two_backends_share_the_wanted_list() {
+        let d = tempfile::tempdir().unwrap();
+        let nv = ScriptedBackend::new(vec![id(GpuKind::Nvidia, 0, "GPU-nv")], |_, _| {
+            vec![Some(DeviceSample {
+                util_gpu_pct: Some(7),
+                ..Default::default()
+            })]
+        });
+        let amd = ScriptedBackend::new(vec![id(GpuKind::Amd, 128, "GPU-amd")], |_, _| {
+            vec![Some(DeviceSample {
+                util_gpu_pct: Some(9),
+                ..Default::default()
+            })]
+        });
+        let sel = GpuSelection::of([
+            GpuRef::DrmMinor(128),
+            GpuRef::NvidiaMinor(0),
+            GpuRef::NvidiaMinor(9),
+        ]);
+        let (logs, log): (Arc<Mutex<Vec<String>>>, _) = {
+            let l: Arc<Mutex<Vec<String>>> = Arc::default();
+            let l2 = l.clone();
+            let f: GpuLogFn = Box::new(move |_, m| l2.lock().unwrap().push(m.to_string()));
+            (l, f)
+        };
+        let m = GpuMonitor::start_with(
+            sel,
+            vec![Box::new(nv), Box::new(amd)],
+            opts(d.path(), 5),
+            Box::new(Vec::new),
+            log,
+        )
+        .unwrap();
+        wait_for(&m, 3);
+        assert!(m.stop(Duration::from_secs(10)));
+        let s = read_gpu_file(&d.path().join(GPU_FILE_NAME)).unwrap();
+        let info = s.info.unwrap();
+        let uuids: Vec<_> = info
+            .devices
+            .iter()
+            .map(|d| d.uuid.clone().unwrap())
+            .collect();
+        assert_eq!(uuids, ["GPU-nv", "GPU-amd"]);
+        assert_eq!(info.unresolved, vec!["/dev/nvidia9"]);
+        assert!(info.notes.is_empty(), "{:?}", info.notes);
+        let b = &s.buckets[0];
+        assert_eq!(b.device(0).unwrap().util_gpu_pct.unwrap().max, 7);
+        assert_eq!(b.device(1).unwrap().util_gpu_pct.unwrap().max, 9);
+        assert!(logs.lock().unwrap()[0].contains("/dev/nvidia9"));
+    }
+
+    #[test]
+    fn gpu_monitor_unavailable_backend_is_a_note_only_when_a_gpu_stayed_unresolved() {
+        let run = |refs: Vec<GpuRef>| {
+            let d = tempfile::tempdir().unwrap();
+            let mut nv = ScriptedBackend::new(vec![], |_, _| vec![]);
+            nv.unavailable = Some("NVML not available: no library".into());
+            let amd = ScriptedBackend::new(vec![id(GpuKind::Amd, 128, "GPU-amd")], |_, _| {
+                vec![Some(DeviceSample::default())]
+            });
+            let m = GpuMonitor::start_with(
+                GpuSelection::of(refs),
+                vec![Box::new(nv), Box::new(amd)],
+                opts(d.path(), 5),
+                Box::new(Vec::new),
+                quiet(),
+            )
+            .unwrap();
+            wait_for(&m, 1);
+            assert!(m.stop(Duration::from_secs(10)));
+            read_gpu_file(&d.path().join(GPU_FILE_NAME))
+                .unwrap()
+                .info
+                .unwrap()
+        };
+        let info = run(vec![GpuRef::Uuid("GPU-amd".into())]);
+        assert_eq!(info.devices.len(), 1);
+        assert!(info.notes.is_empty(), "{:?}", info.notes);
+        let info = run(vec![
+            GpuRef::Uuid("GPU-amd".into()),
+            GpuRef::Uuid("GPU-gone".into()),
+        ]);
+        assert_eq!(info.unresolved, vec!["GPU-gone"]);
+        assert_eq!(info.notes, vec!["NVML not available: no library"]);
+    }
+
+    #[test]
+    fn gpu_monitor_panicking_backend_is_contained() {
+        let d = tempfile::tempdir().unwrap();
+        let b = ScriptedBackend::new(vec![id(GpuKind::Nvidia, 0, "GPU-x")], |n, _| {
+            if n == 2 {
+                panic!("scripted backend panic");
+            }
+            vec![Some(DeviceSample::default())]
+        });
+        let logs: Arc<Mutex<Vec<(LogLevel, String)>>> = Arc::default();
+        let l2 = logs.clone();
+        let m = GpuMonitor::start_with(
+            GpuSelection::of([GpuRef::NvidiaMinor(0)]),
+            vec![Box::new(b)],
+            opts(d.path(), 5),
+            Box::new(Vec::new),
+            Box::new(move |lvl, msg| l2.lock().unwrap().push((lvl, msg.to_string()))),
+        )
+        .unwrap();
+        let t = Instant::now();
+        while !m.finished() && t.elapsed() < Duration::from_secs(30) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(m.finished());
+        assert!(m.stop(Duration::from_secs(1)));
+        let logs = logs.lock().unwrap();
+        assert!(logs
+            .iter()
+            .any(|(l, m)| *l == LogLevel::Error && m.contains("scripted backend panic")));
+        // What was written before the panic is readable.
+        let s = read_gpu_file(&d.path().join(GPU_FILE_NAME)).unwrap();
+        assert_eq!(s.buckets.len(), 2);
+        assert!(s.end.is_none());
+    }
+
+    #[test]
+    fn gpu_monitor_slow_backend_stop_is_bounded() {
+        let d = tempfile::tempdir().unwrap();
+        let mut b = ScriptedBackend::new(vec![id(GpuKind::Nvidia, 0, "GPU-x")], |_, _| {
+            vec![Some(DeviceSample::default())]
+        });
+        b.sample_delay = Some(Duration::from_secs(3));
+        let mut o = opts(d.path(), 10);
+        o.sample_timeout = Duration::from_secs(3);
+        let m = GpuMonitor::start_with(
+            GpuSelection::of([GpuRef::NvidiaMinor(0)]),
+            vec![Box::new(b)],
+            o,
+            Box::new(Vec::new),
+            quiet(),
+        )
+        .unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+        let t = Instant::now();
+        assert!(
+            !m.stop(Duration::from_millis(50)),
+            "busy: not finished in time"
+        );
+        assert!(
+            t.elapsed() < Duration::from_secs(2),
+            "but returned at its bound"
+        );
+    }
+
+    #[test]
+    fn gpu_backends_for_selection() {
+        let cfg = BackendConfig::default();
+        let names = |sel: GpuSelection| -> Vec<&'static str> {
+            cfg.backends_for(&sel).iter().map(|b| b.name()).collect()
+        };
+        assert_eq!(names(GpuSelection::of([GpuRef::NvidiaMinor(1)])), ["nvml"]);
+        assert_eq!(names(GpuSelection::of([GpuRef::DrmMinor(128)])), ["amdgpu"]);
+        assert_eq!(
+            names(GpuSelection::of([GpuRef::Uuid("GPU-1".into())])),
+            ["nvml", "amdgpu"]
+        );
+        assert!(names(GpuSelection::of([])).is_empty());
+        let no_nv = BackendConfig {
+            nvidia: false,
+            ..Default::default()
+        };
+        assert!(no_nv
+            .backends_for(&GpuSelection::of([GpuRef::AllAccessible]))
+            .is_empty());
+    }
+
+    #[test]
+    fn gpu_cgroup_pids_walks_the_tree() {
+        let d = tempfile::tempdir().unwrap();
+        let job = d.path().join("job_5");
+        std::fs::create_dir_all(job.join("step_0/task_0")).unwrap();
+        std::fs::write(job.join("cgroup.procs"), "").unwrap();
+        std::fs::write(job.join("step_0/cgroup.procs"), "10\n").unwrap();
+        std::fs::write(job.join("step_0/task_0/cgroup.procs"), "11\n12\n").unwrap();
+        let mut p = cgroup_pids(&job);
+        p.sort();
+        assert_eq!(p, [10, 11, 12]);
+        assert!(cgroup_pids(&d.path().join("gone")).is_empty());
+    }
+}

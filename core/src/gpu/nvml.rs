@@ -1,0 +1,508 @@
+//! NVIDIA GPUs through NVML (nvml-wrapper 0.13), bounded in time.
+//!
+//! # Why a worker thread
+//! An NVML call can take seconds under load and can hang outright when a GPU or the driver is in
+//! trouble (nvidia-smi > 2 s is common, notes/crates.md A.3). So every NVML call runs in ONE
+//! dedicated worker thread that owns the `Nvml` handle; the monitor sends it a request per sample
+//! and waits on a channel until the sample's deadline:
+//! - answered in time: the values are used;
+//! - deadline passed: that sample's devices are `None` (an `nvml_timeout` event), the monitor moves
+//!   on; while the worker is still busy no new request is sent (no queue, no second thread); a late
+//!   answer is discarded and the next sample proceeds normally;
+//! - stuck for longer than [`NvmlConfig::give_up_after`] (or NVML init/discovery overran the
+//!   deadline given to [`GpuBackend::open`]): NVML is given up for the job (`nvml_gave_up`): at
+//!   most one stuck thread is ever left behind, never more.
+//!
+//! NVML is initialised once per backend (per job) and a failure is cached: a node without the
+//! driver or library is normal ([`OpenResult::quiet`]), not an error.
+//!
+//! # What is read (C symbols, checked against nvml-wrapper 0.13's `nvml_sym` calls)
+//! - init: `nvmlInit_v2`, `nvmlSystemGetDriverVersion`; `nvmlShutdown` at the end (its absence
+//!   would panic in nvml-wrapper's `Drop`: the handle is kept in `ManuallyDrop` and shut down
+//!   explicitly, so a panic in the worker can never double-panic);
+//! - discovery: `nvmlDeviceGetCount_v2`, `nvmlDeviceGetHandleByIndex_v2` (per-index errors are
+//!   skipped: inside the job's devices cgroup NVML can open only the job's GPUs),
+//!   `nvmlDeviceGetMinorNumber`, `nvmlDeviceGetUUID`, `nvmlDeviceGetPciInfo_v3`,
+//!   `nvmlDeviceGetName`, `nvmlDeviceGetMemoryInfo_v2`, `nvmlDeviceGetMigMode`,
+//!   `nvmlDeviceGetMaxMigDeviceCount`, `nvmlDeviceGetMigDeviceHandleByIndex`;
+//! - per sample: `nvmlDeviceGetUtilizationRates`, `nvmlDeviceGetMemoryInfo_v2`,
+//!   `nvmlDeviceGetPowerUsage` (mW), `nvmlDeviceGetTotalEnergyConsumption` (mJ since driver load),
+//!   `nvmlDeviceGetCurrentClocksThrottleReasons`, `nvmlDeviceGetComputeRunningProcesses_v3`
+//!   (called twice: count, then fill).
+//!
+//! `NOT_SUPPORTED` (MIG utilization, old GPUs' energy) → `None`. `GPU_IS_LOST` → the device is
+//! `None` from then on and a `gpu_lost` event is recorded. Any other error → `None` and one
+//! `nvml_error` event per device and call.
+
+use super::assign::{resolve, InventoryDevice, Wanted};
+use super::{BackendSample, DeviceSample, GpuBackend, GpuEvent, GpuIdentity, GpuKind, OpenResult};
+use nvml_wrapper::enums::device::UsedGpuMemory;
+use nvml_wrapper::error::NvmlError;
+use nvml_wrapper::{Device, Nvml};
+use std::collections::HashSet;
+use std::mem::ManuallyDrop;
+use std::path::PathBuf;
+use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender, TryRecvError};
+use std::time::{Duration, Instant};
+
+/// What `Nvml::init()` loads when no path is configured.
+pub const DEFAULT_NVML_LIB: &str = "libnvidia-ml.so.1";
+
+#[derive(Debug, Clone)]
+pub struct NvmlConfig {
+    /// The NVML library; `None` = the dynamic linker's `libnvidia-ml.so.1`.
+    pub lib_path: Option<PathBuf>,
+    /// Give NVML up for the job once the worker has been stuck this long.
+    pub give_up_after: Duration,
+}
+
+impl Default for NvmlConfig {
+    fn default() -> Self {
+        NvmlConfig {
+            lib_path: None,
+            give_up_after: Duration::from_secs(120),
+        }
+    }
+}
+
+enum Request {
+    Sample { seq: u64, pids: Vec<u32> },
+}
+
+enum Response {
+    Opened(Result<OpenResult, (String, bool)>),
+    Sampled {
+        seq: u64,
+        devices: Vec<Option<DeviceSample>>,
+        events: Vec<GpuEvent>,
+    },
+}
+
+struct Link {
+    tx: Sender<Request>,
+    rx: Receiver<Response>,
+    next_seq: u64,
+    /// A request that overran its deadline and has not been answered: (seq, sent at).
+    stuck: Option<(u64, Instant)>,
+}
+
+/// The NVML backend (see the module doc).
+pub struct NvmlBackend {
+    cfg: NvmlConfig,
+    link: Option<Link>,
+    n_devices: usize,
+    gave_up: bool,
+}
+
+impl NvmlBackend {
+    pub fn new(cfg: NvmlConfig) -> Self {
+        NvmlBackend {
+            cfg,
+            link: None,
+            n_devices: 0,
+            gave_up: false,
+        }
+    }
+
+    /// True once NVML was given up for the job (hung worker, dead worker).
+    pub fn gave_up(&self) -> bool {
+        self.gave_up
+    }
+
+    fn missing(&self, events: Vec<GpuEvent>) -> BackendSample {
+        BackendSample {
+            devices: vec![None; self.n_devices],
+            events,
+        }
+    }
+
+    fn give_up(&mut self, why: String) -> GpuEvent {
+        // Dropping the link closes the channels: a worker that comes back finds them closed and
+        // exits (shutting NVML down); one that never comes back stays the only stuck thread.
+        self.link = None;
+        self.gave_up = true;
+        GpuEvent {
+            kind: "nvml_gave_up".into(),
+            slot: None,
+            message: why,
+        }
+    }
+}
+
+fn classify_init_error(e: &NvmlError) -> (String, bool) {
+    let quiet = matches!(
+        e,
+        NvmlError::LibloadingError(_) | NvmlError::DriverNotLoaded | NvmlError::LibraryNotFound
+    );
+    (format!("NVML not available: {e}"), quiet)
+}
+
+impl GpuBackend for NvmlBackend {
+    fn name(&self) -> &'static str {
+        "nvml"
+    }
+
+    fn open(&mut self, wanted: &[Wanted], deadline: Instant) -> OpenResult {
+        if let Some(p) = &self.cfg.lib_path {
+            if !p.exists() {
+                return OpenResult {
+                    unavailable: Some(format!("NVML not available: {} not found", p.display())),
+                    quiet: true,
+                    ..Default::default()
+                };
+            }
+        }
+        let (req_tx, req_rx) = channel::<Request>();
+        let (resp_tx, resp_rx) = channel::<Response>();
+        let lib = self.cfg.lib_path.clone();
+        let wanted_owned = wanted.to_vec();
+        let spawned = std::thread::Builder::new()
+            .name("jobscope-nvml".into())
+            .stack_size(2 * 1024 * 1024)
+            .spawn(move || {
+                // A panic ends the worker; the backend sees the channel close.
+                let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    worker(lib, wanted_owned, req_rx, resp_tx)
+                }));
+            });
+        if let Err(e) = spawned {
+            return OpenResult {
+                unavailable: Some(format!("cannot start the NVML thread: {e}")),
+                ..Default::default()
+            };
+        }
+        let wait = deadline.saturating_duration_since(Instant::now());
+        match resp_rx.recv_timeout(wait) {
+            Ok(Response::Opened(Ok(o))) => {
+                self.n_devices = o.devices.len();
+                self.link = Some(Link {
+                    tx: req_tx,
+                    rx: resp_rx,
+                    next_seq: 0,
+                    stuck: None,
+                });
+                o
+            }
+            Ok(Response::Opened(Err((msg, quiet)))) => OpenResult {
+                unavailable: Some(msg),
+                quiet,
+                ..Default::default()
+            },
+            Ok(Response::Sampled { .. }) | Err(RecvTimeoutError::Disconnected) => {
+                self.gave_up = true;
+                OpenResult {
+                    unavailable: Some("NVML worker died during init".into()),
+                    ..Default::default()
+                }
+            }
+            Err(RecvTimeoutError::Timeout) => {
+                let ev = self.give_up(format!(
+                    "NVML init and device discovery did not finish within {} ms; GPUs not sampled",
+                    wait.as_millis()
+                ));
+                OpenResult {
+                    unavailable: Some(ev.message.clone()),
+                    events: vec![ev],
+                    ..Default::default()
+                }
+            }
+        }
+    }
+
+    fn sample(&mut self, job_pids: &[u32], deadline: Instant) -> BackendSample {
+        let give_up_after = self.cfg.give_up_after;
+        let Some(link) = self.link.as_mut() else {
+            return self.missing(vec![]);
+        };
+        // Late answers: the worker is free again; their values are stale and dropped.
+        loop {
+            match link.rx.try_recv() {
+                Ok(Response::Sampled { seq, .. }) => {
+                    if link.stuck.is_some_and(|(s, _)| s == seq) {
+                        link.stuck = None;
+                    }
+                }
+                Ok(Response::Opened(_)) => {}
+                Err(TryRecvError::Empty) => break,
+                Err(TryRecvError::Disconnected) => {
+                    let ev = self.give_up("the NVML worker thread died".into());
+                    return self.missing(vec![ev]);
+                }
+            }
+        }
+        if let Some((_, since)) = link.stuck {
+            if since.elapsed() >= give_up_after {
+                let ev = self.give_up(format!(
+                    "an NVML call has not returned for {} s; GPU sampling stopped for this job",
+                    since.elapsed().as_secs()
+                ));
+                return self.missing(vec![ev]);
+            }
+            return self.missing(vec![]);
+        }
+        let seq = link.next_seq;
+        link.next_seq += 1;
+        let sent = Instant::now();
+        if link
+            .tx
+            .send(Request::Sample {
+                seq,
+                pids: job_pids.to_vec(),
+            })
+            .is_err()
+        {
+            let ev = self.give_up("the NVML worker thread died".into());
+            return self.missing(vec![ev]);
+        }
+        loop {
+            let wait = deadline.saturating_duration_since(Instant::now());
+            match link.rx.recv_timeout(wait) {
+                Ok(Response::Sampled {
+                    seq: s,
+                    devices,
+                    events,
+                }) if s == seq => return BackendSample { devices, events },
+                Ok(_) => continue,
+                Err(RecvTimeoutError::Timeout) => {
+                    link.stuck = Some((seq, sent));
+                    let ev = GpuEvent {
+                        kind: "nvml_timeout".into(),
+                        slot: None,
+                        message: format!(
+                            "NVML did not answer within {} ms; sample skipped",
+                            deadline.saturating_duration_since(sent).as_millis()
+                        ),
+                    };
+                    return self.missing(vec![ev]);
+                }
+                Err(RecvTimeoutError::Disconnected) => {
+                    let ev = self.give_up("the NVML worker thread died".into());
+                    return self.missing(vec![ev]);
+                }
+            }
+        }
+    }
+}
+
+/// The worker: owns NVML and the device handles for the life of the job.
+fn worker(lib: Option<PathBuf>, wanted: Vec<Wanted>, rx: Receiver<Request>, tx: Sender<Response>) {
+    let mut builder = Nvml::builder();
+    if let Some(p) = &lib {
+        builder.lib_path(p.as_os_str());
+    }
+    let nvml = match builder.init() {
+        Ok(n) => ManuallyDrop::new(n),
+        Err(e) => {
+            let _ = tx.send(Response::Opened(Err(classify_init_error(&e))));
+            return;
+        }
+    };
+    {
+        let (devices, opened) = discover(&nvml, &wanted);
+        let n = devices.len();
+        if tx.send(Response::Opened(Ok(opened))).is_ok() {
+            let mut st = WorkerState {
+                lost: vec![false; n],
+                reported: HashSet::new(),
+            };
+            while let Ok(Request::Sample { seq, pids }) = rx.recv() {
+                let mut events = Vec::new();
+                let samples = devices
+                    .iter()
+                    .enumerate()
+                    .map(|(slot, d)| sample_device(d, slot, &pids, &mut st, &mut events))
+                    .collect();
+                if tx
+                    .send(Response::Sampled {
+                        seq,
+                        devices: samples,
+                        events,
+                    })
+                    .is_err()
+                {
+                    break;
+                }
+            }
+        }
+    }
+    // `shutdown()` returns the error instead of `Drop`'s `expect()`.
+    let _ = ManuallyDrop::into_inner(nvml).shutdown();
+}
+
+/// Enumerates NVML's devices (and MIG instances) and picks the wanted ones, in slot order.
+fn discover<'n>(nvml: &'n Nvml, wanted: &[Wanted]) -> (Vec<Device<'n>>, OpenResult) {
+    let mut inv: Vec<InventoryDevice> = Vec::new();
+    let mut handles: Vec<Option<Device<'n>>> = Vec::new();
+    let count = nvml.device_count().unwrap_or(0);
+    for i in 0..count {
+        // Inside the job's devices cgroup the other GPUs answer NO_PERMISSION: skip them.
+        let Ok(d) = nvml.device_by_index(i) else {
+            continue;
+        };
+        let id = GpuIdentity {
+            kind: Some(GpuKind::Nvidia),
+            index: Some(i),
+            gres_index: None,
+            minor: d.minor_number().ok(),
+            uuid: d.uuid().ok(),
+            pci_bus_id: d.pci_info().ok().map(|p| p.bus_id),
+            name: d.name().ok(),
+            parent_uuid: None,
+            mem_total_bytes: d.memory_info().ok().map(|m| m.total),
+        };
+        let mut migs = Vec::new();
+        if matches!(d.mig_mode(), Ok(m) if m.current == 1) {
+            for j in 0..d.mig_device_count().unwrap_or(0) {
+                let Ok(m) = d.mig_device_by_index(j) else {
+                    continue; // empty slot
+                };
+                let mid = GpuIdentity {
+                    kind: Some(GpuKind::Mig),
+                    index: Some(i),
+                    gres_index: None,
+                    minor: None,
+                    uuid: m.uuid().ok(),
+                    pci_bus_id: id.pci_bus_id.clone(),
+                    name: m.name().ok(),
+                    parent_uuid: id.uuid.clone(),
+                    mem_total_bytes: m.memory_info().ok().map(|x| x.total),
+                };
+                migs.push((mid, m));
+            }
+        }
+        let parent = inv.len();
+        inv.push(InventoryDevice {
+            identity: id,
+            drm_minors: vec![],
+            parent: None,
+        });
+        handles.push(Some(d));
+        for (mid, m) in migs {
+            inv.push(InventoryDevice {
+                identity: mid,
+                drm_minors: vec![],
+                parent: Some(parent),
+            });
+            handles.push(Some(m));
+        }
+    }
+    let r = resolve(wanted, &inv);
+    let mut devices = Vec::new();
+    let mut out = OpenResult::default();
+    for (wi, ii) in r.matches {
+        if let Some(h) = handles[ii].take() {
+            let mut id = inv[ii].identity.clone();
+            id.gres_index = wanted[wi].gres_index;
+            out.devices.push((wi, id));
+            devices.push(h);
+        }
+    }
+    (devices, out)
+}
+
+struct WorkerState {
+    lost: Vec<bool>,
+    /// (slot, call) pairs whose unexpected error was already reported.
+    reported: HashSet<(usize, &'static str)>,
+}
+
+/// `Ok` → `Some`; `NOT_SUPPORTED` → `None`; `GPU_IS_LOST` → `None` and `lost`; anything else →
+/// `None` and one event per device and call.
+fn value<T>(
+    r: Result<T, NvmlError>,
+    call: &'static str,
+    slot: usize,
+    st: &mut WorkerState,
+    events: &mut Vec<GpuEvent>,
+    lost: &mut bool,
+) -> Option<T> {
+    match r {
+        Ok(v) => Some(v),
+        Err(NvmlError::NotSupported) => None,
+        Err(NvmlError::GpuLost) => {
+            *lost = true;
+            None
+        }
+        Err(e) => {
+            if st.reported.insert((slot, call)) {
+                events.push(GpuEvent {
+                    kind: "nvml_error".into(),
+                    slot: Some(slot),
+                    message: format!("{call}: {e}"),
+                });
+            }
+            None
+        }
+    }
+}
+
+fn sample_device(
+    d: &Device<'_>,
+    slot: usize,
+    pids: &[u32],
+    st: &mut WorkerState,
+    events: &mut Vec<GpuEvent>,
+) -> Option<DeviceSample> {
+    if st.lost[slot] {
+        return None;
+    }
+    let mut lost = false;
+    let mut s = DeviceSample::default();
+    macro_rules! call {
+        ($name:literal, $e:expr) => {
+            if lost {
+                None
+            } else {
+                value($e, $name, slot, st, events, &mut lost)
+            }
+        };
+    }
+    if let Some(u) = call!("nvmlDeviceGetUtilizationRates", d.utilization_rates()) {
+        s.util_gpu_pct = Some(u.gpu);
+        s.util_mem_pct = Some(u.memory);
+    }
+    if let Some(m) = call!("nvmlDeviceGetMemoryInfo_v2", d.memory_info()) {
+        s.mem_used_bytes = Some(m.used);
+        s.mem_total_bytes = Some(m.total);
+    }
+    s.power_mw = call!("nvmlDeviceGetPowerUsage", d.power_usage()).map(u64::from);
+    s.energy_mj = call!(
+        "nvmlDeviceGetTotalEnergyConsumption",
+        d.total_energy_consumption()
+    );
+    s.throttle_reasons = call!(
+        "nvmlDeviceGetCurrentClocksThrottleReasons",
+        d.current_throttle_reasons()
+    )
+    .map(|r| r.bits());
+    if let Some(procs) = call!(
+        "nvmlDeviceGetComputeRunningProcesses_v3",
+        d.running_compute_processes()
+    ) {
+        let (mut mine, mut others, mut mem) = (0u32, 0u32, Some(0u64));
+        for p in &procs {
+            if pids.binary_search(&p.pid).is_ok() {
+                mine += 1;
+                mem = match (mem, &p.used_gpu_memory) {
+                    (Some(m), UsedGpuMemory::Used(b)) => Some(m.saturating_add(*b)),
+                    _ => None,
+                };
+            } else {
+                others += 1;
+            }
+        }
+        s.job_processes = Some(mine);
+        s.job_mem_bytes = mem;
+        s.other_processes = Some(others);
+    }
+    if lost {
+        st.lost[slot] = true;
+        events.push(GpuEvent {
+            kind: "gpu_lost".into(),
+            slot: Some(slot),
+            message: "NVML: GPU is lost (fell off the bus or is otherwise inaccessible)".into(),
+        });
+        return None;
+    }
+    Some(s)
+}

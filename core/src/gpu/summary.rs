@@ -1,0 +1,897 @@
+//! Per-GPU figures and findings for the report, and advice. Pure: the epilog reads `gpu.jsc`
+//! ([`super::spool::read_gpu_file`]), this computes.
+//!
+//! Time model: sample `i` at `t_i` stands for the interval `(t_{i-1}, t_i]` (a thinned bucket for
+//! the interval from the previous bucket's end to its own end). An interval is **idle** when the
+//! GPU's utilization never rose above [`GpuSummaryParams::idle_util_pct`] in it (the bucket's *max*,
+//! so thinning cannot hide activity); where utilization is unknown (MIG) the job having no process
+//! on the device counts as idle; where both are unknown the interval is unknown.
+
+use super::monitor::event_slot;
+use super::spool::{DeviceBucket, GpuSeries};
+use super::{GpuIdentity, GpuKind};
+use serde::{Deserialize, Serialize};
+
+/// Thresholds of the findings (site-configurable).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct GpuSummaryParams {
+    /// At or below this utilization a GPU counts as idle.
+    pub idle_util_pct: f64,
+    /// Shortest idle period listed.
+    pub idle_min_s: f64,
+    /// A trailing idle stretch at least this long (and at least `tail_idle_min_share` of the job)
+    /// is reported as "used at first, then idle".
+    pub tail_idle_min_s: f64,
+    pub tail_idle_min_share: f64,
+    /// Mean utilization from which a GPU is `gpu_bound`.
+    pub bound_util_pct: f64,
+    /// Mean utilization below which a GPU is `gpu_idle`.
+    pub idle_class_util_pct: f64,
+    /// Advice "a MIG slice or a smaller GPU": peak memory at most this share of the GPU's...
+    pub small_mem_share: f64,
+    /// ...and mean utilization below this.
+    pub low_util_pct: f64,
+}
+
+impl Default for GpuSummaryParams {
+    fn default() -> Self {
+        GpuSummaryParams {
+            idle_util_pct: 5.0,
+            idle_min_s: 600.0,
+            tail_idle_min_s: 1800.0,
+            tail_idle_min_share: 0.2,
+            bound_util_pct: 70.0,
+            idle_class_util_pct: 10.0,
+            small_mem_share: 0.25,
+            low_util_pct: 30.0,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum GpuClass {
+    /// Busy most of the time.
+    GpuBound,
+    /// Allocated but (nearly) unused.
+    GpuIdle,
+    Mixed,
+}
+
+/// A stretch of at least [`GpuSummaryParams::idle_min_s`] in which the GPU was idle.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct IdlePeriod {
+    /// Seconds since the job started on the node.
+    pub start_s: f64,
+    pub end_s: f64,
+    pub duration_s: f64,
+}
+
+/// One GPU of the job on one node. Units are in the names; unknown is `None`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct GpuSummary {
+    pub node: Option<String>,
+    /// Position in `gpu.jsc`'s device list.
+    pub slot: u32,
+    pub kind: Option<GpuKind>,
+    /// NVML index / DRM card as the sampler saw it (display only).
+    pub index: Option<u32>,
+    /// SLURM's gres index.
+    pub gres_index: Option<u32>,
+    pub minor: Option<u32>,
+    pub uuid: Option<String>,
+    pub pci_bus_id: Option<String>,
+    pub name: Option<String>,
+    /// MIG: the physical GPU.
+    pub parent_uuid: Option<String>,
+    /// Samples in which the device answered.
+    pub samples: u64,
+    pub util_mean_pct: Option<f64>,
+    pub util_max_pct: Option<f64>,
+    pub mem_util_mean_pct: Option<f64>,
+    /// The device never reported utilization (MIG instances: NVML answers NOT_SUPPORTED).
+    pub utilization_unknown: bool,
+    pub mem_peak_bytes: Option<u64>,
+    pub mem_total_bytes: Option<u64>,
+    /// Peak of the memory used by the job's own processes.
+    pub job_mem_peak_bytes: Option<u64>,
+    pub job_processes_max: Option<u64>,
+    /// Someone else's processes ran on this GPU during the job.
+    pub other_processes_seen: bool,
+    pub power_mean_w: Option<f64>,
+    pub power_max_w: Option<f64>,
+    pub energy_kwh: Option<f64>,
+    /// `energy_kwh` integrates power samples (no energy counter on this device).
+    pub energy_estimated: bool,
+    pub idle_periods: Vec<IdlePeriod>,
+    /// All idle time, seconds (also stretches shorter than `idle_min_s`).
+    pub idle_s: Option<f64>,
+    /// Time for which the device's state (idle or not) is known, seconds.
+    pub observed_s: f64,
+    /// Allocated, yet no utilization and no job process ever seen on it.
+    pub never_used: bool,
+    /// Used at first, then idle from this second (since job start) to the end.
+    pub idle_after_s: Option<f64>,
+    /// Length of that idle tail, seconds.
+    pub idle_tail_s: Option<f64>,
+    /// Device-hours allocated (a MIG slice counts as one device).
+    pub gpu_hours_allocated: f64,
+    /// Idle share × allocated (all of it when never used).
+    pub gpu_hours_wasted: Option<f64>,
+    pub classification: Option<GpuClass>,
+    /// NVML throttle reasons seen (`sw_power_cap`, `hw_thermal_slowdown`…).
+    pub throttle_reasons: Vec<String>,
+    /// The GPU fell off the bus during the job.
+    pub lost: bool,
+    /// Human-readable findings, most important first.
+    pub findings: Vec<String>,
+}
+
+/// Recommendation for the user, with the evidence.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Advice {
+    pub line: String,
+    pub reason: String,
+}
+
+/// NVML `nvmlClocksThrottleReason*` bits, named.
+pub const THROTTLE_REASONS: &[(u64, &str)] = &[
+    (0x2, "applications_clocks_setting"),
+    (0x4, "sw_power_cap"),
+    (0x8, "hw_slowdown"),
+    (0x10, "sync_boost"),
+    (0x20, "sw_thermal_slowdown"),
+    (0x40, "hw_thermal_slowdown"),
+    (0x80, "hw_power_brake_slowdown"),
+];
+
+fn hours(s: f64) -> String {
+    if s >= 3600.0 {
+        format!("{:.1} h", s / 3600.0)
+    } else {
+        format!("{:.0} min", s / 60.0)
+    }
+}
+
+fn gib(b: u64) -> String {
+    format!("{:.1} GiB", b as f64 / (1u64 << 30) as f64)
+}
+
+/// [`summarize_gpus_with`] with default thresholds.
+pub fn summarize_gpus(series: &GpuSeries, job_elapsed_s: f64) -> Vec<GpuSummary> {
+    summarize_gpus_with(series, job_elapsed_s, &GpuSummaryParams::default())
+}
+
+/// One summary per device of `series` (slot order). `job_elapsed_s` is the job's run time on the
+/// node (GPU-hours are charged for all of it, whatever was sampled).
+pub fn summarize_gpus_with(
+    series: &GpuSeries,
+    job_elapsed_s: f64,
+    p: &GpuSummaryParams,
+) -> Vec<GpuSummary> {
+    let start_ms = series.header.start_unix_ms;
+    let end_ms = start_ms + (job_elapsed_s.max(0.0) * 1000.0) as u64;
+    series
+        .devices()
+        .iter()
+        .enumerate()
+        .map(|(slot, id)| {
+            let lost = series
+                .events
+                .iter()
+                .any(|e| e.kind == "gpu_lost" && event_slot(e) == Some(slot));
+            summarize_one(
+                series,
+                slot as u32,
+                id,
+                start_ms,
+                end_ms,
+                job_elapsed_s,
+                lost,
+                p,
+            )
+        })
+        .collect()
+}
+
+#[allow(clippy::too_many_arguments)]
+fn summarize_one(
+    series: &GpuSeries,
+    slot: u32,
+    id: &GpuIdentity,
+    start_ms: u64,
+    end_ms: u64,
+    elapsed_s: f64,
+    lost: bool,
+    p: &GpuSummaryParams,
+) -> GpuSummary {
+    // (interval start, interval end, the device's share) in time order.
+    let mut points: Vec<(u64, u64, &DeviceBucket)> = Vec::new();
+    let mut prev_end: Option<u64> = None;
+    for b in &series.buckets {
+        let from = prev_end.unwrap_or(b.t_first_ms).min(b.t_last_ms);
+        prev_end = Some(b.t_last_ms);
+        if let Some(d) = b.device(slot) {
+            points.push((from, b.t_last_ms, d));
+        }
+    }
+    let rel = |t: u64| t.saturating_sub(start_ms) as f64 / 1000.0;
+    let sum_gauge = |f: fn(&DeviceBucket) -> Option<crate::spool::Gauge>| {
+        let gs: Vec<_> = points.iter().filter_map(|(_, _, d)| f(d)).collect();
+        if gs.is_empty() {
+            return None;
+        }
+        let (sum, count, max) = gs.iter().fold((0u128, 0u64, 0u64), |(s, c, m), g| {
+            (s + g.sum as u128, c + g.count as u64, m.max(g.max))
+        });
+        Some((sum as f64 / count.max(1) as f64, max))
+    };
+    let util = sum_gauge(|d| d.util_gpu_pct);
+    let mem_util = sum_gauge(|d| d.util_mem_pct);
+    let power = sum_gauge(|d| d.power_mw);
+    let max_of = |f: fn(&DeviceBucket) -> Option<crate::spool::Gauge>| {
+        points
+            .iter()
+            .filter_map(|(_, _, d)| f(d))
+            .map(|g| g.max)
+            .max()
+    };
+    let mem_peak = max_of(|d| d.mem_used_bytes);
+    let job_mem_peak = max_of(|d| d.job_mem_bytes);
+    let procs_max = max_of(|d| d.job_processes);
+    let others = max_of(|d| d.other_processes).is_some_and(|m| m > 0);
+    let mem_total = points
+        .iter()
+        .rev()
+        .find_map(|(_, _, d)| d.mem_total_bytes)
+        .or(id.mem_total_bytes);
+    let samples: u64 = points.iter().map(|(_, _, d)| d.samples as u64).sum();
+
+    // Energy: the counter's increases; else the integral of mean power.
+    let energy_mj: Option<u64> = points
+        .iter()
+        .filter_map(|(_, _, d)| d.energy_mj)
+        .fold(None, |a, e| Some(a.unwrap_or(0u64).saturating_add(e)));
+    let (energy_kwh, energy_estimated) = match energy_mj {
+        Some(mj) => (Some(mj as f64 / 3.6e9), false),
+        None => {
+            let mut j = 0.0;
+            let mut any = false;
+            for (from, to, d) in &points {
+                if let Some(g) = d.power_mw {
+                    any = true;
+                    j += g.mean() / 1000.0 * (to - from) as f64 / 1000.0;
+                }
+            }
+            if any && j > 0.0 {
+                (Some(j / 3.6e6), true)
+            } else {
+                (None, false)
+            }
+        }
+    };
+
+    // Idle state per interval: Some(true) idle, Some(false) busy, None unknown.
+    let state = |d: &DeviceBucket| -> Option<bool> {
+        if let Some(u) = d.util_gpu_pct {
+            return Some(u.max as f64 <= p.idle_util_pct);
+        }
+        d.job_processes.map(|g| g.max == 0)
+    };
+    let mut idle_ms = 0u64;
+    let mut observed_ms = 0u64;
+    let mut periods = Vec::new();
+    let mut run: Option<(u64, u64)> = None;
+    let close = |run: &mut Option<(u64, u64)>, periods: &mut Vec<IdlePeriod>| {
+        if let Some((a, b)) = run.take() {
+            let d = (b - a) as f64 / 1000.0;
+            if d >= p.idle_min_s {
+                periods.push(IdlePeriod {
+                    start_s: rel(a),
+                    end_s: rel(b),
+                    duration_s: d,
+                });
+            }
+        }
+    };
+    let mut last_busy_ms: Option<u64> = None;
+    let mut any_state = false;
+    for (from, to, d) in &points {
+        match state(d) {
+            Some(true) => {
+                any_state = true;
+                idle_ms += to - from;
+                observed_ms += to - from;
+                run = Some(match run {
+                    Some((a, _)) => (a, *to),
+                    None => (*from, *to),
+                });
+            }
+            Some(false) => {
+                any_state = true;
+                observed_ms += to - from;
+                last_busy_ms = Some(*to);
+                close(&mut run, &mut periods);
+            }
+            None => close(&mut run, &mut periods),
+        }
+    }
+    close(&mut run, &mut periods);
+
+    let utilization_unknown = util.is_none();
+    let ever_busy = util.is_some_and(|(_, max)| max as f64 > p.idle_util_pct);
+    let ever_proc = procs_max.is_some_and(|m| m > 0);
+    let never_used = any_state && !ever_busy && !ever_proc;
+
+    // Used, then idle to the end: from the last busy interval to the job's end.
+    let series_end = points.last().map(|(_, to, _)| *to).unwrap_or(end_ms);
+    let end = end_ms.max(series_end);
+    let (idle_after_s, idle_tail_s) = match last_busy_ms {
+        Some(t) if ever_busy || ever_proc => {
+            let tail = end.saturating_sub(t) as f64 / 1000.0;
+            if tail >= p.tail_idle_min_s && tail >= p.tail_idle_min_share * elapsed_s {
+                (Some(rel(t)), Some(tail))
+            } else {
+                (None, None)
+            }
+        }
+        _ => (None, None),
+    };
+
+    let gpu_hours_allocated = elapsed_s.max(0.0) / 3600.0;
+    let idle_share = (observed_ms > 0).then(|| idle_ms as f64 / observed_ms as f64);
+    let gpu_hours_wasted = if never_used {
+        Some(gpu_hours_allocated)
+    } else {
+        idle_share.map(|s| s * gpu_hours_allocated)
+    };
+    let classification = if !any_state {
+        None
+    } else if never_used
+        || util.is_some_and(|(m, _)| m < p.idle_class_util_pct)
+        || idle_share.is_some_and(|s| s >= 0.8)
+    {
+        Some(GpuClass::GpuIdle)
+    } else if util.is_some_and(|(m, _)| m >= p.bound_util_pct) {
+        Some(GpuClass::GpuBound)
+    } else {
+        Some(GpuClass::Mixed)
+    };
+    let throttle_bits = points
+        .iter()
+        .filter_map(|(_, _, d)| d.throttle_reasons)
+        .fold(0u64, |a, b| a | b);
+    let throttle_reasons: Vec<String> = THROTTLE_REASONS
+        .iter()
+        .filter(|(bit, _)| throttle_bits & bit != 0)
+        .map(|(_, n)| n.to_string())
+        .collect();
+
+    let label = id.label();
+    let mut findings = Vec::new();
+    if lost {
+        findings.push(format!(
+            "{label} was lost during the job (fell off the bus)"
+        ));
+    }
+    if never_used {
+        findings.push(format!(
+            "{label} was never used: allocated for {}, no utilization and no process of the job on it",
+            hours(elapsed_s)
+        ));
+    } else if let (Some(after), Some(tail)) = (idle_after_s, idle_tail_s) {
+        findings.push(format!(
+            "{label} was used at first, then idle for the last {} (from {} into the job)",
+            hours(tail),
+            hours(after)
+        ));
+    }
+    if !never_used && !periods.is_empty() {
+        let total: f64 = periods.iter().map(|x| x.duration_s).sum();
+        findings.push(format!(
+            "{label} was idle {} time(s) for at least {} ({} in total)",
+            periods.len(),
+            hours(p.idle_min_s),
+            hours(total)
+        ));
+    }
+    if utilization_unknown && samples > 0 {
+        findings.push(format!(
+            "{label}: utilization is not reported for this device{}",
+            if id.kind == Some(GpuKind::Mig) {
+                " (MIG instance); job processes are used instead"
+            } else {
+                ""
+            }
+        ));
+    }
+    if others {
+        findings.push(format!(
+            "{label}: processes of another job or user ran on this GPU"
+        ));
+    }
+    if throttle_reasons
+        .iter()
+        .any(|r| r.contains("thermal") || r == "hw_slowdown" || r.contains("brake"))
+    {
+        findings.push(format!(
+            "{label} was slowed down by the hardware: {}",
+            throttle_reasons.join(", ")
+        ));
+    }
+
+    GpuSummary {
+        node: Some(series.header.node.clone()),
+        slot,
+        kind: id.kind,
+        index: id.index,
+        gres_index: id.gres_index,
+        minor: id.minor,
+        uuid: id.uuid.clone(),
+        pci_bus_id: id.pci_bus_id.clone(),
+        name: id.name.clone(),
+        parent_uuid: id.parent_uuid.clone(),
+        samples,
+        util_mean_pct: util.map(|(m, _)| m),
+        util_max_pct: util.map(|(_, x)| x as f64),
+        mem_util_mean_pct: mem_util.map(|(m, _)| m),
+        utilization_unknown,
+        mem_peak_bytes: mem_peak,
+        mem_total_bytes: mem_total,
+        job_mem_peak_bytes: job_mem_peak,
+        job_processes_max: procs_max,
+        other_processes_seen: others,
+        power_mean_w: power.map(|(m, _)| m / 1000.0),
+        power_max_w: power.map(|(_, x)| x as f64 / 1000.0),
+        energy_kwh,
+        energy_estimated,
+        idle_periods: periods,
+        idle_s: any_state.then_some(idle_ms as f64 / 1000.0),
+        observed_s: observed_ms as f64 / 1000.0,
+        never_used,
+        idle_after_s,
+        idle_tail_s,
+        gpu_hours_allocated,
+        gpu_hours_wasted,
+        classification,
+        throttle_reasons,
+        lost,
+        findings,
+    }
+}
+
+/// Data-quality notes of a GPU series (unresolved GPUs, no driver, torn file, no end record).
+pub fn gpu_quality_notes(series: &GpuSeries) -> Vec<String> {
+    let mut v = Vec::new();
+    if let Some(i) = &series.info {
+        v.extend(i.notes.iter().cloned());
+        for u in &i.unresolved {
+            v.push(format!(
+                "GPU {u} of the job was not found on the node: not sampled"
+            ));
+        }
+    } else {
+        v.push("the GPU monitor stopped before it identified the GPUs".to_string());
+    }
+    if series.torn {
+        v.push("a torn GPU spool record was dropped".to_string());
+    }
+    if series.end.is_none() {
+        v.push("the GPU monitor did not write its end record".to_string());
+    }
+    for e in &series.events {
+        if e.kind == "nvml_gave_up" || e.kind == "nvml_timeout" {
+            if let Some(m) = &e.message {
+                v.push(m.clone());
+            }
+        }
+    }
+    v.dedup();
+    v
+}
+
+/// Advice from the GPUs of a job (all nodes' summaries together).
+pub fn gpu_advice(gpus: &[GpuSummary]) -> Vec<Advice> {
+    gpu_advice_with(gpus, &GpuSummaryParams::default())
+}
+
+pub fn gpu_advice_with(gpus: &[GpuSummary], p: &GpuSummaryParams) -> Vec<Advice> {
+    let mut out = Vec::new();
+    if gpus.is_empty() {
+        return out;
+    }
+    let label = |g: &GpuSummary| match (&g.node, g.gres_index.or(g.index)) {
+        (Some(n), Some(i)) => format!("{n}:{i}"),
+        (None, Some(i)) => i.to_string(),
+        (Some(n), None) => format!("{n}:?"),
+        (None, None) => "?".into(),
+    };
+    let n = gpus.len();
+    let unused: Vec<&GpuSummary> = gpus.iter().filter(|g| g.never_used).collect();
+    let wasted: f64 = gpus.iter().filter_map(|g| g.gpu_hours_wasted).sum();
+    if unused.len() == n {
+        out.push(Advice {
+            line: "Run this job on a CPU-only partition: it did not use its GPU(s)".into(),
+            reason: format!(
+                "{n} GPU(s) allocated for {:.1} GPU-hours; no utilization and no process of the job on any of them",
+                gpus.iter().map(|g| g.gpu_hours_allocated).sum::<f64>()
+            ),
+        });
+        return out;
+    }
+    if !unused.is_empty() {
+        let k = n - unused.len();
+        out.push(Advice {
+            line: format!("Request {k} GPU(s) instead of {n}"),
+            reason: format!(
+                "GPU(s) {} were never used ({:.1} GPU-hours wasted)",
+                unused
+                    .iter()
+                    .map(|g| label(g))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                unused
+                    .iter()
+                    .filter_map(|g| g.gpu_hours_wasted)
+                    .sum::<f64>()
+            ),
+        });
+    }
+    let small: Vec<&GpuSummary> = gpus
+        .iter()
+        .filter(|g| !g.never_used && g.kind != Some(GpuKind::Mig))
+        .filter(
+            |g| match (g.mem_peak_bytes, g.mem_total_bytes, g.util_mean_pct) {
+                (Some(peak), Some(total), Some(u)) => {
+                    total > 0
+                        && (peak as f64) <= p.small_mem_share * total as f64
+                        && u < p.low_util_pct
+                }
+                _ => false,
+            },
+        )
+        .collect();
+    if !small.is_empty() {
+        let peak = small
+            .iter()
+            .filter_map(|g| g.mem_peak_bytes)
+            .max()
+            .unwrap_or(0);
+        let total = small
+            .iter()
+            .filter_map(|g| g.mem_total_bytes)
+            .max()
+            .unwrap_or(0);
+        let util = small
+            .iter()
+            .filter_map(|g| g.util_mean_pct)
+            .fold(0.0, f64::max);
+        out.push(Advice {
+            line: "A MIG slice or a smaller GPU would do".into(),
+            reason: format!(
+                "peak GPU memory {} of {}, mean utilization at most {util:.0} % on GPU(s) {}",
+                gib(peak),
+                gib(total),
+                small
+                    .iter()
+                    .map(|g| label(g))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        });
+    }
+    let tails: Vec<&GpuSummary> = gpus.iter().filter(|g| g.idle_tail_s.is_some()).collect();
+    if !tails.is_empty() {
+        let longest = tails
+            .iter()
+            .filter_map(|g| g.idle_tail_s)
+            .fold(0.0, f64::max);
+        out.push(Advice {
+            line: "Release the GPUs when the GPU work is done (end the job, or split it into a GPU job and a CPU job)".into(),
+            reason: format!(
+                "GPU(s) {} sat idle for the last {} of the job",
+                tails.iter().map(|g| label(g)).collect::<Vec<_>>().join(", "),
+                hours(longest)
+            ),
+        });
+    }
+    if out.is_empty() && wasted >= 1.0 {
+        let alloc: f64 = gpus.iter().map(|g| g.gpu_hours_allocated).sum();
+        if alloc > 0.0 && wasted / alloc >= 0.5 {
+            out.push(Advice {
+                line:
+                    "Check why the GPUs were idle half of the time (data loading, CPU-bound phases)"
+                        .into(),
+                reason: format!("{wasted:.1} of {alloc:.1} GPU-hours were idle"),
+            });
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gpu::spool::{thin, GpuBucket, GpuInfo};
+    use crate::spool::{Event, Gauge, Header, FORMAT_VERSION};
+
+    const GIB: u64 = 1 << 30;
+    const T0: u64 = 1_800_000_000_000;
+
+    fn header() -> Header {
+        Header {
+            format_version: FORMAT_VERSION,
+            job_id: 9,
+            node: "gpu01".into(),
+            series: "gpu".into(),
+            uid: 1,
+            gid: 1,
+            cgroup_version: None,
+            cgroup_path: None,
+            boot_id: None,
+            boot_time_s: None,
+            start_unix_ms: T0,
+            cadence_s: 60,
+            plugin_version: "t".into(),
+            alloc_cores: None,
+            alloc_mem_bytes: None,
+            handover: None,
+        }
+    }
+
+    fn nv(i: u32) -> GpuIdentity {
+        GpuIdentity {
+            kind: Some(GpuKind::Nvidia),
+            index: Some(i),
+            gres_index: Some(i),
+            minor: Some(i),
+            uuid: Some(format!("GPU-{i:08}")),
+            name: Some("NVIDIA A100-SXM4-80GB".into()),
+            mem_total_bytes: Some(80 * GIB),
+            ..Default::default()
+        }
+    }
+
+    /// One reading of one device: (util %, memory used, job processes, power mW, energy delta mJ).
+    type R = (Option<u64>, u64, Option<u64>, u64, Option<u64>);
+
+    fn dev(slot: u32, r: R) -> DeviceBucket {
+        DeviceBucket {
+            slot,
+            samples: 1,
+            util_gpu_pct: r.0.map(Gauge::one),
+            mem_used_bytes: Some(Gauge::one(r.1)),
+            job_processes: r.2.map(Gauge::one),
+            job_mem_bytes: r.2.map(|p| Gauge::one(p * r.1 / 2)),
+            other_processes: Some(Gauge::one(0)),
+            power_mw: Some(Gauge::one(r.3)),
+            energy_mj: r.4,
+            mem_total_bytes: Some(80 * GIB),
+            ..Default::default()
+        }
+    }
+
+    /// `minutes + 1` samples at one per minute; `f(minute)` gives each device's reading.
+    fn series(devs: Vec<GpuIdentity>, minutes: u64, f: impl Fn(u64) -> Vec<R>) -> GpuSeries {
+        let buckets = (0..=minutes)
+            .map(|m| GpuBucket {
+                t_first_ms: T0 + m * 60_000,
+                t_last_ms: T0 + m * 60_000,
+                n: 1,
+                devices: f(m)
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, r)| dev(i as u32, r))
+                    .collect(),
+            })
+            .collect();
+        GpuSeries {
+            header: header(),
+            info: Some(GpuInfo {
+                devices: devs,
+                ..Default::default()
+            }),
+            buckets,
+            events: vec![],
+            end: None,
+            torn: false,
+            valid_bytes: 0,
+        }
+    }
+
+    /// 4 h job, 3 GPUs: 0 busy throughout, 1 never used, 2 busy for the first hour only.
+    fn three_gpus() -> GpuSeries {
+        series(vec![nv(0), nv(1), nv(2)], 240, |m| {
+            vec![
+                (Some(90), 60 * GIB, Some(1), 350_000, Some(21_000_000)),
+                (Some(0), 0, Some(0), 60_000, Some(3_600_000)),
+                if m <= 60 {
+                    (Some(80), 40 * GIB, Some(1), 300_000, Some(18_000_000))
+                } else {
+                    (Some(0), 40 * GIB, Some(1), 70_000, Some(4_200_000))
+                },
+            ]
+        })
+    }
+
+    #[test]
+    fn busy_gpu_is_gpu_bound_without_findings() {
+        let s = summarize_gpus(&three_gpus(), 4.0 * 3600.0);
+        let g = &s[0];
+        assert_eq!(g.classification, Some(GpuClass::GpuBound));
+        assert_eq!(g.util_mean_pct, Some(90.0));
+        assert_eq!(g.util_max_pct, Some(90.0));
+        assert_eq!(g.mem_peak_bytes, Some(60 * GIB));
+        assert_eq!(g.samples, 241);
+        assert!(!g.never_used && g.idle_after_s.is_none());
+        assert_eq!(g.gpu_hours_allocated, 4.0);
+        assert_eq!(g.gpu_hours_wasted, Some(0.0));
+        assert!(g.findings.is_empty(), "{:?}", g.findings);
+        // 241 samples × 21 MJ... 21_000_000 mJ = 21 kJ per minute, the first sample included.
+        let kwh = g.energy_kwh.unwrap();
+        assert!((kwh - 241.0 * 21_000.0 / 3.6e6).abs() < 1e-9, "{kwh}");
+        assert!(!g.energy_estimated);
+        assert_eq!(g.power_mean_w, Some(350.0));
+    }
+
+    #[test]
+    fn never_used_gpu_is_named_and_all_its_hours_wasted() {
+        let s = summarize_gpus(&three_gpus(), 4.0 * 3600.0);
+        let g = &s[1];
+        assert!(g.never_used);
+        assert_eq!(g.classification, Some(GpuClass::GpuIdle));
+        assert_eq!(g.gpu_hours_wasted, Some(4.0));
+        assert!(
+            g.findings[0].contains("GPU 1 (NVIDIA A100-SXM4-80GB, GPU-00000001) was never used"),
+            "{:?}",
+            g.findings
+        );
+        assert!(g.idle_periods.len() == 1 && g.idle_periods[0].duration_s == 4.0 * 3600.0);
+    }
+
+    #[test]
+    fn used_then_idle_is_found_with_its_hours() {
+        let s = summarize_gpus(&three_gpus(), 4.0 * 3600.0);
+        let g = &s[2];
+        assert!(!g.never_used);
+        assert_eq!(g.idle_after_s, Some(3600.0));
+        assert_eq!(g.idle_tail_s, Some(3.0 * 3600.0));
+        assert!(
+            g.findings[0].contains("used at first, then idle for the last 3.0 h"),
+            "{:?}",
+            g.findings
+        );
+        assert_eq!(g.gpu_hours_wasted, Some(3.0), "idle 3 of 4 observed hours");
+        assert_eq!(g.classification, Some(GpuClass::Mixed));
+        assert_eq!(g.idle_periods.len(), 1);
+        assert_eq!(g.idle_periods[0].start_s, 3600.0);
+    }
+
+    #[test]
+    fn advice_names_unused_gpus_and_idle_tail() {
+        let s = summarize_gpus(&three_gpus(), 4.0 * 3600.0);
+        let a = gpu_advice(&s);
+        assert_eq!(a[0].line, "Request 2 GPU(s) instead of 3");
+        assert!(a[0].reason.contains("gpu01:1"), "{:?}", a[0]);
+        assert!(a[0].reason.contains("4.0 GPU-hours"), "{:?}", a[0]);
+        assert!(a.iter().any(|x| x.line.starts_with("Release the GPUs")
+            && x.reason.contains("gpu01:2")
+            && x.reason.contains("3.0 h")));
+        assert!(!a.iter().any(|x| x.line.contains("CPU-only")));
+    }
+
+    #[test]
+    fn nothing_used_means_cpu_partition() {
+        let s = series(vec![nv(0), nv(1)], 60, |_| {
+            vec![(Some(0), 0, Some(0), 50_000, None); 2]
+        });
+        let sums = summarize_gpus(&s, 3600.0);
+        assert!(sums.iter().all(|g| g.never_used));
+        assert!(sums[0].energy_estimated, "no counter: integrated power");
+        let kwh = sums[0].energy_kwh.unwrap();
+        assert!((kwh - 0.05).abs() < 1e-9, "50 W for 1 h: {kwh}");
+        let a = gpu_advice(&sums);
+        assert_eq!(a.len(), 1);
+        assert!(a[0].line.contains("CPU-only partition"));
+        assert!(a[0].reason.contains("2 GPU(s)"));
+    }
+
+    #[test]
+    fn small_memory_and_low_utilization_suggests_mig_or_smaller_gpu() {
+        let s = series(vec![nv(0)], 120, |m| {
+            vec![(
+                Some(if m % 2 == 0 { 30 } else { 10 }),
+                4 * GIB,
+                Some(1),
+                90_000,
+                None,
+            )]
+        });
+        let sums = summarize_gpus(&s, 7200.0);
+        assert_eq!(sums[0].util_mean_pct.map(|u| u.round()), Some(20.0));
+        let a = gpu_advice(&sums);
+        assert_eq!(a[0].line, "A MIG slice or a smaller GPU would do");
+        assert!(a[0].reason.contains("4.0 GiB of 80.0 GiB"), "{:?}", a[0]);
+        // A well-used GPU gets no advice.
+        assert!(gpu_advice(&summarize_gpus(&three_gpus(), 14_400.0)[..1]).is_empty());
+    }
+
+    #[test]
+    fn mig_without_utilization_uses_job_processes() {
+        let mut id = nv(0);
+        id.kind = Some(GpuKind::Mig);
+        let s = series(vec![id], 120, |m| {
+            vec![(None, GIB, Some(if m <= 60 { 1 } else { 0 }), 0, None)]
+        });
+        let g = &summarize_gpus(&s, 7200.0)[0];
+        assert!(g.utilization_unknown);
+        assert_eq!(g.util_mean_pct, None);
+        assert!(!g.never_used);
+        assert_eq!(g.idle_after_s, Some(3600.0));
+        assert!(g.findings.iter().any(|f| f.contains("MIG instance")));
+        // No utilization and no process info at all: nothing can be concluded.
+        let s = series(vec![nv(0)], 10, |_| vec![(None, GIB, None, 0, None)]);
+        let g = &summarize_gpus(&s, 600.0)[0];
+        assert!(!g.never_used);
+        assert_eq!((g.classification, g.gpu_hours_wasted), (None, None));
+    }
+
+    #[test]
+    fn idle_periods_in_the_middle_and_short_dips_ignored() {
+        let s = series(vec![nv(0)], 180, |m| {
+            let u = if (60..90).contains(&m) || m == 150 {
+                0
+            } else {
+                75
+            };
+            vec![(Some(u), GIB, Some(1), 0, None)]
+        });
+        let g = &summarize_gpus(&s, 3.0 * 3600.0)[0];
+        assert_eq!(g.idle_periods.len(), 1, "{:?}", g.idle_periods);
+        assert_eq!(g.idle_periods[0].start_s, 59.0 * 60.0);
+        assert_eq!(g.idle_periods[0].duration_s, 30.0 * 60.0);
+        assert_eq!(g.idle_s, Some(31.0 * 60.0));
+        assert!(g.idle_after_s.is_none());
+    }
+
+    #[test]
+    fn thinned_series_keeps_the_findings() {
+        let mut s = three_gpus();
+        s.buckets = thin(&s.buckets, 16);
+        let sums = summarize_gpus(&s, 4.0 * 3600.0);
+        assert!(sums[1].never_used);
+        assert_eq!(sums[0].util_max_pct, Some(90.0));
+        assert_eq!(sums[0].samples, 241);
+        let t = sums[2].idle_after_s.unwrap();
+        assert!((3600.0..=4800.0).contains(&t), "{t}");
+    }
+
+    #[test]
+    fn lost_gpu_throttling_and_json() {
+        let mut s = three_gpus();
+        s.events.push(Event {
+            t_ms: T0 + 100,
+            kind: "gpu_lost".into(),
+            step: Some("gpu0".into()),
+            job: None,
+            step_reading: None,
+            exit_status: None,
+            message: Some("lost".into()),
+        });
+        s.buckets[3].devices[0].throttle_reasons = Some(0x4 | 0x40);
+        let sums = summarize_gpus(&s, 4.0 * 3600.0);
+        assert!(sums[0].lost && !sums[1].lost);
+        assert_eq!(
+            sums[0].throttle_reasons,
+            vec!["sw_power_cap", "hw_thermal_slowdown"]
+        );
+        assert!(sums[0].findings.iter().any(|f| f.contains("slowed down")));
+        let json = serde_json::to_string(&sums).unwrap();
+        assert!(json.contains("\"gpu_hours_wasted\":4.0"), "{json}");
+        assert!(json.contains("\"classification\":\"gpu_bound\""));
+        let back: Vec<GpuSummary> = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, sums);
+        let notes = gpu_quality_notes(&s);
+        assert!(notes.iter().any(|n| n.contains("end record")));
+    }
+}

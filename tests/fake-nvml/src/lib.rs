@@ -1,0 +1,935 @@
+//! A scriptable fake `libnvidia-ml.so` for jobscope's GPU tests.
+//!
+//! It implements the subset of the NVML C API that jobscope calls through nvml-wrapper 0.13
+//! (checked against nvml-wrapper's `src/device.rs` / `src/lib.rs`: which `nvml_sym` each method
+//! uses), and answers from a JSON script, so tests can drive utilization over time, inject error
+//! codes and make one call slow.
+//!
+//! # Where the script comes from
+//! 1. `fake-nvml.json` in the directory holding this library (tests copy the `.so` into a temp dir
+//!    next to their script: each copy is a separate dlopen instance with its own state, so tests
+//!    running in parallel do not share a script);
+//! 2. otherwise the file named by `FAKE_NVML_SCRIPT`;
+//! 3. otherwise the built-in default: two idle devices.
+//!
+//! The script is (re)read by every `nvmlInit*`, and the per-call counters restart then.
+//!
+//! # Script format
+//! ```json
+//! { "driver_version": "550.54.15",
+//!   "init": "OK",                  // or an error name, or {"sleep_ms": 100, "then": "OK"}
+//!   "step_ms": null,               // null: series advance per call; N: series index = ms since init / N
+//!   "devices": [
+//!     { "uuid": "GPU-…", "name": "NVIDIA A100-SXM4-80GB", "minor": 3, "pci_bus_id": "00000000:3B:00.0",
+//!       "memory_total": 85899345920,
+//!       "utilization": [[0, 0], [87, 40], "NOT_SUPPORTED", {"sleep_ms": 3000, "then": [50, 10]}],
+//!       "memory_used": [1073741824, 2147483648],   // a number is a constant, an array a series
+//!       "power_mw": 250000, "energy_mj": [1000, 2000], "throttle": 0,
+//!       "processes": [[[4242, 1073741824], [999, 5]]],   // series of lists of [pid, used bytes]
+//!       "mig_mode": [1, 1],                              // or "NOT_SUPPORTED" (the default)
+//!       "mig": [ { "uuid": "MIG-…", "name": "…", "memory_total": …, … } ] } ] }
+//! ```
+//! An *answer* is a value, an error name (`"NOT_SUPPORTED"`, `"GPU_IS_LOST"`, `"UNKNOWN"`,
+//! `"NO_PERMISSION"`, `"TIMEOUT"`, `"DRIVER_NOT_LOADED"`, `"NOT_FOUND"`), or
+//! `{"sleep_ms": N, "then": answer}`. A series holds its last answer once exhausted. A missing key
+//! answers `NOT_SUPPORTED`. `utilization` and `processes` are always series (their answers are
+//! arrays themselves); `mig_mode` never is.
+//!
+//! Every entry point catches panics (a panic must not cross the C boundary) and answers `UNKNOWN`.
+#![allow(non_snake_case, clippy::missing_safety_doc)]
+
+use serde_json::{json, Value};
+use std::collections::HashMap;
+use std::ffi::{CStr, CString};
+use std::os::raw::{c_char, c_uint, c_ulonglong, c_void};
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+pub const SUCCESS: u32 = 0;
+pub const ERROR_UNINITIALIZED: u32 = 1;
+pub const ERROR_INVALID_ARGUMENT: u32 = 2;
+pub const ERROR_NOT_SUPPORTED: u32 = 3;
+pub const ERROR_NO_PERMISSION: u32 = 4;
+pub const ERROR_NOT_FOUND: u32 = 6;
+pub const ERROR_INSUFFICIENT_SIZE: u32 = 7;
+pub const ERROR_DRIVER_NOT_LOADED: u32 = 9;
+pub const ERROR_TIMEOUT: u32 = 10;
+pub const ERROR_GPU_IS_LOST: u32 = 15;
+pub const ERROR_UNKNOWN: u32 = 999;
+
+/// `nvmlDevice_t` handles: `BASE + device * STRIDE` for a GPU, `+ 1 + j` for its MIG device `j`.
+const HANDLE_BASE: usize = 0x1000;
+const HANDLE_STRIDE: usize = 0x100;
+
+/// Name of the script file looked for next to the library.
+pub const SCRIPT_FILE_NAME: &str = "fake-nvml.json";
+/// Environment variable naming the script when there is none next to the library.
+pub const SCRIPT_ENV: &str = "FAKE_NVML_SCRIPT";
+
+#[repr(C)]
+pub struct Utilization {
+    gpu: c_uint,
+    memory: c_uint,
+}
+
+#[repr(C)]
+pub struct Memory {
+    total: c_ulonglong,
+    free: c_ulonglong,
+    used: c_ulonglong,
+}
+
+#[repr(C)]
+pub struct MemoryV2 {
+    version: c_uint,
+    total: c_ulonglong,
+    reserved: c_ulonglong,
+    free: c_ulonglong,
+    used: c_ulonglong,
+}
+
+#[repr(C)]
+pub struct PciInfo {
+    bus_id_legacy: [c_char; 16],
+    domain: c_uint,
+    bus: c_uint,
+    device: c_uint,
+    pci_device_id: c_uint,
+    pci_sub_system_id: c_uint,
+    bus_id: [c_char; 32],
+}
+
+/// `nvmlProcessInfo_t` as of NVML 11.x (the `_v3` calls).
+#[repr(C)]
+pub struct ProcessInfo {
+    pid: c_uint,
+    used_gpu_memory: c_ulonglong,
+    gpu_instance_id: c_uint,
+    compute_instance_id: c_uint,
+}
+
+struct State {
+    script: Value,
+    t0: Instant,
+    counters: HashMap<(usize, &'static str), u64>,
+}
+
+static STATE: Mutex<Option<State>> = Mutex::new(None);
+
+fn error_code(name: &str) -> Option<u32> {
+    Some(match name {
+        "OK" | "SUCCESS" => SUCCESS,
+        "UNINITIALIZED" => ERROR_UNINITIALIZED,
+        "INVALID_ARGUMENT" => ERROR_INVALID_ARGUMENT,
+        "NOT_SUPPORTED" => ERROR_NOT_SUPPORTED,
+        "NO_PERMISSION" => ERROR_NO_PERMISSION,
+        "NOT_FOUND" => ERROR_NOT_FOUND,
+        "DRIVER_NOT_LOADED" => ERROR_DRIVER_NOT_LOADED,
+        "TIMEOUT" => ERROR_TIMEOUT,
+        "GPU_IS_LOST" => ERROR_GPU_IS_LOST,
+        "UNKNOWN" => ERROR_UNKNOWN,
+        _ => return None,
+    })
+}
+
+fn default_script() -> Value {
+    json!({
+        "driver_version": "550.54.15",
+        "devices": [
+            {"uuid": "GPU-00000000-0000-0000-0000-000000000000", "name": "Fake GPU", "minor": 0,
+             "pci_bus_id": "00000000:01:00.0", "memory_total": 17179869184u64,
+             "utilization": [[0, 0]], "memory_used": 0, "power_mw": 50000, "energy_mj": 0,
+             "throttle": 0, "processes": [[]]},
+            {"uuid": "GPU-00000000-0000-0000-0000-000000000001", "name": "Fake GPU", "minor": 1,
+             "pci_bus_id": "00000000:02:00.0", "memory_total": 17179869184u64,
+             "utilization": [[0, 0]], "memory_used": 0, "power_mw": 50000, "energy_mj": 0,
+             "throttle": 0, "processes": [[]]}
+        ]
+    })
+}
+
+/// Directory of this shared object (via `dladdr` on one of its own functions).
+fn own_dir() -> Option<PathBuf> {
+    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+    // SAFETY: dladdr only reads the address; info is a valid out-pointer.
+    let ok = unsafe { libc::dladdr(own_dir as *const c_void, &mut info) };
+    if ok == 0 || info.dli_fname.is_null() {
+        return None;
+    }
+    // SAFETY: dladdr returned a NUL-terminated path.
+    let p = unsafe { CStr::from_ptr(info.dli_fname) };
+    PathBuf::from(p.to_str().ok()?)
+        .parent()
+        .map(|d| d.to_path_buf())
+}
+
+fn load_script() -> Value {
+    let candidates = own_dir()
+        .map(|d| d.join(SCRIPT_FILE_NAME))
+        .into_iter()
+        .chain(std::env::var_os(SCRIPT_ENV).map(PathBuf::from));
+    for p in candidates {
+        if let Ok(text) = std::fs::read_to_string(&p) {
+            match serde_json::from_str(&text) {
+                Ok(v) => return v,
+                Err(e) => eprintln!("fake-nvml: {}: {e}", p.display()),
+            }
+        }
+    }
+    default_script()
+}
+
+/// An answer after its sleep: a value or an NVML error code.
+enum Answer {
+    Value(Value),
+    Error(u32),
+}
+
+/// Runs `f` catching panics, so nothing unwinds into C.
+fn guard(f: impl FnOnce() -> u32) -> u32 {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or(ERROR_UNKNOWN)
+}
+
+fn with_state<T>(f: impl FnOnce(&mut State) -> T) -> Option<T> {
+    let mut g = STATE.lock().unwrap_or_else(|e| e.into_inner());
+    g.as_mut().map(f)
+}
+
+/// The device object of `handle` (a GPU or one of its MIG devices).
+fn device_of(script: &Value, handle: usize) -> Option<&Value> {
+    let off = handle.checked_sub(HANDLE_BASE)?;
+    let (dev, sub) = (off / HANDLE_STRIDE, off % HANDLE_STRIDE);
+    let d = script.get("devices")?.get(dev)?;
+    if sub == 0 {
+        Some(d)
+    } else {
+        d.get("mig")?.get(sub - 1)
+    }
+}
+
+fn is_mig_handle(handle: usize) -> bool {
+    handle
+        .checked_sub(HANDLE_BASE)
+        .is_some_and(|o| o % HANDLE_STRIDE != 0)
+}
+
+fn handles(script: &Value) -> Vec<usize> {
+    let mut v = Vec::new();
+    if let Some(devs) = script.get("devices").and_then(Value::as_array) {
+        for (i, d) in devs.iter().enumerate() {
+            v.push(HANDLE_BASE + i * HANDLE_STRIDE);
+            let n = d
+                .get("mig")
+                .and_then(Value::as_array)
+                .map_or(0, |m| m.len());
+            v.extend((0..n).map(|j| HANDLE_BASE + i * HANDLE_STRIDE + 1 + j));
+        }
+    }
+    v
+}
+
+/// Picks the scripted answer of `key` for `handle` and applies its sleep (outside the lock).
+/// `advance`: this call moves the series on (false for the second half of a two-call query).
+fn answer(handle: usize, key: &'static str, advance: bool) -> Answer {
+    let picked = with_state(|st| {
+        let Some(dev) = device_of(&st.script, handle) else {
+            return Err(ERROR_INVALID_ARGUMENT);
+        };
+        let Some(v) = dev.get(key) else {
+            return Err(ERROR_NOT_SUPPORTED);
+        };
+        let counter = st.counters.entry((handle, key)).or_insert(0);
+        let idx = match st.script.get("step_ms").and_then(Value::as_u64) {
+            Some(step) if step > 0 => st.t0.elapsed().as_millis() as u64 / step,
+            _ => {
+                let i = if advance {
+                    *counter
+                } else {
+                    counter.saturating_sub(1)
+                };
+                if advance {
+                    *counter += 1;
+                }
+                i
+            }
+        };
+        let a = match v {
+            // `mig_mode`'s answer is itself an array and never a series.
+            Value::Array(series) if key != "mig_mode" => {
+                if series.is_empty() {
+                    return Err(ERROR_NOT_SUPPORTED);
+                }
+                series[(idx as usize).min(series.len() - 1)].clone()
+            }
+            other => other.clone(),
+        };
+        Ok(a)
+    });
+    let mut a = match picked {
+        None => return Answer::Error(ERROR_UNINITIALIZED),
+        Some(Err(code)) => return Answer::Error(code),
+        Some(Ok(a)) => a,
+    };
+    loop {
+        match a {
+            Value::String(s) => {
+                return Answer::Error(error_code(&s).unwrap_or(ERROR_UNKNOWN));
+            }
+            Value::Object(ref o) if o.contains_key("sleep_ms") => {
+                let ms = o.get("sleep_ms").and_then(Value::as_u64).unwrap_or(0);
+                if advance {
+                    std::thread::sleep(Duration::from_millis(ms));
+                }
+                a = o.get("then").cloned().unwrap_or(Value::Null);
+            }
+            v => return Answer::Value(v),
+        }
+    }
+}
+
+/// A constant identity field (never a series).
+fn field(handle: usize, key: &str) -> Result<Value, u32> {
+    with_state(|st| {
+        device_of(&st.script, handle)
+            .ok_or(ERROR_INVALID_ARGUMENT)
+            .and_then(|d| d.get(key).cloned().ok_or(ERROR_NOT_SUPPORTED))
+    })
+    .unwrap_or(Err(ERROR_UNINITIALIZED))
+}
+
+unsafe fn write_str(s: &str, buf: *mut c_char, len: c_uint) -> u32 {
+    if buf.is_null() {
+        return ERROR_INVALID_ARGUMENT;
+    }
+    let c = match CString::new(s) {
+        Ok(c) => c,
+        Err(_) => return ERROR_UNKNOWN,
+    };
+    let bytes = c.as_bytes_with_nul();
+    if bytes.len() > len as usize {
+        return ERROR_INSUFFICIENT_SIZE;
+    }
+    std::ptr::copy_nonoverlapping(bytes.as_ptr() as *const c_char, buf, bytes.len());
+    SUCCESS
+}
+
+fn do_init() -> u32 {
+    let script = load_script();
+    let init = script.get("init").cloned().unwrap_or(json!("OK"));
+    let mut a = init;
+    loop {
+        match a {
+            Value::Object(ref o) if o.contains_key("sleep_ms") => {
+                let ms = o.get("sleep_ms").and_then(Value::as_u64).unwrap_or(0);
+                std::thread::sleep(Duration::from_millis(ms));
+                a = o.get("then").cloned().unwrap_or(json!("OK"));
+            }
+            Value::String(ref s) => {
+                let code = error_code(s).unwrap_or(ERROR_UNKNOWN);
+                if code != SUCCESS {
+                    return code;
+                }
+                break;
+            }
+            _ => break,
+        }
+    }
+    let mut g = STATE.lock().unwrap_or_else(|e| e.into_inner());
+    *g = Some(State {
+        script,
+        t0: Instant::now(),
+        counters: HashMap::new(),
+    });
+    SUCCESS
+}
+
+#[no_mangle]
+pub extern "C" fn nvmlInit_v2() -> u32 {
+    guard(do_init)
+}
+
+#[no_mangle]
+pub extern "C" fn nvmlInitWithFlags(_flags: c_uint) -> u32 {
+    guard(do_init)
+}
+
+/// Required: nvml-wrapper's `Drop for Nvml` calls it through `.expect()`.
+#[no_mangle]
+pub extern "C" fn nvmlShutdown() -> u32 {
+    guard(|| {
+        let mut g = STATE.lock().unwrap_or_else(|e| e.into_inner());
+        *g = None;
+        SUCCESS
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn nvmlErrorString(code: u32) -> *const c_char {
+    let s: &'static [u8] = match code {
+        SUCCESS => b"Success\0",
+        ERROR_NOT_SUPPORTED => b"Not Supported\0",
+        ERROR_GPU_IS_LOST => b"GPU is lost\0",
+        ERROR_DRIVER_NOT_LOADED => b"Driver Not Loaded\0",
+        _ => b"Unknown Error\0",
+    };
+    s.as_ptr() as *const c_char
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlSystemGetDriverVersion(buf: *mut c_char, len: c_uint) -> u32 {
+    guard(|| {
+        let v = with_state(|st| {
+            st.script
+                .get("driver_version")
+                .and_then(Value::as_str)
+                .unwrap_or("550.54.15")
+                .to_string()
+        });
+        match v {
+            Some(v) => write_str(&v, buf, len),
+            None => ERROR_UNINITIALIZED,
+        }
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetCount_v2(n: *mut c_uint) -> u32 {
+    guard(|| {
+        let count = with_state(|st| {
+            st.script
+                .get("devices")
+                .and_then(Value::as_array)
+                .map_or(0, |d| d.len())
+        });
+        match count {
+            Some(c) if !n.is_null() => {
+                *n = c as c_uint;
+                SUCCESS
+            }
+            Some(_) => ERROR_INVALID_ARGUMENT,
+            None => ERROR_UNINITIALIZED,
+        }
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetHandleByIndex_v2(i: c_uint, h: *mut usize) -> u32 {
+    guard(|| {
+        let count = with_state(|st| {
+            st.script
+                .get("devices")
+                .and_then(Value::as_array)
+                .map_or(0, |d| d.len())
+        });
+        match count {
+            None => ERROR_UNINITIALIZED,
+            Some(c) if (i as usize) < c && !h.is_null() => {
+                *h = HANDLE_BASE + i as usize * HANDLE_STRIDE;
+                SUCCESS
+            }
+            Some(_) => ERROR_INVALID_ARGUMENT,
+        }
+    })
+}
+
+unsafe fn handle_by(key: &str, wanted: *const c_char, h: *mut usize) -> u32 {
+    if wanted.is_null() || h.is_null() {
+        return ERROR_INVALID_ARGUMENT;
+    }
+    let Ok(wanted) = CStr::from_ptr(wanted).to_str() else {
+        return ERROR_INVALID_ARGUMENT;
+    };
+    let found = with_state(|st| {
+        handles(&st.script).into_iter().find(|&hd| {
+            device_of(&st.script, hd)
+                .and_then(|d| d.get(key))
+                .and_then(Value::as_str)
+                .is_some_and(|v| v.eq_ignore_ascii_case(wanted))
+        })
+    });
+    match found {
+        None => ERROR_UNINITIALIZED,
+        Some(None) => ERROR_NOT_FOUND,
+        Some(Some(hd)) => {
+            *h = hd;
+            SUCCESS
+        }
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetHandleByUUID(uuid: *const c_char, h: *mut usize) -> u32 {
+    guard(|| handle_by("uuid", uuid, h))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetHandleByPciBusId_v2(
+    bus_id: *const c_char,
+    h: *mut usize,
+) -> u32 {
+    guard(|| handle_by("pci_bus_id", bus_id, h))
+}
+
+unsafe fn uint_field(h: usize, key: &str, out: *mut c_uint) -> u32 {
+    match field(h, key) {
+        Ok(v) => match v.as_u64() {
+            Some(n) if !out.is_null() => {
+                *out = n as c_uint;
+                SUCCESS
+            }
+            _ => ERROR_INVALID_ARGUMENT,
+        },
+        Err(e) => e,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetMinorNumber(h: usize, minor: *mut c_uint) -> u32 {
+    guard(|| uint_field(h, "minor", minor))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetIndex(h: usize, index: *mut c_uint) -> u32 {
+    guard(|| {
+        if is_mig_handle(h) || index.is_null() {
+            return ERROR_INVALID_ARGUMENT;
+        }
+        match h.checked_sub(HANDLE_BASE) {
+            Some(o) => {
+                *index = (o / HANDLE_STRIDE) as c_uint;
+                SUCCESS
+            }
+            None => ERROR_INVALID_ARGUMENT,
+        }
+    })
+}
+
+unsafe fn str_field(h: usize, key: &str, buf: *mut c_char, len: c_uint) -> u32 {
+    match field(h, key) {
+        Ok(Value::String(s)) => write_str(&s, buf, len),
+        Ok(_) => ERROR_INVALID_ARGUMENT,
+        Err(e) => e,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetUUID(h: usize, buf: *mut c_char, len: c_uint) -> u32 {
+    guard(|| str_field(h, "uuid", buf, len))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetName(h: usize, buf: *mut c_char, len: c_uint) -> u32 {
+    guard(|| str_field(h, "name", buf, len))
+}
+
+unsafe fn pci_info(h: usize, out: *mut PciInfo) -> u32 {
+    if out.is_null() {
+        return ERROR_INVALID_ARGUMENT;
+    }
+    let id = match field(h, "pci_bus_id") {
+        Ok(Value::String(s)) => s,
+        Ok(_) => return ERROR_INVALID_ARGUMENT,
+        Err(e) => return e,
+    };
+    // "DDDDDDDD:BB:DD.F"
+    let parts: Vec<&str> = id.split([':', '.']).collect();
+    let hex = |i: usize| {
+        parts
+            .get(i)
+            .and_then(|p| u32::from_str_radix(p, 16).ok())
+            .unwrap_or(0)
+    };
+    let p = &mut *out;
+    p.domain = hex(0);
+    p.bus = hex(1);
+    p.device = hex(2);
+    p.pci_device_id = 0x20b2_10de;
+    p.pci_sub_system_id = 0x1463_10de;
+    p.bus_id = [0; 32];
+    p.bus_id_legacy = [0; 16];
+    for (i, b) in id.bytes().take(31).enumerate() {
+        p.bus_id[i] = b as c_char;
+    }
+    for (i, b) in id.bytes().skip(4).take(15).enumerate() {
+        p.bus_id_legacy[i] = b as c_char;
+    }
+    SUCCESS
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetPciInfo_v3(h: usize, out: *mut PciInfo) -> u32 {
+    guard(|| pci_info(h, out))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetPciInfo_v2(h: usize, out: *mut PciInfo) -> u32 {
+    guard(|| pci_info(h, out))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetUtilizationRates(h: usize, u: *mut Utilization) -> u32 {
+    guard(|| match answer(h, "utilization", true) {
+        Answer::Error(e) => e,
+        Answer::Value(v) => {
+            let g = v.get(0).and_then(Value::as_u64);
+            let m = v.get(1).and_then(Value::as_u64);
+            match (g, m) {
+                (Some(g), Some(m)) if !u.is_null() => {
+                    (*u).gpu = g as c_uint;
+                    (*u).memory = m as c_uint;
+                    SUCCESS
+                }
+                _ => ERROR_INVALID_ARGUMENT,
+            }
+        }
+    })
+}
+
+/// (total, used) bytes of `h`, `used` from the `memory_used` series.
+fn memory(h: usize) -> Result<(u64, u64), u32> {
+    let total = field(h, "memory_total")?.as_u64().ok_or(ERROR_UNKNOWN)?;
+    match answer(h, "memory_used", true) {
+        Answer::Error(e) => Err(e),
+        Answer::Value(v) => Ok((total, v.as_u64().ok_or(ERROR_UNKNOWN)?)),
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo(h: usize, m: *mut Memory) -> u32 {
+    guard(|| match memory(h) {
+        Ok((total, used)) if !m.is_null() => {
+            (*m).total = total;
+            (*m).used = used;
+            (*m).free = total.saturating_sub(used);
+            SUCCESS
+        }
+        Ok(_) => ERROR_INVALID_ARGUMENT,
+        Err(e) => e,
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(h: usize, m: *mut MemoryV2) -> u32 {
+    guard(|| match memory(h) {
+        Ok((total, used)) if !m.is_null() => {
+            (*m).total = total;
+            (*m).used = used;
+            (*m).reserved = 0;
+            (*m).free = total.saturating_sub(used);
+            SUCCESS
+        }
+        Ok(_) => ERROR_INVALID_ARGUMENT,
+        Err(e) => e,
+    })
+}
+
+unsafe fn u64_answer(h: usize, key: &'static str) -> Result<u64, u32> {
+    match answer(h, key, true) {
+        Answer::Error(e) => Err(e),
+        Answer::Value(v) => v.as_u64().ok_or(ERROR_UNKNOWN),
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetPowerUsage(h: usize, p: *mut c_uint) -> u32 {
+    guard(|| match u64_answer(h, "power_mw") {
+        Ok(v) if !p.is_null() => {
+            *p = v as c_uint;
+            SUCCESS
+        }
+        Ok(_) => ERROR_INVALID_ARGUMENT,
+        Err(e) => e,
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetTotalEnergyConsumption(h: usize, e: *mut c_ulonglong) -> u32 {
+    guard(|| match u64_answer(h, "energy_mj") {
+        Ok(v) if !e.is_null() => {
+            *e = v;
+            SUCCESS
+        }
+        Ok(_) => ERROR_INVALID_ARGUMENT,
+        Err(code) => code,
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetCurrentClocksThrottleReasons(
+    h: usize,
+    r: *mut c_ulonglong,
+) -> u32 {
+    guard(|| match u64_answer(h, "throttle") {
+        Ok(v) if !r.is_null() => {
+            *r = v;
+            SUCCESS
+        }
+        Ok(_) => ERROR_INVALID_ARGUMENT,
+        Err(code) => code,
+    })
+}
+
+/// The newer name of the same query (NVML 12.x); nvml-wrapper 0.13 calls the old one.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetCurrentClocksEventReasons(
+    h: usize,
+    r: *mut c_ulonglong,
+) -> u32 {
+    nvmlDeviceGetCurrentClocksThrottleReasons(h, r)
+}
+
+/// NVML's two-call protocol: a call with no buffer (or one too small) answers the count with
+/// `INSUFFICIENT_SIZE`; the series moves on with the first call of each pair.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetComputeRunningProcesses_v3(
+    h: usize,
+    count: *mut c_uint,
+    infos: *mut ProcessInfo,
+) -> u32 {
+    guard(|| {
+        if count.is_null() {
+            return ERROR_INVALID_ARGUMENT;
+        }
+        let query = infos.is_null();
+        let list = match answer(h, "processes", query) {
+            Answer::Error(e) => return e,
+            Answer::Value(Value::Array(l)) => l,
+            Answer::Value(_) => return ERROR_UNKNOWN,
+        };
+        let n = list.len();
+        if query || (*count as usize) < n {
+            *count = n as c_uint;
+            return if n == 0 {
+                SUCCESS
+            } else {
+                ERROR_INSUFFICIENT_SIZE
+            };
+        }
+        let mig = is_mig_handle(h);
+        for (i, p) in list.iter().enumerate() {
+            let pid = p.get(0).and_then(Value::as_u64).unwrap_or(0);
+            let mem = p.get(1).and_then(Value::as_u64).unwrap_or(u64::MAX);
+            *infos.add(i) = ProcessInfo {
+                pid: pid as c_uint,
+                used_gpu_memory: mem,
+                gpu_instance_id: if mig { 1 } else { u32::MAX },
+                compute_instance_id: if mig { 0 } else { u32::MAX },
+            };
+        }
+        *count = n as c_uint;
+        SUCCESS
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetMigMode(
+    h: usize,
+    current: *mut c_uint,
+    pending: *mut c_uint,
+) -> u32 {
+    guard(|| match answer(h, "mig_mode", true) {
+        Answer::Error(e) => e,
+        Answer::Value(v) => {
+            if current.is_null() || pending.is_null() {
+                return ERROR_INVALID_ARGUMENT;
+            }
+            *current = v.get(0).and_then(Value::as_u64).unwrap_or(0) as c_uint;
+            *pending = v.get(1).and_then(Value::as_u64).unwrap_or(0) as c_uint;
+            SUCCESS
+        }
+    })
+}
+
+fn mig_count(h: usize) -> Result<usize, u32> {
+    if is_mig_handle(h) {
+        return Err(ERROR_NOT_SUPPORTED);
+    }
+    with_state(|st| {
+        device_of(&st.script, h)
+            .ok_or(ERROR_INVALID_ARGUMENT)
+            .map(|d| {
+                d.get("mig")
+                    .and_then(Value::as_array)
+                    .map_or(0, |m| m.len())
+            })
+    })
+    .unwrap_or(Err(ERROR_UNINITIALIZED))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetMaxMigDeviceCount(h: usize, n: *mut c_uint) -> u32 {
+    guard(|| match mig_count(h) {
+        Ok(c) if !n.is_null() => {
+            *n = c as c_uint;
+            SUCCESS
+        }
+        Ok(_) => ERROR_INVALID_ARGUMENT,
+        Err(e) => e,
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetMigDeviceHandleByIndex(
+    h: usize,
+    index: c_uint,
+    out: *mut usize,
+) -> u32 {
+    guard(|| match mig_count(h) {
+        Ok(c) if (index as usize) < c && !out.is_null() => {
+            *out = h + 1 + index as usize;
+            SUCCESS
+        }
+        Ok(_) => ERROR_NOT_FOUND,
+        Err(e) => e,
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceIsMigDeviceHandle(h: usize, is_mig: *mut c_uint) -> u32 {
+    guard(|| {
+        if is_mig.is_null() {
+            return ERROR_INVALID_ARGUMENT;
+        }
+        *is_mig = is_mig_handle(h) as c_uint;
+        SUCCESS
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetDeviceHandleFromMigDeviceHandle(
+    h: usize,
+    parent: *mut usize,
+) -> u32 {
+    guard(|| {
+        if !is_mig_handle(h) || parent.is_null() {
+            return ERROR_INVALID_ARGUMENT;
+        }
+        let off = h - HANDLE_BASE;
+        *parent = HANDLE_BASE + (off / HANDLE_STRIDE) * HANDLE_STRIDE;
+        SUCCESS
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One test: the fake's state is process-global.
+    #[test]
+    fn scripted_answers_errors_sleeps_and_the_two_call_process_query() {
+        let dir = std::env::temp_dir().join(format!("fake-nvml-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let script = dir.join("script.json");
+        std::fs::write(
+            &script,
+            serde_json::to_vec(&json!({"devices": [
+                {"uuid": "GPU-1", "name": "Fake", "minor": 4, "pci_bus_id": "00000000:3B:00.0",
+                 "memory_total": 100, "memory_used": [10, 20],
+                 "utilization": [[1, 2], "GPU_IS_LOST", {"sleep_ms": 50, "then": [3, 4]}],
+                 "processes": [[[7, 70], [8, 80]]],
+                 "mig_mode": [1, 0],
+                 "mig": [{"uuid": "MIG-1", "name": "slice", "memory_total": 5}]}
+            ]}))
+            .unwrap(),
+        )
+        .unwrap();
+        std::env::set_var(SCRIPT_ENV, &script);
+        assert_eq!(nvmlInit_v2(), SUCCESS);
+        unsafe {
+            let mut n = 0;
+            assert_eq!(nvmlDeviceGetCount_v2(&mut n), SUCCESS);
+            assert_eq!(n, 1);
+            let mut h = 0usize;
+            assert_eq!(nvmlDeviceGetHandleByIndex_v2(0, &mut h), SUCCESS);
+            let mut minor = 0;
+            assert_eq!(nvmlDeviceGetMinorNumber(h, &mut minor), SUCCESS);
+            assert_eq!(minor, 4);
+            let mut by_uuid = 0usize;
+            assert_eq!(
+                nvmlDeviceGetHandleByUUID(c"GPU-1".as_ptr(), &mut by_uuid),
+                SUCCESS
+            );
+            assert_eq!(by_uuid, h);
+            assert_eq!(
+                nvmlDeviceGetHandleByUUID(c"GPU-2".as_ptr(), &mut by_uuid),
+                ERROR_NOT_FOUND
+            );
+            let mut u = Utilization { gpu: 0, memory: 0 };
+            assert_eq!(nvmlDeviceGetUtilizationRates(h, &mut u), SUCCESS);
+            assert_eq!((u.gpu, u.memory), (1, 2));
+            assert_eq!(nvmlDeviceGetUtilizationRates(h, &mut u), ERROR_GPU_IS_LOST);
+            let t = Instant::now();
+            assert_eq!(nvmlDeviceGetUtilizationRates(h, &mut u), SUCCESS);
+            assert!(t.elapsed() >= Duration::from_millis(50));
+            assert_eq!((u.gpu, u.memory), (3, 4));
+            let mut p = 0;
+            assert_eq!(nvmlDeviceGetPowerUsage(h, &mut p), ERROR_NOT_SUPPORTED);
+            let mut m = MemoryV2 {
+                version: 0,
+                total: 0,
+                reserved: 0,
+                free: 0,
+                used: 0,
+            };
+            assert_eq!(nvmlDeviceGetMemoryInfo_v2(h, &mut m), SUCCESS);
+            assert_eq!((m.total, m.used, m.free), (100, 10, 90));
+            // Count query, then fill.
+            let mut count = 0;
+            assert_eq!(
+                nvmlDeviceGetComputeRunningProcesses_v3(h, &mut count, std::ptr::null_mut()),
+                ERROR_INSUFFICIENT_SIZE
+            );
+            assert_eq!(count, 2);
+            let mut infos: Vec<ProcessInfo> = (0..4)
+                .map(|_| ProcessInfo {
+                    pid: 0,
+                    used_gpu_memory: 0,
+                    gpu_instance_id: 0,
+                    compute_instance_id: 0,
+                })
+                .collect();
+            count = 4;
+            assert_eq!(
+                nvmlDeviceGetComputeRunningProcesses_v3(h, &mut count, infos.as_mut_ptr()),
+                SUCCESS
+            );
+            assert_eq!(count, 2);
+            assert_eq!((infos[1].pid, infos[1].used_gpu_memory), (8, 80));
+            // MIG.
+            let (mut cur, mut pend) = (0, 0);
+            assert_eq!(nvmlDeviceGetMigMode(h, &mut cur, &mut pend), SUCCESS);
+            assert_eq!((cur, pend), (1, 0));
+            let mut mh = 0usize;
+            assert_eq!(nvmlDeviceGetMigDeviceHandleByIndex(h, 0, &mut mh), SUCCESS);
+            let mut is_mig = 0;
+            assert_eq!(nvmlDeviceIsMigDeviceHandle(mh, &mut is_mig), SUCCESS);
+            assert_eq!(is_mig, 1);
+            let mut parent = 0usize;
+            assert_eq!(
+                nvmlDeviceGetDeviceHandleFromMigDeviceHandle(mh, &mut parent),
+                SUCCESS
+            );
+            assert_eq!(parent, h);
+            let mut buf = [0 as c_char; 96];
+            assert_eq!(nvmlDeviceGetUUID(mh, buf.as_mut_ptr(), 96), SUCCESS);
+            assert_eq!(CStr::from_ptr(buf.as_ptr()).to_str().unwrap(), "MIG-1");
+            assert_eq!(
+                nvmlDeviceGetUUID(mh, buf.as_mut_ptr(), 3),
+                ERROR_INSUFFICIENT_SIZE
+            );
+            let mut pci: PciInfo = std::mem::zeroed();
+            assert_eq!(nvmlDeviceGetPciInfo_v3(h, &mut pci), SUCCESS);
+            assert_eq!((pci.domain, pci.bus), (0, 0x3b));
+            assert!(!nvmlErrorString(ERROR_GPU_IS_LOST).is_null());
+        }
+        assert_eq!(nvmlShutdown(), SUCCESS);
+        let mut n = 0;
+        assert_eq!(
+            unsafe { nvmlDeviceGetCount_v2(&mut n) },
+            ERROR_UNINITIALIZED
+        );
+        std::env::remove_var(SCRIPT_ENV);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
