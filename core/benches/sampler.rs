@@ -43,7 +43,10 @@ impl Drop for RealCgroup {
         // Move back to the root cgroups, then remove ours (deepest first).
         for d in &self.dirs {
             let ctrl_root: PathBuf = d.ancestors().nth(3).unwrap().to_path_buf();
-            let _ = std::fs::write(ctrl_root.join("cgroup.procs"), std::process::id().to_string());
+            let _ = std::fs::write(
+                ctrl_root.join("cgroup.procs"),
+                std::process::id().to_string(),
+            );
             for a in d.ancestors().take(3) {
                 let _ = std::fs::remove_dir(a);
             }
@@ -53,14 +56,28 @@ impl Drop for RealCgroup {
 
 /// The files one v1 sample reads, read raw: open + read + close each, no parsing.
 fn raw_files(cg: &JobCgroup) -> Vec<PathBuf> {
-    let mut v: Vec<PathBuf> = ["cpuacct.usage", "cpuacct.usage_user", "cpuacct.usage_sys", "cpuacct.usage_percpu", "cgroup.procs", "tasks"]
-        .iter()
-        .map(|f| cg.cpu_dir.join(f))
-        .collect();
+    let mut v: Vec<PathBuf> = [
+        "cpuacct.usage",
+        "cpuacct.usage_user",
+        "cpuacct.usage_sys",
+        "cpuacct.usage_percpu",
+        "cgroup.procs",
+        "tasks",
+    ]
+    .iter()
+    .map(|f| cg.cpu_dir.join(f))
+    .collect();
     v.extend(
-        ["memory.usage_in_bytes", "memory.max_usage_in_bytes", "memory.limit_in_bytes", "memory.failcnt", "memory.stat", "memory.oom_control"]
-            .iter()
-            .map(|f| cg.memory_dir.join(f)),
+        [
+            "memory.usage_in_bytes",
+            "memory.max_usage_in_bytes",
+            "memory.limit_in_bytes",
+            "memory.failcnt",
+            "memory.stat",
+            "memory.oom_control",
+        ]
+        .iter()
+        .map(|f| cg.memory_dir.join(f)),
     );
     v.push(PathBuf::from(format!("/proc/{}/io", std::process::id())));
     v
@@ -106,9 +123,13 @@ fn main() {
     let (cg, what) = match &real {
         Some((_, cg)) => (cg.clone(), "a real cgroup v1 job cgroup (kernel cgroupfs)"),
         None => {
-            let fx = Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/cgroup-v1-debian12-slurm-22.05");
+            let fx = Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("testdata/cgroup-v1-debian12-slurm-22.05");
             let text = std::fs::read_to_string(fx.join("proc-self-cgroup.batch.txt")).unwrap();
-            (locate_job(&text, &fx, 1).expect("fixture locates"), "the captured fixture tree (plain files; not root or no cgroup v1)")
+            (
+                locate_job(&text, &fx, 1).expect("fixture locates"),
+                "the captured fixture tree (plain files; not root or no cgroup v1)",
+            )
         }
     };
     println!("jobscope sampler benchmark on {what}");
@@ -131,15 +152,33 @@ fn main() {
     }
     let (om, op) = stats(ours);
     let (rm, rp) = stats(raw);
-    println!("  jobscope read (parse + /proc io):   median {om:7.1} µs   p95 {op:7.1} µs per sample");
-    println!("  raw open+read of the same {} files: median {rm:7.1} µs   p95 {rp:7.1} µs per sample", files.len());
-    println!("  overhead over raw reads:            {:+.1} µs ({:.2}×)", om - rm, om / rm);
-    println!("  at a 30 s cadence: {:.2} millionths of one core", om / 30e6 * 1e6);
+    println!(
+        "  jobscope read (parse + /proc io):   median {om:7.1} µs   p95 {op:7.1} µs per sample"
+    );
+    println!(
+        "  raw open+read of the same {} files: median {rm:7.1} µs   p95 {rp:7.1} µs per sample",
+        files.len()
+    );
+    println!(
+        "  overhead over raw reads:            {:+.1} µs ({:.2}×)",
+        om - rm,
+        om / rm
+    );
+    println!(
+        "  at a 30 s cadence: {:.2} millionths of one core",
+        om / 30e6 * 1e6
+    );
 
     // Spool bytes per sample, with the real sampler writing a real spool.
     let dir = tempfile::tempdir().unwrap();
     let w = SeriesWriter::create(dir.path(), "job.jsc", header(), Limits::default()).unwrap();
-    let mut s = Sampler::new(cg.clone(), proc_root.clone(), Some(w), Box::new(|_| {}), Faults::default());
+    let mut s = Sampler::new(
+        cg.clone(),
+        proc_root.clone(),
+        Some(w),
+        Box::new(|_| {}),
+        Faults::default(),
+    );
     let n = 1000;
     let t = Instant::now();
     for _ in 0..n {

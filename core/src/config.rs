@@ -17,6 +17,46 @@ pub struct Config {
     pub archive: Archive,
     pub report: Report,
     pub mail: Mail,
+    pub gpu: Gpu,
+}
+
+/// GPU sampling (see docs/configuration.md). A node without GPUs or without a driver is normal.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Gpu {
+    pub enabled: bool,
+    /// Sample NVIDIA GPUs through NVML.
+    pub nvidia: bool,
+    /// The NVML library; unset: `libnvidia-ml.so.1` from the dynamic linker's path.
+    pub nvml_lib_path: Option<PathBuf>,
+    /// Sample AMD GPUs through amdgpu sysfs.
+    pub amd: bool,
+    /// gres.conf, to map SLURM's gres indices to device files (identity, not ordinals).
+    pub gres_conf: PathBuf,
+    /// `ConstrainDevices=yes`: the extern step's NVML sees only the job's GPUs.
+    pub constrained_devices: bool,
+    /// Deadline of one GPU sample (a slow driver call misses that sample, nothing else).
+    pub sample_timeout_s: u64,
+    /// At or below this utilization a GPU counts as idle.
+    pub idle_util_pct: f64,
+    /// Shortest idle period listed in the report.
+    pub idle_min_s: u64,
+}
+
+impl Default for Gpu {
+    fn default() -> Self {
+        Gpu {
+            enabled: true,
+            nvidia: true,
+            nvml_lib_path: None,
+            amd: true,
+            gres_conf: "/etc/slurm/gres.conf".into(),
+            constrained_devices: false,
+            sample_timeout_s: 5,
+            idle_util_pct: 5.0,
+            idle_min_s: 600,
+        }
+    }
 }
 
 /// When a job's owner gets the report by mail (`--jobscope-mail=...`, or the site default).
@@ -152,13 +192,25 @@ impl Default for Mail {
 
 impl Default for Smtp {
     fn default() -> Self {
-        Smtp { host: "localhost".into(), port: 25, tls: SmtpTls::None, user: None, password_file: None, timeout_s: 10, ca_file: None, helo_name: None }
+        Smtp {
+            host: "localhost".into(),
+            port: 25,
+            tls: SmtpTls::None,
+            user: None,
+            password_file: None,
+            timeout_s: 10,
+            ca_file: None,
+            helo_name: None,
+        }
     }
 }
 
 impl Default for Sendmail {
     fn default() -> Self {
-        Sendmail { path: "/usr/sbin/sendmail".into(), timeout_s: 10 }
+        Sendmail {
+            path: "/usr/sbin/sendmail".into(),
+            timeout_s: 10,
+        }
     }
 }
 
@@ -283,6 +335,7 @@ impl Default for Config {
             archive: Archive::default(),
             report: Report::default(),
             mail: Mail::default(),
+            gpu: Gpu::default(),
         }
     }
 }

@@ -84,7 +84,13 @@ fn write_node(dir: &Path, node: &str, samples: u64) -> u64 {
     for i in 0..samples {
         w.push(sample(i)).unwrap();
     }
-    w.end(&End { t_ms: 1_700_000_000_000 + samples * 30_000, reason: "stopped".into(), samples_taken: samples, samples_missed: 0 }).unwrap();
+    w.end(&End {
+        t_ms: 1_700_000_000_000 + samples * 30_000,
+        reason: "stopped".into(),
+        samples_taken: samples,
+        samples_missed: 0,
+    })
+    .unwrap();
     std::fs::metadata(d.join("job.jsc")).unwrap().len()
 }
 
@@ -108,8 +114,19 @@ fn summarise(dir: &Path, nodes: &[String]) -> (f64, usize) {
         let end = f.end.as_ref().unwrap().t_ms;
         ns.push(summarize_node(Some(&f), &[], n, end));
     }
-    let env = EpilogEnv { job_id: 4242, node: nodes[0].clone(), exit_code2: Some("0:0".into()), ..Default::default() };
-    let mut s = assemble(Inputs { env: &env, info: None, nodes: ns, expected_nodes: nodes.to_vec(), generator: "bench".into() });
+    let env = EpilogEnv {
+        job_id: 4242,
+        node: nodes[0].clone(),
+        exit_code2: Some("0:0".into()),
+        ..Default::default()
+    };
+    let mut s = assemble(Inputs {
+        env: &env,
+        info: None,
+        nodes: ns,
+        expected_nodes: nodes.to_vec(),
+        generator: "bench".into(),
+    });
     s.analysis = Some(analyze(&s, &Report::default()));
     let text = render_text(&s, false).unwrap();
     let json = serde_json::to_vec(&s).unwrap();
@@ -125,7 +142,9 @@ fn best_of(n: usize, f: impl Fn() -> (f64, usize)) -> (f64, f64, usize) {
 
 fn main() {
     let tmp = tempfile::tempdir().unwrap();
-    println!("jobscope epilog summary benchmark (read spools + summarise + assemble + analyse + render)");
+    println!(
+        "jobscope epilog summary benchmark (read spools + summarise + assemble + analyse + render)"
+    );
 
     let day = tmp.path().join("day");
     let size = write_node(&day, "n001", 2880);

@@ -82,7 +82,11 @@ pub fn write(archive_dir: &Path, admin_group: &str, s: &JobSummary) -> Result<Ar
     } else {
         None
     };
-    Ok(Archived { path, user_copy, bytes: json })
+    Ok(Archived {
+        path,
+        user_copy,
+        bytes: json,
+    })
 }
 
 /// Finds job `job_id` for the caller: root (or a reader of the dated tree) may read any job; anyone else

@@ -234,7 +234,11 @@ pub fn assemble(inp: Inputs) -> JobSummary {
         }
     }
     let samples = nodes.iter().map(|n| n.quality.samples).sum();
-    let user_options = nodes.iter().find(|n| !n.user_options.is_empty()).map(|n| n.user_options.clone()).unwrap_or_default();
+    let user_options = nodes
+        .iter()
+        .find(|n| !n.user_options.is_empty())
+        .map(|n| n.user_options.clone())
+        .unwrap_or_default();
     JobSummary {
         schema_version: SCHEMA_VERSION,
         generator,
@@ -314,6 +318,7 @@ mod tests {
                 ..Default::default()
             },
             user_options: Default::default(),
+            gpus: Vec::new(),
         }
     }
 

@@ -360,6 +360,7 @@ mod tests {
             timeline,
             quality: Quality::default(),
             user_options: Default::default(),
+            gpus: Vec::new(),
         }
     }
 

@@ -172,20 +172,33 @@ fn real_main() -> Result<()> {
         Cmd::Mail { cmd } => {
             let cfg = load_config(&cli.config)?;
             match cmd {
-                MailCmd::Flush { budget } => println!("{}", crate::notify::flush(&cfg, std::time::Duration::from_secs(budget))?),
+                MailCmd::Flush { budget } => println!(
+                    "{}",
+                    crate::notify::flush(&cfg, std::time::Duration::from_secs(budget))?
+                ),
                 MailCmd::List => {
                     for l in crate::mail::queue::Queue::open(&cfg.mail.queue_dir)?.list() {
                         println!("{l:?}");
                     }
                 }
                 MailCmd::Retry { id } => {
-                    let ok = crate::mail::queue::Queue::open(&cfg.mail.queue_dir)?.retry_dead(&id)?;
-                    println!("{}", if ok { "requeued" } else { "no such dead letter" });
+                    let ok =
+                        crate::mail::queue::Queue::open(&cfg.mail.queue_dir)?.retry_dead(&id)?;
+                    println!(
+                        "{}",
+                        if ok {
+                            "requeued"
+                        } else {
+                            "no such dead letter"
+                        }
+                    );
                 }
             }
             Ok(())
         }
-        Cmd::Archive { cmd: ArchiveCmd::Verify { verbose } } => {
+        Cmd::Archive {
+            cmd: ArchiveCmd::Verify { verbose },
+        } => {
             let cfg = load_config(&cli.config)?;
             let rep = crate::manifest::verify(&cfg.paths.archive_dir);
             print!("{}", rep.render(verbose));
@@ -250,7 +263,8 @@ fn real_main() -> Result<()> {
 /// The privilege-dropped child of `notify::workdir_report` (same binary, re-executed as the user).
 fn write_user_file_mode() -> Option<i32> {
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
-    (args.len() == 3 && args[1] == "--write-user-file").then(|| crate::notify::write_user_file(std::path::Path::new(&args[2])))
+    (args.len() == 3 && args[1] == "--write-user-file")
+        .then(|| crate::notify::write_user_file(std::path::Path::new(&args[2])))
 }
 
 /// `jobscope`: exit 0 on success, 1 with a one-line error otherwise.

@@ -205,15 +205,30 @@ pub fn run_bounded(program: &str, args: &[&str], limit: Duration) -> Option<Stri
 /// could not be asked.
 pub fn array_tasks_remaining(array_id: u32, this_job: u32) -> Option<usize> {
     let id = array_id.to_string();
-    let out = run_bounded("/usr/bin/squeue", &["--json", "-t", "all", "-j", &id], Duration::from_secs(5))?;
+    let out = run_bounded(
+        "/usr/bin/squeue",
+        &["--json", "-t", "all", "-j", &id],
+        Duration::from_secs(5),
+    )?;
     let v: Value = serde_json::from_str(&out).ok()?;
     let jobs = v.get("jobs")?.as_array()?;
-    let open = ["PENDING", "RUNNING", "CONFIGURING", "SUSPENDED", "REQUEUED", "RESIZING"];
+    let open = [
+        "PENDING",
+        "RUNNING",
+        "CONFIGURING",
+        "SUSPENDED",
+        "REQUEUED",
+        "RESIZING",
+    ];
     Some(
         jobs.iter()
             .filter(|j| n(j, "job_id") != Some(this_job as u64))
             .filter(|j| n(j, "array_job_id") == Some(array_id as u64))
-            .filter(|j| j.get("job_state").and_then(|s| s.as_str()).is_some_and(|s| open.contains(&s)))
+            .filter(|j| {
+                j.get("job_state")
+                    .and_then(|s| s.as_str())
+                    .is_some_and(|s| open.contains(&s))
+            })
             .count(),
     )
 }

@@ -16,7 +16,7 @@ pub mod charts;
 pub mod cli;
 pub mod jobinfo;
 pub mod mail;
-pub mod notify;
 pub mod manifest;
+pub mod notify;
 pub mod render;
 pub mod run;

@@ -24,11 +24,19 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// The effective policy and where it came from (for the log and the archive).
-pub fn effective_policy(user_option: Option<&str>, slurm_mail_type: &[String], default: MailPolicy) -> (MailPolicy, &'static str) {
+pub fn effective_policy(
+    user_option: Option<&str>,
+    slurm_mail_type: &[String],
+    default: MailPolicy,
+) -> (MailPolicy, &'static str) {
     if let Some(p) = user_option.and_then(MailPolicy::parse) {
         return (p, "--jobscope-mail");
     }
-    let has = |t: &str| slurm_mail_type.iter().any(|m| m.eq_ignore_ascii_case(t) || m.to_ascii_uppercase().starts_with(t));
+    let has = |t: &str| {
+        slurm_mail_type
+            .iter()
+            .any(|m| m.eq_ignore_ascii_case(t) || m.to_ascii_uppercase().starts_with(t))
+    };
     if has("END") || has("ALL") || has("TIME_LIMIT") {
         return (MailPolicy::End, "--mail-type");
     }
@@ -45,9 +53,10 @@ pub fn should_mail(policy: MailPolicy, s: &JobSummary, cfg: &Config) -> Result<(
         MailPolicy::Never => Err("policy never".into()),
         MailPolicy::Fail if !failed => Err("policy fail and the job completed".into()),
         MailPolicy::Fail => Ok(()),
-        MailPolicy::End if !failed && s.elapsed_s < cfg.mail.min_elapsed_s as f64 => {
-            Err(format!("job ran {:.0} s, under mail.min_elapsed_s", s.elapsed_s))
-        }
+        MailPolicy::End if !failed && s.elapsed_s < cfg.mail.min_elapsed_s as f64 => Err(format!(
+            "job ran {:.0} s, under mail.min_elapsed_s",
+            s.elapsed_s
+        )),
         MailPolicy::End | MailPolicy::Always => Ok(()),
     }
 }
@@ -55,10 +64,18 @@ pub fn should_mail(policy: MailPolicy, s: &JobSummary, cfg: &Config) -> Result<(
 fn transport(cfg: &Config) -> Result<Transport> {
     let m = &cfg.mail;
     Ok(match m.transport {
-        MailTransportKind::Sendmail => Transport::Sendmail(SendmailConfig { path: m.sendmail.path.clone(), timeout: Duration::from_secs(m.sendmail.timeout_s) }),
+        MailTransportKind::Sendmail => Transport::Sendmail(SendmailConfig {
+            path: m.sendmail.path.clone(),
+            timeout: Duration::from_secs(m.sendmail.timeout_s),
+        }),
         MailTransportKind::Smtp => {
             let password = match &m.smtp.password_file {
-                Some(p) => Some(String::from_utf8(read_limited(p, 4096)?).context("password file is not UTF-8")?.trim().to_string()),
+                Some(p) => Some(
+                    String::from_utf8(read_limited(p, 4096)?)
+                        .context("password file is not UTF-8")?
+                        .trim()
+                        .to_string(),
+                ),
                 None => None,
             };
             Transport::Smtp(SmtpConfig {
@@ -94,21 +111,45 @@ fn retry(cfg: &Config) -> RetryPolicy {
 pub fn flush(cfg: &Config, budget: Duration) -> Result<String> {
     let q = Queue::open(&cfg.mail.queue_dir)?;
     let t = transport(cfg)?;
-    let rep = q.flush(&t, &FlushOptions::within(budget, cfg.mail.rate_per_s, retry(cfg)));
+    let rep = q.flush(
+        &t,
+        &FlushOptions::within(budget, cfg.mail.rate_per_s, retry(cfg)),
+    );
     Ok(format!("{} via {}", rep.summary(), t.describe()))
 }
 
 fn mail_options(cfg: &Config) -> Result<MailOptions> {
-    let from = crate::mail::message::parse_address(&cfg.mail.from).map_err(|e| anyhow::anyhow!("mail.from {:?}: {e}", cfg.mail.from))?;
-    Ok(MailOptions { from, chart_width: cfg.mail.chart_width, chart_height: cfg.mail.chart_height, max_chart_nodes: cfg.mail.max_chart_nodes })
+    let from = crate::mail::message::parse_address(&cfg.mail.from)
+        .map_err(|e| anyhow::anyhow!("mail.from {:?}: {e}", cfg.mail.from))?;
+    Ok(MailOptions {
+        from,
+        chart_width: cfg.mail.chart_width,
+        chart_height: cfg.mail.chart_height,
+        max_chart_nodes: cfg.mail.max_chart_nodes,
+    })
 }
 
 /// Builds and queues one mail, then flushes within the epilog's budget.
-fn send(cfg: &Config, s: &JobSummary, text: &str, kind: &str, info: Option<&JobInfo>, log: &mut dyn FnMut(&str)) -> Result<()> {
-    let r = choose_recipient(info.and_then(|i| i.mail_user.as_deref()), s.user.as_deref(), cfg.mail.domain.as_deref())
-        .map_err(|e| anyhow::anyhow!("no valid recipient: {e}"))?;
+fn send(
+    cfg: &Config,
+    s: &JobSummary,
+    text: &str,
+    kind: &str,
+    info: Option<&JobInfo>,
+    log: &mut dyn FnMut(&str),
+) -> Result<()> {
+    let r = choose_recipient(
+        info.and_then(|i| i.mail_user.as_deref()),
+        s.user.as_deref(),
+        cfg.mail.domain.as_deref(),
+    )
+    .map_err(|e| anyhow::anyhow!("no valid recipient: {e}"))?;
     if let Some((bad, why)) = &r.rejected_mail_user {
-        log(&format!("job {}: --mail-user {} refused ({why}); mailing the job's user instead", s.job_id, printable(bad)));
+        log(&format!(
+            "job {}: --mail-user {} refused ({why}); mailing the job's user instead",
+            s.job_id,
+            printable(bad)
+        ));
     }
     let (templates, warnings) = Templates::load(cfg.mail.template_dir.as_deref());
     for w in warnings {
@@ -120,8 +161,14 @@ fn send(cfg: &Config, s: &JobSummary, text: &str, kind: &str, info: Option<&JobI
     }
     let q = Queue::open(&cfg.mail.queue_dir)?;
     let queued = q.enqueue_mail(&mail)?;
-    log(&format!("job {}: mail {} to {}: {queued:?}", s.job_id, mail.id, r.mailbox));
-    log(&format!("mail flush: {}", flush(cfg, Duration::from_secs(cfg.mail.flush_budget_s))?));
+    log(&format!(
+        "job {}: mail {} to {}: {queued:?}",
+        s.job_id, mail.id, r.mailbox
+    ));
+    log(&format!(
+        "mail flush: {}",
+        flush(cfg, Duration::from_secs(cfg.mail.flush_budget_s))?
+    ));
     Ok(())
 }
 
@@ -136,15 +183,24 @@ pub fn notify(cfg: &Config, s: &JobSummary, info: Option<&JobInfo>, log: &mut dy
     };
     if cfg.mail.workdir_report {
         if let Err(e) = workdir_report(s, info, &text) {
-            log(&format!("job {}: report in the working directory: {e:#}", s.job_id));
+            log(&format!(
+                "job {}: report in the working directory: {e:#}",
+                s.job_id
+            ));
         }
     }
     if !cfg.mail.enabled {
         return;
     }
     let mail_type = info.map(|i| i.mail_type.clone()).unwrap_or_default();
-    let (policy, source) = effective_policy(s.user_options.get("mail").map(String::as_str), &mail_type, cfg.mail.default_policy);
-    let array = s.array_job_id.filter(|_| cfg.mail.array_digest && policy != MailPolicy::Always && policy != MailPolicy::Never);
+    let (policy, source) = effective_policy(
+        s.user_options.get("mail").map(String::as_str),
+        &mail_type,
+        cfg.mail.default_policy,
+    );
+    let array = s.array_job_id.filter(|_| {
+        cfg.mail.array_digest && policy != MailPolicy::Always && policy != MailPolicy::Never
+    });
     if let Some(array_id) = array {
         if let Err(e) = array_task_done(cfg, s, array_id, policy, info, log) {
             log(&format!("job {}: array digest: {e:#}", s.job_id));
@@ -152,7 +208,10 @@ pub fn notify(cfg: &Config, s: &JobSummary, info: Option<&JobInfo>, log: &mut dy
         return;
     }
     match should_mail(policy, s, cfg) {
-        Err(why) => log(&format!("job {}: no mail ({why}; policy from {source})", s.job_id)),
+        Err(why) => log(&format!(
+            "job {}: no mail ({why}; policy from {source})",
+            s.job_id
+        )),
         Ok(()) => {
             if let Err(e) = send(cfg, s, &text, "end", info, log) {
                 log(&format!("job {}: mail not sent: {e:#}", s.job_id));
@@ -174,11 +233,21 @@ pub struct ArrayRow {
 }
 
 fn array_dir(cfg: &Config, array_id: u32) -> PathBuf {
-    cfg.paths.state_dir.join("arrays").join(array_id.to_string())
+    cfg.paths
+        .state_dir
+        .join("arrays")
+        .join(array_id.to_string())
 }
 
 /// Records this task; if it is the array's last, sends the digest (once: O_EXCL claim).
-fn array_task_done(cfg: &Config, s: &JobSummary, array_id: u32, policy: MailPolicy, info: Option<&JobInfo>, log: &mut dyn FnMut(&str)) -> Result<()> {
+fn array_task_done(
+    cfg: &Config,
+    s: &JobSummary,
+    array_id: u32,
+    policy: MailPolicy,
+    info: Option<&JobInfo>,
+    log: &mut dyn FnMut(&str),
+) -> Result<()> {
     let dir = array_dir(cfg, array_id);
     ensure_dir(&cfg.paths.state_dir.join("arrays"), 0o700, 0, 0)?;
     ensure_dir(&dir, 0o700, 0, 0)?;
@@ -190,7 +259,13 @@ fn array_task_done(cfg: &Config, s: &JobSummary, array_id: u32, policy: MailPoli
         cpu_pct: s.efficiency.cpu_pct,
         mem_peak_bytes: s.mem.peak_bytes,
     };
-    write_atomic(&dir, &format!("task-{}.json", row.task_id), &serde_json::to_vec(&row)?, 0o600, None)?;
+    write_atomic(
+        &dir,
+        &format!("task-{}.json", row.task_id),
+        &serde_json::to_vec(&row)?,
+        0o600,
+        None,
+    )?;
     let Some(remaining) = crate::jobinfo::array_tasks_remaining(array_id, s.job_id) else {
         log(&format!("array {array_id}: cannot ask SLURM which tasks remain; digest deferred to the next task"));
         return Ok(());
@@ -206,7 +281,10 @@ fn array_task_done(cfg: &Config, s: &JobSummary, array_id: u32, policy: MailPoli
     let rows = read_rows(&dir);
     let failed = rows.iter().any(|r| r.state != "COMPLETED");
     if policy == MailPolicy::Fail && !failed {
-        log(&format!("array {array_id}: all {} tasks completed; policy fail: no digest", rows.len()));
+        log(&format!(
+            "array {array_id}: all {} tasks completed; policy fail: no digest",
+            rows.len()
+        ));
         return Ok(());
     }
     let text = digest_text(array_id, s, &rows);
@@ -234,7 +312,9 @@ pub fn histogram(vals: &[f64], bins: usize, fmt: &dyn Fn(f64) -> String) -> Vec<
     if vals.is_empty() {
         return vec![];
     }
-    let (lo, hi) = vals.iter().fold((f64::MAX, f64::MIN), |(a, b), &v| (a.min(v), b.max(v)));
+    let (lo, hi) = vals
+        .iter()
+        .fold((f64::MAX, f64::MIN), |(a, b), &v| (a.min(v), b.max(v)));
     let width = ((hi - lo) / bins as f64).max(f64::EPSILON);
     let mut counts = vec![0usize; bins];
     for v in vals {
@@ -246,7 +326,12 @@ pub fn histogram(vals: &[f64], bins: usize, fmt: &dyn Fn(f64) -> String) -> Vec<
         .enumerate()
         .map(|(i, c)| {
             let a = lo + width * i as f64;
-            format!("  {:>10} – {:<10} {:<30} {c}", fmt(a), fmt(a + width), "█".repeat((c * 30).div_ceil(maxc.max(1))))
+            format!(
+                "  {:>10} – {:<10} {:<30} {c}",
+                fmt(a),
+                fmt(a + width),
+                "█".repeat((c * 30).div_ceil(maxc.max(1)))
+            )
         })
         .collect()
 }
@@ -272,7 +357,11 @@ pub fn digest_text(array_id: u32, s: &JobSummary, rows: &[ArrayRow]) -> String {
     let elapsed: Vec<f64> = rows.iter().map(|r| r.elapsed_s).collect();
     t += "\nRuntime:\n";
     t += &histogram(&elapsed, 5, &|v| render::fmt_duration(v)).join("\n");
-    let mem: Vec<f64> = rows.iter().filter_map(|r| r.mem_peak_bytes).map(|m| m as f64).collect();
+    let mem: Vec<f64> = rows
+        .iter()
+        .filter_map(|r| r.mem_peak_bytes)
+        .map(|m| m as f64)
+        .collect();
     t += "\n\nMemory peak:\n";
     t += &histogram(&mem, 5, &|v| render::fmt_bytes(Some(v as u64))).join("\n");
     t += "\n";
@@ -287,27 +376,48 @@ pub fn digest_text(array_id: u32, s: &JobSummary, rows: &[ArrayRow]) -> String {
 pub fn workdir_report(s: &JobSummary, info: Option<&JobInfo>, text: &str) -> Result<()> {
     use std::io::Write;
     use std::os::unix::process::CommandExt;
-    let dir = info.and_then(|i| i.work_dir.clone()).context("SLURM gave no working directory")?;
-    anyhow::ensure!(s.uid != 0 && s.uid != u32::MAX, "refusing to write as uid {}", s.uid);
+    let dir = info
+        .and_then(|i| i.work_dir.clone())
+        .context("SLURM gave no working directory")?;
+    anyhow::ensure!(
+        s.uid != 0 && s.uid != u32::MAX,
+        "refusing to write as uid {}",
+        s.uid
+    );
     let name = format!("jobscope-{}.txt", s.job_id);
     anyhow::ensure!(is_safe_name(&name));
     let path = Path::new(&dir).join(name);
-    anyhow::ensure!(path.is_absolute(), "working directory {dir:?} is not absolute");
+    anyhow::ensure!(
+        path.is_absolute(),
+        "working directory {dir:?} is not absolute"
+    );
     let gid = user_gid(s.uid).context("no such user")?;
     let uid = s.uid;
     let mut cmd = std::process::Command::new(std::env::current_exe()?);
-    cmd.arg("--write-user-file").arg(&path).env_clear().stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null());
+    cmd.arg("--write-user-file")
+        .arg(&path)
+        .env_clear()
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
     // SAFETY: only async-signal-safe calls between fork and exec.
     unsafe {
         cmd.pre_exec(move || {
-            if libc::setgroups(0, std::ptr::null()) != 0 || libc::setgid(gid) != 0 || libc::setuid(uid) != 0 {
+            if libc::setgroups(0, std::ptr::null()) != 0
+                || libc::setgid(gid) != 0
+                || libc::setuid(uid) != 0
+            {
                 return Err(std::io::Error::last_os_error());
             }
             Ok(())
         });
     }
     let mut child = cmd.spawn()?;
-    child.stdin.take().context("stdin")?.write_all(text.as_bytes())?;
+    child
+        .stdin
+        .take()
+        .context("stdin")?
+        .write_all(text.as_bytes())?;
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
     loop {
         if let Some(st) = child.try_wait()? {
@@ -341,10 +451,19 @@ pub fn write_user_file(path: &Path) -> i32 {
         return 2;
     }
     let mut data = Vec::new();
-    if std::io::stdin().take(16 * 1024 * 1024).read_to_end(&mut data).is_err() {
+    if std::io::stdin()
+        .take(16 * 1024 * 1024)
+        .read_to_end(&mut data)
+        .is_err()
+    {
         return 1;
     }
-    let f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o644).custom_flags(libc::O_NOFOLLOW).open(path);
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o644)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path);
     match f.and_then(|mut f| f.write_all(&data)) {
         Ok(()) => 0,
         Err(_) => 1,
@@ -358,18 +477,42 @@ mod tests {
     #[test]
     fn policy_precedence() {
         let d = MailPolicy::End;
-        assert_eq!(effective_policy(Some("never"), &["END".into()], d), (MailPolicy::Never, "--jobscope-mail"));
-        assert_eq!(effective_policy(Some("bogus"), &["FAIL".into()], d).0, MailPolicy::Fail);
-        assert_eq!(effective_policy(None, &["BEGIN".into(), "END".into()], MailPolicy::Never).0, MailPolicy::End);
-        assert_eq!(effective_policy(None, &["TIME_LIMIT_90".into()], MailPolicy::Never).0, MailPolicy::End);
-        assert_eq!(effective_policy(None, &[], MailPolicy::Fail), (MailPolicy::Fail, "site default"));
+        assert_eq!(
+            effective_policy(Some("never"), &["END".into()], d),
+            (MailPolicy::Never, "--jobscope-mail")
+        );
+        assert_eq!(
+            effective_policy(Some("bogus"), &["FAIL".into()], d).0,
+            MailPolicy::Fail
+        );
+        assert_eq!(
+            effective_policy(None, &["BEGIN".into(), "END".into()], MailPolicy::Never).0,
+            MailPolicy::End
+        );
+        assert_eq!(
+            effective_policy(None, &["TIME_LIMIT_90".into()], MailPolicy::Never).0,
+            MailPolicy::End
+        );
+        assert_eq!(
+            effective_policy(None, &[], MailPolicy::Fail),
+            (MailPolicy::Fail, "site default")
+        );
     }
 
     #[test]
     fn histogram_counts_everything() {
         let h = histogram(&[1.0, 2.0, 2.5, 10.0], 3, &|v| format!("{v:.1}"));
         assert_eq!(h.len(), 3);
-        let total: usize = h.iter().map(|l| l.split_whitespace().last().unwrap().parse::<usize>().unwrap()).sum();
+        let total: usize = h
+            .iter()
+            .map(|l| {
+                l.split_whitespace()
+                    .last()
+                    .unwrap()
+                    .parse::<usize>()
+                    .unwrap()
+            })
+            .sum();
         assert_eq!(total, 4);
     }
 }

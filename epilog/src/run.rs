@@ -51,7 +51,11 @@ pub fn read_spool_dir(dir: &Path) -> (Option<SpoolFile>, Vec<SpoolFile>, Vec<Str
         .unwrap_or_default();
     names.sort();
     for name in names.iter().take(4096) {
-        if !name.ends_with(".jsc") || name.starts_with('.') {
+        // gpu.jsc shares the framing but is its own series: see `gpu_summaries`.
+        if !name.ends_with(".jsc")
+            || name.starts_with('.')
+            || name == jobscope_core::gpu::GPU_FILE_NAME
+        {
             continue;
         }
         let p = dir.join(name);
@@ -73,6 +77,7 @@ pub fn node_summary(cfg: &Config, env: &EpilogEnv, end_unix_ms: u64) -> (NodeSum
     let dir = job_dir(&cfg.paths.spool_dir, env.job_id, &env.node);
     let (series, steps, mut problems) = read_spool_dir(&dir);
     let mut ns = summarize_node(series.as_ref(), &steps, &env.node, end_unix_ms);
+    ns.gpus = gpu_summaries(cfg, &dir, ns.elapsed_s, &mut problems);
     ns.job_id = env.job_id;
     if let Some(uid) = env.uid {
         ns.uid = uid;
@@ -80,6 +85,34 @@ pub fn node_summary(cfg: &Config, env: &EpilogEnv, end_unix_ms: u64) -> (NodeSum
     ns.quality.notes.append(&mut problems.clone());
     problems.retain(|p| !p.contains("No such file"));
     (ns, problems)
+}
+
+/// The node's GPU summaries from `gpu.jsc` (none when the job had no GPUs).
+pub fn gpu_summaries(
+    cfg: &Config,
+    dir: &Path,
+    elapsed_s: f64,
+    problems: &mut Vec<String>,
+) -> Vec<jobscope_core::gpu::GpuSummary> {
+    let p = dir.join(jobscope_core::gpu::GPU_FILE_NAME);
+    if std::fs::symlink_metadata(&p).is_err() {
+        return Vec::new();
+    }
+    match jobscope_core::gpu::read_gpu_file(&p) {
+        Ok(series) => {
+            let params = jobscope_core::gpu::summary::GpuSummaryParams {
+                idle_util_pct: cfg.gpu.idle_util_pct,
+                idle_min_s: cfg.gpu.idle_min_s as f64,
+                ..Default::default()
+            };
+            problems.extend(jobscope_core::gpu::summary::gpu_quality_notes(&series));
+            jobscope_core::gpu::summary::summarize_gpus_with(&series, elapsed_s, &params)
+        }
+        Err(e) => {
+            problems.push(e.to_string());
+            Vec::new()
+        }
+    }
 }
 
 /// Stores a node summary in the shared state directory.
@@ -141,10 +174,17 @@ pub fn finish_job(
     let written = archive::write(&cfg.paths.archive_dir, &cfg.archive.admin_group, &s)
         .context("archive write failed")?;
     if let Some(day) = written.path.parent() {
-        let name = written.path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let name = written
+            .path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
         // The manifest is evidence, not the record: a failure is logged, the report stands.
         if let Err(e) = crate::manifest::append(day, &name, &written.bytes) {
-            append_log(&cfg.paths.log_file, &format!("job {}: manifest: {e}", s.job_id));
+            append_log(
+                &cfg.paths.log_file,
+                &format!("job {}: manifest: {e}", s.job_id),
+            );
         }
     }
     let dir = job_state_dir(cfg, env.job_id);

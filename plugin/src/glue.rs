@@ -22,12 +22,15 @@ SPANK_PLUGIN!(b"jobscope", 0x160508, Jobscope);
 pub const MAIL_CHOICES: &[&str] = &["never", "fail", "end", "always"];
 /// How long `exit` waits for the sampler to write its end record before leaving it behind.
 const SAMPLER_STOP_WAIT: Duration = Duration::from_secs(2);
+/// Same for the GPU monitor (its last sample may wait on the driver).
+const GPU_STOP_WAIT: Duration = Duration::from_millis(1500);
 
 #[derive(Default)]
 pub struct Jobscope {
     args: Option<Args>,
     ctx: Option<JobCtx>,
     sampler: Option<SamplerHandle>,
+    gpu: Option<jobscope_core::gpu::GpuMonitor>,
     step: Option<StepRecorder>,
     started: bool,
 }
@@ -119,7 +122,8 @@ impl Jobscope {
     }
 
     fn start_sampler(&mut self, ctx: &JobCtx, handover: Option<Handover>) -> Result<(), String> {
-        let (sampler, schedule) = ctx.sampler(handover)?;
+        let (sampler, schedule) = ctx.sampler(handover.clone())?;
+        self.gpu = ctx.gpu_monitor(handover.as_ref(), schedule.clone());
         let h = spawn(sampler, schedule, Box::new(|m: &str| crate::log_error(m)))
             .map_err(|e| format!("cannot start sampler thread: {e}"))?;
         self.sampler = Some(h);
@@ -155,6 +159,8 @@ impl Jobscope {
                 options: user_options(spank),
                 gpus: spank.getenv("SLURM_JOB_GPUS").ok().flatten(),
                 cuda_visible_devices: spank.getenv("CUDA_VISIBLE_DEVICES").ok().flatten(),
+                gpu_device_ordinal: spank.getenv("GPU_DEVICE_ORDINAL").ok().flatten(),
+                rocr_visible_devices: spank.getenv("ROCR_VISIBLE_DEVICES").ok().flatten(),
             });
             self.start_sampler(&ctx, handover)?;
         }
@@ -218,6 +224,8 @@ unsafe impl Plugin for Jobscope {
                 options: user_options(spank),
                 gpus: std::env::var("SLURM_JOB_GPUS").ok(),
                 cuda_visible_devices: std::env::var("CUDA_VISIBLE_DEVICES").ok(),
+                gpu_device_ordinal: std::env::var("GPU_DEVICE_ORDINAL").ok(),
+                rocr_visible_devices: std::env::var("ROCR_VISIBLE_DEVICES").ok(),
             };
             let dir = args.handover_dir.clone().unwrap_or(cfg.paths.handover_dir);
             handover::write(&dir, &node, &h).map(|_| ())
@@ -253,6 +261,12 @@ unsafe impl Plugin for Jobscope {
             // Steps first: their exit still sees the job cgroup (final counters).
             if let Some(step) = self.step.as_mut() {
                 step.exit();
+            }
+            if let Some(g) = self.gpu.take() {
+                // Bounded: a GPU monitor stuck in the driver is left behind, never waited for.
+                if !g.stop(GPU_STOP_WAIT) {
+                    crate::log_error("GPU monitor did not stop in time; left behind");
+                }
             }
             if let Some(h) = self.sampler.take() {
                 if !h.stop(SAMPLER_STOP_WAIT) {

@@ -4,10 +4,14 @@ use crate::args::Args;
 use jobscope_core::cgroup::{locate_job, JobCgroup};
 use jobscope_core::config::Config;
 use jobscope_core::fsutil::{ensure_dir, free_bytes};
+use jobscope_core::gpu::assign::select_for_job;
+use jobscope_core::gpu::monitor::cgroup_pid_source;
+use jobscope_core::gpu::{BackendConfig, GpuMonitor, JobGpuEnv, LogLevel as GpuLogLevel};
 use jobscope_core::sampler::{now_unix_ms, Faults, Sampler, Schedule};
 use jobscope_core::spool::writer::{Limits, SeriesWriter, StepWriter};
 use jobscope_core::spool::{
-    job_dir, Event, Handover, Header, FORMAT_VERSION, STEP_FILES_BUDGET_BYTES,
+    job_dir, Event, Handover, Header, FORMAT_VERSION, GPU_FILE_BUDGET_BYTES,
+    STEP_FILES_BUDGET_BYTES,
 };
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -126,7 +130,7 @@ impl JobCtx {
             .cfg
             .sampler
             .max_spool_bytes
-            .saturating_sub(STEP_FILES_BUDGET_BYTES)
+            .saturating_sub(STEP_FILES_BUDGET_BYTES + GPU_FILE_BUDGET_BYTES)
             .max(16 * 1024);
         let writer = match self
             .ensure_job_dir()
@@ -175,6 +179,74 @@ impl JobCtx {
             ),
         };
         Ok((sampler, schedule))
+    }
+}
+
+impl JobCtx {
+    /// Starts the job's GPU monitor (its own thread and `gpu.jsc`, so a slow driver never stalls the
+    /// cgroup sampler). `None` when GPU sampling is off or the job has no GPUs.
+    pub fn gpu_monitor(
+        &self,
+        handover: Option<&Handover>,
+        schedule: Schedule,
+    ) -> Option<GpuMonitor> {
+        let g = &self.cfg.gpu;
+        if !g.enabled {
+            return None;
+        }
+        let env = JobGpuEnv {
+            slurm_job_gpus: handover.and_then(|h| h.gpus.clone()),
+            cuda_visible_devices: handover.and_then(|h| h.cuda_visible_devices.clone()),
+            gpu_device_ordinal: handover.and_then(|h| h.gpu_device_ordinal.clone()),
+            rocr_visible_devices: handover.and_then(|h| h.rocr_visible_devices.clone()),
+        };
+        let cg = self.cgroup.as_ref()?;
+        let devices = jobscope_core::gpu::assign::v1_devices_dir(
+            &self
+                .args
+                .cgroup_root
+                .clone()
+                .unwrap_or_else(|| PathBuf::from("/sys/fs/cgroup")),
+            &cg.memory_dir,
+        );
+        let selection = select_for_job(
+            &env,
+            Some(&g.gres_conf),
+            &self.node,
+            devices.as_deref(),
+            g.constrained_devices,
+        );
+        if selection.wanted.is_empty() && selection.notes.is_empty() {
+            return None;
+        }
+        let backend = BackendConfig {
+            nvidia: g.nvidia,
+            nvml_lib_path: g.nvml_lib_path.clone(),
+            amd: g.amd,
+            sample_timeout: Duration::from_secs(g.sample_timeout_s),
+            max_file_bytes: GPU_FILE_BUDGET_BYTES,
+            ..BackendConfig::default()
+        };
+        let dir = self.ensure_job_dir().ok()?;
+        let log: jobscope_core::gpu::monitor::GpuLogFn = Box::new(|level, m: &str| match level {
+            GpuLogLevel::Debug => crate::log_info(&format!("gpu: {m}")),
+            _ => crate::log_error(&format!("gpu: {m}")),
+        });
+        match GpuMonitor::start(
+            selection,
+            &backend,
+            &dir,
+            self.header("gpu", handover.cloned()),
+            schedule,
+            cgroup_pid_source(cg.memory_dir.clone()),
+            log,
+        ) {
+            Ok(m) => Some(m),
+            Err(e) => {
+                crate::log_error(&format!("cannot start the GPU monitor: {e}"));
+                None
+            }
+        }
     }
 }
 
@@ -237,14 +309,9 @@ impl StepRecorder {
         };
         match ctx.ensure_job_dir() {
             Ok(dir) => {
-                if dir_bytes(&dir)
-                    > STEP_FILES_BUDGET_BYTES
-                        + ctx
-                            .cfg
-                            .sampler
-                            .max_spool_bytes
-                            .saturating_sub(STEP_FILES_BUDGET_BYTES)
-                {
+                // Step files share a fixed part of the 1 MiB budget; past it, steps are not recorded
+                // (the batch step, always first, is; it holds the job's final counters).
+                if step_files_bytes(&dir) > STEP_FILES_BUDGET_BYTES.saturating_sub(4096) {
                     crate::log_info(&format!(
                         "spool of job {} is at its cap; step {} is not recorded",
                         ctx.job_id, ctx.step
@@ -312,10 +379,11 @@ impl StepRecorder {
     }
 }
 
-fn dir_bytes(dir: &Path) -> u64 {
+fn step_files_bytes(dir: &Path) -> u64 {
     std::fs::read_dir(dir)
         .map(|rd| {
             rd.flatten()
+                .filter(|e| e.file_name().to_string_lossy().starts_with("step_"))
                 .filter_map(|e| e.metadata().ok())
                 .map(|m| m.len())
                 .sum()

@@ -32,6 +32,8 @@ pub const FORMAT_VERSION: u16 = 1;
 pub const DEFAULT_MAX_SPOOL_BYTES: u64 = 1024 * 1024;
 /// Bytes reserved for step files inside [`DEFAULT_MAX_SPOOL_BYTES`].
 pub const STEP_FILES_BUDGET_BYTES: u64 = 192 * 1024;
+/// Bytes reserved for `gpu.jsc` inside [`DEFAULT_MAX_SPOOL_BYTES`] (see `crate::gpu::spool`).
+pub const GPU_FILE_BUDGET_BYTES: u64 = 128 * 1024;
 
 pub const KIND_HEADER: u8 = 0;
 pub const KIND_BUCKET: u8 = 1;
@@ -77,6 +79,10 @@ pub struct Handover {
     pub gpus: Option<String>,
     #[serde(default)]
     pub cuda_visible_devices: Option<String>,
+    #[serde(default)]
+    pub gpu_device_ordinal: Option<String>,
+    #[serde(default)]
+    pub rocr_visible_devices: Option<String>,
 }
 
 /// Summary statistics of one gauge over the samples merged into a bucket.

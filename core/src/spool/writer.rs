@@ -21,7 +21,7 @@ pub struct Limits {
 impl Default for Limits {
     fn default() -> Self {
         Limits {
-            max_bytes: DEFAULT_MAX_SPOOL_BYTES - STEP_FILES_BUDGET_BYTES,
+            max_bytes: DEFAULT_MAX_SPOOL_BYTES - STEP_FILES_BUDGET_BYTES - GPU_FILE_BUDGET_BYTES,
             max_buckets: 4096,
         }
     }

@@ -672,8 +672,103 @@ pub fn advice(s: &JobSummary, sc: Option<&Scalability>, cfg: &Report) -> Vec<Adv
     out
 }
 
+/// GPUs: waste, the GPU-bound/GPU-idle class, findings and advice, from every node's GPU summaries.
+fn add_gpus(s: &JobSummary, a: &mut Analysis) {
+    let gpus: Vec<crate::gpu::GpuSummary> = s
+        .nodes
+        .iter()
+        .flat_map(|n| n.gpus.iter().cloned())
+        .collect();
+    if gpus.is_empty() {
+        return;
+    }
+    a.waste.gpu_hours_allocated = Some(gpus.iter().map(|g| g.gpu_hours_allocated).sum());
+    let wasted: Vec<f64> = gpus.iter().filter_map(|g| g.gpu_hours_wasted).collect();
+    a.waste.gpu_hours_wasted = (!wasted.is_empty()).then(|| wasted.iter().sum());
+    use crate::gpu::summary::GpuClass;
+    let idle = gpus
+        .iter()
+        .filter(|g| g.never_used || g.classification == Some(GpuClass::GpuIdle))
+        .count();
+    let bound = gpus
+        .iter()
+        .filter(|g| g.classification == Some(GpuClass::GpuBound))
+        .count();
+    let utils: Vec<String> = gpus
+        .iter()
+        .map(|g| {
+            let who = format!(
+                "{}{}",
+                g.node
+                    .as_deref()
+                    .map(|n| format!("{n}:"))
+                    .unwrap_or_default(),
+                g.gres_index
+                    .or(g.index)
+                    .map_or("?".into(), |i| i.to_string())
+            );
+            format!(
+                "GPU {who} {}",
+                g.util_mean_pct
+                    .map_or("utilization unknown".into(), |u| format!("{u:.0} % busy"))
+            )
+        })
+        .collect();
+    if idle == gpus.len() {
+        a.classification.class = "gpu_idle".into();
+        a.classification.evidence.insert(
+            0,
+            format!(
+                "{idle} of {} allocated GPU(s) idle: {}",
+                gpus.len(),
+                utils.join(", ")
+            ),
+        );
+    } else if bound * 2 >= gpus.len() {
+        a.classification.class = "gpu_bound".into();
+        a.classification.evidence.insert(0, utils.join(", "));
+    } else {
+        a.classification.evidence.push(utils.join(", "));
+    }
+    for g in &gpus {
+        for f in &g.findings {
+            a.anomalies.push(Finding {
+                kind: "gpu".into(),
+                severity: if g.never_used || g.lost {
+                    "warning".into()
+                } else {
+                    "info".into()
+                },
+                message: f.clone(),
+            });
+        }
+    }
+    for x in crate::gpu::gpu_advice(&gpus) {
+        // "Request k GPU(s) instead of n" becomes a resubmit-ready line; the rest stay as comments.
+        let k = x
+            .line
+            .strip_prefix("Request ")
+            .and_then(|r| r.split_whitespace().next())
+            .and_then(|k| k.parse::<u32>().ok());
+        let sbatch = match k {
+            Some(k) => format!("#SBATCH --gres=gpu:{k}"),
+            None => format!("# {}", x.line),
+        };
+        a.advice.push(Advice {
+            sbatch,
+            reason: x.reason,
+        });
+    }
+}
+
 pub fn analyze(s: &JobSummary, cfg: &Report) -> Analysis {
     let sc = scalability(s);
+    let mut a = analyze_cpu_mem(s, cfg, sc);
+    add_gpus(s, &mut a);
+    a
+}
+
+fn analyze_cpu_mem(s: &JobSummary, cfg: &Report, sc: Option<Scalability>) -> Analysis {
     Analysis {
         waste: waste(s),
         classification: classify(s, sc.as_ref(), cfg),
@@ -749,6 +844,7 @@ mod tests {
                 ..Default::default()
             },
             user_options: Default::default(),
+            gpus: Vec::new(),
         }
     }
 

@@ -116,6 +116,9 @@ pub struct NodeSummary {
     /// The user's `--jobscope-*` options as handed over by job_prolog (validated there).
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub user_options: std::collections::BTreeMap<String, String>,
+    /// The job's GPUs on this node (empty: none allocated, or GPU sampling off).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gpus: Vec<crate::gpu::GpuSummary>,
 }
 
 /// Efficiency figures, each in percent of what was allocated.

@@ -35,8 +35,21 @@ pub fn downsample_timeline(points: Vec<Point>, max: usize) -> Vec<Point> {
                 io = (io.0 + r * w, io.1 + w);
             }
         }
-        let mean = |(s, w): (f64, f64), any: bool| if w > 0.0 { Some(s / w) } else if any { Some(0.0) } else { None };
-        let fmax = |f: fn(&Point) -> Option<f64>| chunk.iter().filter_map(f).fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.max(x))));
+        let mean = |(s, w): (f64, f64), any: bool| {
+            if w > 0.0 {
+                Some(s / w)
+            } else if any {
+                Some(0.0)
+            } else {
+                None
+            }
+        };
+        let fmax = |f: fn(&Point) -> Option<f64>| {
+            chunk
+                .iter()
+                .filter_map(f)
+                .fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.max(x))))
+        };
         let umax = |f: fn(&Point) -> Option<u64>| chunk.iter().filter_map(f).max();
         let _ = wsum;
         out.push(Point {
@@ -326,7 +339,11 @@ pub fn summarize_node(
         steps: step_summaries,
         timeline,
         quality,
-        user_options: headers.iter().find_map(|h| h.handover.as_ref().map(|x| x.options.clone())).unwrap_or_default(),
+        user_options: headers
+            .iter()
+            .find_map(|h| h.handover.as_ref().map(|x| x.options.clone()))
+            .unwrap_or_default(),
+        gpus: Vec::new(),
     }
 }
 
@@ -462,10 +479,22 @@ mod tests {
             .collect();
         let d = downsample_timeline(pts, 100);
         assert!(d.len() <= 100);
-        assert_eq!(d.iter().filter_map(|p| p.busy_cores_max).fold(0.0, f64::max), 8.0);
-        assert_eq!(d.iter().filter_map(|p| p.mem_bytes_max).max(), Some(9 << 30));
+        assert_eq!(
+            d.iter()
+                .filter_map(|p| p.busy_cores_max)
+                .fold(0.0, f64::max),
+            8.0
+        );
+        assert_eq!(
+            d.iter().filter_map(|p| p.mem_bytes_max).max(),
+            Some(9 << 30)
+        );
         // time-weighted mean busy cores is preserved: (999 × 1 + 8) / 1000
-        let total: f64 = d.iter().zip(std::iter::once(0.0).chain(d.iter().map(|p| p.t_s))).map(|(p, t0)| p.busy_cores.unwrap() * (p.t_s - t0)).sum();
+        let total: f64 = d
+            .iter()
+            .zip(std::iter::once(0.0).chain(d.iter().map(|p| p.t_s)))
+            .map(|(p, t0)| p.busy_cores.unwrap() * (p.t_s - t0))
+            .sum();
         assert!((total / 1000.0 - 1.007).abs() < 1e-9, "{total}");
         assert_eq!(d.last().unwrap().t_s, 1000.0);
         assert_eq!(d[0].io_bytes_per_s, None);

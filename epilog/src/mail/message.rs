@@ -735,6 +735,7 @@ pub(crate) mod tests {
                 ..Default::default()
             },
             user_options: Default::default(),
+            gpus: Vec::new(),
         };
         JobSummary {
             schema_version: SCHEMA_VERSION,

@@ -1,0 +1,148 @@
+//! Golden (snapshot) tests of the text report, from spools RECORDED on the real test cluster
+//! (`tests/record-spools.sh`): serial, parallel, memory-leaking, idle-after-work, OOM and a 2-node
+//! imbalanced job. Each case directory holds the nodes' raw spool directories (`node-<name>/`), the
+//! job's `squeue --json` record and its `ExitCode`. The report is rebuilt exactly as the epilog
+//! builds it and compared with `epilog/testdata/golden/<case>.txt`.
+//!
+//! After an intended change of the report: `JOBSCOPE_BLESS=1 cargo test -p jobscope-epilog --test golden`,
+//! then review the diff of the golden files.
+
+use jobscope_core::config::Config;
+use jobscope_core::summary::analysis::analyze;
+use jobscope_core::summary::node::summarize_node;
+use jobscope_epilog::assemble::{assemble, Inputs};
+use jobscope_epilog::jobinfo::{parse_squeue_json, EpilogEnv};
+use jobscope_epilog::render::render_text;
+use jobscope_epilog::run::read_spool_dir;
+use std::path::{Path, PathBuf};
+
+fn testdata() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata")
+}
+
+/// The thresholds of the test cluster the spools were recorded on (slurm-conf/jobscope.toml).
+fn config() -> Config {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../slurm-conf/jobscope.toml");
+    Config::parse(&std::fs::read_to_string(&p).unwrap(), &p).unwrap()
+}
+
+fn report(case: &str) -> String {
+    let dir = testdata().join("recorded").join(case);
+    let squeue = std::fs::read_to_string(dir.join("squeue.json"))
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+    let v: serde_json::Value = serde_json::from_str(&squeue).unwrap();
+    let job_id = v["jobs"][0]["job_id"].as_u64().unwrap() as u32;
+    let info = parse_squeue_json(&squeue, job_id).expect("job in squeue.json");
+    let mut nodes = Vec::new();
+    let mut names = Vec::new();
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.is_dir())
+        .collect();
+    dirs.sort();
+    for d in dirs {
+        let (series, steps, problems) = read_spool_dir(&d);
+        assert!(problems.is_empty(), "{problems:?}");
+        let node = series.as_ref().map(|s| s.header.node.clone()).unwrap();
+        // The epilog's "now": right after the last thing the node recorded.
+        let end = series
+            .iter()
+            .flat_map(|s| {
+                s.end
+                    .iter()
+                    .map(|e| e.t_ms)
+                    .chain(s.buckets.last().map(|b| b.t_last_ms))
+            })
+            .chain(steps.iter().flat_map(|s| s.events.iter().map(|e| e.t_ms)))
+            .max()
+            .unwrap();
+        nodes.push(summarize_node(series.as_ref(), &steps, &node, end));
+        names.push(node);
+    }
+    let env = EpilogEnv {
+        job_id,
+        node: names[0].clone(),
+        uid: info.uid,
+        user: info.user.clone(),
+        nodelist: Some(names.join(",")),
+        num_nodes: Some(names.len() as u32),
+        exit_code2: std::fs::read_to_string(dir.join("exit_code2"))
+            .ok()
+            .map(|s| s.trim().to_string()),
+        ..Default::default()
+    };
+    let mut s = assemble(Inputs {
+        env: &env,
+        info: Some(&info),
+        nodes,
+        expected_nodes: names,
+        generator: "golden".into(),
+    });
+    s.analysis = Some(analyze(&s, &config().report));
+    jobscope_core::summary::json_schema();
+    render_text(&s, false).unwrap()
+}
+
+fn check(case: &str) {
+    let got = report(case);
+    let path = testdata().join("golden").join(format!("{case}.txt"));
+    if std::env::var_os("JOBSCOPE_BLESS").is_some() {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, &got).unwrap();
+    }
+    let want = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{}: {e} (bless with JOBSCOPE_BLESS=1)", path.display()));
+    assert_eq!(
+        got,
+        want,
+        "report for {case} differs from {}",
+        path.display()
+    );
+}
+
+#[test]
+fn serial() {
+    check("serial");
+    let r = report("serial");
+    assert!(
+        r.contains("Verdict            serial") && r.contains("#SBATCH --cpus-per-task=1"),
+        "{r}"
+    );
+}
+
+#[test]
+fn parallel() {
+    check("parallel");
+    assert!(!report("parallel").contains("--cpus-per-task"));
+}
+
+#[test]
+fn memory_leak() {
+    check("leak");
+    assert!(report("leak").contains("memory grew steadily"));
+}
+
+#[test]
+fn idle_after_work() {
+    check("idle");
+    assert!(report("idle").contains("then idle for the remaining"));
+}
+
+#[test]
+fn oom() {
+    check("oom");
+    let r = report("oom");
+    assert!(
+        r.contains("State: OUT_OF_MEMORY") && r.contains("--mem="),
+        "{r}"
+    );
+}
+
+#[test]
+fn two_node_imbalanced() {
+    check("two-node-imbalanced");
+    let r = report("two-node-imbalanced");
+    assert!(r.contains("Imbalance") && r.contains("--nodes=1"), "{r}");
+}
