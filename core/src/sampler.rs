@@ -10,7 +10,7 @@ use crate::cgroup::JobCgroup;
 use crate::procio::IoAccumulator;
 use crate::sample::{busy_cores, rate_per_sec, Reading};
 use crate::spool::writer::SeriesWriter;
-use crate::spool::{Bucket, End, Event, Gauge, GaugeId, N_GAUGES};
+use crate::spool::{Bucket, End, Gauge, GaugeId, N_GAUGES};
 use std::path::PathBuf;
 use std::sync::mpsc::{channel, RecvTimeoutError, Sender};
 use std::thread::JoinHandle;
@@ -159,20 +159,6 @@ impl Sampler {
         }
         self.prev = Some((t_ms, snap.reading, snap.percpu_ns));
         Outcome::Sampled
-    }
-
-    pub fn note(&mut self, message: String) {
-        if let Some(w) = self.writer.as_mut() {
-            let _ = w.event(Event {
-                t_ms: now_unix_ms(),
-                kind: "sampler_error".into(),
-                step: None,
-                job: None,
-                step_reading: None,
-                exit_status: None,
-                message: Some(message),
-            });
-        }
     }
 
     pub fn finish(&mut self, reason: &str) {

@@ -133,6 +133,53 @@ pub fn find(archive_dir: &Path, job_id: u32, caller_uid: u32) -> Result<Vec<u8>>
     }
 }
 
+/// Retention: removes whole day directories (`YYYY/MM/DD`, with their MANIFEST, so verification of
+/// the remaining days is unaffected) older than `retention_days`, and users' copies whose file is
+/// older. `retention_days == 0` keeps everything. Returns (days removed, user copies removed).
+pub fn prune(archive_dir: &Path, retention_days: u32, now_ms: u64) -> Result<(usize, usize)> {
+    if retention_days == 0 {
+        return Ok((0, 0));
+    }
+    let cutoff_ms = now_ms.saturating_sub(retention_days as u64 * 86_400_000);
+    let cutoff = date_path(cutoff_ms);
+    let mut days = 0;
+    for y in sorted_dirs(archive_dir)
+        .into_iter()
+        .filter(|d| is_num_dir(d, 4))
+    {
+        for m in sorted_dirs(&y) {
+            for d in sorted_dirs(&m) {
+                let rel = d
+                    .strip_prefix(archive_dir)
+                    .map(|r| r.to_string_lossy().into_owned())
+                    .unwrap_or_default();
+                if rel.len() == 10 && rel < cutoff {
+                    std::fs::remove_dir_all(&d)
+                        .with_context(|| format!("remove {}", d.display()))?;
+                    days += 1;
+                }
+            }
+            let _ = std::fs::remove_dir(&m);
+        }
+        let _ = std::fs::remove_dir(&y);
+    }
+    let mut copies = 0;
+    for u in sorted_dirs(&archive_dir.join("users")) {
+        for f in std::fs::read_dir(&u).into_iter().flatten().flatten() {
+            let old = f
+                .metadata()
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                .is_some_and(|d| (d.as_millis() as u64) < cutoff_ms);
+            if old && std::fs::remove_file(f.path()).is_ok() {
+                copies += 1;
+            }
+        }
+    }
+    Ok((days, copies))
+}
+
 fn is_num_dir(p: &Path, len: usize) -> bool {
     p.file_name()
         .and_then(|n| n.to_str())
@@ -161,6 +208,28 @@ mod tests {
         assert_eq!(date_path(0), "1970/01/01");
         assert_eq!(date_path(1_795_305_466_000), "2026/11/21");
         assert_eq!(date_path(951_782_400_000), "2000/02/29");
+    }
+
+    #[test]
+    fn prune_removes_only_old_days() {
+        let d = tempfile::tempdir().unwrap();
+        let now = 1_795_305_466_000u64; // 2026-11-21
+        for day in ["2026/01/05", "2026/11/01", "2026/11/21"] {
+            std::fs::create_dir_all(d.path().join(day)).unwrap();
+            std::fs::write(d.path().join(day).join("1.json"), b"{}").unwrap();
+        }
+        assert_eq!(
+            prune(d.path(), 0, now).unwrap(),
+            (0, 0),
+            "0 keeps everything"
+        );
+        let (days, _) = prune(d.path(), 30, now).unwrap();
+        assert_eq!(days, 1);
+        assert!(!d.path().join("2026/01").exists());
+        assert!(
+            d.path().join("2026/11/01/1.json").exists()
+                && d.path().join("2026/11/21/1.json").exists()
+        );
     }
 
     #[test]

@@ -84,11 +84,27 @@ enum MailCmd {
 
 #[derive(Subcommand, Debug)]
 enum ArchiveCmd {
+    /// Delete archived days older than archive.retention_days (0 keeps everything).
+    Prune,
     /// Report edited, removed or inserted archive records; exit 1 if any.
     Verify {
         #[arg(long)]
         verbose: bool,
     },
+}
+
+/// The environment as text. `std::env::vars()` panics on a value that is not UTF-8, and SLURM puts
+/// user-chosen bytes into the Epilog's environment (`sbatch --comment` arrives as SLURM_JOB_COMMENT):
+/// such a value must not cost the job its report, so it is converted lossily instead.
+fn env_vars_lossy() -> std::collections::HashMap<String, String> {
+    std::env::vars_os()
+        .map(|(k, v)| {
+            (
+                k.to_string_lossy().into_owned(),
+                v.to_string_lossy().into_owned(),
+            )
+        })
+        .collect()
 }
 
 fn caller_uid() -> u32 {
@@ -132,7 +148,7 @@ fn real_main() -> Result<()> {
             nodelist,
         } => {
             let cfg = load_config(&cli.config)?;
-            let mut vars: std::collections::HashMap<String, String> = std::env::vars().collect();
+            let mut vars = env_vars_lossy();
             if let Some(j) = job {
                 vars.insert("SLURM_JOB_ID".into(), j.to_string());
             }
@@ -149,6 +165,17 @@ fn real_main() -> Result<()> {
         }
         Cmd::Reap { node } => {
             let cfg = load_config(&cli.config)?;
+            // Without slurmctld we cannot tell a running job from a dead one: do nothing rather
+            // than turn running jobs' spools into early partial reports.
+            if crate::jobinfo::run_bounded(
+                "/usr/bin/scontrol",
+                &["ping"],
+                std::time::Duration::from_secs(5),
+            )
+            .is_none_or(|o| !o.contains("UP"))
+            {
+                bail!("slurmctld does not answer `scontrol ping`; not reaping now");
+            }
             let node = node.unwrap_or_else(crate::jobinfo::short_hostname);
             let running = |job: u32| {
                 crate::jobinfo::query(job).is_some_and(|i| {
@@ -194,6 +221,21 @@ fn real_main() -> Result<()> {
                     );
                 }
             }
+            Ok(())
+        }
+        Cmd::Archive {
+            cmd: ArchiveCmd::Prune,
+        } => {
+            let cfg = load_config(&cli.config)?;
+            let (days, copies) = archive::prune(
+                &cfg.paths.archive_dir,
+                cfg.archive.retention_days,
+                jobscope_core::sampler::now_unix_ms(),
+            )?;
+            println!(
+                "removed {days} day directories and {copies} user copies older than {} days",
+                cfg.archive.retention_days
+            );
             Ok(())
         }
         Cmd::Archive {
@@ -299,7 +341,7 @@ pub fn epilog_main() -> i32 {
             }
         };
         let log_path = cfg.paths.log_file.clone();
-        let vars: std::collections::HashMap<String, String> = std::env::vars().collect();
+        let vars = env_vars_lossy();
         let env = match EpilogEnv::from_vars(&vars) {
             Ok(e) => e,
             Err(e) => {

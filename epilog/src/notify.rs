@@ -294,6 +294,44 @@ fn array_task_done(
     send(cfg, &digest, &text, "array-digest", info, log)
 }
 
+/// Sends the digests of arrays whose last task could not ask SLURM at the time (called by `reap`).
+pub fn send_pending_digests(cfg: &Config, log: &mut dyn FnMut(&str)) {
+    let root = cfg.paths.state_dir.join("arrays");
+    for e in std::fs::read_dir(&root)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .take(1000)
+    {
+        let Some(array_id) = e.file_name().to_string_lossy().parse::<u32>().ok() else {
+            continue;
+        };
+        if e.path().join("digest-claimed").exists()
+            || crate::jobinfo::array_tasks_remaining(array_id, 0) != Some(0)
+        {
+            continue;
+        }
+        let rows = read_rows(&e.path());
+        let Some(first) = rows.first() else { continue };
+        let Ok(bytes) = crate::archive::find(&cfg.paths.archive_dir, first.job_id, 0) else {
+            continue;
+        };
+        let Ok(s) = serde_json::from_slice::<JobSummary>(&bytes) else {
+            continue;
+        };
+        if jobscope_core::fsutil::create_new(&e.path().join("digest-claimed"), 0o600).is_err() {
+            continue;
+        }
+        let text = digest_text(array_id, &s, &rows);
+        let mut digest = s.clone();
+        digest.job_id = array_id;
+        digest.name = s.name.clone().map(|n| format!("{n} (array digest)"));
+        if let Err(err) = send(cfg, &digest, &text, "array-digest", None, log) {
+            log(&format!("array {array_id}: digest not sent: {err:#}"));
+        }
+    }
+}
+
 fn read_rows(dir: &Path) -> Vec<ArrayRow> {
     let mut rows: Vec<ArrayRow> = std::fs::read_dir(dir)
         .into_iter()

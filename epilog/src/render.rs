@@ -65,8 +65,15 @@ pub fn fmt_pct(p: Option<f64>) -> String {
 }
 
 pub fn fmt_secs(s: Option<f64>) -> String {
-    s.map(|s| format!("{} ({s:.1} s)", fmt_duration(s)))
-        .unwrap_or_else(|| "n/a".into())
+    // Short: "12.1 s"; long: "1h02m05s (3725 s)", so the exact figure is always there once.
+    s.map(|s| {
+        if s < 60.0 {
+            format!("{s:.1} s")
+        } else {
+            format!("{} ({s:.0} s)", fmt_duration(s))
+        }
+    })
+    .unwrap_or_else(|| "n/a".into())
 }
 
 /// Resource-hours with three significant digits (short jobs waste fractions of an hour).
@@ -158,7 +165,7 @@ pub fn view(s: &JobSummary) -> Value {
         "state": clean(&s.state, 32),
         "state_reason": s.state_reason.as_deref().map(|r| clean(r, 200)).unwrap_or_default(),
         "elapsed": fmt_duration(s.elapsed_s),
-        "time_limit": s.alloc.time_limit_s.map(|t| fmt_duration(t as f64)).unwrap_or_else(|| "none".into()),
+        "time_limit": s.alloc.time_limit_s.map(|t| format!("{} limit", fmt_duration(t as f64))).unwrap_or_else(|| "no time".into()),
         "nodes_count": s.alloc.nodes,
         "cores": s.alloc.cores.map(|c| c.to_string()).unwrap_or_else(|| "n/a".into()),
         "mem_alloc": fmt_bytes(s.alloc.mem_per_node_bytes),

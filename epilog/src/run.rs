@@ -341,6 +341,8 @@ pub fn reap(
 ) -> Result<ReapReport> {
     let mut rep = ReapReport::default();
     sweep_archived_spools(cfg, node, log);
+    prune_state(cfg, now_ms, log);
+    crate::notify::send_pending_digests(cfg, log);
     // 1. Orphaned spools of this node (including ones moved aside as stale).
     let suffix = format!(".{node}");
     let mut orphan_dirs: Vec<(u32, PathBuf)> = Vec::new();
@@ -471,6 +473,44 @@ pub fn reap(
     Ok(rep)
 }
 
+/// How long the per-job state (claim and `archived` markers, array rows) is kept after archiving:
+/// long enough for late epilogs and `reap` runs to see that the job is done.
+pub const STATE_KEEP_MS: u64 = 7 * 86_400 * 1000;
+
+/// Removes per-job state directories archived more than [`STATE_KEEP_MS`] ago.
+fn prune_state(cfg: &Config, now_ms: u64, log: &mut dyn FnMut(&str)) {
+    let old = |p: &Path| {
+        std::fs::symlink_metadata(p)
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .is_some_and(|d| now_ms.saturating_sub(d.as_millis() as u64) > STATE_KEEP_MS)
+    };
+    for e in std::fs::read_dir(&cfg.paths.state_dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .take(10_000)
+    {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let done = if name == "arrays" {
+            for a in std::fs::read_dir(e.path()).into_iter().flatten().flatten() {
+                if old(&a.path().join("digest-claimed")) {
+                    let _ = std::fs::remove_dir_all(a.path());
+                }
+            }
+            false
+        } else {
+            name.parse::<u32>().is_ok() && old(&e.path().join("archived"))
+        };
+        if done {
+            if let Err(err) = std::fs::remove_dir_all(e.path()) {
+                log(&format!("reap: {}: {err}", e.path().display()));
+            }
+        }
+    }
+}
+
 /// Copies the regular files of a spool directory (no symlinks followed) into `to`.
 fn copy_spool(from: &Path, to: &Path, log: &mut dyn FnMut(&str)) {
     if ensure_dir(to, 0o700, 0, 0).is_err() {
@@ -497,9 +537,13 @@ pub fn append_log(path: &Path, line: &str) {
     if let Some(parent) = path.parent() {
         let _ = std::fs::create_dir_all(parent);
     }
+    use std::os::unix::fs::OpenOptionsExt;
+    // Root appends here: never through a symlink.
     if let Ok(mut f) = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
+        .mode(0o640)
+        .custom_flags(libc::O_NOFOLLOW)
         .open(path)
     {
         let _ = writeln!(f, "{} {line}", now_unix_ms() / 1000);

@@ -15,7 +15,7 @@ pub struct Args {
     pub proc_root: Option<PathBuf>,
     /// `disabled=1`: load but do nothing (a switch for admins).
     pub disabled: bool,
-    /// Fault injection for the real-cluster tests: `inject=sampler_panic|init_panic|prolog_panic|exit_panic`.
+    /// Fault injection for the real-cluster tests: `inject=sampler_panic|init_panic|exit_panic`.
     pub inject: Vec<String>,
     pub problems: Vec<String>,
 }

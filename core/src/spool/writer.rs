@@ -203,7 +203,7 @@ impl StepWriter {
 /// Reads and decodes one spool file (refusing symlinks and oversized files).
 pub fn read_spool_file(path: &Path) -> Result<SpoolFile, SpoolError> {
     let bytes =
-        crate::fsutil::read_limited(path, DEFAULT_MAX_SPOOL_BYTES * 2).map_err(|e| match e {
+        crate::fsutil::read_limited(path, 64 * 1024 * 1024 + 4096).map_err(|e| match e {
             FsError::Io { path, source } => SpoolError::Io { path, source },
             FsError::Unsafe { path, why } => SpoolError::Unsafe { path, what: why },
         })?;
