@@ -1,8 +1,8 @@
 #!/bin/bash
 # Records real spools from the test cluster for the golden report tests
 # (epilog/tests/golden.rs reads epilog/testdata/recorded/<case>/). Run as root with the cluster up;
-# the 2-node case needs `slurm-conf/cluster.sh up --nodes 2` (run the script once per mode:
-# `tests/record-spools.sh one` and `tests/record-spools.sh two`). Then bless the golden files:
+# `two` switches the cluster to 2 nodes for the 2-node case and back to 1 node afterwards, all under
+# the cluster tests' lock (`tests/record-spools.sh one`, then `two`). Then bless the golden files:
 #   JOBSCOPE_BLESS=1 cargo test -p jobscope-epilog --test golden
 set -euo pipefail
 MODE=${1:?usage: record-spools.sh one|two}
@@ -33,9 +33,13 @@ submit() {  # case, sbatch args..., script on stdin
   while squeue -h -j "$id" -t all -o %T 2>/dev/null | grep -qE 'PENDING|RUNNING|CONFIGURING|COMPLETING'; do sleep 0.5; done
   sleep 1
   rm -rf "${OUT:?}/$case"; mkdir -p "$OUT/$case"
-  squeue --json -t all -j "$id" > "$OUT/$case/squeue.json"
+  # 22.05's squeue --json ignores -j and lists every job it remembers: keep only ours.
+  squeue --json -t all -j "$id" | python3 -c 'import json,sys; d=json.loads(sys.stdin.buffer.read().decode("utf-8","replace")); d["jobs"]=[j for j in d["jobs"] if j["job_id"]==int(sys.argv[1])]; json.dump(d,sys.stdout,indent=1)' "$id" > "$OUT/$case/squeue.json"
+  echo "$id" > "$OUT/$case/job_id"
   scontrol show job -o "$id" | grep -o 'ExitCode=[0-9:]*' | cut -d= -f2 > "$OUT/$case/exit_code2"
-  for d in "$KEEP/$id".*; do cp -a "$d" "$OUT/$case/$(basename "$d" | sed "s/^$id\./node-/")"; done
+  # The assembling node's spool was copied at archiving; other nodes keep theirs until their next
+  # epilog or `jobscope reap` sweeps it: take those from the spool itself.
+  for d in "$KEEP/$id".* /var/spool/jobscope/"$id".*; do [ -d "$d" ] && cp -a "$d" "$OUT/$case/$(basename "$d" | sed "s/^$id\./node-/")"; done
   rm -rf "$KEEP/$id".*
   echo "recorded $case (job $id): $(ls "$OUT/$case")"
 }
@@ -46,6 +50,8 @@ if [ "$MODE" = one ]; then
   submit idle --cpus-per-task=2 --mem=2G -J idle <<< $'#!/bin/bash\npython3 burn.py 8\nsleep 30'
   submit oom --mem=150M -J oom <<< $'#!/bin/bash\npython3 -c "a = bytearray(600 * 1024 * 1024)\nfor i in range(0, len(a), 4096): a[i] = 1"'
 else
+  bash "$REPO/slurm-conf/cluster.sh" up --nodes 2 >/dev/null
+  trap 'mv -f "$CONF.recording-backup" "$CONF"; bash "$REPO/slurm-conf/cluster.sh" up >/dev/null' EXIT
   submit two-node-imbalanced --nodes=2 --ntasks=2 --mem=500M -J imbalanced <<< $'#!/bin/bash\nsrun --nodes=1 --ntasks=1 -w $SLURMD_NODENAME python3 burn.py 20'
 fi
 rm -rf "$work"

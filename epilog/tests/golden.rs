@@ -31,7 +31,11 @@ fn report(case: &str) -> String {
     let squeue = std::fs::read_to_string(dir.join("squeue.json"))
         .unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
     let v: serde_json::Value = serde_json::from_str(&squeue).unwrap();
-    let job_id = v["jobs"][0]["job_id"].as_u64().unwrap() as u32;
+    let job_id: u32 = std::fs::read_to_string(dir.join("job_id"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
     let info = parse_squeue_json(&squeue, job_id).expect("job in squeue.json");
     let mut nodes = Vec::new();
     let mut names = Vec::new();

@@ -215,8 +215,10 @@ pub fn summarize_node(
                     t_s: t1.saturating_sub(start_unix_ms) as f64 / 1000.0,
                     busy_cores: busy,
                     busy_cores_max: busy,
-                    mem_bytes: r1.mem_current_bytes,
-                    mem_bytes_max: r1.mem_current_bytes,
+                    // Memory at step exit is what is left once the processes are gone: not a sample of the
+                    // job's use (it would fake a drop at the end and spoil trend detection).
+                    mem_bytes: None,
+                    mem_bytes_max: None,
                     io_bytes_per_s: None,
                     tasks: r1.tasks,
                 });
