@@ -331,6 +331,42 @@ mod tests {
         }
     }
 
+    proptest::proptest! {
+        /// The aggregation rules hold for any set of nodes: CPU, I/O and samples sum; the memory
+        /// peak is the largest node's; efficiency uses the whole allocation; a missing value stays
+        /// missing only when every node lacks it.
+        #[test]
+        fn aggregation_properties(
+            nodes in proptest::collection::vec((0.0f64..1e6, proptest::option::of(0u64..1 << 40), proptest::option::of(0u64..1 << 40), 1u32..128), 1..40),
+            elapsed in 1.0f64..1e6,
+        ) {
+            let ns: Vec<NodeSummary> = nodes.iter().enumerate().map(|(i, (cpu, peak, io, cores))| {
+                let mut n = node(&format!("n{i:03}"), *cpu, 0);
+                n.mem.peak_bytes = *peak;
+                n.io.read_bytes = *io;
+                n.alloc_cores = Some(*cores);
+                n.start_unix_ms = 0;
+                n.end_unix_ms = (elapsed * 1000.0) as u64;
+                n
+            }).collect();
+            let names: Vec<String> = ns.iter().map(|n| n.node.clone()).collect();
+            let e = env();
+            let s = assemble(Inputs { env: &e, info: None, nodes: ns.clone(), expected_nodes: names, generator: "t".into() });
+            let cpu: f64 = nodes.iter().map(|n| n.0).sum();
+            proptest::prop_assert!((s.cpu.usage_s.unwrap() - cpu).abs() <= 1e-6 * cpu.max(1.0));
+            proptest::prop_assert_eq!(s.mem.peak_bytes, nodes.iter().filter_map(|n| n.1).max());
+            let io: Vec<u64> = nodes.iter().filter_map(|n| n.2).collect();
+            proptest::prop_assert_eq!(s.io.read_bytes, (!io.is_empty()).then(|| io.iter().sum()));
+            proptest::prop_assert_eq!(s.samples, 5 * nodes.len() as u64);
+            let cores: u32 = nodes.iter().map(|n| n.3).sum();
+            proptest::prop_assert_eq!(s.alloc.cores, Some(cores));
+            let eff = s.efficiency.cpu_pct.unwrap();
+            let want = 100.0 * cpu / (cores as f64 * s.elapsed_s);
+            proptest::prop_assert!((eff - want).abs() <= 1e-6 * want.max(1.0), "{} vs {}", eff, want);
+            proptest::prop_assert!(!s.partial);
+        }
+    }
+
     #[test]
     fn aggregation_rules() {
         let e = env();
