@@ -29,6 +29,8 @@ done
 [ "$(id -u)" = 0 ] || { echo "run-all: must run as root (it installs packages, starts SLURM, submits jobs via runuser)" >&2; exit 1; }
 exec </dev/null
 export CARGO_TERM_COLOR=${CARGO_TERM_COLOR:-never} DEBIAN_FRONTEND=noninteractive
+# Test failures are anyhow errors with a message: no multi-page backtraces in the log.
+export RUST_LIB_BACKTRACE=0
 command -v cargo >/dev/null 2>&1 || export PATH="${CARGO_HOME:-$HOME/.cargo}/bin:$PATH"
 
 T_START=$(date +%s)
