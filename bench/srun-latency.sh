@@ -9,6 +9,8 @@ ROUNDS=${1:-15}
 CONF=/etc/slurm/plugstack.conf.d/jobscope.conf
 [ "$(id -u)" = 0 ] || { echo "srun-latency: run as root" >&2; exit 1; }
 [ -f "$CONF" ] || { echo "srun-latency: $CONF missing: slurm-conf/cluster.sh install first" >&2; exit 1; }
+# Hold the cluster tests' lock: nothing else submits while the plugstack line is switched.
+exec 9>/tmp/jobscope-cluster-tests.lock; flock 9
 orig=$(cat "$CONF")
 restore() { printf '%s\n' "$orig" > "$CONF.tmp" && mv -f "$CONF.tmp" "$CONF"; }
 trap restore EXIT
