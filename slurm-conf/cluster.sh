@@ -5,6 +5,7 @@
 #   slurm-conf/cluster.sh down                         stop them, clean up
 #   slurm-conf/cluster.sh status                       mode, daemons, nodes, installed bits
 #   slurm-conf/cluster.sh install                      install target/release/* + config + plugstack line
+#                                                      (+ the fake NVML library, test cluster only)
 #
 # up --nodes 1 (default): one slurmd named `hostname -s`, Debian's standard paths
 #   (/etc/slurm, /run/slurmctld.pid, /run/slurmd.pid, /var/lib/slurm/{slurmctld,slurmd}).
@@ -44,6 +45,11 @@ PLUGSTACK=$ETC/plugstack.conf
 PLUGSTACK_D=$ETC/plugstack.conf.d
 PLUGSTACK_LINE="optional $PLUGIN_SO"
 PLACEHOLDER_MARK=JOBSCOPE-EPILOG-PLACEHOLDER
+# The scriptable fake libnvidia-ml.so (tests/fake-nvml), for the GPU cluster tests only: it is
+# never on the dynamic linker's path and nothing loads it unless a test's [gpu] nvml_lib_path
+# names it (tests/cluster/tests/gpu.rs copies it next to its own fake-nvml.json script).
+FAKE_NVML_DIR=/usr/local/lib/jobscope-test
+FAKE_NVML_SO=$FAKE_NVML_DIR/libfake_nvml.so
 
 export PATH="$DAEMON_PATH:${PATH:-}"
 
@@ -414,7 +420,7 @@ cmd_status() {
     fi
   fi
   echo "installed:"
-  for n in "$PLUGIN_SO" "$CLI_BIN" "$EPILOG_BIN" "$JS_CONFIG"; do
+  for n in "$PLUGIN_SO" "$CLI_BIN" "$EPILOG_BIN" "$JS_CONFIG" "$FAKE_NVML_SO"; do
     if [ ! -e "$n" ]; then echo "  $n: missing"
     elif grep -q "$PLACEHOLDER_MARK" "$n" 2>/dev/null; then echo "  $n: PLACEHOLDER (run: $0 install)"
     else echo "  $n: $(date -r "$n" '+%F %T')"; fi
@@ -441,6 +447,13 @@ cmd_install() {
   install -D -m 0755 "$rel/jobscope" "$CLI_BIN"
   install -D -m 0755 "$rel/jobscope-epilog" "$EPILOG_BIN"
   log "installed $PLUGIN_SO $CLI_BIN $EPILOG_BIN"
+  # Test-only: the fake NVML of the GPU cluster tests, outside every production and linker path.
+  if [ -f "$rel/libfake_nvml.so" ]; then
+    install -D -m 0755 "$rel/libfake_nvml.so" "$FAKE_NVML_SO"
+    log "installed $FAKE_NVML_SO (fake NVML, GPU cluster tests only)"
+  else
+    warn "$rel/libfake_nvml.so not built: the GPU cluster tests need it (cargo build --release --workspace)"
+  fi
   if [ -f "$HERE/jobscope.toml" ]; then
     install -D -m 0644 "$HERE/jobscope.toml" "$JS_CONFIG"
     log "installed $JS_CONFIG (from slurm-conf/jobscope.toml)"

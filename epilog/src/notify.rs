@@ -12,7 +12,9 @@
 //! Whether a job is ARCHIVED is not the user's choice: every job is archived.
 
 use crate::jobinfo::JobInfo;
-use crate::mail::message::{build_mail, choose_recipient, printable, MailOptions, Templates};
+use crate::mail::message::{
+    build_mail, choose_recipient, printable, MailOptions, Templates, DIGEST_KIND,
+};
 use crate::mail::queue::{FlushOptions, Queue, RetryPolicy};
 use crate::mail::transport::{SendmailConfig, SmtpConfig, TlsMode, Transport};
 use crate::render;
@@ -172,8 +174,55 @@ fn send(
     Ok(())
 }
 
+/// `MailUser` and `MailType` from `scontrol show job -o` output. SLURM 22.05's `squeue --json`
+/// has neither field, and scontrol prints them only when the job has a `--mail-type`. Free text
+/// (job name, comment, paths) comes before them in the record, so the LAST ` MailUser=` is the real
+/// one, and its value runs up to the ` MailType=` that follows (a `--mail-user` may hold spaces or
+/// line breaks, which `choose_recipient` then refuses, with the reason logged).
+pub fn parse_scontrol_mail(record: &str) -> (Option<String>, Vec<String>) {
+    let at = match record.rfind(" MailUser=") {
+        Some(i) => i + 1,
+        None if record.starts_with("MailUser=") => 0,
+        None => return (None, Vec::new()),
+    };
+    let rest = &record[at + "MailUser=".len()..];
+    let (user, types) = match rest.find(" MailType=") {
+        Some(i) => (&rest[..i], &rest[i + " MailType=".len()..]),
+        None => (rest.split_whitespace().next().unwrap_or(""), ""),
+    };
+    let types: Vec<String> = types
+        .split_whitespace()
+        .next()
+        .unwrap_or("")
+        .split(',')
+        .filter(|t| !t.is_empty() && *t != "NONE" && *t != "(null)")
+        .map(str::to_string)
+        .collect();
+    let user = (!user.is_empty() && user != "(null)").then(|| user.to_string());
+    (user, types)
+}
+
+/// `info` with `--mail-user`/`--mail-type` filled in from scontrol where squeue gave neither.
+fn with_mail_settings(info: Option<&JobInfo>, job_id: u32) -> Option<JobInfo> {
+    let mut i = info?.clone();
+    if i.mail_user.is_none() && i.mail_type.is_empty() {
+        if let Some(out) = crate::jobinfo::run_bounded(
+            "/usr/bin/scontrol",
+            &["show", "job", "-o", &job_id.to_string()],
+            Duration::from_secs(5),
+        ) {
+            let (user, types) = parse_scontrol_mail(&out);
+            i.mail_user = user;
+            i.mail_type = types;
+        }
+    }
+    Some(i)
+}
+
 /// Everything after the archive write. Never fails the epilog: problems are logged.
 pub fn notify(cfg: &Config, s: &JobSummary, info: Option<&JobInfo>, log: &mut dyn FnMut(&str)) {
+    let filled = with_mail_settings(info, s.job_id);
+    let info = filled.as_ref();
     let text = match render::render_text(s, false) {
         Ok(t) => t,
         Err(e) => {
@@ -230,6 +279,8 @@ pub struct ArrayRow {
     pub elapsed_s: f64,
     pub cpu_pct: Option<f64>,
     pub mem_peak_bytes: Option<u64>,
+    #[serde(default)]
+    pub mem_pct: Option<f64>,
 }
 
 fn array_dir(cfg: &Config, array_id: u32) -> PathBuf {
@@ -258,6 +309,7 @@ fn array_task_done(
         elapsed_s: s.elapsed_s,
         cpu_pct: s.efficiency.cpu_pct,
         mem_peak_bytes: s.mem.peak_bytes,
+        mem_pct: s.efficiency.mem_pct,
     };
     write_atomic(
         &dir,
@@ -288,10 +340,43 @@ fn array_task_done(
         return Ok(());
     }
     let text = digest_text(array_id, s, &rows);
-    let mut digest = s.clone();
-    digest.job_id = array_id;
-    digest.name = s.name.clone().map(|n| format!("{n} (array digest)"));
-    send(cfg, &digest, &text, "array-digest", info, log)
+    send(
+        cfg,
+        &digest_summary(array_id, s, &rows),
+        &text,
+        DIGEST_KIND,
+        info,
+        log,
+    )
+}
+
+/// The summary a digest mail is built from (never archived): the array as the job (`Job <array>`,
+/// not the last task's `<array>_<task>`), the state COMPLETED only if every task completed, the
+/// longest task's elapsed time and the tasks' mean CPU and memory efficiency, so that the subject
+/// speaks for the whole array rather than for whichever task happened to end last.
+pub fn digest_summary(array_id: u32, last: &JobSummary, rows: &[ArrayRow]) -> JobSummary {
+    let mut d = last.clone();
+    d.job_id = array_id;
+    d.array_job_id = Some(array_id);
+    d.array_task_id = None;
+    d.name = Some(format!(
+        "{}: array digest, {} tasks",
+        last.name.as_deref().unwrap_or("(unknown)"),
+        rows.len()
+    ));
+    let bad = rows.iter().filter(|r| r.state != "COMPLETED").count();
+    d.state = if bad == 0 {
+        "COMPLETED".into()
+    } else {
+        format!("{bad} of {} not COMPLETED", rows.len())
+    };
+    if let Some(max) = rows.iter().map(|r| r.elapsed_s).reduce(f64::max) {
+        d.elapsed_s = max;
+    }
+    let mean = |v: Vec<f64>| (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64);
+    d.efficiency.cpu_pct = mean(rows.iter().filter_map(|r| r.cpu_pct).collect());
+    d.efficiency.mem_pct = mean(rows.iter().filter_map(|r| r.mem_pct).collect());
+    d
 }
 
 /// Sends the digests of arrays whose last task could not ask SLURM at the time (called by `reap`).
@@ -323,10 +408,8 @@ pub fn send_pending_digests(cfg: &Config, log: &mut dyn FnMut(&str)) {
             continue;
         }
         let text = digest_text(array_id, &s, &rows);
-        let mut digest = s.clone();
-        digest.job_id = array_id;
-        digest.name = s.name.clone().map(|n| format!("{n} (array digest)"));
-        if let Err(err) = send(cfg, &digest, &text, "array-digest", None, log) {
+        let digest = digest_summary(array_id, &s, &rows);
+        if let Err(err) = send(cfg, &digest, &text, DIGEST_KIND, None, log) {
             log(&format!("array {array_id}: digest not sent: {err:#}"));
         }
     }
@@ -534,6 +617,75 @@ mod tests {
         assert_eq!(
             effective_policy(None, &[], MailPolicy::Fail),
             (MailPolicy::Fail, "site default")
+        );
+    }
+
+    #[test]
+    fn mail_settings_from_scontrol() {
+        // Real 22.05 output (tail), with free text before it that imitates the fields.
+        let rec = "JobId=133 JobName=a MailUser=evil2@x MailType=NONE UserId=alice(1001) \
+                   Comment=x MailUser=evil@x  StdOut=/tmp/mt/slurm-133.out Power= \
+                   MailUser=bob@localhost MailType=END,FAIL \n";
+        assert_eq!(
+            parse_scontrol_mail(rec),
+            (
+                Some("bob@localhost".into()),
+                vec!["END".into(), "FAIL".into()]
+            )
+        );
+        // A --mail-user with spaces or a line break is kept whole, for choose_recipient to refuse.
+        let rec = "JobId=1 Power= MailUser=not an address MailType=END\n";
+        assert_eq!(
+            parse_scontrol_mail(rec).0.as_deref(),
+            Some("not an address")
+        );
+        let rec = "JobId=1 Power= MailUser=a@b\r\nBcc: c@d MailType=END\n";
+        assert_eq!(
+            parse_scontrol_mail(rec).0.as_deref(),
+            Some("a@b\r\nBcc: c@d")
+        );
+        // No --mail-type: scontrol prints neither.
+        assert_eq!(parse_scontrol_mail("JobId=1 Power= \n"), (None, vec![]));
+    }
+
+    #[test]
+    fn digest_speaks_for_the_whole_array() {
+        let mut last = crate::mail::message::tests::summary();
+        last.name = Some("sweep".into());
+        last.array_job_id = Some(80);
+        last.array_task_id = Some(5);
+        let row = |t: u32, state: &str, el: f64, cpu: f64, mem: f64| ArrayRow {
+            task_id: t,
+            job_id: 80 + t,
+            state: state.into(),
+            elapsed_s: el,
+            cpu_pct: Some(cpu),
+            mem_peak_bytes: Some(1 << 20),
+            mem_pct: Some(mem),
+        };
+        let rows = vec![
+            row(1, "COMPLETED", 10.0, 20.0, 10.0),
+            row(2, "COMPLETED", 30.0, 40.0, 30.0),
+        ];
+        let d = digest_summary(80, &last, &rows);
+        assert_eq!(
+            (d.job_id, d.array_job_id, d.array_task_id),
+            (80, Some(80), None)
+        );
+        assert_eq!(d.state, "COMPLETED");
+        assert_eq!(d.elapsed_s, 30.0);
+        assert_eq!(
+            (d.efficiency.cpu_pct, d.efficiency.mem_pct),
+            (Some(30.0), Some(20.0))
+        );
+        assert_eq!(d.name.as_deref(), Some("sweep: array digest, 2 tasks"));
+        let rows = vec![
+            row(1, "COMPLETED", 10.0, 20.0, 10.0),
+            row(2, "TIMEOUT", 30.0, 40.0, 30.0),
+        ];
+        assert_eq!(
+            digest_summary(80, &last, &rows).state,
+            "1 of 2 not COMPLETED"
         );
     }
 

@@ -169,7 +169,11 @@ pub fn view(s: &JobSummary) -> Value {
         "nodes_count": s.alloc.nodes,
         "cores": s.alloc.cores.map(|c| c.to_string()).unwrap_or_else(|| "n/a".into()),
         "mem_alloc": fmt_bytes(s.alloc.mem_per_node_bytes),
-        "gpus_alloc": s.alloc.gpus.as_deref().map(|g| clean(g, 64)).unwrap_or_else(|| "none".into()),
+        // SLURM_JOB_GPUS lists gres indices ("0,1"): say how many, then which.
+        "gpus_alloc": s.alloc.gpus.as_deref().filter(|g| !g.is_empty()).map(|g| match jobscope_core::slurm::cpulist_count(g) {
+            Some(n) => format!("{n} (gres index {})", clean(g, 64)),
+            None => clean(g, 64),
+        }).unwrap_or_else(|| "none".into()),
         "cpu_time": fmt_secs(s.cpu.usage_s),
         "cpu_user": fmt_secs(s.cpu.user_s),
         "cpu_system": fmt_secs(s.cpu.system_s),
@@ -188,6 +192,8 @@ pub fn view(s: &JobSummary) -> Value {
         "samples": s.samples,
         "partial": s.partial,
         "partial_reasons": s.partial_reasons.iter().map(|r| clean(r, 300)).collect::<Vec<_>>(),
+        // Data-quality notes (a GPU that could not be identified, NVML timeouts, unreadable files).
+        "notes": s.nodes.iter().flat_map(|n| n.quality.notes.iter().filter(|x| !x.contains("No such file")).take(10).map(move |x| clean(&format!("{}: {x}", n.node), 300))).collect::<Vec<_>>(),
         "nodes": s.nodes.iter().map(|n| node_view(n, width)).collect::<Vec<_>>(),
         "multi_node": s.nodes.len() > 1,
         "gpus": s.nodes.iter().flat_map(|n| n.gpus.iter()).map(|g| json!({
@@ -195,7 +201,7 @@ pub fn view(s: &JobSummary) -> Value {
             "id": clean(g.uuid.as_deref().or(g.pci_bus_id.as_deref()).unwrap_or("-"), 80),
             "util": if g.utilization_unknown { "unknown (MIG: NVML gives no per-instance utilization)".to_string() } else { format!("mean {}, max {}", fmt_pct(g.util_mean_pct), fmt_pct(g.util_max_pct)) },
             "mem": format!("{} of {}", fmt_bytes(g.mem_peak_bytes), fmt_bytes(g.mem_total_bytes)),
-            "energy": g.energy_kwh.map(|e| format!("{e:.3} kWh{}", if g.energy_estimated { " (estimated from power)" } else { "" })).unwrap_or_else(|| "n/a".into()),
+            "energy": g.energy_kwh.map(|e| format!("{}{}", if e >= 1.0 { format!("{e:.2} kWh") } else { format!("{:.1} Wh", e * 1000.0) }, if g.energy_estimated { " (estimated from power)" } else { "" })).unwrap_or_else(|| "n/a".into()),
             "idle": g.idle_s.map(fmt_duration).unwrap_or_else(|| "n/a".into()),
             "wasted": fmt_hours(g.gpu_hours_wasted),
             "findings": g.findings.iter().map(|f| clean(f, 300)).collect::<Vec<_>>(),

@@ -228,9 +228,15 @@ impl JobCtx {
             ..BackendConfig::default()
         };
         let dir = self.ensure_job_dir().ok()?;
+        // Levels as the monitor means them: a normal state (no NVIDIA driver on a node with
+        // AMD GPUs) at debug only, a skipped sample or a driver error as information, a lost GPU
+        // or NVML given up as an error (all at SLURM's info level or below: never in job output).
         let log: jobscope_core::gpu::monitor::GpuLogFn = Box::new(|level, m: &str| match level {
-            GpuLogLevel::Debug => crate::log_info(&format!("gpu: {m}")),
-            _ => crate::log_error(&format!("gpu: {m}")),
+            GpuLogLevel::Debug => {
+                slurm_spank::spank_log(slurm_spank::LogLevel::Debug, &format!("jobscope: gpu: {m}"))
+            }
+            GpuLogLevel::Info => crate::log_info(&format!("gpu: {m}")),
+            GpuLogLevel::Error => crate::log_error(&format!("gpu: {m}")),
         });
         match GpuMonitor::start(
             selection,

@@ -337,6 +337,38 @@ fn gpu_slow_call_misses_its_sample_within_the_deadline_and_late_answer_is_droppe
     assert!(!b.gave_up());
 }
 
+/// The job ends (the monitor's cutoff is set from another thread) while a sample waits on a
+/// slow call with a long deadline: the wait ends at the cutoff, not at the deadline.
+#[test]
+fn gpu_cutoff_ends_a_wait_on_a_slow_call() {
+    let f = Fake::new(two_gpus(
+        json!([[10, 1], {"sleep_ms": 4000, "then": [99, 1]}]),
+        json!([[0, 0]]),
+    ));
+    let mut b = f.backend(Duration::from_secs(60));
+    let cutoff = super::Cutoff::default();
+    b.set_cutoff(cutoff.clone());
+    b.open(&wanted(GpuRef::NvidiaMinor(3), None), soon());
+    assert!(b.sample(&[], soon()).devices[0].is_some());
+    let setter = {
+        let c = cutoff.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(300));
+            c.set(Instant::now());
+        })
+    };
+    let t = Instant::now();
+    let s = b.sample(&[], Instant::now() + Duration::from_secs(10));
+    assert!(
+        t.elapsed() < Duration::from_millis(1500),
+        "ended at the cutoff: {:?}",
+        t.elapsed()
+    );
+    assert!(s.devices[0].is_none());
+    assert_eq!(s.events[0].kind, "nvml_timeout");
+    setter.join().unwrap();
+}
+
 #[test]
 fn gpu_worker_stuck_too_long_gives_up_nvml_for_the_job() {
     let f = Fake::new(two_gpus(

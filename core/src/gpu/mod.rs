@@ -33,7 +33,8 @@ pub use spool::{decode_gpu_file, read_gpu_file, GpuSeries, GPU_FILE_NAME};
 pub use summary::{gpu_advice, summarize_gpus, Advice, GpuSummary};
 
 use serde::{Deserialize, Serialize};
-use std::time::Instant;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 /// What kind of device a GPU entry is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
@@ -145,6 +146,45 @@ pub struct BackendSample {
     pub events: Vec<GpuEvent>,
 }
 
+/// An instant by which a backend's wait must end, set from another thread when the job ends
+/// ([`GpuMonitor::stop`]): a sample waiting on a slow driver is cut short so the monitor can write
+/// its end record within the stop's bounded wait. Clones share the instant.
+#[derive(Debug, Clone, Default)]
+pub struct Cutoff(Arc<Mutex<Option<Instant>>>);
+
+impl Cutoff {
+    /// How often a backend waiting on its driver looks at the cutoff.
+    pub const POLL: Duration = Duration::from_millis(20);
+
+    /// Sets the cutoff (an earlier one stays).
+    pub fn set(&self, t: Instant) {
+        let mut g = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        *g = Some(g.map_or(t, |x| x.min(t)));
+    }
+
+    pub fn get(&self) -> Option<Instant> {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// `deadline`, or the cutoff if that is earlier.
+    pub fn bound(&self, deadline: Instant) -> Instant {
+        self.get().map_or(deadline, |c| c.min(deadline))
+    }
+
+    /// How long to wait now for something due by `deadline`: at most [`Cutoff::POLL`], so a
+    /// cutoff set meanwhile is seen. Zero once `deadline` or the cutoff has passed.
+    pub fn slice(&self, deadline: Instant) -> Duration {
+        self.bound(deadline)
+            .saturating_duration_since(Instant::now())
+            .min(Self::POLL)
+    }
+
+    /// True once `deadline` or the cutoff has passed.
+    pub fn passed(&self, deadline: Instant) -> bool {
+        Instant::now() >= self.bound(deadline)
+    }
+}
+
 /// A source of GPU readings. Implementations must bound their own time: `open` and `sample` get a
 /// deadline and return (with `None`s) when it passes.
 pub trait GpuBackend: Send {
@@ -155,4 +195,7 @@ pub trait GpuBackend: Send {
     fn open(&mut self, wanted: &[Wanted], deadline: Instant) -> OpenResult;
     /// Reads every opened device. `job_pids` is sorted and deduplicated.
     fn sample(&mut self, job_pids: &[u32], deadline: Instant) -> BackendSample;
+    /// The monitor's [`Cutoff`], given before `open`: a backend that waits (on a driver thread)
+    /// stops waiting at it as at its deadline. Backends that never wait ignore it.
+    fn set_cutoff(&mut self, _cutoff: Cutoff) {}
 }

@@ -9,14 +9,14 @@
 //! ```text
 //! start ─ create gpu.jsc (header) ─ open backends (≤ open_timeout) ─ info frame
 //!       ─ every schedule slot: pids = pid_source(); sample (≤ sample_timeout) ─ bucket frame
-//! stop  ─ one last sample ─ end frame
+//! stop  ─ one last sample (≤ what is left of the stop's wait) ─ end frame
 //! ```
 
 use super::amd::AmdBackend;
 use super::assign::{GpuRef, GpuSelection, Wanted};
 use super::nvml::{NvmlBackend, NvmlConfig};
 use super::spool::{DeviceBucket, GpuBucket, GpuInfo, GpuLimits, GpuWriter, GPU_FILE_NAME};
-use super::{DeviceSample, GpuBackend, GpuEvent, GpuIdentity};
+use super::{Cutoff, DeviceSample, GpuBackend, GpuEvent, GpuIdentity};
 use crate::sampler::{now_unix_ms, Schedule};
 use crate::spool::{End, Event, Gauge, Header};
 use std::path::{Path, PathBuf};
@@ -122,6 +122,10 @@ pub struct MonitorOptions {
     pub limits: GpuLimits,
 }
 
+/// What a sample in progress at `stop` leaves of the stop's wait for the last sample and the end
+/// record (at most a third of the wait).
+const FINISH_RESERVE: Duration = Duration::from_millis(300);
+
 /// Events about one device carry `step = "gpu<slot>"` (the slot in [`GpuInfo::devices`]).
 pub const EVENT_SLOT_PREFIX: &str = "gpu";
 
@@ -150,6 +154,8 @@ pub struct Progress {
 /// A running GPU monitor.
 pub struct GpuMonitor {
     stop: Option<Sender<()>>,
+    /// Set by `stop`: backend waits on a slow driver end there.
+    cutoff: Cutoff,
     thread: Option<JoinHandle<()>>,
     done: Arc<AtomicBool>,
     progress: Arc<Mutex<Progress>>,
@@ -199,10 +205,16 @@ impl GpuMonitor {
             done.store(true, Ordering::Release);
             return Ok(GpuMonitor {
                 stop: None,
+                cutoff: Cutoff::default(),
                 thread: None,
                 done,
                 progress,
             });
+        }
+        let cutoff = Cutoff::default();
+        let mut backends = backends;
+        for b in backends.iter_mut() {
+            b.set_cutoff(cutoff.clone());
         }
         let (tx, rx) = channel::<()>();
         let (done2, progress2) = (done.clone(), progress.clone());
@@ -225,6 +237,7 @@ impl GpuMonitor {
                         identities: vec![],
                         prev_energy: vec![],
                         logged_write_error: false,
+                        timeouts_seen: 0,
                     };
                     run.main(&rx);
                 }));
@@ -243,6 +256,7 @@ impl GpuMonitor {
             })?;
         Ok(GpuMonitor {
             stop: Some(tx),
+            cutoff,
             thread: Some(thread),
             done,
             progress,
@@ -262,10 +276,12 @@ impl GpuMonitor {
     /// Returns whether it finished in time; a thread that did not (a hung driver) is left
     /// detached: slurmstepd is never held up by jobscope.
     pub fn stop(mut self, wait: Duration) -> bool {
+        let deadline = Instant::now() + wait;
+        // A sample waiting on the driver ends early enough for the end record to be written.
+        self.cutoff.set(deadline - FINISH_RESERVE.min(wait / 3));
         if let Some(tx) = self.stop.take() {
             let _ = tx.send(());
         }
-        let deadline = Instant::now() + wait;
         loop {
             if self.done.load(Ordering::Acquire) {
                 return match self.thread.take() {
@@ -296,6 +312,9 @@ struct Run {
     /// Last energy counter per slot (deltas are taken between consecutive samples).
     prev_energy: Vec<Option<u64>>,
     logged_write_error: bool,
+    /// `nvml_timeout` events so far: only the first is logged above debug level (a driver
+    /// that is slow on every call must not write a log line per sample for the whole job).
+    timeouts_seen: u64,
 }
 
 impl Run {
@@ -346,8 +365,9 @@ impl Run {
         }
         let (mut taken, mut missed) = (0u64, 0u64);
         let mut i = 0u64;
-        let reason = loop {
-            if self.sample_once() {
+        loop {
+            let deadline = Instant::now() + self.opts.sample_timeout;
+            if self.sample_once(deadline) {
                 taken += 1;
             } else {
                 taken += 1;
@@ -371,19 +391,21 @@ impl Run {
             }
             match stop.recv_timeout((start + next).saturating_duration_since(Instant::now())) {
                 Err(RecvTimeoutError::Timeout) => continue,
-                _ => break "stopped",
+                _ => break,
             }
-        };
-        // The last sample closes the energy and utilization series at the job's end.
+        }
+        // The last sample closes the energy and utilization series at the job's end. Backends
+        // end it at the stop's cutoff, leaving time for the end record within the stop's wait:
+        // else a slow driver (a sample deadline longer than the wait) would cost the end record.
         taken += 1;
-        if !self.sample_once() {
+        if !self.sample_once(Instant::now() + self.opts.sample_timeout) {
             missed += 1;
         }
         self.update(|p| {
             p.samples_taken = taken;
             p.samples_missed = missed;
         });
-        self.finish(reason, taken, missed);
+        self.finish("stopped", taken, missed);
     }
 
     fn open(&mut self) {
@@ -488,6 +510,14 @@ impl Run {
         let message = format!("{who}{}", e.message);
         let level = match e.kind.as_str() {
             "gpu_lost" | "nvml_gave_up" => LogLevel::Error,
+            "nvml_timeout" => {
+                self.timeouts_seen += 1;
+                if self.timeouts_seen == 1 {
+                    LogLevel::Info
+                } else {
+                    LogLevel::Debug
+                }
+            }
             _ => LogLevel::Info,
         };
         self.log(level, &message);
@@ -507,12 +537,11 @@ impl Run {
     }
 
     /// One sample of all backends; false when no device answered.
-    fn sample_once(&mut self) -> bool {
+    fn sample_once(&mut self, deadline: Instant) -> bool {
         let t_ms = now_unix_ms();
         let mut pids = (self.pids)();
         pids.sort_unstable();
         pids.dedup();
-        let deadline = Instant::now() + self.opts.sample_timeout;
         let mut bucket = GpuBucket {
             t_first_ms: t_ms,
             t_last_ms: t_ms,
@@ -892,6 +921,38 @@ mod tests {
         assert!(s.end.is_none());
     }
 
+    /// The job ends while a sample waits on a slow driver (deadline 5 s, stop's wait 1.5 s): the
+    /// wait is cut short, the last sample taken, and the end record written within the wait.
+    #[test]
+    fn gpu_monitor_stop_during_a_slow_sample_still_writes_the_end_record() {
+        let d = tempfile::tempdir().unwrap();
+        let mut b = ScriptedBackend::new(vec![id(GpuKind::Nvidia, 0, "GPU-x")], |_, _| {
+            vec![Some(DeviceSample::default())]
+        });
+        b.sample_delay = Some(Duration::from_secs(4));
+        let mut o = opts(d.path(), 10);
+        o.sample_timeout = Duration::from_secs(5);
+        let m = GpuMonitor::start_with(
+            GpuSelection::of([GpuRef::NvidiaMinor(0)]),
+            vec![Box::new(b)],
+            o,
+            Box::new(Vec::new),
+            quiet(),
+        )
+        .unwrap();
+        std::thread::sleep(Duration::from_millis(300)); // inside the first (4 s) sample
+        let t = Instant::now();
+        assert!(
+            m.stop(Duration::from_millis(1500)),
+            "finished within the wait"
+        );
+        assert!(t.elapsed() < Duration::from_millis(1500));
+        let s = read_gpu_file(&d.path().join(GPU_FILE_NAME)).unwrap();
+        let end = s.end.expect("end record written");
+        assert_eq!((end.reason.as_str(), end.samples_taken), ("stopped", 2));
+    }
+
+    /// A backend stuck where it cannot see the cutoff: `stop` still returns at its bound.
     #[test]
     fn gpu_monitor_slow_backend_stop_is_bounded() {
         let d = tempfile::tempdir().unwrap();
@@ -899,6 +960,7 @@ mod tests {
             vec![Some(DeviceSample::default())]
         });
         b.sample_delay = Some(Duration::from_secs(3));
+        b.ignore_cutoff = true;
         let mut o = opts(d.path(), 10);
         o.sample_timeout = Duration::from_secs(3);
         let m = GpuMonitor::start_with(
@@ -919,6 +981,38 @@ mod tests {
             t.elapsed() < Duration::from_secs(2),
             "but returned at its bound"
         );
+    }
+
+    /// A driver slower than the stop's wait: the last sample is cut short so the end record is
+    /// still written within the wait (the plugin waits 1.5 s; the sample deadline is 5 s).
+    #[test]
+    fn gpu_monitor_last_sample_leaves_time_for_the_end_record() {
+        let d = tempfile::tempdir().unwrap();
+        let mut b = ScriptedBackend::new(vec![id(GpuKind::Nvidia, 0, "GPU-x")], |_, _| {
+            vec![Some(DeviceSample::default())]
+        });
+        b.sample_delay = Some(Duration::from_secs(3));
+        let mut o = opts(d.path(), 4000);
+        o.sample_timeout = Duration::from_secs(5);
+        let m = GpuMonitor::start_with(
+            GpuSelection::of([GpuRef::NvidiaMinor(0)]),
+            vec![Box::new(b)],
+            o,
+            Box::new(Vec::new),
+            quiet(),
+        )
+        .unwrap();
+        wait_for(&m, 1); // the first (3 s) sample is done; the next is due at 4 s
+        let t = Instant::now();
+        assert!(
+            m.stop(Duration::from_millis(1500)),
+            "finished within the wait"
+        );
+        assert!(t.elapsed() < Duration::from_millis(1500));
+        let s = read_gpu_file(&d.path().join(GPU_FILE_NAME)).unwrap();
+        let end = s.end.expect("end record written");
+        assert_eq!(end.reason, "stopped");
+        assert_eq!(end.samples_taken, 2);
     }
 
     #[test]

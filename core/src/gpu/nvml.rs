@@ -9,6 +9,8 @@
 //! - deadline passed: that sample's devices are `None` (an `nvml_timeout` event), the monitor moves
 //!   on; while the worker is still busy no new request is sent (no queue, no second thread); a late
 //!   answer is discarded and the next sample proceeds normally;
+//! - the job ends meanwhile (the monitor sets its [`Cutoff`]): the wait ends there as at the
+//!   deadline, so the monitor can still take its last sample and write its end record;
 //! - stuck for longer than [`NvmlConfig::give_up_after`] (or NVML init/discovery overran the
 //!   deadline given to [`GpuBackend::open`]): NVML is given up for the job (`nvml_gave_up`): at
 //!   most one stuck thread is ever left behind, never more.
@@ -35,7 +37,9 @@
 //! `nvml_error` event per device and call.
 
 use super::assign::{resolve, InventoryDevice, Wanted};
-use super::{BackendSample, DeviceSample, GpuBackend, GpuEvent, GpuIdentity, GpuKind, OpenResult};
+use super::{
+    BackendSample, Cutoff, DeviceSample, GpuBackend, GpuEvent, GpuIdentity, GpuKind, OpenResult,
+};
 use nvml_wrapper::enums::device::UsedGpuMemory;
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::{Device, Nvml};
@@ -92,6 +96,8 @@ pub struct NvmlBackend {
     link: Option<Link>,
     n_devices: usize,
     gave_up: bool,
+    /// Set by the monitor when the job ends: waits on the worker end there too.
+    cutoff: Cutoff,
 }
 
 impl NvmlBackend {
@@ -101,6 +107,7 @@ impl NvmlBackend {
             link: None,
             n_devices: 0,
             gave_up: false,
+            cutoff: Cutoff::default(),
         }
     }
 
@@ -171,8 +178,14 @@ impl GpuBackend for NvmlBackend {
                 ..Default::default()
             };
         }
-        let wait = deadline.saturating_duration_since(Instant::now());
-        match resp_rx.recv_timeout(wait) {
+        let started = Instant::now();
+        let answer = loop {
+            match resp_rx.recv_timeout(self.cutoff.slice(deadline)) {
+                Err(RecvTimeoutError::Timeout) if !self.cutoff.passed(deadline) => continue,
+                r => break r,
+            }
+        };
+        match answer {
             Ok(Response::Opened(Ok(o))) => {
                 self.n_devices = o.devices.len();
                 self.link = Some(Link {
@@ -197,8 +210,13 @@ impl GpuBackend for NvmlBackend {
             }
             Err(RecvTimeoutError::Timeout) => {
                 let ev = self.give_up(format!(
-                    "NVML init and device discovery did not finish within {} ms; GPUs not sampled",
-                    wait.as_millis()
+                    "NVML init and device discovery did not finish within {:.1} s{}; GPUs not sampled",
+                    started.elapsed().as_secs_f64(),
+                    if Instant::now() < deadline {
+                        " (the job ended)"
+                    } else {
+                        ""
+                    }
                 ));
                 OpenResult {
                     unavailable: Some(ev.message.clone()),
@@ -209,8 +227,13 @@ impl GpuBackend for NvmlBackend {
         }
     }
 
+    fn set_cutoff(&mut self, cutoff: Cutoff) {
+        self.cutoff = cutoff;
+    }
+
     fn sample(&mut self, job_pids: &[u32], deadline: Instant) -> BackendSample {
         let give_up_after = self.cfg.give_up_after;
+        let cutoff = self.cutoff.clone();
         let Some(link) = self.link.as_mut() else {
             return self.missing(vec![]);
         };
@@ -255,22 +278,27 @@ impl GpuBackend for NvmlBackend {
             return self.missing(vec![ev]);
         }
         loop {
-            let wait = deadline.saturating_duration_since(Instant::now());
-            match link.rx.recv_timeout(wait) {
+            // In slices: the job's end (the cutoff) may come while the driver is slow.
+            match link.rx.recv_timeout(cutoff.slice(deadline)) {
                 Ok(Response::Sampled {
                     seq: s,
                     devices,
                     events,
                 }) if s == seq => return BackendSample { devices, events },
                 Ok(_) => continue,
+                Err(RecvTimeoutError::Timeout) if !cutoff.passed(deadline) => continue,
                 Err(RecvTimeoutError::Timeout) => {
                     link.stuck = Some((seq, sent));
                     let ev = GpuEvent {
                         kind: "nvml_timeout".into(),
                         slot: None,
                         message: format!(
-                            "NVML did not answer within {} ms; sample skipped",
-                            deadline.saturating_duration_since(sent).as_millis()
+                            "NVML did not answer within {:.1} s; sample skipped",
+                            // The monitor set the deadline just before `sent`: 1.999 s reads 2.0 s.
+                            cutoff
+                                .bound(deadline)
+                                .saturating_duration_since(sent)
+                                .as_secs_f64()
                         ),
                     };
                     return self.missing(vec![ev]);

@@ -145,11 +145,23 @@ pub const THROTTLE_REASONS: &[(u64, &str)] = &[
     (0x80, "hw_power_brake_slowdown"),
 ];
 
+/// A duration for a sentence: `2.5 h`, `12 min`, `40 s` (short jobs must not read "0 min").
 fn hours(s: f64) -> String {
     if s >= 3600.0 {
         format!("{:.1} h", s / 3600.0)
-    } else {
+    } else if s >= 59.5 {
         format!("{:.0} min", s / 60.0)
+    } else {
+        format!("{:.0} s", s.max(0.0))
+    }
+}
+
+/// GPU-hours for a sentence: one decimal from 1 h, three below (a short job is not "0.0").
+fn gpu_hours(h: f64) -> String {
+    if h >= 1.0 {
+        format!("{h:.1}")
+    } else {
+        format!("{h:.3}")
     }
 }
 
@@ -513,8 +525,8 @@ pub fn gpu_advice_with(gpus: &[GpuSummary], p: &GpuSummaryParams) -> Vec<Advice>
         out.push(Advice {
             line: "Run this job on a CPU-only partition: it did not use its GPU(s)".into(),
             reason: format!(
-                "{n} GPU(s) allocated for {:.1} GPU-hours; no utilization and no process of the job on any of them",
-                gpus.iter().map(|g| g.gpu_hours_allocated).sum::<f64>()
+                "{n} GPU(s) allocated for {} GPU-hours; no utilization and no process of the job on any of them",
+                gpu_hours(gpus.iter().map(|g| g.gpu_hours_allocated).sum::<f64>())
             ),
         });
         return out;
@@ -524,16 +536,18 @@ pub fn gpu_advice_with(gpus: &[GpuSummary], p: &GpuSummaryParams) -> Vec<Advice>
         out.push(Advice {
             line: format!("Request {k} GPU(s) instead of {n}"),
             reason: format!(
-                "GPU(s) {} were never used ({:.1} GPU-hours wasted)",
+                "GPU(s) {} were never used ({} GPU-hours wasted)",
                 unused
                     .iter()
                     .map(|g| label(g))
                     .collect::<Vec<_>>()
                     .join(", "),
-                unused
-                    .iter()
-                    .filter_map(|g| g.gpu_hours_wasted)
-                    .sum::<f64>()
+                gpu_hours(
+                    unused
+                        .iter()
+                        .filter_map(|g| g.gpu_hours_wasted)
+                        .sum::<f64>()
+                )
             ),
         });
     }
@@ -602,7 +616,11 @@ pub fn gpu_advice_with(gpus: &[GpuSummary], p: &GpuSummaryParams) -> Vec<Advice>
                 line:
                     "Check why the GPUs were idle half of the time (data loading, CPU-bound phases)"
                         .into(),
-                reason: format!("{wasted:.1} of {alloc:.1} GPU-hours were idle"),
+                reason: format!(
+                    "{} of {} GPU-hours were idle",
+                    gpu_hours(wasted),
+                    gpu_hours(alloc)
+                ),
             });
         }
     }
@@ -747,6 +765,15 @@ mod tests {
             g.findings
         );
         assert!(g.idle_periods.len() == 1 && g.idle_periods[0].duration_s == 4.0 * 3600.0);
+    }
+
+    #[test]
+    fn short_durations_and_gpu_hours_read_as_such() {
+        assert_eq!(hours(21.0), "21 s");
+        assert_eq!(hours(600.0), "10 min");
+        assert_eq!(hours(9000.0), "2.5 h");
+        assert_eq!(gpu_hours(21.0 / 3600.0), "0.006");
+        assert_eq!(gpu_hours(4.0), "4.0");
     }
 
     #[test]

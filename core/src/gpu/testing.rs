@@ -3,7 +3,7 @@
 //! `tests/fake-nvml` and `core/src/gpu/fake_nvml_tests.rs`.
 
 use super::assign::{resolve, InventoryDevice, Wanted};
-use super::{BackendSample, DeviceSample, GpuBackend, GpuIdentity, GpuKind, OpenResult};
+use super::{BackendSample, Cutoff, DeviceSample, GpuBackend, GpuIdentity, GpuKind, OpenResult};
 use std::time::{Duration, Instant};
 
 /// `(sample number from 0, sorted job pids)` → one entry per opened device.
@@ -18,6 +18,9 @@ pub struct ScriptedBackend {
     pub sample_delay: Option<Duration>,
     /// Answer `open` with this "unavailable" reason (quiet).
     pub unavailable: Option<String>,
+    /// Sleep through the monitor's cutoff (a backend stuck where it cannot look at it).
+    pub ignore_cutoff: bool,
+    cutoff: Cutoff,
 }
 
 impl ScriptedBackend {
@@ -33,6 +36,8 @@ impl ScriptedBackend {
             opened: 0,
             sample_delay: None,
             unavailable: None,
+            ignore_cutoff: false,
+            cutoff: Cutoff::default(),
         }
     }
 }
@@ -73,9 +78,20 @@ impl GpuBackend for ScriptedBackend {
         out
     }
 
+    fn set_cutoff(&mut self, cutoff: Cutoff) {
+        self.cutoff = cutoff;
+    }
+
     fn sample(&mut self, job_pids: &[u32], deadline: Instant) -> BackendSample {
         if let Some(d) = self.sample_delay {
-            std::thread::sleep(d.min(deadline.saturating_duration_since(Instant::now())));
+            // Like a driver thread waited on: the deadline or the cutoff ends the wait.
+            let until = (Instant::now() + d).min(deadline);
+            if self.ignore_cutoff {
+                std::thread::sleep(until.saturating_duration_since(Instant::now()));
+            }
+            while !self.cutoff.passed(until) {
+                std::thread::sleep(self.cutoff.slice(until));
+            }
         }
         let mut devices = (self.script)(self.n, job_pids);
         self.n += 1;

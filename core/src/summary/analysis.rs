@@ -724,7 +724,9 @@ fn add_gpus(s: &JobSummary, a: &mut Analysis) {
                 utils.join(", ")
             ),
         );
-    } else if bound * 2 >= gpus.len() {
+    } else if bound > 0
+        && (bound * 2 >= gpus.len() || matches!(a.classification.class.as_str(), "idle" | "mixed"))
+    {
         a.classification.class = "gpu_bound".into();
         a.classification.evidence.insert(0, utils.join(", "));
     } else {

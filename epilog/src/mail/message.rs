@@ -579,6 +579,21 @@ pub enum MailError {
     Build(#[from] lettre::error::Error),
 }
 
+/// The `kind` of an array digest mail: its HTML part is its text (see [`text_html`]).
+pub const DIGEST_KIND: &str = "array-digest";
+
+/// An HTML page that shows `text` as it is (escaped, preformatted) under the heading `title`: the
+/// HTML alternative of a mail whose content is plain text, so both alternatives say the same.
+pub fn text_html(title: &str, text: &str) -> String {
+    format!(
+        "<!DOCTYPE html>\n<html lang=\"en\">\n<head><meta charset=\"utf-8\"><title>{t}</title></head>\n\
+         <body>\n<h2 style=\"font-family: sans-serif\">{t}</h2>\n\
+         <pre style=\"font-family: monospace; font-size: 13px\">{b}</pre>\n</body>\n</html>\n",
+        t = handlebars::html_escape(title),
+        b = handlebars::html_escape(text)
+    )
+}
+
 /// A built mail, ready for the queue.
 #[derive(Debug)]
 pub struct Mail {
@@ -602,12 +617,16 @@ pub fn build_mail(
 ) -> Result<Mail, MailError> {
     let id = mail_id(s, kind);
     let mut warnings = Vec::new();
+    // A digest's content is its text (the task table and histograms); the job report template and
+    // the charts would show one task as if it were the array.
+    let digest = kind == DIGEST_KIND;
 
     // Charts first: the HTML names only the ones that exist.
     let mut images: Vec<SinglePart> = Vec::new();
     let mut cids: Vec<(Option<String>, Option<String>)> = Vec::new();
     let size = (opts.chart_width, opts.chart_height);
-    for (i, n) in s.nodes.iter().take(opts.max_chart_nodes).enumerate() {
+    let charted = if digest { 0 } else { opts.max_chart_nodes };
+    for (i, n) in s.nodes.iter().take(charted).enumerate() {
         let (cpu_cid, mem_cid) = chart_cids(i);
         let mut pair = (None, None);
         for (what, cid, png, slot) in [
@@ -643,7 +662,11 @@ pub fn build_mail(
     }
 
     let subject = templates.render_subject(&subject_view(s), &mut warnings)?;
-    let html = templates.render_html(&html_view(s, &cids, size), &mut warnings)?;
+    let html = if digest {
+        text_html(&subject, text_report)
+    } else {
+        templates.render_html(&html_view(s, &cids, size), &mut warnings)?
+    };
 
     let text_part = SinglePart::plain(text_report.to_string());
     let html_part = SinglePart::html(html);
@@ -941,6 +964,26 @@ pub(crate) mod tests {
         // The text part is delivered as given (line ends normalised to CRLF on the wire).
         let got = m.body_text(0).unwrap().replace("\r\n", "\n");
         assert!(got == text.replace("\r\n", "\n"), "text part differs");
+    }
+
+    #[test]
+    fn a_digest_shows_its_text_in_both_parts_and_no_charts() {
+        let mut s = summary();
+        s.name = Some("<b>sweep</b>: array digest, 2 tasks".into());
+        let text = "jobscope array digest: job array 1234 (<b>sweep</b>)\n  1  1235  COMPLETED\n";
+        let to = parse_address("alice@example.org").unwrap();
+        let mail = build_mail(&s, text, &to, DIGEST_KIND, &opts(), &Templates::builtin()).unwrap();
+        let raw = mail.message.formatted();
+        let m = MessageParser::default().parse(&raw).unwrap();
+        assert_eq!(m.attachments().count(), 0);
+        assert_eq!(m.body_text(0).unwrap().replace("\r\n", "\n"), text);
+        let html = m.body_html(0).unwrap();
+        assert!(html.contains("1  1235  COMPLETED"), "{html}");
+        assert!(
+            html.contains("&lt;b&gt;sweep&lt;/b&gt;") && !html.contains("<b>"),
+            "{html}"
+        );
+        assert!(mail.id.ends_with(".array-digest"));
     }
 
     #[test]
