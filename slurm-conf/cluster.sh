@@ -21,6 +21,12 @@
 # Env: JOBSCOPE_CLUSTER_UP_TIMEOUT (s, default 60): how long `up` waits for idle nodes.
 #      CARGO_TARGET_DIR: where `install` looks for release/ (default: <repo>/target).
 set -euo pipefail
+# Daemons started from here must not inherit the caller's file descriptors (e.g. a held
+# `flock` on the cluster tests' lock would then be kept by munged forever): close inherited ones.
+for fd in /proc/$$/fd/*; do
+  n=${fd##*/}
+  if [ "$n" -gt 2 ] 2>/dev/null && [ "$n" != 255 ]; then eval "exec $n>&-" 2>/dev/null || true; fi
+done
 unset SLURM_CONF   # always /etc/slurm/slurm.conf, for the daemons (env -i) and for us
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)

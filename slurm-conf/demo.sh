@@ -5,8 +5,10 @@
 #
 # Installs the dependencies, builds, installs jobscope into the 1-node test cluster, starts
 # it, runs a small job as alice (2 cores busy for ~8 s, ~300 MiB of memory), then shows
-# `jobscope show <jobid>` and the archived JSON the Epilog wrote under
-# /var/lib/jobscope/archive/YYYY/MM/DD/<jobid>.json.
+# `jobscope show <jobid>`, the archived JSON the Epilog wrote under
+# /var/lib/jobscope/archive/YYYY/MM/DD/<jobid>.json, and the report mail the Epilog sent to
+# alice@localhost (caught by a real SMTP server on 127.0.0.1:2525 that runs for the demo only:
+# tests/cluster/smtp/sink.py, python3-aiosmtpd).
 # The cluster stays up afterwards (explore with squeue, jobscope ...) unless --down is given;
 # stop it with: slurm-conf/cluster.sh down
 set -euo pipefail
@@ -32,9 +34,22 @@ command -v cargo >/dev/null 2>&1 || export PATH="${CARGO_HOME:-$HOME/.cargo}/bin
 unset SLURM_CONF
 
 step() { printf '\n==> %s\n' "$*"; }
-if [ "$down" = 1 ]; then
-  trap 'step "stopping the cluster"; bash "$HERE/cluster.sh" down' EXIT
-fi
+SINK_PID=""
+MAIL_DIR=""
+stop_sink() {
+  [ -n "$SINK_PID" ] || return 0
+  kill -TERM "$SINK_PID" 2>/dev/null || true
+  wait "$SINK_PID" 2>/dev/null || true
+  SINK_PID=""
+}
+cleanup() {
+  stop_sink
+  if [ "$down" = 1 ]; then
+    step "stopping the cluster"
+    bash "$HERE/cluster.sh" down
+  fi
+}
+trap cleanup EXIT
 
 if [ "$skip_deps" = 0 ]; then
   step "installing dependencies (slurm-conf/install-deps.sh)"
@@ -49,6 +64,31 @@ bash "$HERE/cluster.sh" install
 
 step "starting the 1-node test cluster (slurm-conf/cluster.sh up)"
 bash "$HERE/cluster.sh" up
+
+# The test cluster's config (slurm-conf/jobscope.toml) mails <user>@localhost via SMTP to
+# 127.0.0.1:2525: catch it with a real SMTP server, for the demo only.
+step "starting an SMTP server on 127.0.0.1:2525 for the report mail (tests/cluster/smtp/sink.py)"
+if (exec 3<>/dev/tcp/127.0.0.1/2525) 2>/dev/null; then
+  echo "demo: something already listens on 127.0.0.1:2525; the mail will not be shown" >&2
+else
+  MAIL_DIR=$(mktemp -d /tmp/jobscope-demo-mail.XXXXXX)
+  /usr/bin/python3 "$REPO/tests/cluster/smtp/sink.py" "$MAIL_DIR/in" 127.0.0.1 2525 \
+    >"$MAIL_DIR/sink.log" 2>&1 </dev/null &
+  SINK_PID=$!
+  for _ in $(seq 1 100); do
+    grep -q '^ready' "$MAIL_DIR/sink.log" 2>/dev/null && break
+    kill -0 "$SINK_PID" 2>/dev/null || break
+    sleep 0.1
+  done
+  if grep -q '^ready' "$MAIL_DIR/sink.log" 2>/dev/null; then
+    echo "listening (pid $SINK_PID), messages go to $MAIL_DIR/in"
+    # Older undelivered mail (of earlier test runs) goes first, so the demo job's is not held up.
+    /usr/local/bin/jobscope mail flush --budget 60 >/dev/null 2>&1 || true
+  else
+    echo "demo: the SMTP server did not start (python3-aiosmtpd missing?): $(cat "$MAIL_DIR/sink.log")" >&2
+    stop_sink
+  fi
+fi
 
 step "submitting a demo job as $DEMO_USER: 2 cores busy for ~8 s, ~300 MiB of memory"
 install -d -m 0755 -o "$DEMO_USER" -g "$(id -gn "$DEMO_USER")" "$DEMO_DIR"
@@ -115,6 +155,38 @@ if [ -n "$json" ]; then
   python3 -m json.tool "$json" 2>/dev/null || cat "$json"
 else
   rc=1; echo "demo: no archive JSON for job $J under $ARCHIVE (did the Epilog run? see /var/log/slurm/slurmd.log)" >&2
+fi
+
+step "the report mail for job $J (sent by the Epilog to $DEMO_USER@localhost)"
+if [ -n "$SINK_PID" ]; then
+  # The Epilog delivered it before the job left COMPLETING; allow a moment anyway.
+  for _ in $(seq 1 50); do
+    grep -lqs "^Message-ID: <jobscope\.[^>]*\.$J\.[0-9]*\.end@" "$MAIL_DIR"/in/*.eml && break
+    sleep 0.2
+  done
+  if ! /usr/bin/python3 - "$MAIL_DIR/in" "$J" <<'PY'
+import email, email.policy, glob, re, sys
+d, job = sys.argv[1], sys.argv[2]
+for f in sorted(glob.glob(d + "/*.eml")):
+    m = email.message_from_binary_file(open(f, "rb"), policy=email.policy.default)
+    if not re.fullmatch(r"<jobscope\..*\.%s\.\d+\.end@.*>" % job, m["Message-ID"] or ""):
+        continue
+    print("--- %s" % f)
+    for h in ("From", "To", "Subject", "Message-ID"):
+        print("%s: %s" % (h, m[h]))
+    parts = [p for p in m.walk() if not p.is_multipart()]
+    print("Parts: " + ", ".join("%s (%d bytes)" % (p.get_content_type(), len(p.get_payload(decode=True) or b"")) for p in parts))
+    print()
+    print(m.get_body(preferencelist=("plain",)).get_content(), end="")
+    sys.exit(0)
+sys.exit("no mail about job %s arrived" % job)
+PY
+  then
+    rc=1; echo "demo: no report mail for job $J (see /var/log/jobscope/epilog.log)" >&2
+  fi
+  stop_sink
+else
+  echo "(skipped: no SMTP server for the demo)"
 fi
 
 if [ "$down" = 0 ]; then

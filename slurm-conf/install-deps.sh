@@ -1,7 +1,10 @@
 #!/bin/bash
 # Install what the jobscope test cluster and the build need on Debian 12 (bookworm), as root:
 # SLURM 22.05 (slurmctld, slurmd, client, headers), munge, libclang (bindgen for slurm-spank),
-# mailutils, bc, python3; and create the test users alice and bob.
+# mailutils, bc, python3, python3-aiosmtpd (the SMTP sink of the mail tests), a local MTA for the
+# sendmail transport (exim4-daemon-light, configured "local delivery only" through a debconf
+# preseed; skipped when another MTA already provides /usr/sbin/sendmail); and create the test
+# users alice and bob.
 #
 #   slurm-conf/install-deps.sh           # skips apt-get when everything is already installed
 #   slurm-conf/install-deps.sh --force   # always apt-get update + install
@@ -13,8 +16,11 @@
 set -euo pipefail
 
 PKGS=(slurmctld slurmd slurm-client munge libslurm-dev slurm-wlm-basic-plugins-dev
-      libclang-dev mailutils bc python3)
+      libclang-dev mailutils bc python3 python3-aiosmtpd)
 TEST_USERS=(alice bob)
+# The MTA behind `mail.transport = "sendmail"` in the mail tests. exim4 conflicts with every other
+# MTA, so it is only installed where none is: apt must never swap out a host's own MTA.
+MTA_PKG=exim4-daemon-light
 
 die() { echo "install-deps: ERROR: $*" >&2; exit 1; }
 log() { echo "install-deps: $*"; }
@@ -32,6 +38,29 @@ esac
 
 # A C toolchain is needed to link Rust crates; add it only when missing.
 command -v cc >/dev/null 2>&1 || PKGS+=(gcc libc6-dev)
+
+# Install exim4 only if nothing provides /usr/sbin/sendmail yet (or exim4 itself does).
+if [ -e /usr/sbin/sendmail ] && ! dpkg-query -S /usr/sbin/sendmail 2>/dev/null | grep -q '^exim4'; then
+  owner=$(dpkg-query -S /usr/sbin/sendmail 2>/dev/null | cut -d: -f1 || true)
+  log "/usr/sbin/sendmail is provided by ${owner:-something else}: not installing $MTA_PKG (the sendmail mail test needs local delivery to /var/mail/<user>)"
+else
+  PKGS+=("$MTA_PKG")
+  # "local delivery only; not on a network": /usr/sbin/sendmail delivers straight into
+  # /var/mail/<user> (mbox), no daemon needed and nothing leaves the host. Preseeded so the
+  # install asks nothing; only takes effect when exim4-config is first configured.
+  if command -v debconf-set-selections >/dev/null 2>&1; then
+    debconf-set-selections <<PRESEED
+exim4-config exim4/dc_eximconfig_configtype select local delivery only; not on a network
+exim4-config exim4/dc_local_interfaces string 127.0.0.1 ; ::1
+exim4-config exim4/dc_other_hostnames string
+exim4-config exim4/dc_relay_nets string
+exim4-config exim4/mailname string $(hostname -f 2>/dev/null || hostname)
+exim4-config exim4/use_split_config boolean false
+exim4-config exim4/dc_minimaldns boolean false
+exim4-config exim4/dc_postmaster string root
+PRESEED
+  fi
+fi
 
 missing=()
 for p in "${PKGS[@]}"; do

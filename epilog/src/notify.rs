@@ -12,9 +12,7 @@
 //! Whether a job is ARCHIVED is not the user's choice: every job is archived.
 
 use crate::jobinfo::JobInfo;
-use crate::mail::message::{
-    build_mail, choose_recipient, printable, MailOptions, Templates, DIGEST_KIND,
-};
+use crate::mail::message::{build_mail, choose_recipient, MailOptions, Templates, DIGEST_KIND};
 use crate::mail::queue::{FlushOptions, Queue, RetryPolicy};
 use crate::mail::transport::{SendmailConfig, SmtpConfig, TlsMode, Transport};
 use crate::render;
@@ -146,11 +144,11 @@ fn send(
         cfg.mail.domain.as_deref(),
     )
     .map_err(|e| anyhow::anyhow!("no valid recipient: {e}"))?;
-    if let Some((bad, why)) = &r.rejected_mail_user {
+    if let Some((shown, why)) = &r.rejected_mail_user {
+        // `shown` is already escaped for the log (choose_recipient ran it through `printable`).
         log(&format!(
-            "job {}: --mail-user {} refused ({why}); mailing the job's user instead",
-            s.job_id,
-            printable(bad)
+            "job {}: --mail-user {shown} refused ({why}); mailing the job's user instead",
+            s.job_id
         ));
     }
     let (templates, warnings) = Templates::load(cfg.mail.template_dir.as_deref());

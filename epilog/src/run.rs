@@ -546,7 +546,8 @@ pub fn append_log(path: &Path, line: &str) {
         .custom_flags(libc::O_NOFOLLOW)
         .open(path)
     {
-        let _ = writeln!(f, "{} {line}", now_unix_ms() / 1000);
+        // One write(2) per line, so epilogs ending together do not interleave their lines.
+        let _ = f.write_all(format!("{} {line}\n", now_unix_ms() / 1000).as_bytes());
     }
 }
 

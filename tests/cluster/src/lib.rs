@@ -16,10 +16,13 @@
 //! * No cluster is not a reason to skip: every entry point fails with a message that says
 //!   how to start one.
 
+pub mod gpu;
 pub mod jobscope;
+pub mod mail;
 
 use anyhow::{anyhow, bail, ensure, Context, Result};
 use std::collections::BTreeMap;
+use std::ffi::OsString;
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
 use std::os::unix::fs::{chown, MetadataExt, PermissionsExt};
@@ -366,6 +369,9 @@ impl ClusterGuard {
             std::env::args().collect::<Vec<_>>().join(" ")
         )?;
         require_cluster()?;
+        restore_config_left_behind()?;
+        // Likewise for a mail test's `mail::edit_config`.
+        mail::recover_config()?;
         if let Ok(cur) = fs::read_to_string(PLUGSTACK_CONF) {
             if cur.trim() != DEFAULT_PLUGSTACK_LINE {
                 eprintln!(
@@ -479,6 +485,191 @@ pub fn write_atomic(path: &Path, content: &str, mode: u32) -> Result<()> {
     Ok(())
 }
 
+// ------------------------------------------------------------------ jobscope.toml
+
+/// The jobscope config the plugin (per step), the epilog and the CLI read.
+pub const JOBSCOPE_TOML: &str = "/etc/jobscope/jobscope.toml";
+/// While a [`ConfigSectionGuard`] is active the original config is also kept here, so that a test
+/// killed before its guard could restore it is undone by the next [`ClusterGuard::acquire`].
+pub const JOBSCOPE_TOML_BACKUP: &str = "/etc/jobscope/.jobscope.toml.config-guard-orig";
+/// First line of a config written by a [`ConfigSectionGuard`].
+const SECTION_GUARD_MARK: &str =
+    "# TEMPORARY config of a jobscope cluster test (ConfigSectionGuard)";
+
+/// Puts back the config a killed test left behind (see [`JOBSCOPE_TOML_BACKUP`]). A backup
+/// next to a config that is not ours (`cluster.sh install` ran since) is just removed.
+pub fn restore_config_left_behind() -> Result<()> {
+    let Ok(orig) = fs::read_to_string(JOBSCOPE_TOML_BACKUP) else {
+        return Ok(());
+    };
+    let cur = fs::read_to_string(JOBSCOPE_TOML).unwrap_or_default();
+    if cur.starts_with(SECTION_GUARD_MARK) {
+        eprintln!("cluster-tests: restoring {JOBSCOPE_TOML} left behind by a killed test");
+        write_atomic(Path::new(JOBSCOPE_TOML), &orig, 0o644)?;
+    }
+    fs::remove_file(JOBSCOPE_TOML_BACKUP)
+        .with_context(|| format!("cannot remove {JOBSCOPE_TOML_BACKUP}"))?;
+    Ok(())
+}
+
+/// Replaces the `[name]` table of `toml` (from its header to the next table header) with
+/// `body`, or appends the table when there is none. Other tables are kept byte for byte.
+pub fn replace_toml_section(toml: &str, name: &str, body: &str) -> String {
+    let header = format!("[{name}]");
+    let is_header = |l: &str| l.trim_start().starts_with('[');
+    let mut out = String::new();
+    let mut skipping = false;
+    let mut done = false;
+    for line in toml.split_inclusive('\n') {
+        if is_header(line) {
+            skipping = false;
+            if line.trim() == header && !done {
+                skipping = true;
+                done = true;
+                out.push_str(&header);
+                out.push('\n');
+                out.push_str(body.trim_end());
+                out.push_str("\n\n");
+                continue;
+            }
+        }
+        if !skipping {
+            out.push_str(line);
+        }
+    }
+    if !done {
+        if !out.is_empty() && !out.ends_with('\n') {
+            out.push('\n');
+        }
+        out.push('\n');
+        out.push_str(&header);
+        out.push('\n');
+        out.push_str(body.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+/// A temporary change of [`JOBSCOPE_TOML`]; the original is put back when the guard is
+/// dropped (also on a failed test), and by the next [`ClusterGuard::acquire`] if the test
+/// process was killed. Hold it inside a [`ClusterGuard`]: new job steps, epilogs and the CLI
+/// read the config afresh, so it applies to every job submitted while it is held.
+pub struct ConfigSectionGuard {
+    original: Option<String>,
+    restored: bool,
+}
+
+impl ConfigSectionGuard {
+    /// Sets table `[name]` of the config to `body` (replacing the table or appending it).
+    pub fn set_section(name: &str, body: &str) -> Result<ConfigSectionGuard> {
+        let original = match fs::read_to_string(JOBSCOPE_TOML) {
+            Ok(s) => Some(s),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => return Err(anyhow!(e).context(format!("cannot read {JOBSCOPE_TOML}"))),
+        };
+        let g = ConfigSectionGuard {
+            original: original.clone(),
+            restored: false,
+        };
+        g.change(name, body)?;
+        Ok(g)
+    }
+
+    /// Sets (another) table while the guard is held; the drop still restores the original.
+    pub fn change(&self, name: &str, body: &str) -> Result<()> {
+        if let Some(o) = &self.original {
+            if !Path::new(JOBSCOPE_TOML_BACKUP).exists() {
+                write_atomic(Path::new(JOBSCOPE_TOML_BACKUP), o, 0o600)?;
+            }
+        }
+        let cur = fs::read_to_string(JOBSCOPE_TOML).unwrap_or_default();
+        let cur = match cur.strip_prefix(SECTION_GUARD_MARK) {
+            Some(rest) => rest.split_once('\n').map_or("", |x| x.1).to_string(),
+            None => cur,
+        };
+        let new = format!(
+            "{SECTION_GUARD_MARK}; the original is restored after the test\n{}",
+            replace_toml_section(&cur, name, body)
+        );
+        write_atomic(Path::new(JOBSCOPE_TOML), &new, 0o644)
+    }
+
+    /// The config as it is now.
+    pub fn current() -> Result<String> {
+        fs::read_to_string(JOBSCOPE_TOML).with_context(|| format!("cannot read {JOBSCOPE_TOML}"))
+    }
+
+    /// Restores now (also done on drop).
+    pub fn restore(mut self) -> Result<()> {
+        self.restore_inner()
+    }
+
+    fn restore_inner(&mut self) -> Result<()> {
+        if self.restored {
+            return Ok(());
+        }
+        self.restored = true;
+        match self.original.take() {
+            Some(s) => write_atomic(Path::new(JOBSCOPE_TOML), &s, 0o644)?,
+            None => match fs::remove_file(JOBSCOPE_TOML) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
+                _ => {}
+            },
+        }
+        match fs::remove_file(JOBSCOPE_TOML_BACKUP) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e.into()),
+            _ => Ok(()),
+        }
+    }
+}
+
+impl Drop for ConfigSectionGuard {
+    fn drop(&mut self) {
+        if let Err(e) = self.restore_inner() {
+            eprintln!("cluster-tests: cannot restore {JOBSCOPE_TOML}: {e:#}");
+        }
+    }
+}
+
+// ------------------------------------------------------------------ logs
+
+/// A position in a log file; [`LogMark::since`] gives what was appended after it.
+#[derive(Debug, Clone)]
+pub struct LogMark {
+    pub path: PathBuf,
+    offset: u64,
+}
+
+impl LogMark {
+    pub fn now(path: impl Into<PathBuf>) -> LogMark {
+        let path = path.into();
+        let offset = fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+        LogMark { path, offset }
+    }
+
+    /// The text appended since the mark (all of the file if it shrank: rotated).
+    pub fn since(&self) -> Result<String> {
+        let bytes =
+            fs::read(&self.path).with_context(|| format!("cannot read {}", self.path.display()))?;
+        let from = if (bytes.len() as u64) < self.offset {
+            0
+        } else {
+            self.offset as usize
+        };
+        Ok(String::from_utf8_lossy(&bytes[from..]).into_owned())
+    }
+}
+
+/// The slurmd log file of NODE (`slurmd-<node>.log` in the 2-node mode, else `slurmd.log`).
+pub fn slurmd_log(node: &str) -> PathBuf {
+    let per_node = PathBuf::from(format!("/var/log/slurm/slurmd-{node}.log"));
+    if nodes().map(|n| n.len() > 1).unwrap_or(false) && per_node.exists() {
+        per_node
+    } else {
+        PathBuf::from("/var/log/slurm/slurmd.log")
+    }
+}
+
 // ------------------------------------------------------------------ jobs
 
 /// A fresh directory owned by USER (mode 0755) below [`WORK_BASE`]; kept after the test.
@@ -504,6 +695,12 @@ pub fn user_work_dir(user: &str) -> Result<PathBuf> {
 /// file `slurm-<id>.out` lands there; read it with [`job_output`]). SCRIPT is written to
 /// `job.sh` in that directory; pass `""` to submit without a script (with `--wrap`).
 pub fn submit(user: &str, sbatch_args: &[&str], script: &str) -> Result<u32> {
+    let args: Vec<OsString> = sbatch_args.iter().map(OsString::from).collect();
+    submit_os(user, &args, script)
+}
+
+/// [`submit`] with arguments that need not be UTF-8 (e.g. `-J` with invalid bytes).
+pub fn submit_os(user: &str, sbatch_args: &[OsString], script: &str) -> Result<u32> {
     require_root()?;
     let u = user_info(user)?;
     let dir = user_work_dir(user)?;
@@ -666,9 +863,114 @@ pub fn wait_for<T>(
     }
 }
 
+/// One job record as `squeue` lists it (`-r`: array tasks one per line, pending ones included).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueRecord {
+    pub job_id: u32,
+    /// The array's id (`%F`; the job's own id when it is not an array task).
+    pub array_job_id: u32,
+    /// `%K`: the task index, `None` for a job that is no array task (or a pending range like `3-5`).
+    pub array_task_id: Option<u32>,
+    pub state: String,
+}
+
+/// `squeue -h -r -t all -j ID` as records. Unlike [`job_info`] this never prints the job name,
+/// so it works for jobs whose name holds a newline.
+pub fn queue_records(id: u32) -> Result<Vec<QueueRecord>> {
+    let out = slurm_cmd(
+        "squeue",
+        &[
+            "-h",
+            "-r",
+            "-t",
+            "all",
+            "-j",
+            &id.to_string(),
+            "-o",
+            "%A|%F|%K|%T",
+        ],
+    )?;
+    let mut v = Vec::new();
+    for line in out.lines().filter(|l| !l.trim().is_empty()) {
+        let f: Vec<&str> = line.trim().split('|').collect();
+        ensure!(f.len() == 4, "unexpected squeue line {line:?}");
+        v.push(QueueRecord {
+            job_id: f[0]
+                .parse()
+                .with_context(|| format!("squeue line {line:?}"))?,
+            array_job_id: f[1]
+                .parse()
+                .with_context(|| format!("squeue line {line:?}"))?,
+            array_task_id: f[2].parse().ok(),
+            state: f[3].to_string(),
+        });
+    }
+    Ok(v)
+}
+
+/// [`wait_job`] through `squeue` ([`queue_records`]): for jobs with hostile names.
+pub fn wait_job_squeue(id: u32, timeout: Duration) -> Result<String> {
+    let what = format!("job {id} to finish");
+    let mut last = String::new();
+    let r = wait_for(&what, timeout, || match queue_records(id) {
+        Ok(v) => {
+            let r = v.into_iter().find(|r| r.job_id == id)?;
+            last = r.state.clone();
+            TERMINAL_STATES
+                .contains(&r.state.as_str())
+                .then_some(r.state)
+        }
+        Err(e) => {
+            last = format!("{e:#}");
+            None
+        }
+    });
+    r.with_context(|| format!("last seen: {last}"))
+}
+
+/// Waits until job array ARRAY_ID has N tasks, all in a terminal state (and so past their
+/// epilogs); returns them sorted by task index.
+pub fn wait_array(array_id: u32, n: usize, timeout: Duration) -> Result<Vec<QueueRecord>> {
+    let mut last = Vec::new();
+    let r = wait_for(
+        &format!("the {n} tasks of job array {array_id}"),
+        timeout,
+        || {
+            let mut v: Vec<QueueRecord> = queue_records(array_id)
+                .ok()?
+                .into_iter()
+                .filter(|r| r.array_job_id == array_id)
+                .collect();
+            v.sort_by_key(|r| r.array_task_id);
+            last = v.clone();
+            (v.len() == n
+                && v.iter().all(|r| {
+                    r.array_task_id.is_some() && TERMINAL_STATES.contains(&r.state.as_str())
+                }))
+            .then_some(v)
+        },
+    );
+    r.with_context(|| format!("last seen: {last:?}"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn toml_section_is_replaced_or_appended() {
+        let t = "# c\n[sampler]\ncadence_s = 5\n\n[gpu]\nenabled = false\n\n[mail]\nfrom = \"x\"\n";
+        let r = replace_toml_section(t, "gpu", "nvml_lib_path = \"/x.so\"\n");
+        assert_eq!(
+            r,
+            "# c\n[sampler]\ncadence_s = 5\n\n[gpu]\nnvml_lib_path = \"/x.so\"\n\n[mail]\nfrom = \"x\"\n"
+        );
+        let r = replace_toml_section("[sampler]\ncadence_s = 5", "gpu", "a = 1");
+        assert_eq!(r, "[sampler]\ncadence_s = 5\n\n[gpu]\na = 1\n");
+        // [gpu.x] is another table: kept.
+        let r = replace_toml_section("[gpu.x]\nb = 2\n", "gpu", "a = 1");
+        assert_eq!(r, "[gpu.x]\nb = 2\n\n[gpu]\na = 1\n");
+    }
 
     #[test]
     fn parses_scontrol_records() {
