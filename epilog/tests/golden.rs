@@ -30,7 +30,6 @@ fn report(case: &str) -> String {
     let dir = testdata().join("recorded").join(case);
     let squeue = std::fs::read_to_string(dir.join("squeue.json"))
         .unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
-    let v: serde_json::Value = serde_json::from_str(&squeue).unwrap();
     let job_id: u32 = std::fs::read_to_string(dir.join("job_id"))
         .unwrap()
         .trim()
@@ -85,7 +84,6 @@ fn report(case: &str) -> String {
         generator: "golden".into(),
     });
     s.analysis = Some(analyze(&s, &config().report));
-    jobscope_core::summary::json_schema();
     render_text(&s, false).unwrap()
 }
 
