@@ -159,33 +159,19 @@ impl GpuBucket {
     }
 }
 
-/// Regroups `buckets` (in time order) into at most `target` buckets, as [`crate::spool::thin`]
-/// does for the cgroup series: by sample count, gauges merged (peaks and means kept).
+impl crate::spool::thin::Mergeable for GpuBucket {
+    fn samples(&self) -> u32 {
+        self.n
+    }
+    fn absorb_next(&mut self, next: &Self) {
+        self.absorb(next)
+    }
+}
+
+/// Regroups `buckets` into at most `target` buckets: the cgroup series' thinning
+/// ([`crate::spool::thin::thin`]), by sample count, gauges merged (peaks and means kept).
 pub fn thin(buckets: &[GpuBucket], target: usize) -> Vec<GpuBucket> {
-    let target = target.max(1);
-    if buckets.len() <= target {
-        return buckets.to_vec();
-    }
-    let total: u64 = buckets.iter().map(|b| b.n.max(1) as u64).sum();
-    let mut per_group = total.div_ceil(target as u64).max(1);
-    loop {
-        let mut out: Vec<GpuBucket> = Vec::new();
-        let mut acc: Option<GpuBucket> = None;
-        for b in buckets {
-            match acc.as_mut() {
-                None => acc = Some(b.clone()),
-                Some(a) => a.absorb(b),
-            }
-            if acc.as_ref().is_some_and(|a| a.n as u64 >= per_group) {
-                out.extend(acc.take());
-            }
-        }
-        out.extend(acc);
-        if out.len() <= target {
-            return out;
-        }
-        per_group = per_group.saturating_mul(2);
-    }
+    crate::spool::thin::thin(buckets, target)
 }
 
 fn put_gauge(out: &mut Vec<u8>, g: &Gauge) {

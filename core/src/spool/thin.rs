@@ -7,13 +7,29 @@
 
 use super::Bucket;
 
+/// A series point that thinning can merge: how many raw samples it holds, and how to absorb the
+/// point that follows it. Implemented by the cgroup series' [`Bucket`] and the GPU series' bucket.
+pub trait Mergeable: Clone {
+    fn samples(&self) -> u32;
+    fn absorb_next(&mut self, next: &Self);
+}
+
+impl Mergeable for Bucket {
+    fn samples(&self) -> u32 {
+        self.n
+    }
+    fn absorb_next(&mut self, next: &Self) {
+        self.absorb(next)
+    }
+}
+
 /// Regroups `buckets` (in time order) into at most `target` buckets (`target >= 1`).
-pub fn thin(buckets: &[Bucket], target: usize) -> Vec<Bucket> {
+pub fn thin<T: Mergeable>(buckets: &[T], target: usize) -> Vec<T> {
     let target = target.max(1);
     if buckets.len() <= target {
         return buckets.to_vec();
     }
-    let total: u64 = buckets.iter().map(|b| b.n.max(1) as u64).sum();
+    let total: u64 = buckets.iter().map(|b| b.samples().max(1) as u64).sum();
     let mut per_group = total.div_ceil(target as u64).max(1);
     loop {
         let out = group(buckets, per_group);
@@ -24,15 +40,18 @@ pub fn thin(buckets: &[Bucket], target: usize) -> Vec<Bucket> {
     }
 }
 
-fn group(buckets: &[Bucket], per_group: u64) -> Vec<Bucket> {
-    let mut out: Vec<Bucket> = Vec::new();
-    let mut acc: Option<Bucket> = None;
+fn group<T: Mergeable>(buckets: &[T], per_group: u64) -> Vec<T> {
+    let mut out: Vec<T> = Vec::new();
+    let mut acc: Option<T> = None;
     for b in buckets {
         match acc.as_mut() {
             None => acc = Some(b.clone()),
-            Some(a) => a.absorb(b),
+            Some(a) => a.absorb_next(b),
         }
-        if acc.as_ref().is_some_and(|a| a.n as u64 >= per_group) {
+        if acc
+            .as_ref()
+            .is_some_and(|a| a.samples() as u64 >= per_group)
+        {
             out.extend(acc.take());
         }
     }
