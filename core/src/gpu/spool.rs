@@ -24,14 +24,13 @@
 
 use super::assign::SelectionSource;
 use super::GpuIdentity;
-use crate::fsutil::{create_new, io_err, open_append, write_atomic, FsError};
-use crate::spool::codec::{end_frame, event_frame, file_start, frame, get_varint, put_varint};
+use crate::fsutil::FsError;
+use crate::spool::codec::{frame, get_varint, put_varint};
 use crate::spool::codec::{read_prologue, Frames};
+use crate::spool::writer::SeriesWriter;
 use crate::spool::{End, Event, Gauge, Header, SpoolError, KIND_END, KIND_EVENT};
 use serde::{Deserialize, Serialize};
-use std::fs::File;
-use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 pub const GPU_FILE_NAME: &str = "gpu.jsc";
 /// The `series` of `gpu.jsc`'s header.
@@ -386,20 +385,17 @@ impl Default for GpuLimits {
     }
 }
 
-/// Appends to `gpu.jsc`; thins and rewrites atomically past its bounds (like
-/// [`crate::spool::writer::SeriesWriter`]).
+impl crate::spool::writer::SeriesRecord for GpuBucket {
+    fn frame(&self) -> Vec<u8> {
+        gpu_bucket_frame(self)
+    }
+}
+
+/// Appends to `gpu.jsc`: the spool's bounded series writer
+/// ([`crate::spool::writer::SeriesWriter`]) holding GPU buckets, with the device list as the
+/// frame kept after the header.
 pub struct GpuWriter {
-    dir: PathBuf,
-    name: String,
-    path: PathBuf,
-    file: Option<File>,
-    header: Header,
-    info: Option<GpuInfo>,
-    buckets: Vec<GpuBucket>,
-    events: Vec<Event>,
-    bytes: u64,
-    limits: GpuLimits,
-    pub thinnings: u32,
+    inner: SeriesWriter<GpuBucket>,
 }
 
 impl GpuWriter {
@@ -411,133 +407,53 @@ impl GpuWriter {
         limits: GpuLimits,
     ) -> Result<Self, FsError> {
         header.series = GPU_SERIES.to_string();
-        let path = dir.join(name);
-        let mut f = create_new(&path, 0o600)?;
-        let start = file_start(&header);
-        f.write_all(&start).map_err(io_err(&path))?;
+        let limits = crate::spool::writer::Limits {
+            max_bytes: limits.max_bytes,
+            max_buckets: limits.max_buckets,
+        };
         Ok(GpuWriter {
-            dir: dir.to_path_buf(),
-            name: name.to_string(),
-            path,
-            file: Some(f),
-            header,
-            info: None,
-            buckets: vec![],
-            events: vec![],
-            bytes: start.len() as u64,
-            limits,
-            thinnings: 0,
+            inner: SeriesWriter::create(dir, name, header, limits)?,
         })
     }
 
     pub fn path(&self) -> &Path {
-        &self.path
+        self.inner.path()
     }
     pub fn bytes(&self) -> u64 {
-        self.bytes
+        self.inner.bytes()
     }
     pub fn buckets(&self) -> &[GpuBucket] {
-        &self.buckets
+        self.inner.buckets()
+    }
+    pub fn thinnings(&self) -> u32 {
+        self.inner.thinnings
     }
 
     pub fn set_info(&mut self, info: GpuInfo) -> Result<(), FsError> {
-        let fr = gpu_info_frame(&info);
-        self.info = Some(info);
-        self.append(&fr)
+        self.inner.set_prologue(gpu_info_frame(&info))
     }
 
     pub fn push(&mut self, b: GpuBucket) -> Result<(), FsError> {
-        let fr = gpu_bucket_frame(&b);
-        self.buckets.push(b);
-        if self.bytes + fr.len() as u64 > self.limits.max_bytes
-            || self.buckets.len() > self.limits.max_buckets
-        {
-            return self.compact();
-        }
-        self.append(&fr)
+        self.inner.push(b)
     }
 
     pub fn event(&mut self, e: Event) -> Result<(), FsError> {
-        if self.events.len() >= MAX_GPU_EVENTS {
-            return Ok(());
-        }
-        let fr = event_frame(&e);
-        self.events.push(e);
-        self.append(&fr)
+        self.inner.event(e)
     }
 
     pub fn end(&mut self, e: &End) -> Result<(), FsError> {
-        self.append(&end_frame(e))?;
-        if let Some(f) = self.file.as_ref() {
-            f.sync_data().map_err(io_err(&self.path))?;
-        }
-        Ok(())
+        self.inner.end(e)
     }
 
     pub fn flush(&mut self) -> Result<(), FsError> {
-        match self.file.as_ref() {
-            Some(f) => f.sync_data().map_err(io_err(&self.path)),
-            None => Ok(()),
-        }
-    }
-
-    fn append(&mut self, fr: &[u8]) -> Result<(), FsError> {
-        if self.file.is_none() {
-            return self.rewrite();
-        }
-        let f = self.file.as_mut().expect("checked");
-        if let Err(e) = f.write_all(fr) {
-            self.file = None;
-            return Err(FsError::Io {
-                path: self.path.clone(),
-                source: e,
-            });
-        }
-        self.bytes += fr.len() as u64;
-        Ok(())
-    }
-
-    fn encoded(&self) -> Vec<u8> {
-        let mut bytes = file_start(&self.header);
-        if let Some(i) = &self.info {
-            bytes.extend(gpu_info_frame(i));
-        }
-        for e in &self.events {
-            bytes.extend(event_frame(e));
-        }
-        for b in &self.buckets {
-            bytes.extend(gpu_bucket_frame(b));
-        }
-        bytes
-    }
-
-    fn compact(&mut self) -> Result<(), FsError> {
-        self.buckets = thin(&self.buckets, (self.buckets.len() / 2).max(1));
-        self.thinnings += 1;
-        loop {
-            let size = self.encoded().len() as u64;
-            if size <= self.limits.max_bytes * 3 / 4 || self.buckets.len() <= 2 {
-                break;
-            }
-            self.buckets = thin(&self.buckets, (self.buckets.len() / 2).max(1));
-            self.thinnings += 1;
-        }
-        self.rewrite()
-    }
-
-    fn rewrite(&mut self) -> Result<(), FsError> {
-        let bytes = self.encoded();
-        self.file = None;
-        write_atomic(&self.dir, &self.name, &bytes, 0o600, None)?;
-        self.bytes = bytes.len() as u64;
-        self.file = Some(open_append(&self.path)?);
-        Ok(())
+        self.inner.flush()
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::spool::codec::{end_frame, event_frame, file_start};
     use crate::spool::FORMAT_VERSION;
     use proptest::prelude::*;
 

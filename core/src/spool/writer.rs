@@ -6,7 +6,7 @@
 //! sampling in memory: the job itself is never affected.
 
 use super::codec::{bucket_frame, end_frame, event_frame, file_start};
-use super::thin::thin;
+use super::thin::{thin, Mergeable};
 use super::*;
 use crate::fsutil::{create_new, io_err, open_append, write_atomic, FsError};
 use std::fs::File;
@@ -27,21 +27,36 @@ impl Default for Limits {
     }
 }
 
-pub struct SeriesWriter {
+/// A record a bounded series holds: it can be thinned ([`Mergeable`]) and framed for the file.
+pub trait SeriesRecord: Mergeable {
+    fn frame(&self) -> Vec<u8>;
+}
+
+impl SeriesRecord for Bucket {
+    fn frame(&self) -> Vec<u8> {
+        bucket_frame(self)
+    }
+}
+
+/// The bounded, append-only, self-thinning series file: the cgroup series (`job.jsc`,
+/// `SeriesWriter<Bucket>`) and the GPU series (`gpu.jsc`, see `crate::gpu::spool`) share it.
+pub struct SeriesWriter<B: SeriesRecord = Bucket> {
     dir: PathBuf,
     name: String,
     path: PathBuf,
     file: Option<File>,
     header: Header,
-    buckets: Vec<Bucket>,
+    /// A frame rewritten right after the header (the GPU series' device list), if any.
+    prologue: Option<Vec<u8>>,
+    buckets: Vec<B>,
     events: Vec<Event>,
     bytes: u64,
     limits: Limits,
-    /// Samples per bucket currently appended raw samples are merged to (grows with thinning).
+    /// How many times the series was thinned.
     pub thinnings: u32,
 }
 
-impl SeriesWriter {
+impl<B: SeriesRecord> SeriesWriter<B> {
     /// Creates `dir/name` with the header. The file must not exist yet (`O_EXCL`, no symlink following).
     pub fn create(dir: &Path, name: &str, header: Header, limits: Limits) -> Result<Self, FsError> {
         let path = dir.join(name);
@@ -56,6 +71,7 @@ impl SeriesWriter {
             file: Some(f),
             bytes: start.len() as u64,
             header,
+            prologue: None,
             buckets: Vec::new(),
             events: Vec::new(),
             limits,
@@ -69,13 +85,19 @@ impl SeriesWriter {
     pub fn bytes(&self) -> u64 {
         self.bytes
     }
-    pub fn buckets(&self) -> &[Bucket] {
+    pub fn buckets(&self) -> &[B] {
         &self.buckets
     }
 
+    /// Sets (or replaces) the frame kept right after the header; appended now, kept on rewrites.
+    pub fn set_prologue(&mut self, frame: Vec<u8>) -> Result<(), FsError> {
+        self.prologue = Some(frame.clone());
+        self.append(&frame)
+    }
+
     /// Appends one bucket (normally one raw sample). Thins and rewrites when a bound is reached.
-    pub fn push(&mut self, b: Bucket) -> Result<(), FsError> {
-        let fr = bucket_frame(&b);
+    pub fn push(&mut self, b: B) -> Result<(), FsError> {
+        let fr = b.frame();
         self.buckets.push(b);
         if self.bytes + fr.len() as u64 > self.limits.max_bytes
             || self.buckets.len() > self.limits.max_buckets
@@ -133,7 +155,7 @@ impl SeriesWriter {
         self.thinnings += 1;
         // If the byte budget is still exceeded after halving (huge events), keep halving.
         loop {
-            let size = self.encoded_size();
+            let size = self.encoded().len() as u64;
             if size <= self.limits.max_bytes * 3 / 4 || self.buckets.len() <= 2 {
                 break;
             }
@@ -143,29 +165,22 @@ impl SeriesWriter {
         self.rewrite()
     }
 
-    fn encoded_size(&self) -> u64 {
-        let mut n = file_start(&self.header).len() as u64;
-        n += self
-            .buckets
-            .iter()
-            .map(|b| bucket_frame(b).len() as u64)
-            .sum::<u64>();
-        n += self
-            .events
-            .iter()
-            .map(|e| event_frame(e).len() as u64)
-            .sum::<u64>();
-        n
-    }
-
-    fn rewrite(&mut self) -> Result<(), FsError> {
+    fn encoded(&self) -> Vec<u8> {
         let mut bytes = file_start(&self.header);
+        if let Some(p) = &self.prologue {
+            bytes.extend_from_slice(p);
+        }
         for b in &self.buckets {
-            bytes.extend(bucket_frame(b));
+            bytes.extend(b.frame());
         }
         for e in &self.events {
             bytes.extend(event_frame(e));
         }
+        bytes
+    }
+
+    fn rewrite(&mut self) -> Result<(), FsError> {
+        let bytes = self.encoded();
         self.file = None;
         write_atomic(&self.dir, &self.name, &bytes, 0o600, None)?;
         self.bytes = bytes.len() as u64;
@@ -289,7 +304,10 @@ mod tests {
     fn refuses_existing_file_or_symlink() {
         let d = tempfile::tempdir().unwrap();
         std::os::unix::fs::symlink("/etc/passwd", d.path().join("job.jsc")).unwrap();
-        assert!(SeriesWriter::create(d.path(), "job.jsc", header(), Limits::default()).is_err());
+        assert!(
+            SeriesWriter::<Bucket>::create(d.path(), "job.jsc", header(), Limits::default())
+                .is_err()
+        );
     }
 
     #[test]
