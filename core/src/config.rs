@@ -9,7 +9,7 @@ pub const DEFAULT_CONFIG_PATH: &str = "/etc/jobscope/jobscope.toml";
 /// A config file larger than this is refused (it is read by root inside slurmstepd).
 const MAX_CONFIG_BYTES: u64 = 256 * 1024;
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
     pub paths: Paths,
@@ -323,19 +323,6 @@ impl Default for Report {
             near_oom_pct: 90.0,
             min_elapsed_for_advice_s: 60,
             idle_phase_min_s: 600,
-        }
-    }
-}
-
-impl Default for Config {
-    fn default() -> Self {
-        Config {
-            paths: Paths::default(),
-            sampler: Sampler::default(),
-            archive: Archive::default(),
-            report: Report::default(),
-            mail: Mail::default(),
-            gpu: Gpu::default(),
         }
     }
 }

@@ -1,3 +1,4 @@
+#![allow(clippy::manual_is_multiple_of)] // `is_multiple_of` needs Rust 1.87; the workspace builds with 1.85
 //! jobscope-core: everything the SPANK plugin and the epilog binaries share.
 //!
 //! Layout (one obvious place per concern):

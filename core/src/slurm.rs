@@ -51,7 +51,7 @@ pub fn expand_hostlist(s: &str) -> Option<Vec<String>> {
             ']' => depth -= 1,
             _ => {}
         }
-        if depth < 0 || depth > 1 {
+        if !(0..=1).contains(&depth) {
             return None;
         }
         if c == ',' && depth == 0 {

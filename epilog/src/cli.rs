@@ -112,7 +112,7 @@ fn caller_uid() -> u32 {
     unsafe { libc::getuid() }
 }
 
-fn load_config(path: &PathBuf) -> Result<Config> {
+fn load_config(path: &std::path::Path) -> Result<Config> {
     Config::load(path).map_err(|e| anyhow::anyhow!("{e}"))
 }
 

@@ -453,7 +453,7 @@ impl GpuWriter {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::spool::codec::{end_frame, event_frame, file_start};
+    use crate::spool::codec::file_start;
     use crate::spool::FORMAT_VERSION;
     use proptest::prelude::*;
 
