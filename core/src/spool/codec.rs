@@ -240,47 +240,15 @@ impl<'a> Iterator for Frames<'a> {
 /// error: the valid prefix is what the job produced before the writer died. Only a file whose header
 /// cannot be read is an error.
 pub fn decode_file(buf: &[u8], path: &Path) -> Result<SpoolFile, SpoolError> {
-    let path_buf = || path.to_path_buf();
-    if buf.len() < 6 || &buf[..4] != MAGIC {
-        return Err(SpoolError::BadMagic { path: path_buf() });
-    }
-    let version = u16::from_le_bytes([buf[4], buf[5]]);
-    if version != FORMAT_VERSION {
-        return Err(SpoolError::Version {
-            path: path_buf(),
-            found: version,
-        });
-    }
-    let (kind, payload, mut pos) =
-        next_frame(buf, 6).ok_or(SpoolError::BadHeader { path: path_buf() })?;
-    if kind != KIND_HEADER {
-        return Err(SpoolError::BadHeader { path: path_buf() });
-    }
-    let header: Header =
-        serde_json::from_slice(payload).map_err(|_| SpoolError::BadHeader { path: path_buf() })?;
-    let mut out = SpoolFile {
-        header,
-        buckets: vec![],
-        events: vec![],
-        end: None,
-        torn: false,
-        valid_bytes: 0,
-    };
-    while pos < buf.len() {
-        let Some((kind, payload, next)) = next_frame(buf, pos) else {
-            out.torn = true;
-            break;
-        };
+    let (header, start) = read_prologue(buf, path)?;
+    let mut out = SpoolFile { header, buckets: vec![], events: vec![], end: None, torn: false, valid_bytes: 0 };
+    let mut frames = Frames::new(buf, start);
+    let mut valid = start;
+    while let Some((kind, payload)) = frames.next() {
         let ok = match kind {
-            KIND_BUCKET => decode_bucket(payload)
-                .map(|b| out.buckets.push(b))
-                .is_some(),
-            KIND_EVENT => serde_json::from_slice(payload)
-                .map(|e| out.events.push(e))
-                .is_ok(),
-            KIND_END => serde_json::from_slice(payload)
-                .map(|e| out.end = Some(e))
-                .is_ok(),
+            KIND_BUCKET => decode_bucket(payload).map(|b| out.buckets.push(b)).is_some(),
+            KIND_EVENT => serde_json::from_slice(payload).map(|e| out.events.push(e)).is_ok(),
+            KIND_END => serde_json::from_slice(payload).map(|e| out.end = Some(e)).is_ok(),
             // An unknown kind from a newer writer: skip it, the CRC says it is intact.
             _ => true,
         };
@@ -288,9 +256,10 @@ pub fn decode_file(buf: &[u8], path: &Path) -> Result<SpoolFile, SpoolError> {
             out.torn = true;
             break;
         }
-        pos = next;
+        valid = frames.pos();
     }
-    out.valid_bytes = pos as u64;
+    out.torn |= frames.torn();
+    out.valid_bytes = valid as u64;
     Ok(out)
 }
 
