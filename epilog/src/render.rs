@@ -8,7 +8,7 @@
 
 use handlebars::Handlebars;
 use jobscope_core::summary::{JobSummary, NodeSummary, Point};
-use serde_json::{json, Value};
+use serde_json::{json, Map, Value};
 
 pub const TEXT_TEMPLATE: &str = include_str!("../../report-templates/report.txt.hbs");
 
@@ -133,41 +133,56 @@ fn node_view(n: &NodeSummary, width: usize) -> Value {
         .or(n.alloc_mem_bytes)
         .map(|m| m as f64)
         .unwrap_or_else(|| mem.iter().flatten().cloned().fold(1.0, f64::max));
-    json!({
+    let mut v = json!({
         "name": clean(&n.node, 64),
+        "cpu_spark": sparkline(&busy, cores, width),
+        "mem_spark": sparkline(&mem, mem_max, width),
+    });
+    merge(&mut v, node_figures(n, usize::MAX));
+    v
+}
+
+fn or_na(v: Option<String>) -> String {
+    v.unwrap_or_else(|| "n/a".into())
+}
+
+/// Adds `extra`'s fields to the object `v`.
+pub fn merge(v: &mut Value, extra: Map<String, Value>) {
+    if let Some(o) = v.as_object_mut() {
+        o.extend(extra);
+    }
+}
+
+/// The formatted figures of one node that every report view shows (text report, HTML mail),
+/// with at most `max_steps` step rows.
+pub fn node_figures(n: &NodeSummary, max_steps: usize) -> Map<String, Value> {
+    let v = json!({
+        "cores": or_na(n.alloc_cores.map(|c| c.to_string())),
         "cpu_time": fmt_secs(n.cpu.usage_s),
         "cpu_efficiency": fmt_pct(n.cpu_efficiency_pct),
         "mem_peak": fmt_bytes(n.mem.peak_bytes),
-        "cores": n.alloc_cores.map(|c| c.to_string()).unwrap_or_else(|| "n/a".into()),
-        "cpu_spark": sparkline(&busy, cores, width),
-        "mem_spark": sparkline(&mem, mem_max, width),
         "samples": n.quality.samples,
-        "steps": n.steps.iter().map(|s| json!({
+        "steps": n.steps.iter().take(max_steps).map(|s| json!({
             "name": clean(&s.step, 32),
-            "elapsed": s.elapsed_s.map(fmt_duration).unwrap_or_else(|| "n/a".into()),
+            "elapsed": or_na(s.elapsed_s.map(fmt_duration)),
             "cpu_time": fmt_secs(s.cpu_s),
             "mem_peak": fmt_bytes(s.mem_peak_bytes),
-            "exit": s.exit_status.map(|e| e.to_string()).unwrap_or_else(|| "n/a".into()),
+            "exit": or_na(s.exit_status.map(|e| e.to_string())),
         })).collect::<Vec<_>>(),
-    })
+    });
+    match v {
+        Value::Object(m) => m,
+        _ => unreachable!("json! object"),
+    }
 }
 
-/// The view model of the text report.
-pub fn view(s: &JobSummary) -> Value {
-    let width = 48;
-    let a = s.analysis.clone().unwrap_or_default();
-    json!({
-        "job_id": s.job_id,
-        "name": clean(s.name.as_deref().unwrap_or("(unknown)"), 120),
-        "user": clean(s.user.as_deref().unwrap_or("(unknown)"), 64),
-        "cluster": clean(s.cluster.as_deref().unwrap_or("-"), 64),
-        "partition": clean(s.partition.as_deref().unwrap_or("-"), 64),
-        "state": clean(&s.state, 32),
-        "state_reason": s.state_reason.as_deref().map(|r| clean(r, 200)).unwrap_or_default(),
+/// The formatted job figures every report view shows (text report, HTML mail): one place, so the
+/// text and HTML parts of a mail cannot disagree.
+pub fn job_figures(s: &JobSummary) -> Map<String, Value> {
+    let v = json!({
         "elapsed": fmt_duration(s.elapsed_s),
-        "time_limit": s.alloc.time_limit_s.map(|t| format!("of a {} limit", fmt_duration(t as f64))).unwrap_or_else(|| "no time limit".into()),
         "nodes_count": s.alloc.nodes,
-        "cores": s.alloc.cores.map(|c| c.to_string()).unwrap_or_else(|| "n/a".into()),
+        "cores": or_na(s.alloc.cores.map(|c| c.to_string())),
         "mem_alloc": fmt_bytes(s.alloc.mem_per_node_bytes),
         // SLURM_JOB_GPUS lists gres indices ("0,1"): say how many, then which.
         "gpus_alloc": s.alloc.gpus.as_deref().filter(|g| !g.is_empty()).map(|g| match jobscope_core::slurm::cpulist_count(g) {
@@ -183,14 +198,34 @@ pub fn view(s: &JobSummary) -> Value {
         "mem_rss": fmt_bytes(s.mem.rss_peak_bytes),
         "mem_cache": fmt_bytes(s.mem.cache_peak_bytes),
         "mem_shmem": fmt_bytes(s.mem.shmem_peak_bytes),
-        "oom_kills": s.mem.oom_kill_events.map(|o| o.to_string()).unwrap_or_else(|| "n/a".into()),
+        "oom_kills": or_na(s.mem.oom_kill_events.map(|o| o.to_string())),
         "time_efficiency": fmt_pct(s.efficiency.time_pct),
         "io_read": fmt_bytes(s.io.read_bytes),
         "io_write": fmt_bytes(s.io.write_bytes),
-        "io_peak": s.io.peak_bytes_per_s.map(|r| format!("{}/s", fmt_bytes(Some(r as u64)))).unwrap_or_else(|| "n/a".into()),
-        "io_source": s.io.source.clone().unwrap_or_else(|| "n/a".into()),
+        "io_peak": or_na(s.io.peak_bytes_per_s.map(|r| format!("{}/s", fmt_bytes(Some(r as u64))))),
         "samples": s.samples,
         "partial": s.partial,
+    });
+    match v {
+        Value::Object(m) => m,
+        _ => unreachable!("json! object"),
+    }
+}
+
+/// The view model of the text report.
+pub fn view(s: &JobSummary) -> Value {
+    let width = 48;
+    let a = s.analysis.clone().unwrap_or_default();
+    let mut v = json!({
+        "job_id": s.job_id,
+        "name": clean(s.name.as_deref().unwrap_or("(unknown)"), 120),
+        "user": clean(s.user.as_deref().unwrap_or("(unknown)"), 64),
+        "cluster": clean(s.cluster.as_deref().unwrap_or("-"), 64),
+        "partition": clean(s.partition.as_deref().unwrap_or("-"), 64),
+        "state": clean(&s.state, 32),
+        "state_reason": s.state_reason.as_deref().map(|r| clean(r, 200)).unwrap_or_default(),
+        "time_limit": s.alloc.time_limit_s.map(|t| format!("of a {} limit", fmt_duration(t as f64))).unwrap_or_else(|| "no time limit".into()),
+        "io_source": s.io.source.clone().unwrap_or_else(|| "n/a".into()),
         "partial_reasons": s.partial_reasons.iter().map(|r| clean(r, 300)).collect::<Vec<_>>(),
         // Data-quality notes (a GPU that could not be identified, NVML timeouts, unreadable files).
         "notes": s.nodes.iter().flat_map(|n| n.quality.notes.iter().filter(|x| !x.contains("No such file")).take(10).map(move |x| clean(&format!("{}: {x}", n.node), 300))).collect::<Vec<_>>(),
@@ -235,7 +270,9 @@ pub fn view(s: &JobSummary) -> Value {
         "alloc_core_hours": fmt_hours(a.waste.core_hours_allocated),
         "waste_gb_hours": fmt_hours(a.waste.mem_gb_hours_wasted),
         "alloc_gb_hours": fmt_hours(a.waste.mem_gb_hours_allocated),
-    })
+    });
+    merge(&mut v, job_figures(s));
+    v
 }
 
 pub fn registry() -> Handlebars<'static> {

@@ -241,14 +241,27 @@ impl<'a> Iterator for Frames<'a> {
 /// cannot be read is an error.
 pub fn decode_file(buf: &[u8], path: &Path) -> Result<SpoolFile, SpoolError> {
     let (header, start) = read_prologue(buf, path)?;
-    let mut out = SpoolFile { header, buckets: vec![], events: vec![], end: None, torn: false, valid_bytes: 0 };
+    let mut out = SpoolFile {
+        header,
+        buckets: vec![],
+        events: vec![],
+        end: None,
+        torn: false,
+        valid_bytes: 0,
+    };
     let mut frames = Frames::new(buf, start);
     let mut valid = start;
     while let Some((kind, payload)) = frames.next() {
         let ok = match kind {
-            KIND_BUCKET => decode_bucket(payload).map(|b| out.buckets.push(b)).is_some(),
-            KIND_EVENT => serde_json::from_slice(payload).map(|e| out.events.push(e)).is_ok(),
-            KIND_END => serde_json::from_slice(payload).map(|e| out.end = Some(e)).is_ok(),
+            KIND_BUCKET => decode_bucket(payload)
+                .map(|b| out.buckets.push(b))
+                .is_some(),
+            KIND_EVENT => serde_json::from_slice(payload)
+                .map(|e| out.events.push(e))
+                .is_ok(),
+            KIND_END => serde_json::from_slice(payload)
+                .map(|e| out.end = Some(e))
+                .is_ok(),
             // An unknown kind from a newer writer: skip it, the CRC says it is intact.
             _ => true,
         };

@@ -22,7 +22,7 @@
 //! Content-IDs are built from node indexes, never from node names.
 
 use crate::charts;
-use crate::render::{clean, fmt_bytes, fmt_duration, fmt_pct, fmt_secs};
+use crate::render::{clean, fmt_duration};
 use handlebars::Handlebars;
 use jobscope_core::summary::{JobSummary, NodeSummary};
 use lettre::message::header::{self, ContentType, Header, HeaderName, HeaderValue};
@@ -443,34 +443,20 @@ fn chart_cids(i: usize) -> (String, String) {
     )
 }
 
-fn or_na(v: Option<String>) -> String {
-    v.unwrap_or_else(|| "n/a".into())
-}
-
 fn node_html_view(
     n: &NodeSummary,
     charts: (Option<&str>, Option<&str>),
     size: (u32, u32),
 ) -> Value {
-    json!({
+    let mut v = json!({
         "name": text(&n.node, 64),
-        "cores": or_na(n.alloc_cores.map(|c| c.to_string())),
-        "cpu_time": fmt_secs(n.cpu.usage_s),
-        "cpu_efficiency": fmt_pct(n.cpu_efficiency_pct),
-        "mem_peak": fmt_bytes(n.mem.peak_bytes),
-        "samples": n.quality.samples,
         "cpu_chart": charts.0,
         "mem_chart": charts.1,
         "chart_width": size.0,
         "chart_height": size.1,
-        "steps": n.steps.iter().take(200).map(|s| json!({
-            "name": text(&s.step, 32),
-            "elapsed": or_na(s.elapsed_s.map(fmt_duration)),
-            "cpu_time": fmt_secs(s.cpu_s),
-            "mem_peak": fmt_bytes(s.mem_peak_bytes),
-            "exit": or_na(s.exit_status.map(|e| e.to_string())),
-        })).collect::<Vec<_>>(),
-    })
+    });
+    crate::render::merge(&mut v, crate::render::node_figures(n, 200));
+    v
 }
 
 /// The view model of the HTML report. `charts[i]` holds node i's Content-IDs (or `None` where that
@@ -497,7 +483,7 @@ pub fn html_view(
         })
         .collect();
     let shown = charts.len().min(s.nodes.len());
-    json!({
+    let mut v = json!({
         "job_id": job_label(s),
         "name": text(s.name.as_deref().unwrap_or("(unknown)"), 120),
         "user": text(s.user.as_deref().unwrap_or("(unknown)"), 64),
@@ -507,29 +493,8 @@ pub fn html_view(
         "state": text(&s.state, 32),
         "state_ok": s.state == "COMPLETED",
         "state_reason": s.state_reason.as_deref().map(|r| text(r, 200)).unwrap_or_default(),
-        "elapsed": fmt_duration(s.elapsed_s),
         "time_limit": s.alloc.time_limit_s.map(|t| fmt_duration(t as f64)).unwrap_or_else(|| "no".into()),
-        "nodes_count": s.alloc.nodes,
-        "cores": or_na(s.alloc.cores.map(|c| c.to_string())),
-        "mem_alloc": fmt_bytes(s.alloc.mem_per_node_bytes),
-        "gpus": s.alloc.gpus.as_deref().map(|g| text(g, 64)).unwrap_or_else(|| "none".into()),
-        "cpu_time": fmt_secs(s.cpu.usage_s),
-        "cpu_user": fmt_secs(s.cpu.user_s),
-        "cpu_system": fmt_secs(s.cpu.system_s),
-        "cpu_efficiency": fmt_pct(s.efficiency.cpu_pct),
-        "mem_peak": fmt_bytes(s.mem.peak_bytes),
-        "mem_efficiency": fmt_pct(s.efficiency.mem_pct),
-        "mem_rss": fmt_bytes(s.mem.rss_peak_bytes),
-        "mem_cache": fmt_bytes(s.mem.cache_peak_bytes),
-        "mem_shmem": fmt_bytes(s.mem.shmem_peak_bytes),
-        "oom_kills": or_na(s.mem.oom_kill_events.map(|o| o.to_string())),
-        "time_efficiency": fmt_pct(s.efficiency.time_pct),
-        "io_read": fmt_bytes(s.io.read_bytes),
-        "io_write": fmt_bytes(s.io.write_bytes),
-        "io_peak": or_na(s.io.peak_bytes_per_s.map(|r| format!("{}/s", fmt_bytes(Some(r as u64))))),
         "io_source": text(s.io.source.as_deref().unwrap_or("n/a"), 16),
-        "samples": s.samples,
-        "partial": s.partial,
         "partial_reasons": s.partial_reasons.iter().take(50).map(|r| text(r, 300)).collect::<Vec<_>>(),
         "nodes": nodes,
         "nodes_total": s.nodes.len(),
@@ -542,7 +507,9 @@ pub fn html_view(
         "core_hours_wasted": s.analysis.as_ref().and_then(|a| a.waste.core_hours_wasted).map(|w| format!("{w:.3}")).unwrap_or_else(|| "n/a".into()),
         "findings": s.analysis.as_ref().map(|a| a.anomalies.iter().take(50).map(|f| json!({"severity": text(&f.severity.to_uppercase(), 16), "message": text(&f.message, 400)})).collect::<Vec<_>>()).unwrap_or_default(),
         "advice": s.analysis.as_ref().map(|a| a.advice.iter().take(20).map(|x| json!({"sbatch": text(&x.sbatch, 120), "reason": text(&x.reason, 400)})).collect::<Vec<_>>()).unwrap_or_default(),
-    })
+    });
+    crate::render::merge(&mut v, crate::render::job_figures(s));
+    v
 }
 
 /// `Auto-Submitted: auto-generated` (RFC 3834): vacation responders and ticket systems don't answer.
