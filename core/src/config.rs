@@ -5,6 +5,8 @@
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
+pub use jobscope_model::params::Report;
+
 pub const DEFAULT_CONFIG_PATH: &str = "/etc/jobscope/jobscope.toml";
 /// A config file larger than this is refused (it is read by root inside slurmstepd).
 const MAX_CONFIG_BYTES: u64 = 256 * 1024;
@@ -257,27 +259,6 @@ pub struct Archive {
     pub keep_spools_dir: Option<PathBuf>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct Report {
-    /// Advise fewer cores when CPU efficiency is below this (percent).
-    pub cpu_efficiency_warn_pct: f64,
-    /// Advise less memory when peak memory is below this share of the request (percent).
-    pub mem_efficiency_warn_pct: f64,
-    /// Headroom added to the observed peak when advising `--mem` (percent).
-    pub mem_headroom_pct: f64,
-    /// Margin added to the elapsed time when advising `--time` (percent).
-    pub time_margin_pct: f64,
-    /// Advise a shorter `--time` when the job used less than this share of its limit (percent).
-    pub time_efficiency_warn_pct: f64,
-    /// A memory peak at or above this share of the limit is "near OOM" (percent).
-    pub near_oom_pct: f64,
-    /// Jobs shorter than this get no resource advice (too little evidence).
-    pub min_elapsed_for_advice_s: u64,
-    /// A stretch of near-zero CPU at least this long is reported as an idle phase.
-    pub idle_phase_min_s: u64,
-}
-
 impl Default for Paths {
     fn default() -> Self {
         Paths {
@@ -308,21 +289,6 @@ impl Default for Archive {
             retention_days: 0,
             node_wait_s: 600,
             keep_spools_dir: None,
-        }
-    }
-}
-
-impl Default for Report {
-    fn default() -> Self {
-        Report {
-            cpu_efficiency_warn_pct: 60.0,
-            mem_efficiency_warn_pct: 50.0,
-            mem_headroom_pct: 25.0,
-            time_margin_pct: 30.0,
-            time_efficiency_warn_pct: 40.0,
-            near_oom_pct: 90.0,
-            min_elapsed_for_advice_s: 60,
-            idle_phase_min_s: 600,
         }
     }
 }

@@ -30,15 +30,7 @@ pub mod v2;
 pub use error::Error;
 pub use parse::{CpuStatV2, IoStatV2, MemEventsV2, MemStatV1, MemStatV2, OomControlV1, Pressure};
 
-/// Which hierarchy the job cgroup lives in.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
-)]
-#[serde(rename_all = "lowercase")]
-pub enum CgroupVersion {
-    V1,
-    V2,
-}
+pub use jobscope_model::sample::CgroupVersion;
 
 /// Where one job's (or step's) cgroup lives.
 #[derive(Debug, Clone, PartialEq, Eq)]

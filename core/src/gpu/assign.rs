@@ -79,17 +79,7 @@ pub struct Wanted {
     pub gres_index: Option<u32>,
 }
 
-/// Where a selection came from (recorded in `gpu.jsc` and the report).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum SelectionSource {
-    Uuid,
-    GresConf,
-    DevicesCgroup,
-    Accessible,
-    /// Nothing identifies the job's GPUs (or it has none).
-    None,
-}
+pub use jobscope_model::gpu::SelectionSource;
 
 /// The job's GPUs on this node, as references to be resolved by a backend.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -21,74 +21,21 @@ pub mod bench;
 pub mod monitor;
 pub mod nvml;
 pub mod spool;
-pub mod summary;
 pub mod testing;
 
 #[cfg(test)]
 mod fake_nvml_tests;
 
 pub use assign::{GpuRef, GpuSelection, JobGpuEnv, SelectionSource, Wanted};
+pub use jobscope_model::gpu::summary;
+pub use jobscope_model::gpu::{
+    gpu_advice, summarize_gpus, Advice, GpuIdentity, GpuKind, GpuSummary,
+};
 pub use monitor::{BackendConfig, GpuMonitor, LogLevel};
 pub use spool::{decode_gpu_file, read_gpu_file, GpuSeries, GPU_FILE_NAME};
-pub use summary::{gpu_advice, summarize_gpus, Advice, GpuSummary};
 
-use serde::{Deserialize, Serialize};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-
-/// What kind of device a GPU entry is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum GpuKind {
-    Nvidia,
-    Amd,
-    /// An NVIDIA MIG instance (a slice of a physical GPU).
-    Mig,
-}
-
-/// Who a device is. Identity is the minor number, UUID or PCI bus id; `index` is only for display.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct GpuIdentity {
-    pub kind: Option<GpuKind>,
-    /// The backend's own index: NVML index (of the parent for MIG) or DRM card number (AMD).
-    /// As seen by the sampler: inside a constrained job NVML numbers only the job's GPUs.
-    pub index: Option<u32>,
-    /// SLURM's gres index (`SLURM_JOB_GPUS`), when known.
-    pub gres_index: Option<u32>,
-    /// `/dev/nvidia<minor>` for NVIDIA; the DRM render-node minor (`/dev/dri/renderD<minor>`) for AMD.
-    pub minor: Option<u32>,
-    /// NVIDIA `GPU-…`/`MIG-…`; AMD `GPU-<unique_id>` when the card exposes `unique_id`.
-    pub uuid: Option<String>,
-    /// `0000:3b:00.0` style (NVML gives `00000000:3B:00.0`; kept as the backend reports it).
-    pub pci_bus_id: Option<String>,
-    pub name: Option<String>,
-    /// MIG: the physical GPU's UUID.
-    pub parent_uuid: Option<String>,
-    pub mem_total_bytes: Option<u64>,
-}
-
-impl GpuIdentity {
-    /// A short human label: `GPU 1 (NVIDIA A100, GPU-5c3e…)`.
-    pub fn label(&self) -> String {
-        let n = self
-            .gres_index
-            .or(self.index)
-            .map_or_else(|| "?".to_string(), |i| i.to_string());
-        let kind = match self.kind {
-            Some(GpuKind::Mig) => "MIG",
-            _ => "GPU",
-        };
-        let id = self
-            .uuid
-            .as_deref()
-            .or(self.pci_bus_id.as_deref())
-            .unwrap_or("unknown id");
-        match &self.name {
-            Some(name) => format!("{kind} {n} ({name}, {id})"),
-            None => format!("{kind} {n} ({id})"),
-        }
-    }
-}
 
 /// One reading of one device. Counters (`energy_mj`) are cumulative as the driver reports them.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]

@@ -126,17 +126,7 @@ pub struct MonitorOptions {
 /// record (at most a third of the wait).
 const FINISH_RESERVE: Duration = Duration::from_millis(300);
 
-/// Events about one device carry `step = "gpu<slot>"` (the slot in [`GpuInfo::devices`]).
-pub const EVENT_SLOT_PREFIX: &str = "gpu";
-
-/// The device slot an event is about, from its `step` field.
-pub fn event_slot(e: &Event) -> Option<usize> {
-    e.step
-        .as_deref()?
-        .strip_prefix(EVENT_SLOT_PREFIX)?
-        .parse()
-        .ok()
-}
+pub use jobscope_model::gpu::{event_slot, EVENT_SLOT_PREFIX};
 
 /// What the monitor has done so far (for tests, benchmarks and the plugin's own log).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -11,6 +11,7 @@ use super::*;
 use crate::fsutil::{create_new, io_err, open_append, write_atomic, FsError};
 use std::fs::File;
 use std::io::Write;
+use std::path::{Path, PathBuf};
 
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {

@@ -108,6 +108,16 @@ pub fn busy_cores(a: Option<u64>, b: Option<u64>, dt_ms: u64) -> Option<f64> {
     rate_per_sec(a, b, dt_ms).map(|ns_per_s| ns_per_s / 1e9)
 }
 
+/// Which hierarchy the job cgroup lives in.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum CgroupVersion {
+    V1,
+    V2,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -228,8 +228,8 @@ pub fn summarize_node(
 
     let timeline = downsample_timeline(timeline, MAX_TIMELINE_POINTS);
     let io_source = match first.and_then(|h| h.cgroup_version) {
-        Some(crate::cgroup::CgroupVersion::V2) => Some("io.stat".to_string()),
-        Some(crate::cgroup::CgroupVersion::V1) => Some("proc".to_string()),
+        Some(crate::sample::CgroupVersion::V2) => Some("io.stat".to_string()),
+        Some(crate::sample::CgroupVersion::V1) => Some("proc".to_string()),
         None => None,
     };
     let io = IoTotals {

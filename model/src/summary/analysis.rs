@@ -1,10 +1,10 @@
 //! Report-level analysis of a [`JobSummary`]: waste, scalability verdict, classification, anomalies
 //! and resubmit-ready `#SBATCH` advice. Pure. Every statement carries the numbers it rests on.
 //!
-//! Thresholds come from [`crate::config::Report`] (documented in docs/configuration.md).
+//! Thresholds come from [`crate::params::Report`] (documented in docs/configuration.md).
 
 use super::{JobSummary, NodeSummary, Point};
-use crate::config::Report;
+use crate::params::Report;
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, schemars::JsonSchema)]
@@ -778,7 +778,7 @@ fn analyze_cpu_mem(s: &JobSummary, cfg: &Report, sc: Option<Scalability>) -> Ana
         advice: advice(s, sc.as_ref(), cfg),
         scalability: sc,
         memory_accounting: match s.nodes.first().and_then(|n| n.cgroup_version) {
-            Some(crate::cgroup::CgroupVersion::V2) => "SLURM enforces --mem on the cgroup's memory.current: anonymous memory (rss) + page cache + shmem/tmpfs. Page cache is reclaimed under pressure; rss and shmem are not.".into(),
+            Some(crate::sample::CgroupVersion::V2) => "SLURM enforces --mem on the cgroup's memory.current: anonymous memory (rss) + page cache + shmem/tmpfs. Page cache is reclaimed under pressure; rss and shmem are not.".into(),
             _ => "SLURM enforces --mem on the cgroup's memory usage (memory.usage_in_bytes): rss + page cache + shmem/tmpfs. Page cache is reclaimed under pressure; rss and shmem are not.".into(),
         },
     }
@@ -823,7 +823,7 @@ mod tests {
             elapsed_s: elapsed,
             alloc_cores: Some(2),
             alloc_mem_bytes: Some(4 << 30),
-            cgroup_version: Some(crate::cgroup::CgroupVersion::V1),
+            cgroup_version: Some(crate::sample::CgroupVersion::V1),
             cpu: CpuTotals {
                 usage_s: Some(cpu),
                 ..Default::default()

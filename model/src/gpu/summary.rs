@@ -7,7 +7,7 @@
 //! so thinning cannot hide activity); where utilization is unknown (MIG) the job having no process
 //! on the device counts as idle; where both are unknown the interval is unknown.
 
-use super::monitor::event_slot;
+use super::event_slot;
 use super::spool::{DeviceBucket, GpuSeries};
 use super::{GpuIdentity, GpuKind};
 use serde::{Deserialize, Serialize};

@@ -1,0 +1,357 @@
+//! `gpu.jsc`: the job's GPU series on one node, next to `job.jsc` in the job's spool directory.
+//!
+//! Same framing as every spool file ([`crate::spool`]: magic, version, a standard
+//! [`Header`] frame with `series = "gpu"`, then CRC'd frames appended one `write(2)` each, a torn
+//! tail dropped by the reader), with two frame kinds of its own:
+//! ```text
+//! 5 gpu info   (JSON GpuInfo: the devices, by identity, in slot order; rewritten on compaction)
+//! 4 gpu bucket (binary, below)
+//! 2 event, 3 end (as in every spool file)
+//! ```
+//! A bucket payload:
+//! ```text
+//! varint t_first_ms, varint (t_last_ms - t_first_ms), varint n, varint n_devices,
+//! per device: varint byte_len, then
+//!   varint slot, varint samples, varint mask,
+//!   for mask bits 0..=6 (gauges: util_gpu_pct, util_mem_pct, mem_used_bytes, power_mw,
+//!     job_processes, job_mem_bytes, other_processes): varint min, varint (max - min), varint sum, varint count
+//!   bit 7 energy_mj (energy over the bucket), bit 8 energy_counter_mj (last), bit 9 mem_total_bytes
+//!   (last), bit 10 throttle_reasons (OR over the bucket): one varint each
+//! ```
+//! The per-device length lets a reader skip fields a newer writer added. Gauges keep min/max/sum/
+//! count, so thinning (see [`thin`]) never loses a peak or changes a mean. About 30 bytes per GPU
+//! per sample; the file is capped at [`DEFAULT_MAX_GPU_FILE_BYTES`].
+
+use super::{GpuIdentity, SelectionSource};
+use crate::spool::codec::{frame, get_varint, put_varint};
+use crate::spool::codec::{read_prologue, Frames};
+use crate::spool::{End, Event, Gauge, Header, SpoolError, KIND_END, KIND_EVENT};
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+
+pub const GPU_FILE_NAME: &str = "gpu.jsc";
+/// The `series` of `gpu.jsc`'s header.
+pub const GPU_SERIES: &str = "gpu";
+pub const KIND_GPU_BUCKET: u8 = 4;
+pub const KIND_GPU_INFO: u8 = 5;
+/// Cap of `gpu.jsc` (on top of the cgroup spool's own budget).
+pub const DEFAULT_MAX_GPU_FILE_BYTES: u64 = 128 * 1024;
+/// Buckets kept in memory before thinning.
+pub const DEFAULT_MAX_GPU_BUCKETS: usize = 1024;
+/// Events kept (a flapping GPU must not fill the file).
+pub const MAX_GPU_EVENTS: usize = 128;
+
+/// The devices of the series, by identity. Slot `i` of every bucket is `devices[i]`.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct GpuInfo {
+    pub t_ms: u64,
+    /// Backends that sampled (`nvml`, `amdgpu`).
+    #[serde(default)]
+    pub backends: Vec<String>,
+    pub selection_source: Option<SelectionSource>,
+    #[serde(default)]
+    pub devices: Vec<GpuIdentity>,
+    /// Job GPUs that no backend could find (`/dev/nvidia3 (gres index 1)`).
+    #[serde(default)]
+    pub unresolved: Vec<String>,
+    /// Why some or all GPUs are not measured (no driver, selection notes).
+    #[serde(default)]
+    pub notes: Vec<String>,
+}
+
+/// One device's share of a bucket.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct DeviceBucket {
+    pub slot: u32,
+    /// Samples of the bucket in which this device answered.
+    pub samples: u32,
+    pub util_gpu_pct: Option<Gauge>,
+    pub util_mem_pct: Option<Gauge>,
+    pub mem_used_bytes: Option<Gauge>,
+    pub power_mw: Option<Gauge>,
+    pub job_processes: Option<Gauge>,
+    pub job_mem_bytes: Option<Gauge>,
+    pub other_processes: Option<Gauge>,
+    /// Energy used over the bucket (sum of counter increases), millijoules.
+    pub energy_mj: Option<u64>,
+    /// The raw energy counter at the bucket's last sample.
+    pub energy_counter_mj: Option<u64>,
+    pub mem_total_bytes: Option<u64>,
+    /// Throttle reasons seen in the bucket (bitwise OR).
+    pub throttle_reasons: Option<u64>,
+}
+
+pub const N_DEV_GAUGES: usize = 7;
+
+impl DeviceBucket {
+    fn gauges(&self) -> [Option<Gauge>; N_DEV_GAUGES] {
+        [
+            self.util_gpu_pct,
+            self.util_mem_pct,
+            self.mem_used_bytes,
+            self.power_mw,
+            self.job_processes,
+            self.job_mem_bytes,
+            self.other_processes,
+        ]
+    }
+    pub fn set_gauges(&mut self, g: [Option<Gauge>; N_DEV_GAUGES]) {
+        [
+            self.util_gpu_pct,
+            self.util_mem_pct,
+            self.mem_used_bytes,
+            self.power_mw,
+            self.job_processes,
+            self.job_mem_bytes,
+            self.other_processes,
+        ] = g;
+    }
+    /// Merges `b` (later in time, same slot) into `self`.
+    pub fn absorb(&mut self, b: &DeviceBucket) {
+        self.samples = self.samples.saturating_add(b.samples);
+        let (mine, theirs) = (self.gauges(), b.gauges());
+        let mut merged = [None; N_DEV_GAUGES];
+        for i in 0..N_DEV_GAUGES {
+            merged[i] = Gauge::merge(mine[i], theirs[i]);
+        }
+        self.set_gauges(merged);
+        self.energy_mj = match (self.energy_mj, b.energy_mj) {
+            (Some(x), Some(y)) => Some(x.saturating_add(y)),
+            (x, y) => x.or(y),
+        };
+        self.energy_counter_mj = b.energy_counter_mj.or(self.energy_counter_mj);
+        self.mem_total_bytes = b.mem_total_bytes.or(self.mem_total_bytes);
+        self.throttle_reasons = match (self.throttle_reasons, b.throttle_reasons) {
+            (Some(x), Some(y)) => Some(x | y),
+            (x, y) => x.or(y),
+        };
+    }
+}
+
+/// One point of the GPU series: one sample (`n == 1`) or several merged by thinning.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct GpuBucket {
+    pub t_first_ms: u64,
+    pub t_last_ms: u64,
+    pub n: u32,
+    /// Devices that answered at least once in the bucket, by slot.
+    pub devices: Vec<DeviceBucket>,
+}
+
+impl GpuBucket {
+    pub fn device(&self, slot: u32) -> Option<&DeviceBucket> {
+        self.devices.iter().find(|d| d.slot == slot)
+    }
+    /// Merges `b` (which follows `self` in time) into `self`.
+    pub fn absorb(&mut self, b: &GpuBucket) {
+        self.t_last_ms = self.t_last_ms.max(b.t_last_ms);
+        self.n = self.n.saturating_add(b.n);
+        for d in &b.devices {
+            match self.devices.iter_mut().find(|x| x.slot == d.slot) {
+                Some(x) => x.absorb(d),
+                None => self.devices.push(d.clone()),
+            }
+        }
+    }
+}
+
+impl crate::spool::thin::Mergeable for GpuBucket {
+    fn samples(&self) -> u32 {
+        self.n
+    }
+    fn absorb_next(&mut self, next: &Self) {
+        self.absorb(next)
+    }
+}
+
+/// Regroups `buckets` into at most `target` buckets: the cgroup series' thinning
+/// ([`crate::spool::thin::thin`]), by sample count, gauges merged (peaks and means kept).
+pub fn thin(buckets: &[GpuBucket], target: usize) -> Vec<GpuBucket> {
+    crate::spool::thin::thin(buckets, target)
+}
+
+fn put_gauge(out: &mut Vec<u8>, g: &Gauge) {
+    put_varint(out, g.min);
+    put_varint(out, g.max.saturating_sub(g.min));
+    put_varint(out, g.sum);
+    put_varint(out, g.count as u64);
+}
+
+fn get_gauge(p: &[u8], pos: &mut usize) -> Option<Gauge> {
+    let min = get_varint(p, pos)?;
+    let max = min.checked_add(get_varint(p, pos)?)?;
+    let sum = get_varint(p, pos)?;
+    let count = u32::try_from(get_varint(p, pos)?).ok()?;
+    Some(Gauge {
+        min,
+        max,
+        sum,
+        count,
+    })
+}
+
+pub fn encode_gpu_bucket(b: &GpuBucket) -> Vec<u8> {
+    let mut out = Vec::with_capacity(16 + 40 * b.devices.len());
+    put_varint(&mut out, b.t_first_ms);
+    put_varint(&mut out, b.t_last_ms.saturating_sub(b.t_first_ms));
+    put_varint(&mut out, b.n as u64);
+    put_varint(&mut out, b.devices.len() as u64);
+    for d in &b.devices {
+        let mut body = Vec::with_capacity(48);
+        put_varint(&mut body, d.slot as u64);
+        put_varint(&mut body, d.samples as u64);
+        let gauges = d.gauges();
+        let scalars = [
+            d.energy_mj,
+            d.energy_counter_mj,
+            d.mem_total_bytes,
+            d.throttle_reasons,
+        ];
+        let mut mask: u64 = 0;
+        for (i, g) in gauges.iter().enumerate() {
+            if g.is_some() {
+                mask |= 1 << i;
+            }
+        }
+        for (i, s) in scalars.iter().enumerate() {
+            if s.is_some() {
+                mask |= 1 << (N_DEV_GAUGES + i);
+            }
+        }
+        put_varint(&mut body, mask);
+        for g in gauges.iter().flatten() {
+            put_gauge(&mut body, g);
+        }
+        for s in scalars.iter().flatten() {
+            put_varint(&mut body, *s);
+        }
+        put_varint(&mut out, body.len() as u64);
+        out.extend_from_slice(&body);
+    }
+    out
+}
+
+pub fn decode_gpu_bucket(p: &[u8]) -> Option<GpuBucket> {
+    let mut pos = 0;
+    let t_first_ms = get_varint(p, &mut pos)?;
+    let t_last_ms = t_first_ms.checked_add(get_varint(p, &mut pos)?)?;
+    let n = u32::try_from(get_varint(p, &mut pos)?).ok()?;
+    let n_dev = get_varint(p, &mut pos)?;
+    if n_dev > 4096 {
+        return None;
+    }
+    let mut devices = Vec::with_capacity(n_dev as usize);
+    for _ in 0..n_dev {
+        let len = usize::try_from(get_varint(p, &mut pos)?).ok()?;
+        let end = pos.checked_add(len)?;
+        let body = p.get(pos..end)?;
+        pos = end;
+        let mut q = 0;
+        let mut d = DeviceBucket {
+            slot: u32::try_from(get_varint(body, &mut q)?).ok()?,
+            samples: u32::try_from(get_varint(body, &mut q)?).ok()?,
+            ..Default::default()
+        };
+        let mask = get_varint(body, &mut q)?;
+        let mut gauges = [None; N_DEV_GAUGES];
+        for (i, g) in gauges.iter_mut().enumerate() {
+            if mask & (1 << i) != 0 {
+                *g = Some(get_gauge(body, &mut q)?);
+            }
+        }
+        d.set_gauges(gauges);
+        let mut scalars = [None; 4];
+        for (i, s) in scalars.iter_mut().enumerate() {
+            if mask & (1 << (N_DEV_GAUGES + i)) != 0 {
+                *s = Some(get_varint(body, &mut q)?);
+            }
+        }
+        [
+            d.energy_mj,
+            d.energy_counter_mj,
+            d.mem_total_bytes,
+            d.throttle_reasons,
+        ] = scalars;
+        // Fields of a newer writer (higher mask bits) are skipped with the rest of `body`.
+        devices.push(d);
+    }
+    Some(GpuBucket {
+        t_first_ms,
+        t_last_ms,
+        n,
+        devices,
+    })
+}
+
+pub fn gpu_bucket_frame(b: &GpuBucket) -> Vec<u8> {
+    frame(KIND_GPU_BUCKET, &encode_gpu_bucket(b))
+}
+
+pub fn gpu_info_frame(i: &GpuInfo) -> Vec<u8> {
+    frame(
+        KIND_GPU_INFO,
+        &serde_json::to_vec(i).expect("gpu info serialises"),
+    )
+}
+
+/// `gpu.jsc`, decoded.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GpuSeries {
+    pub header: Header,
+    /// The last info frame (`None`: the monitor died before it knew its devices).
+    pub info: Option<GpuInfo>,
+    pub buckets: Vec<GpuBucket>,
+    pub events: Vec<Event>,
+    pub end: Option<End>,
+    /// A torn or corrupt frame was found and everything from it on was dropped.
+    pub torn: bool,
+    pub valid_bytes: u64,
+}
+
+impl GpuSeries {
+    pub fn devices(&self) -> &[GpuIdentity] {
+        self.info.as_ref().map_or(&[], |i| &i.devices)
+    }
+}
+
+/// Decodes `gpu.jsc`. As for every spool file, only an unreadable prologue is an error; a torn tail
+/// ends decoding with `torn` set.
+pub fn decode_gpu_file(buf: &[u8], path: &Path) -> Result<GpuSeries, SpoolError> {
+    let (header, pos) = read_prologue(buf, path)?;
+    let mut s = GpuSeries {
+        header,
+        info: None,
+        buckets: vec![],
+        events: vec![],
+        end: None,
+        torn: false,
+        valid_bytes: pos as u64,
+    };
+    let mut frames = Frames::new(buf, pos);
+    let mut valid = pos;
+    while let Some((kind, payload)) = frames.next() {
+        let ok = match kind {
+            KIND_GPU_BUCKET => decode_gpu_bucket(payload)
+                .map(|b| s.buckets.push(b))
+                .is_some(),
+            KIND_GPU_INFO => serde_json::from_slice(payload)
+                .map(|i| s.info = Some(i))
+                .is_ok(),
+            KIND_EVENT => serde_json::from_slice(payload)
+                .map(|e| s.events.push(e))
+                .is_ok(),
+            KIND_END => serde_json::from_slice(payload)
+                .map(|e| s.end = Some(e))
+                .is_ok(),
+            _ => true,
+        };
+        if !ok {
+            s.torn = true;
+            break;
+        }
+        valid = frames.pos();
+    }
+    s.torn |= frames.torn();
+    s.valid_bytes = valid as u64;
+    Ok(s)
+}

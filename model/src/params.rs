@@ -1,0 +1,40 @@
+//! The analysis thresholds (`[report]` in the configuration file, documented in
+//! docs/configuration.md). Only the values live here; loading the file is `jobscope_core::config`.
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Report {
+    /// Advise fewer cores when CPU efficiency is below this (percent).
+    pub cpu_efficiency_warn_pct: f64,
+    /// Advise less memory when peak memory is below this share of the request (percent).
+    pub mem_efficiency_warn_pct: f64,
+    /// Headroom added to the observed peak when advising `--mem` (percent).
+    pub mem_headroom_pct: f64,
+    /// Margin added to the elapsed time when advising `--time` (percent).
+    pub time_margin_pct: f64,
+    /// Advise a shorter `--time` when the job used less than this share of its limit (percent).
+    pub time_efficiency_warn_pct: f64,
+    /// A memory peak at or above this share of the limit is "near OOM" (percent).
+    pub near_oom_pct: f64,
+    /// Jobs shorter than this get no resource advice (too little evidence).
+    pub min_elapsed_for_advice_s: u64,
+    /// A stretch of near-zero CPU at least this long is reported as an idle phase.
+    pub idle_phase_min_s: u64,
+}
+
+impl Default for Report {
+    fn default() -> Self {
+        Report {
+            cpu_efficiency_warn_pct: 60.0,
+            mem_efficiency_warn_pct: 50.0,
+            mem_headroom_pct: 25.0,
+            time_margin_pct: 30.0,
+            time_efficiency_warn_pct: 40.0,
+            near_oom_pct: 90.0,
+            min_elapsed_for_advice_s: 60,
+            idle_phase_min_s: 600,
+        }
+    }
+}
