@@ -2,7 +2,7 @@
 //!
 //! # Why a worker thread
 //! An NVML call can take seconds under load and can hang outright when a GPU or the driver is in
-//! trouble (nvidia-smi > 2 s is common, notes/crates.md A.3). So every NVML call runs in ONE
+//! trouble (nvidia-smi taking over 2 s is common on busy nodes). So every NVML call runs in ONE
 //! dedicated worker thread that owns the `Nvml` handle; the monitor sends it a request per sample
 //! and waits on a channel until the sample's deadline:
 //! - answered in time: the values are used;
