@@ -201,7 +201,11 @@ fn real_main() -> Result<()> {
             match cmd {
                 MailCmd::Flush { budget } => println!(
                     "{}",
-                    crate::notify::flush(&cfg, std::time::Duration::from_secs(budget))?
+                    crate::notify::flush(
+                        &cfg,
+                        std::time::Duration::from_secs(budget),
+                        crate::mail::queue::FlushMode::Full,
+                    )?
                 ),
                 MailCmd::List => {
                     for l in crate::mail::queue::Queue::open(&cfg.mail.queue_dir)?.list() {

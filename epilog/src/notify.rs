@@ -13,7 +13,7 @@
 
 use crate::jobinfo::JobInfo;
 use crate::mail::message::{build_mail, choose_recipient, MailOptions, Templates, DIGEST_KIND};
-use crate::mail::queue::{FlushOptions, Queue, RetryPolicy};
+use crate::mail::queue::{FlushMode, FlushOptions, Queue, RetryPolicy};
 use crate::mail::transport::{SendmailConfig, SmtpConfig, TlsMode, Transport};
 use crate::render;
 use anyhow::{Context, Result};
@@ -108,12 +108,12 @@ fn retry(cfg: &Config) -> RetryPolicy {
 
 /// Delivers what is due in the queue within `budget` (the epilog's few seconds, or longer for
 /// `jobscope mail flush`). Returns the one-line summary for the log.
-pub fn flush(cfg: &Config, budget: Duration) -> Result<String> {
+pub fn flush(cfg: &Config, budget: Duration, mode: FlushMode) -> Result<String> {
     let q = Queue::open(&cfg.mail.queue_dir)?;
     let t = transport(cfg)?;
     let rep = q.flush(
         &t,
-        &FlushOptions::within(budget, cfg.mail.rate_per_s, retry(cfg)),
+        &FlushOptions::within(budget, cfg.mail.rate_per_s, retry(cfg), mode),
     );
     Ok(format!("{} via {}", rep.summary(), t.describe()))
 }
@@ -167,7 +167,11 @@ fn send(
     ));
     log(&format!(
         "mail flush: {}",
-        flush(cfg, Duration::from_secs(cfg.mail.flush_budget_s))?
+        flush(
+            cfg,
+            Duration::from_secs(cfg.mail.flush_budget_s),
+            FlushMode::Epilog
+        )?
     ));
     Ok(())
 }

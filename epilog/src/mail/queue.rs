@@ -137,6 +137,24 @@ impl RetryPolicy {
     }
 }
 
+/// Who flushes, which decides how hard to try.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FlushMode {
+    /// `jobscope mail flush` (cron/timer): works through everything due within its budget.
+    #[default]
+    Full,
+    /// The Epilog: every second it spends keeps the node in COMPLETING. It stops at the first
+    /// failed attempt (the relay is down or refusing: the rest would fail the same way, each
+    /// after its own connect and rate-limit wait), and while the relay is known to be down (the
+    /// [`RELAY_DOWN_FILE`] marker a failed attempt leaves) it does not try at all. The backlog is
+    /// left to `mail flush`, which ignores the marker.
+    Epilog,
+}
+
+/// Written in the queue directory after a failed attempt: the Unix time before which Epilogs do not
+/// try the relay again. Removed by the next successful delivery.
+pub const RELAY_DOWN_FILE: &str = "relay-down";
+
 #[derive(Debug, Clone)]
 pub struct FlushOptions {
     /// Stop starting new attempts at this instant; each attempt gets at most the time left.
@@ -146,16 +164,18 @@ pub struct FlushOptions {
     pub retry: RetryPolicy,
     /// "Now" for due times and ages (the wall clock; tests move it).
     pub now_unix: u64,
+    pub mode: FlushMode,
 }
 
 impl FlushOptions {
     /// Flush for at most `budget` from now.
-    pub fn within(budget: Duration, rate_per_s: f64, retry: RetryPolicy) -> Self {
+    pub fn within(budget: Duration, rate_per_s: f64, retry: RetryPolicy, mode: FlushMode) -> Self {
         FlushOptions {
             deadline: Instant::now() + budget,
             rate_per_s,
             retry,
             now_unix: unix_now(),
+            mode,
         }
     }
 }
@@ -174,6 +194,8 @@ pub struct FlushReport {
     pub not_due: usize,
     /// Due, but not tried because the deadline came first.
     pub left_at_deadline: usize,
+    /// Due, but left to `mail flush` because the relay failed (or is marked down) in Epilog mode.
+    pub left_relay_down: usize,
     /// Trouble with the queue itself (unreadable files…), for the log.
     pub problems: Vec<String>,
 }
@@ -182,13 +204,14 @@ impl FlushReport {
     /// One line for the log.
     pub fn summary(&self) -> String {
         format!(
-            "mail queue: {} sent, {} deferred, {} dead, {} busy, {} not due, {} left at the deadline{}",
+            "mail queue: {} sent, {} deferred, {} dead, {} busy, {} not due, {} left at the deadline, {} left for `mail flush` (relay down){}",
             self.sent.len(),
             self.deferred.len(),
             self.dead.len(),
             self.busy.len(),
             self.not_due,
             self.left_at_deadline,
+            self.left_relay_down,
             if self.problems.is_empty() {
                 String::new()
             } else {
@@ -459,10 +482,16 @@ impl Queue {
             (opts.rate_per_s > 0.0).then(|| Duration::from_secs_f64(1.0 / opts.rate_per_s));
         let mut last_attempt: Option<Instant> = None;
         let is_due = |m: &Option<Meta>| m.as_ref().is_none_or(|m| m.next_attempt_unix <= now);
+        let epilog = opts.mode == FlushMode::Epilog;
+        let mut relay_down = epilog && self.relay_down_until().is_some_and(|t| t > now);
         for n in 0..entries.len() {
             let (id, listed_meta) = entries[n].clone();
             if !is_due(&listed_meta) {
                 report.not_due += 1;
+                continue;
+            }
+            if relay_down {
+                report.left_relay_down += 1;
                 continue;
             }
             // Rate limit, never past the deadline.
@@ -574,6 +603,7 @@ impl Queue {
                     }
                     jobscope_core::fsutil::sync_dir(&self.dir);
                     lock.release_and_remove();
+                    let _ = std::fs::remove_file(self.dir.join(RELAY_DOWN_FILE));
                     report.sent.push(id);
                 }
                 Err(e) if e.is_permanent() => {
@@ -608,10 +638,29 @@ impl Queue {
                         ),
                     };
                     report.deferred.push((id, what));
+                    // The relay (or the transport's setup) failed: tell later Epilogs not to try
+                    // before the first backoff has passed, and stop here if this is one.
+                    let until = now + opts.retry.initial_backoff.as_secs().max(1);
+                    if let Err(e2) = write_atomic(
+                        &self.dir,
+                        RELAY_DOWN_FILE,
+                        format!("{until}\n").as_bytes(),
+                        0o600,
+                        None,
+                    ) {
+                        report.problems.push(e2.to_string());
+                    }
+                    relay_down = epilog;
                 }
             }
         }
         report
+    }
+
+    /// The Unix time before which Epilogs leave the relay alone, if a failed attempt set one.
+    pub fn relay_down_until(&self) -> Option<u64> {
+        let b = read_limited(&self.dir.join(RELAY_DOWN_FILE), 64).ok()?;
+        String::from_utf8_lossy(&b).trim().parse().ok()
     }
 
     /// Housekeeping: old `sent/` markers, sidecars and locks without a message, temp files of a crash.
@@ -760,7 +809,53 @@ mod tests {
             rate_per_s: 0.0,
             retry: RetryPolicy::default(),
             now_unix,
+            mode: FlushMode::Full,
         }
+    }
+
+    /// The Epilog's flush with the relay down: one attempt, then the backlog is left to
+    /// `mail flush`; the next Epilog does not try at all until the backoff has passed; the relay
+    /// coming back is noticed by `mail flush`, which delivers everything and clears the marker.
+    #[test]
+    fn epilog_stops_at_the_first_refusal_and_leaves_the_backlog() {
+        let d = tempfile::tempdir().unwrap();
+        let q = Queue::open(d.path()).unwrap();
+        let port = Sink::closed_port();
+        let t = smtp(port, Duration::from_secs(2));
+        for i in 0..10 {
+            q.enqueue(
+                &format!("c.{i}.0.end"),
+                &envelope("alice@example.org"),
+                &msg(i),
+            )
+            .unwrap();
+        }
+        let now = unix_now();
+        let epilog = |now_unix| FlushOptions {
+            rate_per_s: 5.0, // the default: a full flush of 10 would sleep ~1.8 s between attempts
+            mode: FlushMode::Epilog,
+            ..opts(Duration::from_secs(2), now_unix)
+        };
+        let t0 = Instant::now();
+        let r = q.flush(&t, &epilog(now));
+        assert!(
+            t0.elapsed() < Duration::from_millis(500),
+            "{:?}",
+            t0.elapsed()
+        );
+        assert_eq!(r.deferred.len(), 1, "{r:?}");
+        assert_eq!(r.left_relay_down, 9, "{r:?}");
+        assert_eq!(q.relay_down_until(), Some(now + 60));
+        // A later Epilog inside the backoff does not touch the relay at all.
+        let r = q.flush(&t, &epilog(now + 5));
+        assert!(r.deferred.is_empty() && r.sent.is_empty(), "{r:?}");
+        assert_eq!(r.left_relay_down, 9, "{r:?}");
+        // `mail flush` ignores the marker: the relay is back, everything goes, the marker is gone.
+        let sink = Sink::start_on(port, Mode::Accept).expect("rebind the port");
+        let r = q.flush(&t, &opts(Duration::from_secs(10), now + 61));
+        assert_eq!(r.sent.len(), 10, "{r:?}");
+        assert_eq!(sink.messages().len(), 10);
+        assert_eq!(q.relay_down_until(), None);
     }
 
     fn subjects(sink: &Sink) -> Vec<String> {
