@@ -19,4 +19,4 @@ pub mod sampler;
 pub mod spool;
 
 // The pure stages live in jobscope-model; these names keep one path for the plugin and the epilog.
-pub use jobscope_model::{params, sample, slurm, summary};
+pub use jobscope_model::{job, params, sample, slurm, summary};

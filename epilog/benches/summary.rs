@@ -6,16 +6,14 @@
 //!
 //! Also prints the spool size per node. Targets from the design: < 50 ms and < 1 s.
 
-use jobscope_core::config::Report;
+use jobscope_core::config::Config;
+use jobscope_core::job::JobFacts;
 use jobscope_core::sample::Reading;
 use jobscope_core::spool::codec::{bucket_frame, end_frame, file_start};
 use jobscope_core::spool::writer::{read_spool_file, Limits, SeriesWriter};
 use jobscope_core::spool::{Bucket, End, Gauge, GaugeId, Header, FORMAT_VERSION, N_GAUGES};
-use jobscope_core::summary::analysis::analyze;
-use jobscope_core::summary::node::summarize_node;
-use jobscope_epilog::assemble::{assemble, Inputs};
-use jobscope_epilog::jobinfo::EpilogEnv;
-use jobscope_epilog::render::render_text;
+use jobscope_epilog::pipeline::{self, NodeEnd};
+use jobscope_epilog::present::render_text;
 use std::path::Path;
 use std::time::Instant;
 
@@ -107,27 +105,29 @@ fn clone_node(dir: &Path, from: &str, to: &str) {
 }
 
 fn summarise(dir: &Path, nodes: &[String]) -> (f64, usize) {
+    let cfg = Config::default();
     let t = Instant::now();
-    let mut ns = Vec::new();
-    for n in nodes {
-        let f = read_spool_file(&dir.join(n).join("job.jsc")).unwrap();
-        let end = f.end.as_ref().unwrap().t_ms;
-        ns.push(summarize_node(Some(&f), &[], n, end));
-    }
-    let env = EpilogEnv {
+    let ns: Vec<_> = nodes
+        .iter()
+        .map(|n| {
+            let end = NodeEnd::LastRecord { fallback_ms: 0 };
+            pipeline::node(&dir.join(n), n, 4242, end, None, &cfg).summary
+        })
+        .collect();
+    let facts = JobFacts {
         job_id: 4242,
-        node: nodes[0].clone(),
-        exit_code2: Some("0:0".into()),
+        exit_code: Some(0),
+        exit_signal: Some(0),
         ..Default::default()
     };
-    let mut s = assemble(Inputs {
-        env: &env,
-        info: None,
-        nodes: ns,
-        expected_nodes: nodes.to_vec(),
-        generator: "bench".into(),
-    });
-    s.analysis = Some(analyze(&s, &Report::default()));
+    let s = pipeline::job(
+        &facts,
+        ns,
+        nodes,
+        &cfg,
+        "bench",
+        &jobscope_epilog::slurm::decide_end,
+    );
     let text = render_text(&s, false).unwrap();
     let json = serde_json::to_vec(&s).unwrap();
     std::hint::black_box((&text, &json));

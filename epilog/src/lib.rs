@@ -1,20 +1,20 @@
 #![recursion_limit = "256"]
 //! jobscope epilog and CLI.
 //!
-//! - [`run`]: the Epilog flow and multi-node assembly (one report per job).
-//! - [`assemble`]: node summaries → job summary (aggregation rules, end state).
+//! - [`run`]: the Epilog flow and multi-node assembly (one report per job), and `reap`.
+//! - [`pipeline`]: the one way a report is made: spool → node summary → job summary → analysis
+//!   (assembly itself is `jobscope_core::summary::job`, pure).
 //! - analysis (scalability, classification, anomalies, advice) lives in `jobscope_core::summary::analysis`.
 //! - [`render`]: the text report (handlebars, `report-templates/`).
 //! - [`archive`]: the JSON archive and who may read what.
-//! - [`jobinfo`]: what SLURM says about the job (Epilog env, `squeue --json`).
+//! - [`slurm`]: the one SLURM adapter (Epilog env, `squeue`, `scontrol`; SLURM-free job facts;
+//!   how a job ended).
 //! - [`mail`]: the end-of-job mail (message, transports, a durable queue); [`charts`]: its PNG charts.
 //! - [`notify`]: mail policy, the end-of-job mail, array digests, the report in the work dir.
 //! - [`manifest`]: the archive's per-day hash-chained manifest (tamper evidence).
 pub mod archive;
-pub mod assemble;
 pub mod charts;
 pub mod cli;
-pub mod jobinfo;
 pub mod mail;
 pub mod manifest;
 pub mod notify;

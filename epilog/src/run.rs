@@ -11,108 +11,20 @@
 //! (a partial report naming those nodes), and turns spools orphaned by a crash or reboot into reports.
 
 use crate::archive;
-use crate::assemble::{assemble, Inputs};
-use crate::jobinfo::{self, EpilogEnv, JobInfo};
+use crate::pipeline::{self, NodeEnd};
+use crate::slurm::{EpilogEnv, JobFacts, Slurm};
 use anyhow::{Context, Result};
 use jobscope_core::config::Config;
 use jobscope_core::fsutil::{create_new, ensure_dir, is_safe_name, read_limited, write_atomic};
 use jobscope_core::sampler::now_unix_ms;
-use jobscope_core::slurm::expand_hostlist;
-use jobscope_core::spool::writer::read_spool_file;
-use jobscope_core::spool::{job_dir, SpoolFile};
-use jobscope_core::summary::node::summarize_node;
+use jobscope_core::spool::job_dir;
 use jobscope_core::summary::{JobSummary, NodeSummary};
 use std::path::{Path, PathBuf};
 
-pub const GENERATOR: &str = concat!("jobscope ", env!("CARGO_PKG_VERSION"));
-
-/// Reads one node-job spool directory. Unreadable files are reported, not fatal.
-pub fn read_spool_dir(dir: &Path) -> (Option<SpoolFile>, Vec<SpoolFile>, Vec<String>) {
-    let mut problems = Vec::new();
-    let mut series = None;
-    let mut steps = Vec::new();
-    match std::fs::symlink_metadata(dir) {
-        Ok(m) if m.is_dir() => {}
-        Ok(_) => {
-            problems.push(format!("{}: not a directory; ignored", dir.display()));
-            return (None, steps, problems);
-        }
-        Err(e) => {
-            problems.push(format!("{}: {e}", dir.display()));
-            return (None, steps, problems);
-        }
-    }
-    let mut names: Vec<String> = std::fs::read_dir(dir)
-        .map(|rd| {
-            rd.flatten()
-                .filter_map(|e| e.file_name().into_string().ok())
-                .collect()
-        })
-        .unwrap_or_default();
-    names.sort();
-    for name in names.iter().take(4096) {
-        // gpu.jsc shares the framing but is its own series: see `gpu_summaries`.
-        if !name.ends_with(".jsc")
-            || name.starts_with('.')
-            || name == jobscope_core::gpu::GPU_FILE_NAME
-        {
-            continue;
-        }
-        let p = dir.join(name);
-        match read_spool_file(&p) {
-            Ok(f) if name == "job.jsc" => series = Some(f),
-            Ok(f) => steps.push(f),
-            Err(e) => problems.push(e.to_string()),
-        }
-    }
-    (series, steps, problems)
-}
+pub use crate::pipeline::GENERATOR;
 
 fn job_state_dir(cfg: &Config, job_id: u32) -> PathBuf {
     cfg.paths.state_dir.join(job_id.to_string())
-}
-
-/// Summarises this node's spool for `env.job_id`.
-pub fn node_summary(cfg: &Config, env: &EpilogEnv, end_unix_ms: u64) -> (NodeSummary, Vec<String>) {
-    let dir = job_dir(&cfg.paths.spool_dir, env.job_id, &env.node);
-    let (series, steps, mut problems) = read_spool_dir(&dir);
-    let mut ns = summarize_node(series.as_ref(), &steps, &env.node, end_unix_ms);
-    ns.gpus = gpu_summaries(cfg, &dir, ns.elapsed_s, &mut problems);
-    ns.job_id = env.job_id;
-    if let Some(uid) = env.uid {
-        ns.uid = uid;
-    }
-    ns.quality.notes.append(&mut problems.clone());
-    problems.retain(|p| !p.contains("No such file"));
-    (ns, problems)
-}
-
-/// The node's GPU summaries from `gpu.jsc` (none when the job had no GPUs).
-pub fn gpu_summaries(
-    cfg: &Config,
-    dir: &Path,
-    elapsed_s: f64,
-    problems: &mut Vec<String>,
-) -> Vec<jobscope_core::gpu::GpuSummary> {
-    let p = dir.join(jobscope_core::gpu::GPU_FILE_NAME);
-    if std::fs::symlink_metadata(&p).is_err() {
-        return Vec::new();
-    }
-    match jobscope_core::gpu::read_gpu_file(&p) {
-        Ok(series) => {
-            let params = jobscope_core::gpu::summary::GpuSummaryParams {
-                idle_util_pct: cfg.gpu.idle_util_pct,
-                idle_min_s: cfg.gpu.idle_min_s as f64,
-                ..Default::default()
-            };
-            problems.extend(jobscope_core::gpu::summary::gpu_quality_notes(&series));
-            jobscope_core::gpu::summary::summarize_gpus_with(&series, elapsed_s, &params)
-        }
-        Err(e) => {
-            problems.push(e.to_string());
-            Vec::new()
-        }
-    }
 }
 
 /// Stores a node summary in the shared state directory.
@@ -155,39 +67,59 @@ fn claim(cfg: &Config, job_id: u32) -> bool {
     create_new(&job_state_dir(cfg, job_id).join("claim"), 0o600).is_ok()
 }
 
+/// Gives the claim back, so that the next epilog or `reap` tries again.
+fn release_claim(cfg: &Config, job_id: u32) -> std::io::Result<()> {
+    match std::fs::remove_file(job_state_dir(cfg, job_id).join("claim")) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
+    }
+}
+
+/// [`finish_job`] for a job this process has claimed. When finishing fails (the archive cannot be
+/// written, its admin group is missing…), the claim is released: otherwise no later epilog or
+/// `reap` would ever try again, and the report would be lost.
+fn finish_claimed(
+    cfg: &Config,
+    facts: &JobFacts,
+    expected: &[String],
+    slurm: &dyn Slurm,
+    log: &mut dyn FnMut(&str),
+) -> Result<(JobSummary, PathBuf)> {
+    let r = finish_job(cfg, facts, expected, slurm);
+    if r.is_err() {
+        if let Err(e) = release_claim(cfg, facts.job_id) {
+            log(&format!(
+                "job {}: finishing failed and the claim could not be released: {e}",
+                facts.job_id
+            ));
+        }
+    }
+    r
+}
+
 /// Assembles, archives and returns the job summary. The archive is written before anything is removed.
 pub fn finish_job(
     cfg: &Config,
-    env: &EpilogEnv,
-    info: Option<&JobInfo>,
-    expected: Vec<String>,
+    facts: &JobFacts,
+    expected: &[String],
+    slurm: &dyn Slurm,
 ) -> Result<(JobSummary, PathBuf)> {
-    let nodes = stored_nodes(cfg, env.job_id);
-    let mut s = assemble(Inputs {
-        env,
-        info,
-        nodes,
-        expected_nodes: expected,
-        generator: GENERATOR.into(),
+    let nodes = stored_nodes(cfg, facts.job_id);
+    let mut s = pipeline::job(facts, nodes, expected, cfg, GENERATOR, &|f, e| {
+        slurm.decide_end(f, e)
     });
-    s.analysis = Some(jobscope_core::summary::analysis::analyze(&s, &cfg.report));
-    let written = archive::write(&cfg.paths.archive_dir, &cfg.archive.admin_group, &s)
-        .context("archive write failed")?;
-    if let Some(day) = written.path.parent() {
-        let name = written
-            .path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        // The manifest is evidence, not the record: a failure is logged, the report stands.
-        if let Err(e) = crate::manifest::append(day, &name, &written.bytes) {
-            append_log(
-                &cfg.paths.log_file,
-                &format!("job {}: manifest: {e}", s.job_id),
-            );
-        }
+    if let Some(gid) = s.gid {
+        s.group = archive::group_name(gid);
     }
-    let dir = job_state_dir(cfg, env.job_id);
+    let written = archive::Store::new(&cfg.paths.archive_dir, &cfg.archive.admin_group)
+        .write(&s)
+        .context("archive write failed")?;
+    // The manifest line and the owner's copy are not the record: failures are logged, it stands.
+    for p in &written.problems {
+        append_log(&cfg.paths.log_file, &format!("job {}: {p}", s.job_id));
+    }
+
+    let dir = job_state_dir(cfg, facts.job_id);
     write_atomic(
         &dir,
         "archived",
@@ -207,31 +139,59 @@ pub fn finish_job(
 }
 
 /// What one Epilog run did.
-#[derive(Debug)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
 pub enum Outcome {
     Archived { path: PathBuf },
     WaitingForNodes { missing: Vec<String> },
     AlreadyArchived,
 }
 
+impl Outcome {
+    /// One sentence for people (the log, `jobscope epilog`).
+    pub fn describe(&self, job_id: u32) -> String {
+        match self {
+            Outcome::Archived { path } => {
+                format!("job {job_id}: report archived at {}", path.display())
+            }
+            Outcome::WaitingForNodes { missing } => format!(
+                "job {job_id}: this node's summary is stored; waiting for {} other node(s): {}",
+                missing.len(),
+                missing.join(", ")
+            ),
+            Outcome::AlreadyArchived => {
+                format!("job {job_id}: already archived (or being archived by another node)")
+            }
+        }
+    }
+}
+
 /// The Epilog: steps 1–4 of the module doc.
-pub fn run_epilog(cfg: &Config, env: &EpilogEnv, log: &mut dyn FnMut(&str)) -> Result<Outcome> {
+pub fn run_epilog(
+    cfg: &Config,
+    env: &EpilogEnv,
+    slurm: &dyn Slurm,
+    log: &mut dyn FnMut(&str),
+) -> Result<Outcome> {
     if is_archived(cfg, env.job_id) {
         remove_spool(cfg, env.job_id, &env.node, log);
         return Ok(Outcome::AlreadyArchived);
     }
-    let now = now_unix_ms();
-    let (ns, problems) = node_summary(cfg, env, now);
-    for p in &problems {
+    let dir = job_dir(&cfg.paths.spool_dir, env.job_id, &env.node);
+    let out = pipeline::node(
+        &dir,
+        &env.node,
+        env.job_id,
+        NodeEnd::At(now_unix_ms()),
+        env.uid,
+        cfg,
+    );
+    // A node without a spool (the plugin off, or no step ran here) is normal, not worth a line.
+    for p in out.problems.iter().filter(|p| !p.contains("No such file")) {
         log(&format!("job {}: {p}", env.job_id));
     }
-    store_node(cfg, &ns)?;
-    let expected: Vec<String> = env
-        .nodelist
-        .as_deref()
-        .and_then(expand_hostlist)
-        .filter(|v| !v.is_empty())
-        .unwrap_or_else(|| vec![env.node.clone()]);
+    store_node(cfg, &out.summary)?;
+    let expected = env.expected_nodes();
     // Remember which nodes the job had, for `reap` when SLURM has forgotten the job.
     let dir = job_state_dir(cfg, env.job_id);
     if !dir.join("expected").exists() {
@@ -261,18 +221,19 @@ pub fn run_epilog(cfg: &Config, env: &EpilogEnv, log: &mut dyn FnMut(&str)) -> R
         sweep_archived_spools(cfg, &env.node, log);
         return Ok(Outcome::AlreadyArchived);
     }
-    let info = jobinfo::query(env.job_id);
-    if info.is_none() {
+    let ctl = slurm.job_facts(env.job_id);
+    if ctl.is_none() {
         log(&format!(
-            "job {}: squeue gave no job information; report has no name/limit",
+            "job {}: SLURM gave no job information; report has no name/limit",
             env.job_id
         ));
     }
-    let (s, path) = finish_job(cfg, env, info.as_ref(), expected)?;
+    let facts = env.facts_with(ctl);
+    let (s, path) = finish_claimed(cfg, &facts, &expected, slurm, log)?;
     remove_spool(cfg, env.job_id, &env.node, log);
     sweep_archived_spools(cfg, &env.node, log);
     // Archive first (done above), mail second.
-    crate::notify::notify(cfg, &s, info.as_ref(), log);
+    crate::notify::notify(cfg, &s, Some(&facts), slurm, log);
     Ok(Outcome::Archived { path })
 }
 
@@ -316,33 +277,72 @@ pub fn remove_spool(cfg: &Config, job_id: u32, node: &str, log: &mut dyn FnMut(&
 }
 
 /// What `jobscope reap` did.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone, PartialEq, serde::Serialize)]
 pub struct ReapReport {
     /// Jobs finished as partial reports because some nodes never reported.
-    pub partial: Vec<(u32, Vec<String>)>,
+    pub partial: Vec<ReapedJob>,
     /// Local spools turned into node summaries because no epilog ever ran for them (crash, reboot).
     pub orphans: Vec<u32>,
+}
+
+/// A job `reap` archived, and the nodes whose data never arrived.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct ReapedJob {
+    pub job_id: u32,
+    pub missing_nodes: Vec<String>,
+}
+
+impl ReapReport {
+    /// Sentences for people (`jobscope reap`).
+    pub fn describe(&self) -> String {
+        if self.partial.is_empty() && self.orphans.is_empty() {
+            return "nothing to reap\n".into();
+        }
+        let mut t = String::new();
+        for j in &self.orphans {
+            t += &format!("job {j}: this node's spool collected (no epilog ran for it here)\n");
+        }
+        for j in &self.partial {
+            if j.missing_nodes.is_empty() {
+                t += &format!("job {}: archived\n", j.job_id);
+            } else {
+                t += &format!(
+                    "job {}: archived as a partial report; no data from {}\n",
+                    j.job_id,
+                    j.missing_nodes.join(", ")
+                );
+            }
+        }
+        t
+    }
+}
+
+/// Whether the scheduler says the job still holds its allocation (its spools are still written).
+fn is_active(facts: Option<&JobFacts>) -> bool {
+    facts
+        .and_then(|f| f.scheduler_state)
+        .is_some_and(|s| s.is_active())
 }
 
 /// Finishes what epilogs could not:
 /// 1. spools on this node whose job is no longer running and which no epilog collected (the node
 ///    crashed or rebooted mid-job, or slurmd died): summarised as partial node summaries;
 /// 2. jobs whose first node summary is older than `archive.node_wait_s` and whose other nodes never
-///    reported: archived as partial reports that name the missing nodes.
+///    reported (or whose archiving failed before): archived, as partial reports that name the
+///    missing nodes.
 ///
-/// `is_running(job)` asks SLURM; it is a parameter so the logic can be tested without a cluster.
+/// SLURM is asked through `slurm`, so the logic can be tested with `crate::slurm::FakeSlurm`.
 pub fn reap(
     cfg: &Config,
     node: &str,
     now_ms: u64,
-    is_running: &dyn Fn(u32) -> bool,
-    query: &dyn Fn(u32) -> Option<JobInfo>,
+    slurm: &dyn Slurm,
     log: &mut dyn FnMut(&str),
 ) -> Result<ReapReport> {
     let mut rep = ReapReport::default();
     sweep_archived_spools(cfg, node, log);
     prune_state(cfg, now_ms, log);
-    crate::notify::send_pending_digests(cfg, log);
+    crate::notify::send_pending_digests(cfg, slurm, log);
     // 1. Orphaned spools of this node (including ones moved aside as stale).
     let suffix = format!(".{node}");
     let mut orphan_dirs: Vec<(u32, PathBuf)> = Vec::new();
@@ -365,32 +365,16 @@ pub fn reap(
         };
         let stale = name.starts_with(".stale.");
         if stale
-            || (!is_running(job)
-                && !is_archived(cfg, job)
+            || (!is_archived(cfg, job)
                 && !job_state_dir(cfg, job)
                     .join(format!("{node}.json"))
-                    .exists())
+                    .exists()
+                && !is_active(slurm.job_facts(job).as_ref()))
         {
             orphan_dirs.push((job, e.path()));
         }
     }
     for (job, dir) in orphan_dirs {
-        let (series, steps, problems) = read_spool_dir(&dir);
-        for p in problems {
-            log(&format!("reap: {p}"));
-        }
-        let end = series
-            .as_ref()
-            .and_then(|s| {
-                s.end
-                    .as_ref()
-                    .map(|e| e.t_ms)
-                    .or_else(|| s.buckets.last().map(|b| b.t_last_ms))
-            })
-            .unwrap_or(now_ms);
-        let mut ns = summarize_node(series.as_ref(), &steps, node, end);
-        ns.job_id = job;
-        ns.quality.notes.push("collected by `jobscope reap`: no epilog ran for this job on this node (crash or reboot?)".into());
         // A stale spool of an earlier job with a reused id must not overwrite the later job's data.
         if dir
             .file_name()
@@ -403,6 +387,21 @@ pub fn reap(
             ));
             continue;
         }
+        let out = pipeline::node(
+            &dir,
+            node,
+            job,
+            NodeEnd::LastRecord {
+                fallback_ms: now_ms,
+            },
+            None,
+            cfg,
+        );
+        for p in &out.problems {
+            log(&format!("reap: {p}"));
+        }
+        let mut ns = out.summary;
+        ns.quality.notes.push("collected by `jobscope reap`: no epilog ran for this job on this node (crash or reboot?)".into());
         store_node(cfg, &ns)?;
         rep.orphans.push(job);
         let _ = std::fs::remove_dir_all(&dir);
@@ -418,15 +417,19 @@ pub fn reap(
         let Some(job) = e.file_name().to_string_lossy().parse::<u32>().ok() else {
             continue;
         };
-        if is_archived(cfg, job) || is_running(job) {
+        if is_archived(cfg, job) {
             continue;
         }
         let nodes = stored_nodes(cfg, job);
         let Some(oldest) = nodes.iter().map(|n| n.end_unix_ms).min() else {
             continue;
         };
-        let info = query(job);
-        // The expected node list: SLURM's if it still knows the job, else what the node summaries say.
+        let ctl = slurm.job_facts(job);
+        if is_active(ctl.as_ref()) {
+            continue;
+        }
+        // The expected node list: what the first epilog recorded, else SLURM's if it still knows
+        // the job, else what the node summaries say.
         let recorded = read_limited(&job_state_dir(cfg, job).join("expected"), 1 << 20)
             .ok()
             .map(|b| {
@@ -439,9 +442,9 @@ pub fn reap(
             .filter(|v| !v.is_empty());
         let expected: Vec<String> = recorded
             .or_else(|| {
-                info.as_ref()
-                    .and_then(|i| i.nodes.as_deref())
-                    .and_then(expand_hostlist)
+                ctl.as_ref()
+                    .map(|f| f.nodes.clone())
+                    .filter(|n| !n.is_empty())
             })
             .unwrap_or_else(|| nodes.iter().map(|n| n.node.clone()).collect());
         let waited = now_ms.saturating_sub(oldest) >= wait_ms;
@@ -449,26 +452,27 @@ pub fn reap(
         if !(waited || complete) || !claim(cfg, job) {
             continue;
         }
-        let env = EpilogEnv {
-            job_id: job,
-            node: node.to_string(),
-            uid: nodes.first().map(|n| n.uid),
-            num_nodes: Some(expected.len() as u32),
-            exit_code2: None,
-            ..Default::default()
-        };
+        // No Epilog environment here: the uid is the spool's, the rest SLURM's if it still knows.
+        let ctl_known = ctl.is_some();
+        let mut facts = ctl.unwrap_or_default();
+        facts.job_id = job;
+        facts.uid = nodes.first().map(|n| n.uid).or(facts.uid);
+        facts.node_count = facts.node_count.or(Some(expected.len() as u32));
         let missing: Vec<String> = expected
             .iter()
             .filter(|x| !nodes.iter().any(|n| &n.node == *x))
             .cloned()
             .collect();
-        let (s, path) = finish_job(cfg, &env, info.as_ref(), expected)?;
-        crate::notify::notify(cfg, &s, info.as_ref(), log);
+        let (s, path) = finish_claimed(cfg, &facts, &expected, slurm, log)?;
+        crate::notify::notify(cfg, &s, ctl_known.then_some(&facts), slurm, log);
         log(&format!(
             "reap: job {job} archived at {} (missing nodes: {missing:?})",
             path.display()
         ));
-        rep.partial.push((job, missing));
+        rep.partial.push(ReapedJob {
+            job_id: job,
+            missing_nodes: missing,
+        });
     }
     Ok(rep)
 }
@@ -554,6 +558,7 @@ pub fn append_log(path: &Path, line: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::slurm::{EndReason, FakeSlurm, JobState};
     use jobscope_core::cgroup::CgroupVersion;
     use jobscope_core::sample::Reading;
     use jobscope_core::spool::writer::{Limits, SeriesWriter, StepWriter};
@@ -637,6 +642,11 @@ mod tests {
         }
     }
 
+    /// A controller that does not answer (as in the tests before SLURM is up).
+    fn down() -> FakeSlurm {
+        FakeSlurm::default()
+    }
+
     fn env(job: u32, node: &str, nodelist: &str) -> EpilogEnv {
         EpilogEnv {
             job_id: job,
@@ -656,14 +666,14 @@ mod tests {
             make_spool(&c, 77, "a", false);
             make_spool(&c, 77, "b", false);
             let mut log = |_: &str| {};
-            let first = run_epilog(&c, &env(77, order[0], "a,b"), &mut log).unwrap();
+            let first = run_epilog(&c, &env(77, order[0], "a,b"), &down(), &mut log).unwrap();
             assert!(
                 matches!(first, Outcome::WaitingForNodes { ref missing } if missing == &vec![order[1].to_string()]),
                 "{first:?}"
             );
-            let second = run_epilog(&c, &env(77, order[1], "a,b"), &mut log).unwrap();
+            let second = run_epilog(&c, &env(77, order[1], "a,b"), &down(), &mut log).unwrap();
             assert!(matches!(second, Outcome::Archived { .. }), "{second:?}");
-            let again = run_epilog(&c, &env(77, order[0], "a,b"), &mut log).unwrap();
+            let again = run_epilog(&c, &env(77, order[0], "a,b"), &down(), &mut log).unwrap();
             assert!(matches!(again, Outcome::AlreadyArchived));
             let bytes = archive::find(&c.paths.archive_dir, 77, 0).unwrap();
             let s: JobSummary = serde_json::from_slice(&bytes).unwrap();
@@ -685,13 +695,18 @@ mod tests {
         let c = cfg(d.path());
         make_spool(&c, 78, "a", false);
         let mut log = |_: &str| {};
-        run_epilog(&c, &env(78, "a", "a,b"), &mut log).unwrap();
-        let no = |_: u32| false;
-        let none = |_: u32| None;
-        let early = reap(&c, "a", now_unix_ms(), &no, &none, &mut log).unwrap();
+        run_epilog(&c, &env(78, "a", "a,b"), &down(), &mut log).unwrap();
+        let slurm = FakeSlurm::up();
+        let early = reap(&c, "a", now_unix_ms(), &slurm, &mut log).unwrap();
         assert!(early.partial.is_empty(), "must wait node_wait_s first");
-        let later = reap(&c, "a", now_unix_ms() + 61_000, &no, &none, &mut log).unwrap();
-        assert_eq!(later.partial, vec![(78, vec!["b".to_string()])]);
+        let later = reap(&c, "a", now_unix_ms() + 61_000, &slurm, &mut log).unwrap();
+        assert_eq!(
+            later.partial,
+            vec![ReapedJob {
+                job_id: 78,
+                missing_nodes: vec!["b".to_string()]
+            }]
+        );
         let s: JobSummary =
             serde_json::from_slice(&archive::find(&c.paths.archive_dir, 78, 0).unwrap()).unwrap();
         assert!(s.partial && s.missing_nodes == vec!["b"]);
@@ -704,7 +719,7 @@ mod tests {
         let c = cfg(d.path());
         make_spool(&c, 79, "a", true);
         let mut log = |_: &str| {};
-        let r = reap(&c, "a", now_unix_ms(), &|_| false, &|_| None, &mut log).unwrap();
+        let r = reap(&c, "a", now_unix_ms(), &FakeSlurm::up(), &mut log).unwrap();
         assert_eq!(r.orphans, vec![79]);
         assert_eq!(
             r.partial.len(),
@@ -731,8 +746,108 @@ mod tests {
         let c = cfg(d.path());
         make_spool(&c, 80, "a", true);
         let mut log = |_: &str| {};
-        let r = reap(&c, "a", now_unix_ms(), &|_| true, &|_| None, &mut log).unwrap();
+        let slurm = FakeSlurm::up().with_job(80, JobState::Running);
+        let r = reap(&c, "a", now_unix_ms(), &slurm, &mut log).unwrap();
         assert!(r.orphans.is_empty() && r.partial.is_empty());
         assert!(job_dir(&c.paths.spool_dir, 80, "a").exists());
+        assert_eq!(slurm.asked.lock().unwrap().as_slice(), &[80]);
+        // Once SLURM says it ended, the spool is collected.
+        let slurm = FakeSlurm::up().with_job(80, JobState::Completed);
+        let r = reap(&c, "a", now_unix_ms(), &slurm, &mut log).unwrap();
+        assert_eq!(r.orphans, vec![80]);
+    }
+
+    #[test]
+    fn a_failed_archive_releases_the_claim_and_reap_archives_later() {
+        let d = tempfile::tempdir().unwrap();
+        let mut c = cfg(d.path());
+        c.archive.admin_group = "no-such-group-jobscope-test".into();
+        make_spool(&c, 81, "a", false);
+        let mut lines = Vec::new();
+        let mut log = |m: &str| lines.push(m.to_string());
+        let err = run_epilog(&c, &env(81, "a", "a"), &down(), &mut log).unwrap_err();
+        assert!(format!("{err:#}").contains("archive"), "{err:#}");
+        assert!(
+            !job_state_dir(&c, 81).join("claim").exists(),
+            "the claim is released when archiving fails"
+        );
+        assert!(!is_archived(&c, 81));
+        assert!(
+            job_dir(&c.paths.spool_dir, 81, "a").exists(),
+            "the spool stays until the job is archived"
+        );
+        // The site fixes its configuration; the next `reap` archives the job.
+        c.archive.admin_group = Config::default().archive.admin_group;
+        let r = reap(&c, "a", now_unix_ms(), &FakeSlurm::up(), &mut log).unwrap();
+        assert_eq!(
+            r.partial,
+            vec![ReapedJob {
+                job_id: 81,
+                missing_nodes: vec![]
+            }]
+        );
+        assert!(is_archived(&c, 81));
+        let s: JobSummary =
+            serde_json::from_slice(&archive::find(&c.paths.archive_dir, 81, 0).unwrap()).unwrap();
+        assert_eq!(s.cpu.usage_s, Some(140.0));
+        assert!(!s.partial, "{:?}", s.partial_reasons);
+    }
+
+    #[test]
+    fn the_epilog_takes_its_facts_from_the_environment_and_slurm() {
+        let d = tempfile::tempdir().unwrap();
+        let c = cfg(d.path());
+        make_spool(&c, 82, "a", false);
+        let mut slurm = FakeSlurm::up();
+        slurm.jobs.insert(
+            82,
+            JobFacts {
+                job_id: 82,
+                name: Some("train".into()),
+                time_limit_s: Some(600),
+                scheduler_state: Some(JobState::Completing),
+                ..Default::default()
+            },
+        );
+        let mut e = env(82, "a", "a");
+        e.exit_code2 = Some("0:125".into());
+        let mut log = |_: &str| {};
+        run_epilog(&c, &e, &slurm, &mut log).unwrap();
+        let s: JobSummary =
+            serde_json::from_slice(&archive::find(&c.paths.archive_dir, 82, 0).unwrap()).unwrap();
+        assert_eq!(s.name.as_deref(), Some("train"));
+        assert_eq!(s.alloc.time_limit_s, Some(600));
+        assert_eq!(s.uid, Some(4242));
+        // SIG_OOM in SLURM_JOB_EXIT_CODE2 is SLURM's OOM report.
+        assert_eq!(s.state, JobState::OutOfMemory);
+        assert_eq!(s.end_reason, Some(EndReason::SchedulerOom));
+    }
+
+    #[test]
+    fn people_get_sentences_scripts_get_json() {
+        let o = Outcome::WaitingForNodes {
+            missing: vec!["b".into(), "c".into()],
+        };
+        assert_eq!(
+            o.describe(5),
+            "job 5: this node's summary is stored; waiting for 2 other node(s): b, c"
+        );
+        assert_eq!(
+            serde_json::to_value(&o).unwrap(),
+            serde_json::json!({"outcome": "waiting_for_nodes", "missing": ["b", "c"]})
+        );
+        let r = ReapReport {
+            partial: vec![ReapedJob {
+                job_id: 9,
+                missing_nodes: vec!["n2".into()],
+            }],
+            orphans: vec![9],
+        };
+        assert_eq!(
+            r.describe(),
+            "job 9: this node's spool collected (no epilog ran for it here)\n\
+             job 9: archived as a partial report; no data from n2\n"
+        );
+        assert_eq!(ReapReport::default().describe(), "nothing to reap\n");
     }
 }

@@ -8,12 +8,9 @@
 //! then review the diff of the golden files.
 
 use jobscope_core::config::Config;
-use jobscope_core::summary::analysis::analyze;
-use jobscope_core::summary::node::summarize_node;
-use jobscope_epilog::assemble::{assemble, Inputs};
-use jobscope_epilog::jobinfo::{parse_squeue_json, EpilogEnv};
-use jobscope_epilog::render::render_text;
-use jobscope_epilog::run::read_spool_dir;
+use jobscope_epilog::pipeline::{self, NodeEnd};
+use jobscope_epilog::present::render_text;
+use jobscope_epilog::slurm::{decide_end, v22_05::parse_squeue_json, EpilogEnv};
 use std::path::{Path, PathBuf};
 
 fn testdata() -> PathBuf {
@@ -36,6 +33,7 @@ fn report(case: &str) -> String {
         .parse()
         .unwrap();
     let info = parse_squeue_json(&squeue, job_id).expect("job in squeue.json");
+    let cfg = config();
     let mut nodes = Vec::new();
     let mut names = Vec::new();
     let mut dirs: Vec<PathBuf> = std::fs::read_dir(&dir)
@@ -46,23 +44,20 @@ fn report(case: &str) -> String {
         .collect();
     dirs.sort();
     for d in dirs {
-        let (series, steps, problems) = read_spool_dir(&d);
-        assert!(problems.is_empty(), "{problems:?}");
-        let node = series.as_ref().map(|s| s.header.node.clone()).unwrap();
+        let name = d.file_name().unwrap().to_string_lossy().into_owned();
+        let name = name.strip_prefix("node-").unwrap().to_string();
         // The epilog's "now": right after the last thing the node recorded.
-        let end = series
-            .iter()
-            .flat_map(|s| {
-                s.end
-                    .iter()
-                    .map(|e| e.t_ms)
-                    .chain(s.buckets.last().map(|b| b.t_last_ms))
-            })
-            .chain(steps.iter().flat_map(|s| s.events.iter().map(|e| e.t_ms)))
-            .max()
-            .unwrap();
-        nodes.push(summarize_node(series.as_ref(), &steps, &node, end));
-        names.push(node);
+        let out = pipeline::node(
+            &d,
+            &name,
+            job_id,
+            NodeEnd::LastRecord { fallback_ms: 0 },
+            info.uid,
+            &cfg,
+        );
+        assert!(out.problems.is_empty(), "{:?}", out.problems);
+        nodes.push(out.summary);
+        names.push(name);
     }
     let env = EpilogEnv {
         job_id,
@@ -76,14 +71,8 @@ fn report(case: &str) -> String {
             .map(|s| s.trim().to_string()),
         ..Default::default()
     };
-    let mut s = assemble(Inputs {
-        env: &env,
-        info: Some(&info),
-        nodes,
-        expected_nodes: names,
-        generator: "golden".into(),
-    });
-    s.analysis = Some(analyze(&s, &config().report));
+    let facts = env.facts_with(Some(info));
+    let s = pipeline::job(&facts, nodes, &names, &cfg, "golden", &decide_end);
     render_text(&s, false).unwrap()
 }
 

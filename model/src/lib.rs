@@ -5,12 +5,14 @@
 //! - [`spool`]: the spool file format: frames, buckets, events, decoding from bytes, thinning.
 //! - [`gpu`]: GPU identity, the `gpu.jsc` format, per-GPU summaries and advice.
 //! - [`summary`]: node summary (from decoded spool files), the archived job document, analysis.
+//! - [`job`]: what the scheduler says about a job ([`job::JobFacts`]), its state and end reason.
 //! - [`params`]: the analysis thresholds.
 //! - [`slurm`]: SLURM's notations (hostlists, cpulists, step ids) as pure parsers.
 //!
 //! Reading files, sampling and SLURM's commands live in `jobscope-core` and `jobscope-epilog`, which
 //! depend on this crate; nothing here depends on them.
 pub mod gpu;
+pub mod job;
 pub mod params;
 pub mod sample;
 pub mod slurm;

@@ -216,15 +216,8 @@ impl StepWriter {
     }
 }
 
-/// Reads and decodes one spool file (refusing symlinks and oversized files).
-pub fn read_spool_file(path: &Path) -> Result<SpoolFile, SpoolError> {
-    let bytes =
-        crate::fsutil::read_limited(path, 64 * 1024 * 1024 + 4096).map_err(|e| match e {
-            FsError::Io { path, source } => SpoolError::Io { path, source },
-            FsError::Unsafe { path, why } => SpoolError::Unsafe { path, what: why },
-        })?;
-    decode_file(&bytes, path)
-}
+// The read side moved to `super::read`; kept under this name for the plugin and the tests.
+pub use super::read::read_spool_file;
 
 #[cfg(test)]
 mod tests {

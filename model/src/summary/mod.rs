@@ -4,6 +4,7 @@
 //! on any incompatible change. Every field that could not be measured is absent (`null`), never 0.
 
 pub mod analysis;
+pub mod job;
 pub mod node;
 
 use crate::sample::CgroupVersion;
@@ -157,10 +158,17 @@ pub struct JobSummary {
     pub uid: u32,
     pub account: Option<String>,
     pub partition: Option<String>,
-    /// COMPLETED, FAILED, TIMEOUT, OUT_OF_MEMORY, CANCELLED, NODE_FAIL…
-    pub state: String,
-    /// Why the state was concluded, in words (e.g. "oom_kill events in the job cgroup").
-    pub state_reason: Option<String>,
+    /// How the job ended: COMPLETED, FAILED, TIMEOUT, OUT_OF_MEMORY, CANCELLED, NODE_FAIL…
+    pub state: crate::job::JobState,
+    /// Why that state was concluded (the evidence, typed; the presenter words it). Schema version 1
+    /// stored words as `state_reason`: they read back as [`crate::job::EndReason::Legacy`].
+    #[serde(
+        default,
+        alias = "state_reason",
+        deserialize_with = "crate::job::deserialize_end_reason",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub end_reason: Option<crate::job::EndReason>,
     pub exit_code: Option<i32>,
     pub start_unix_ms: u64,
     pub end_unix_ms: u64,

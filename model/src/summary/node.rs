@@ -349,6 +349,65 @@ pub fn summarize_node(
     }
 }
 
+/// One node's spool directory as read by `jobscope_core::spool::read::read_node_dir`: the sampler's
+/// series (`job.jsc`), the steps' files, the GPU series (`gpu.jsc`) and what could not be read.
+#[derive(Debug, Clone, Default)]
+pub struct NodeSpool {
+    pub series: Option<SpoolFile>,
+    pub steps: Vec<SpoolFile>,
+    pub gpu: Option<crate::gpu::GpuSeries>,
+    /// Files that could not be read or decoded (reported, not fatal).
+    pub problems: Vec<String>,
+}
+
+impl NodeSpool {
+    /// The first header found (the series', else a step's): which job, node and user the spool is of.
+    pub fn header(&self) -> Option<&crate::spool::Header> {
+        self.series
+            .as_ref()
+            .map(|s| &s.header)
+            .or_else(|| self.steps.first().map(|s| &s.header))
+    }
+
+    /// When the job ended on this node as far as its spool tells: the last thing recorded (the
+    /// sampler's end record, its last bucket or event, a step's last event). `None` for a spool with
+    /// nothing in it.
+    pub fn last_record_ms(&self) -> Option<u64> {
+        let series = self.series.iter().flat_map(|s| {
+            s.end
+                .iter()
+                .map(|e| e.t_ms)
+                .chain(s.buckets.last().map(|b| b.t_last_ms))
+                .chain(s.events.iter().map(|e| e.t_ms))
+        });
+        let steps = self
+            .steps
+            .iter()
+            .flat_map(|s| s.events.iter().map(|e| e.t_ms));
+        series.chain(steps).max()
+    }
+}
+
+/// The node summary of a spool, with its GPUs. `end_unix_ms` is when the job ended on this node (the
+/// Epilog: now; afterwards: [`NodeSpool::last_record_ms`]). What could not be read, and what the GPU
+/// series says about its own quality, become the node's quality notes.
+pub fn summarize_node_spool(
+    spool: &NodeSpool,
+    node: &str,
+    end_unix_ms: u64,
+    gpu: &crate::gpu::summary::GpuSummaryParams,
+) -> NodeSummary {
+    let mut ns = summarize_node(spool.series.as_ref(), &spool.steps, node, end_unix_ms);
+    ns.quality.notes.extend(spool.problems.iter().cloned());
+    if let Some(series) = &spool.gpu {
+        ns.quality
+            .notes
+            .extend(crate::gpu::summary::gpu_quality_notes(series));
+        ns.gpus = crate::gpu::summary::summarize_gpus_with(series, ns.elapsed_s, gpu);
+    }
+    ns
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -390,6 +449,85 @@ mod tests {
             },
             gauges,
         }
+    }
+
+    fn step_event(t_ms: u64, kind: &str) -> Event {
+        Event {
+            t_ms,
+            kind: kind.into(),
+            step: Some("batch".into()),
+            job: None,
+            step_reading: None,
+            exit_status: None,
+            message: None,
+        }
+    }
+
+    #[test]
+    fn a_spools_end_is_its_last_record_from_any_file() {
+        let series = |end: Option<u64>| SpoolFile {
+            header: header("job", 0),
+            buckets: vec![bucket(0, 0, 1), bucket(30_000, 1, 1)],
+            events: vec![step_event(31_000, "sampler_error")],
+            end: end.map(|t_ms| End {
+                t_ms,
+                reason: "stopped".into(),
+                samples_taken: 2,
+                samples_missed: 0,
+            }),
+            torn: false,
+            valid_bytes: 0,
+        };
+        let step = |t| SpoolFile {
+            header: header("batch", 10),
+            buckets: vec![],
+            events: vec![step_event(10, "step_start"), step_event(t, "step_exit")],
+            end: None,
+            torn: false,
+            valid_bytes: 0,
+        };
+        let spool = |series, steps| NodeSpool {
+            series,
+            steps,
+            ..Default::default()
+        };
+        assert_eq!(spool(None, vec![]).last_record_ms(), None);
+        // The sampler died: its last event is the end.
+        assert_eq!(
+            spool(Some(series(None)), vec![]).last_record_ms(),
+            Some(31_000)
+        );
+        assert_eq!(
+            spool(Some(series(Some(40_000))), vec![]).last_record_ms(),
+            Some(40_000)
+        );
+        // A step's exit after the sampler stopped.
+        assert_eq!(
+            spool(Some(series(Some(40_000))), vec![step(45_000)]).last_record_ms(),
+            Some(45_000)
+        );
+        // Steps only (no extern step, no sampler).
+        let only_steps = spool(None, vec![step(45_000)]);
+        assert_eq!(only_steps.last_record_ms(), Some(45_000));
+        assert_eq!(
+            only_steps.header().map(|h| h.series.as_str()),
+            Some("batch")
+        );
+    }
+
+    #[test]
+    fn read_problems_become_quality_notes() {
+        let spool = NodeSpool {
+            problems: vec!["step_0.jsc: bad magic".into()],
+            ..Default::default()
+        };
+        let ns = summarize_node_spool(&spool, "vm", 0, &Default::default());
+        assert!(ns
+            .quality
+            .notes
+            .iter()
+            .any(|n| n == "step_0.jsc: bad magic"));
+        assert!(ns.gpus.is_empty());
     }
 
     #[test]

@@ -1,12 +1,15 @@
-//! Node summaries + what SLURM says → one [`JobSummary`]. Pure.
+//! Node summaries + the scheduler's [`JobFacts`] → one [`JobSummary`]. Pure, and free of SLURM: how
+//! the job ended is decided by the caller's `decide` (the scheduler adapter knows its semantics),
+//! from the facts and the [`EndEvidence`] computed here.
 //!
 //! Aggregation rules (the ones other tools get wrong):
 //! - memory peak is the largest per-node peak (each node has its own limit), never a sum over steps;
 //! - CPU time, I/O and samples are sums over nodes;
-//! - CPU efficiency is total CPU time ÷ (cores of the WHOLE allocation × elapsed).
+//! - CPU efficiency is total CPU time ÷ (cores of the WHOLE allocation × elapsed), so a node whose
+//!   data never arrived still counts with its cores.
 
-use crate::jobinfo::{EpilogEnv, JobInfo};
-use jobscope_core::summary::*;
+use super::*;
+use crate::job::{EndEvidence, JobEnd, JobFacts};
 
 fn sum_opt<T: Copy + std::iter::Sum<T>>(vals: impl Iterator<Item = Option<T>>) -> Option<T> {
     let v: Vec<T> = vals.flatten().collect();
@@ -20,121 +23,24 @@ fn max_opt<T: Copy + PartialOrd>(vals: impl Iterator<Item = Option<T>>) -> Optio
     })
 }
 
-/// Why the job ended. SLURM's own state is used when it is final; during the Epilog the job is still
-/// COMPLETING, so the state is concluded from the evidence, and the evidence is stated.
-pub fn derive_state(
-    info: Option<&JobInfo>,
-    env: &EpilogEnv,
-    nodes: &[NodeSummary],
-    elapsed_s: f64,
-) -> (String, Option<String>, Option<i32>) {
-    let slurm_state = info.and_then(|i| i.state.clone()).unwrap_or_default();
-    let (exit, signal) = env
-        .exit_code2
-        .as_deref()
-        .and_then(|s| s.split_once(':'))
-        .map(|(a, b)| (a.parse::<i32>().ok(), b.parse::<i32>().ok()))
-        .unwrap_or((None, None));
-    let oom_kills: u64 = nodes.iter().filter_map(|n| n.mem.oom_kill_events).sum();
-    let limit_s = info.and_then(|i| i.time_limit_min).map(|m| m * 60);
-    let final_states = [
-        "COMPLETED",
-        "FAILED",
-        "TIMEOUT",
-        "OUT_OF_MEMORY",
-        "CANCELLED",
-        "NODE_FAIL",
-        "PREEMPTED",
-        "BOOT_FAIL",
-        "DEADLINE",
-    ];
-    if oom_kills > 0 {
-        return ("OUT_OF_MEMORY".into(), Some(format!("{oom_kills} process(es) killed by the kernel OOM killer in the job cgroup (memory limit reached)")), exit);
-    }
-    // SLURM's task/cgroup reports an OOM kill as the pseudo-signal SIG_OOM (253), which the 7-bit
-    // signal field of SLURM_JOB_EXIT_CODE2 shows as 125.
-    if signal == Some(125) || slurm_state == "OUT_OF_MEMORY" {
-        return (
-            "OUT_OF_MEMORY".into(),
-            Some(
-                "SLURM detected an OOM kill in the job (the job used more memory than --mem)"
-                    .into(),
-            ),
-            exit,
-        );
-    }
-    if final_states.contains(&slurm_state.as_str()) && slurm_state != "COMPLETED" {
-        let why = match slurm_state.as_str() {
-            "TIMEOUT" => "SLURM killed the job at its time limit".to_string(),
-            s => format!("SLURM reports the job {s}"),
-        };
-        return (slurm_state, Some(why), exit);
-    }
-    if let Some(limit) = limit_s {
-        // SLURM checks limits periodically; a job that ran to its limit and was signalled timed out.
-        if elapsed_s + 1.0 >= limit as f64
-            && (signal.unwrap_or(0) != 0
-                || exit.unwrap_or(0) != 0
-                || info
-                    .and_then(|i| i.state_reason.clone())
-                    .is_some_and(|r| r.contains("TimeLimit")))
-        {
-            return (
-                "TIMEOUT".into(),
-                Some(format!(
-                    "ran {:.0} s against a time limit of {limit} s and was killed",
-                    elapsed_s
-                )),
-                exit,
-            );
-        }
-    }
-    if let Some(sig) = signal.filter(|&s| s != 0) {
-        return (
-            "CANCELLED".into(),
-            Some(format!("terminated by signal {sig}")),
-            exit,
-        );
-    }
-    if let Some(code) = exit.filter(|&c| c != 0) {
-        return ("FAILED".into(), Some(format!("exit code {code}")), exit);
-    }
-    if slurm_state == "COMPLETED" || exit == Some(0) {
-        return ("COMPLETED".into(), None, exit);
-    }
-    (
-        "UNKNOWN".into(),
-        Some("neither SLURM nor the Epilog environment said how the job ended".into()),
-        exit,
-    )
-}
-
-pub struct Inputs<'a> {
-    pub env: &'a EpilogEnv,
-    pub info: Option<&'a JobInfo>,
-    pub nodes: Vec<NodeSummary>,
-    pub expected_nodes: Vec<String>,
-    pub generator: String,
-}
-
-pub fn assemble(inp: Inputs) -> JobSummary {
-    let Inputs {
-        env,
-        info,
-        mut nodes,
-        expected_nodes,
-        generator,
-    } = inp;
+/// Assembles the job's summary (without analysis). `expected_nodes` are the allocation's nodes;
+/// those without a summary are named as missing and still count in the allocation.
+pub fn assemble(
+    facts: &JobFacts,
+    mut nodes: Vec<NodeSummary>,
+    expected_nodes: &[String],
+    generator: &str,
+    decide: &dyn Fn(&JobFacts, &EndEvidence) -> JobEnd,
+) -> JobSummary {
     nodes.sort_by(|a, b| a.node.cmp(&b.node));
-    let present: Vec<&str> = nodes.iter().map(|n| n.node.as_str()).collect();
     let missing_nodes: Vec<String> = expected_nodes
         .iter()
-        .filter(|e| !present.contains(&e.as_str()))
+        .filter(|e| !nodes.iter().any(|n| &n.node == *e))
         .cloned()
         .collect();
 
-    let start_unix_ms = info
-        .and_then(|i| i.start_time)
+    let start_unix_ms = facts
+        .start_unix_s
         .map(|t| t * 1000)
         .or_else(|| nodes.iter().map(|n| n.start_unix_ms).min())
         .unwrap_or(0);
@@ -172,14 +78,15 @@ pub fn assemble(inp: Inputs) -> JobSummary {
         source: nodes.iter().find_map(|n| n.io.source.clone()),
     };
 
-    let n_nodes = info
-        .and_then(|i| i.node_count)
-        .or(env.num_nodes)
-        .unwrap_or(nodes.len() as u32)
-        .max(nodes.len() as u32);
-    // Cores: SLURM's count for the whole job; else the per-node allocations seen (+ missing nodes
-    // assumed like the others, so a missing node does not inflate efficiency).
-    let cores = info.and_then(|i| i.cpus).or_else(|| {
+    // The allocation has at least the nodes expected and the nodes that reported.
+    let n_nodes = facts
+        .node_count
+        .unwrap_or(0)
+        .max(nodes.len() as u32)
+        .max(expected_nodes.len() as u32);
+    // Cores: the scheduler's count for the whole job; else the per-node allocations seen, with
+    // missing nodes assumed like the others, so a missing node does not inflate efficiency.
+    let cores = facts.cpus.or_else(|| {
         let seen: Vec<u32> = nodes.iter().filter_map(|n| n.alloc_cores).collect();
         (!seen.is_empty()).then(|| {
             let per = seen.iter().sum::<u32>() as f64 / seen.len() as f64;
@@ -187,17 +94,14 @@ pub fn assemble(inp: Inputs) -> JobSummary {
         })
     });
     let mem_per_node_bytes = max_opt(nodes.iter().map(|n| n.alloc_mem_bytes))
-        .or_else(|| {
-            info.and_then(|i| i.mem_per_node_mb)
-                .map(|m| m * 1024 * 1024)
-        })
+        .or(facts.mem_per_node_bytes)
         .or(mem.limit_bytes);
     let alloc = Allocation {
         nodes: n_nodes,
         cores,
         mem_per_node_bytes,
-        gpus: env.gpus.clone(),
-        time_limit_s: info.and_then(|i| i.time_limit_min).map(|m| m * 60),
+        gpus: facts.gpus.clone(),
+        time_limit_s: facts.time_limit_s,
     };
     let efficiency = Efficiency {
         cpu_pct: match (cpu.usage_s, cores) {
@@ -216,7 +120,11 @@ pub fn assemble(inp: Inputs) -> JobSummary {
             .map(|l| 100.0 * elapsed_s / l as f64),
     };
 
-    let (state, state_reason, exit_code) = derive_state(info, env, &nodes, elapsed_s);
+    let evidence = EndEvidence {
+        oom_kills: nodes.iter().filter_map(|n| n.mem.oom_kill_events).sum(),
+        elapsed_s,
+    };
+    let end = decide(facts, &evidence);
     let mut partial_reasons = Vec::new();
     for m in &missing_nodes {
         partial_reasons.push(format!(
@@ -241,29 +149,21 @@ pub fn assemble(inp: Inputs) -> JobSummary {
         .unwrap_or_default();
     JobSummary {
         schema_version: SCHEMA_VERSION,
-        generator,
-        cluster: info
-            .and_then(|i| i.cluster.clone())
-            .or_else(|| env.cluster.clone()),
-        job_id: env.job_id,
-        array_job_id: info.and_then(|i| i.array_job_id),
-        array_task_id: info.and_then(|i| i.array_task_id),
-        name: info.and_then(|i| i.name.clone()),
-        user: info
-            .and_then(|i| i.user.clone())
-            .or_else(|| env.user.clone()),
-        uid: env
-            .uid
-            .or_else(|| info.and_then(|i| i.uid))
-            .or_else(|| nodes.first().map(|n| n.uid))
-            .unwrap_or(u32::MAX),
-        account: info.and_then(|i| i.account.clone()),
-        partition: info
-            .and_then(|i| i.partition.clone())
-            .or_else(|| env.partition.clone()),
-        state,
-        state_reason,
-        exit_code,
+        generator: generator.to_string(),
+        cluster: facts.cluster.clone(),
+        job_id: facts.job_id,
+        array_job_id: facts.array_job_id,
+        array_task_id: facts.array_task_id,
+        name: facts.name.clone(),
+        user: facts.user.clone(),
+        uid: facts.uid.or_else(|| nodes.first().map(|n| n.uid)),
+        gid: facts.gid,
+        group: facts.group.clone(),
+        account: facts.account.clone(),
+        partition: facts.partition.clone(),
+        state: end.state,
+        end_reason: end.reason,
+        exit_code: facts.exit_code,
         start_unix_ms,
         end_unix_ms,
         elapsed_s,
@@ -285,6 +185,7 @@ pub fn assemble(inp: Inputs) -> JobSummary {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::job::{EndReason, JobState};
 
     fn node(name: &str, cpu_s: f64, peak: u64) -> NodeSummary {
         NodeSummary {
@@ -322,13 +223,27 @@ mod tests {
         }
     }
 
-    fn env() -> EpilogEnv {
-        EpilogEnv {
+    fn facts() -> JobFacts {
+        JobFacts {
             job_id: 5,
-            node: "a".into(),
-            exit_code2: Some("0:0".into()),
+            exit_code: Some(0),
+            exit_signal: Some(0),
             ..Default::default()
         }
+    }
+
+    /// A stand-in for the scheduler's decision that hands back what it was given, so the tests can
+    /// see what evidence assembly computed.
+    fn completed(_: &JobFacts, _: &EndEvidence) -> JobEnd {
+        JobEnd {
+            state: JobState::Completed,
+            reason: None,
+        }
+    }
+
+    fn run(nodes: Vec<NodeSummary>, expected: &[&str]) -> JobSummary {
+        let expected: Vec<String> = expected.iter().map(|s| s.to_string()).collect();
+        assemble(&facts(), nodes, &expected, "t", &completed)
     }
 
     proptest::proptest! {
@@ -350,8 +265,7 @@ mod tests {
                 n
             }).collect();
             let names: Vec<String> = ns.iter().map(|n| n.node.clone()).collect();
-            let e = env();
-            let s = assemble(Inputs { env: &e, info: None, nodes: ns.clone(), expected_nodes: names, generator: "t".into() });
+            let s = assemble(&facts(), ns.clone(), &names, "t", &completed);
             let cpu: f64 = nodes.iter().map(|n| n.0).sum();
             proptest::prop_assert!((s.cpu.usage_s.unwrap() - cpu).abs() <= 1e-6 * cpu.max(1.0));
             proptest::prop_assert_eq!(s.mem.peak_bytes, nodes.iter().filter_map(|n| n.1).max());
@@ -369,14 +283,10 @@ mod tests {
 
     #[test]
     fn aggregation_rules() {
-        let e = env();
-        let s = assemble(Inputs {
-            env: &e,
-            info: None,
-            nodes: vec![node("b", 300.0, 1 << 30), node("a", 100.0, 3 << 30)],
-            expected_nodes: vec!["a".into(), "b".into()],
-            generator: "t".into(),
-        });
+        let s = run(
+            vec![node("b", 300.0, 1 << 30), node("a", 100.0, 3 << 30)],
+            &["a", "b"],
+        );
         assert_eq!(s.cpu.usage_s, Some(400.0), "CPU sums over nodes");
         assert_eq!(
             s.mem.peak_bytes,
@@ -389,50 +299,70 @@ mod tests {
         assert_eq!(s.efficiency.mem_pct, Some(75.0));
         assert_eq!(s.nodes[0].node, "a");
         assert!(!s.partial);
-        assert_eq!(s.state, "COMPLETED");
+        assert_eq!(s.state, JobState::Completed);
     }
 
     #[test]
-    fn missing_node_makes_partial_and_names_it() {
-        let e = env();
-        let s = assemble(Inputs {
-            env: &e,
-            info: None,
-            nodes: vec![node("a", 100.0, 1)],
-            expected_nodes: vec!["a".into(), "b".into()],
-            generator: "t".into(),
-        });
+    fn missing_node_makes_partial_and_still_counts_its_cores() {
+        // Two nodes of 4 cores were allocated; only `a` reported, 100 CPU-s over 100 s.
+        let s = run(vec![node("a", 100.0, 1)], &["a", "b"]);
         assert!(s.partial);
         assert_eq!(s.missing_nodes, vec!["b"]);
         assert!(s.partial_reasons[0].contains("node b"));
-        // the missing node's cores still count in the allocation
-        assert_eq!(s.alloc.nodes, 1.max(s.alloc.nodes));
+        assert_eq!(
+            s.alloc.nodes, 2,
+            "the missing node is part of the allocation"
+        );
+        assert_eq!(s.alloc.cores, Some(8), "its cores count too");
+        // 100 CPU-s / (8 cores × 100 s) = 12.5 %, not the 25 % of the reporting node alone.
+        assert_eq!(s.efficiency.cpu_pct, Some(12.5));
     }
 
     #[test]
-    fn states() {
-        let mut e = env();
-        let mut n = node("a", 1.0, 1);
-        n.mem.oom_kill_events = Some(1);
+    fn scheduler_counts_win_and_missing_values_stay_missing() {
+        let mut f = facts();
+        f.cpus = Some(16);
+        f.node_count = Some(3);
+        f.time_limit_s = Some(400);
+        f.start_unix_s = Some(0);
+        let mut n = node("a", 800.0, 1 << 30);
+        n.alloc_mem_bytes = None;
+        n.end_unix_ms = 200_000;
+        let s = assemble(&f, vec![n], &["a".to_string()], "t", &completed);
+        assert_eq!((s.alloc.nodes, s.alloc.cores), (3, Some(16)));
         assert_eq!(
-            derive_state(None, &e, &[n.clone()], 10.0).0,
-            "OUT_OF_MEMORY"
+            s.elapsed_s, 200.0,
+            "start from the scheduler, end from the node"
         );
-        let info = JobInfo {
-            time_limit_min: Some(1),
-            state: Some("COMPLETING".into()),
-            ..Default::default()
+        // 800 / (16 × 200) = 25 %
+        assert_eq!(s.efficiency.cpu_pct, Some(25.0));
+        assert_eq!(s.efficiency.time_pct, Some(50.0));
+        assert_eq!(
+            s.efficiency.mem_pct, None,
+            "no allocation known: no percentage"
+        );
+        assert_eq!(s.io.read_bytes, None);
+    }
+
+    #[test]
+    fn the_decision_sees_the_evidence() {
+        let mut a = node("a", 1.0, 1);
+        a.mem.oom_kill_events = Some(2);
+        let mut b = node("b", 1.0, 1);
+        b.mem.oom_kill_events = Some(1);
+        let seen = std::cell::Cell::new(None);
+        let decide = |_: &JobFacts, e: &EndEvidence| {
+            seen.set(Some(*e));
+            JobEnd {
+                state: JobState::OutOfMemory,
+                reason: Some(EndReason::OomKills { kills: e.oom_kills }),
+            }
         };
-        e.exit_code2 = Some("0:15".into());
-        let (st, why, _) = derive_state(Some(&info), &e, &[node("a", 1.0, 1)], 61.0);
-        assert_eq!(st, "TIMEOUT", "{why:?}");
-        e.exit_code2 = Some("3:0".into());
-        assert_eq!(derive_state(None, &e, &[], 5.0).0, "FAILED");
-        let info = JobInfo {
-            state: Some("TIMEOUT".into()),
-            ..Default::default()
-        };
-        assert_eq!(derive_state(Some(&info), &env(), &[], 5.0).0, "TIMEOUT");
-        assert_eq!(derive_state(None, &env(), &[], 5.0).0, "COMPLETED");
+        let names = ["a".to_string(), "b".to_string()];
+        let s = assemble(&facts(), vec![a, b], &names, "t", &decide);
+        let e = seen.get().unwrap();
+        assert_eq!((e.oom_kills, e.elapsed_s), (3, 100.0));
+        assert_eq!(s.state, JobState::OutOfMemory);
+        assert_eq!(s.end_reason, Some(EndReason::OomKills { kills: 3 }));
     }
 }

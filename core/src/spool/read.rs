@@ -1,0 +1,131 @@
+//! The read side of the spool: one file ([`read_spool_file`]) and one node's directory
+//! ([`read_node_dir`]). Reading refuses symlinks and oversized files; decoding is pure
+//! (`jobscope_model::spool`, `jobscope_model::gpu::spool`).
+
+use super::{decode_file, SpoolError, SpoolFile};
+use crate::fsutil::FsError;
+use std::path::Path;
+
+pub use jobscope_model::summary::node::NodeSpool;
+
+/// Files read from one spool directory at most (a directory is per job and node: a few steps).
+const MAX_FILES: usize = 4096;
+
+/// Reads and decodes one spool file (refusing symlinks and oversized files).
+pub fn read_spool_file(path: &Path) -> Result<SpoolFile, SpoolError> {
+    let bytes =
+        crate::fsutil::read_limited(path, 64 * 1024 * 1024 + 4096).map_err(|e| match e {
+            FsError::Io { path, source } => SpoolError::Io { path, source },
+            FsError::Unsafe { path, why } => SpoolError::Unsafe { path, what: why },
+        })?;
+    decode_file(&bytes, path)
+}
+
+/// Reads one node-job spool directory (`<spool_dir>/<job>.<node>/`): `job.jsc`, the steps'
+/// `step_*.jsc` and `gpu.jsc`. What cannot be read is listed in `problems`, never fatal.
+pub fn read_node_dir(dir: &Path) -> NodeSpool {
+    let mut spool = NodeSpool::default();
+    match std::fs::symlink_metadata(dir) {
+        Ok(m) if m.is_dir() => {}
+        Ok(_) => {
+            spool
+                .problems
+                .push(format!("{}: not a directory; ignored", dir.display()));
+            return spool;
+        }
+        Err(e) => {
+            spool.problems.push(format!("{}: {e}", dir.display()));
+            return spool;
+        }
+    }
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.flatten()
+                .filter_map(|e| e.file_name().into_string().ok())
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    for name in names.iter().take(MAX_FILES) {
+        if !name.ends_with(".jsc") || name.starts_with('.') {
+            continue;
+        }
+        let p = dir.join(name);
+        if name == crate::gpu::GPU_FILE_NAME {
+            // Same framing, its own series (per-GPU buckets).
+            match crate::gpu::read_gpu_file(&p) {
+                Ok(g) => spool.gpu = Some(g),
+                Err(e) => spool.problems.push(e.to_string()),
+            }
+            continue;
+        }
+        match read_spool_file(&p) {
+            Ok(f) if name == "job.jsc" => spool.series = Some(f),
+            Ok(f) => spool.steps.push(f),
+            Err(e) => spool.problems.push(e.to_string()),
+        }
+    }
+    spool
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spool::writer::{Limits, SeriesWriter};
+    use crate::spool::{Bucket, Header, FORMAT_VERSION};
+
+    fn header(series: &str) -> Header {
+        Header {
+            format_version: FORMAT_VERSION,
+            job_id: 7,
+            node: "n".into(),
+            series: series.into(),
+            uid: 0,
+            gid: 0,
+            cgroup_version: None,
+            cgroup_path: None,
+            boot_id: None,
+            boot_time_s: None,
+            start_unix_ms: 0,
+            cadence_s: 30,
+            plugin_version: "t".into(),
+            alloc_cores: None,
+            alloc_mem_bytes: None,
+            handover: None,
+        }
+    }
+
+    #[test]
+    fn reads_the_series_steps_and_reports_bad_files() {
+        let d = tempfile::tempdir().unwrap();
+        let mut w =
+            SeriesWriter::<Bucket>::create(d.path(), "job.jsc", header("job"), Limits::default())
+                .unwrap();
+        w.flush().unwrap();
+        crate::spool::writer::StepWriter::create(d.path(), &header("batch")).unwrap();
+        std::fs::write(d.path().join("step_0.jsc"), b"not a spool file").unwrap();
+        std::fs::write(d.path().join("notes.txt"), b"ignored").unwrap();
+        std::fs::write(d.path().join(crate::gpu::GPU_FILE_NAME), b"garbage").unwrap();
+        std::os::unix::fs::symlink("/etc/passwd", d.path().join("step_1.jsc")).unwrap();
+        let s = read_node_dir(d.path());
+        assert_eq!(
+            s.series.as_ref().map(|f| f.header.series.as_str()),
+            Some("job")
+        );
+        assert_eq!(s.steps.len(), 1);
+        assert_eq!(s.steps[0].header.series, "batch");
+        assert!(s.gpu.is_none());
+        // step_0 (garbage), step_1 (symlink) and gpu.jsc (garbage) are reported.
+        assert_eq!(s.problems.len(), 3, "{:?}", s.problems);
+    }
+
+    #[test]
+    fn a_missing_or_odd_directory_is_a_problem_not_a_panic() {
+        let d = tempfile::tempdir().unwrap();
+        let s = read_node_dir(&d.path().join("nope"));
+        assert!(s.series.is_none() && s.problems.len() == 1);
+        std::fs::write(d.path().join("file"), b"x").unwrap();
+        let s = read_node_dir(&d.path().join("file"));
+        assert!(s.problems[0].contains("not a directory"));
+    }
+}
