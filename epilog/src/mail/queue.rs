@@ -38,6 +38,14 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 /// A queued message larger than this is not read back (a mail with charts is ~100 KB–1 MB).
 const MAX_MESSAGE_BYTES: u64 = 64 * 1024 * 1024;
 const MAX_META_BYTES: u64 = 64 * 1024;
+/// Room kept in the queue directory for mail when the filesystem fills up (see [`RESERVE_FILE`]):
+/// several reports with charts (one is ~100 KB–1 MB).
+pub const DEFAULT_RESERVE_BYTES: u64 = 8 * 1024 * 1024;
+/// A preallocated file in the queue directory. A full disk must not cost a user their report mail
+/// (the queue usually shares a filesystem with the spool, the archive and the logs): when queueing
+/// fails with ENOSPC the reserve is released and the write retried, and it is allocated again by
+/// the next `Queue::open` that finds the space.
+pub const RESERVE_FILE: &str = "reserve";
 /// A sidecar without its message (a crash between the two writes) is removed after this long.
 const STALE_AFTER_S: u64 = 3600;
 /// How long `enqueue` waits for the lock of its id (held by a flusher sending that very id).
@@ -225,6 +233,8 @@ impl FlushReport {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Enqueued {
     Queued,
+    /// Queued, but only after releasing the reserve: the filesystem is full.
+    QueuedFromReserve,
     /// Already waiting in the queue (not replaced).
     AlreadyQueued,
     /// Already delivered (a `sent/` marker exists).
@@ -323,9 +333,47 @@ impl Queue {
         ensure_dir(dir, 0o700, uid, gid)?;
         ensure_dir(&dir.join("sent"), 0o700, uid, gid)?;
         ensure_dir(&dir.join("dead"), 0o700, uid, gid)?;
-        Ok(Queue {
+        let q = Queue {
             dir: dir.to_path_buf(),
-        })
+        };
+        q.ensure_reserve(DEFAULT_RESERVE_BYTES);
+        Ok(q)
+    }
+
+    /// Makes sure [`RESERVE_FILE`] holds `bytes` of allocated space (best effort: on a full or
+    /// non-allocating filesystem it keeps what it got and tries again next time).
+    pub fn ensure_reserve(&self, bytes: u64) {
+        use std::os::unix::io::AsRawFd;
+        let path = self.dir.join(RESERVE_FILE);
+        if std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_file() && m.blocks() * 512 >= bytes)
+        {
+            return;
+        }
+        let Ok(f) = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&path)
+        else {
+            return;
+        };
+        let Ok(len) = libc::off_t::try_from(bytes) else {
+            return;
+        };
+        // SAFETY: a valid open descriptor; posix_fallocate only allocates blocks for it.
+        unsafe { libc::posix_fallocate(f.as_raw_fd(), 0, len) };
+    }
+
+    /// True when `e` is the filesystem being full.
+    fn is_enospc(e: &QueueError) -> bool {
+        match e {
+            QueueError::Fs(FsError::Io { source, .. }) | QueueError::Io { source, .. } => {
+                source.raw_os_error() == Some(libc::ENOSPC)
+            }
+            _ => false,
+        }
     }
 
     pub fn dir(&self) -> &Path {
@@ -391,11 +439,23 @@ impl Queue {
             last_error: None,
             dead_reason: None,
         };
-        self.write_meta(&self.dir, &meta)?;
-        // The message last: its presence is what makes the entry queued.
-        write_atomic(&self.dir, &format!("{id}.eml"), message, 0o600, None)?;
+        let write = || -> Result<(), QueueError> {
+            self.write_meta(&self.dir, &meta)?;
+            // The message last: its presence is what makes the entry queued.
+            write_atomic(&self.dir, &format!("{id}.eml"), message, 0o600, None)?;
+            Ok(())
+        };
+        let queued = match write() {
+            Ok(()) => Enqueued::Queued,
+            Err(e) if Self::is_enospc(&e) => {
+                let _ = std::fs::remove_file(self.dir.join(RESERVE_FILE));
+                write()?;
+                Enqueued::QueuedFromReserve
+            }
+            Err(e) => return Err(e),
+        };
         drop(lock);
-        Ok(Enqueued::Queued)
+        Ok(queued)
     }
 
     /// [`Self::enqueue`] for a built mail.
@@ -813,6 +873,66 @@ mod tests {
         }
     }
 
+    /// A full filesystem: the mail is still queued, from the reserve, and the reserve comes back
+    /// once there is room again. Needs root for a small tmpfs of its own.
+    #[test]
+    fn full_filesystem_still_queues_the_mail_from_the_reserve() {
+        // SAFETY: plain getter.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("skipped: needs root to mount a small tmpfs");
+            return;
+        }
+        let d = tempfile::tempdir().unwrap();
+        let mnt = d.path().join("fs");
+        std::fs::create_dir(&mnt).unwrap();
+        let ok = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=12m,mode=0700", "jobscope-test"])
+            .arg(&mnt)
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "mount a 12 MiB tmpfs");
+        struct Umount(PathBuf);
+        impl Drop for Umount {
+            fn drop(&mut self) {
+                let _ = std::process::Command::new("umount").arg(&self.0).status();
+            }
+        }
+        let _guard = Umount(mnt.clone());
+        let q = Queue::open(&mnt.join("q")).unwrap();
+        let reserve = std::fs::metadata(q.dir().join(RESERVE_FILE)).unwrap();
+        assert!(
+            reserve.blocks() * 512 >= DEFAULT_RESERVE_BYTES,
+            "reserve allocated at open"
+        );
+        // Fill the rest of the filesystem.
+        let mut filler = std::fs::File::create(mnt.join("filler")).unwrap();
+        let chunk = vec![7u8; 64 * 1024];
+        while std::io::Write::write_all(&mut filler, &chunk).is_ok() {}
+        let _ = filler.sync_all();
+        let big = vec![b'x'; 200 * 1024];
+        assert!(
+            std::fs::write(mnt.join("probe"), &big).is_err(),
+            "the filesystem is full"
+        );
+        let _ = std::fs::remove_file(mnt.join("probe"));
+        let r = q
+            .enqueue("c.1.0.end", &envelope("alice@example.org"), &big)
+            .unwrap();
+        assert_eq!(r, Enqueued::QueuedFromReserve);
+        assert_eq!(std::fs::read(q.eml("c.1.0.end")).unwrap(), big);
+        assert!(!mnt.join("q").join(RESERVE_FILE).exists());
+        // Space returns: the next open allocates the reserve again.
+        drop(filler);
+        std::fs::remove_file(mnt.join("filler")).unwrap();
+        let q = Queue::open(&mnt.join("q")).unwrap();
+        let m = std::fs::metadata(q.dir().join(RESERVE_FILE)).unwrap();
+        assert!(
+            m.blocks() * 512 >= DEFAULT_RESERVE_BYTES,
+            "{} blocks",
+            m.blocks()
+        );
+    }
+
     /// The Epilog's flush with the relay down: one attempt, then the backlog is left to
     /// `mail flush`; the next Epilog does not try at all until the backoff has passed; the relay
     /// coming back is noticed by `mail flush`, which delivers everything and clears the marker.
@@ -942,11 +1062,11 @@ mod tests {
         q.flush(&t, &opts(Duration::from_secs(5), now + 3600));
         assert_eq!(sink.messages().len(), 3);
         assert!(q.list().is_empty());
-        // No lock files or sidecars left behind.
+        // No lock files or sidecars left behind (the reserve is meant to stay).
         let left: Vec<_> = std::fs::read_dir(q.dir())
             .unwrap()
             .flatten()
-            .filter(|e| e.file_type().unwrap().is_file())
+            .filter(|e| e.file_type().unwrap().is_file() && e.file_name() != RESERVE_FILE)
             .map(|e| e.file_name())
             .collect();
         assert!(left.is_empty(), "{left:?}");
