@@ -251,20 +251,37 @@ pub fn decode_file(buf: &[u8], path: &Path) -> Result<SpoolFile, SpoolError> {
     };
     let mut frames = Frames::new(buf, start);
     let mut valid = start;
+    let mut buckets_time = validate::Timeline::new(&out.header);
+    let mut events_time = validate::Timeline::new(&out.header);
     while let Some((kind, payload)) = frames.next() {
         let ok = match kind {
-            KIND_BUCKET => decode_bucket(payload)
-                .map(|b| out.buckets.push(b))
-                .is_some(),
-            KIND_EVENT => serde_json::from_slice(payload)
-                .map(|e| out.events.push(e))
-                .is_ok(),
-            KIND_END => serde_json::from_slice(payload)
-                .map(|e| out.end = Some(e))
-                .is_ok(),
+            KIND_BUCKET => decode_bucket(payload).map(|b| {
+                // Intact but implausible (see `validate`): dropped, and the loss is stated.
+                if validate::bucket_ok(&b) && buckets_time.accept(b.t_first_ms, b.t_last_ms) {
+                    out.buckets.push(b);
+                } else {
+                    out.torn = true;
+                }
+            }),
+            KIND_EVENT => serde_json::from_slice::<Event>(payload).ok().map(|e| {
+                if validate::event_ok(&e) && events_time.accept(e.t_ms, e.t_ms) {
+                    out.events.push(e);
+                } else {
+                    out.torn = true;
+                }
+            }),
+            KIND_END => serde_json::from_slice::<End>(payload).ok().map(|e| {
+                let mut t = buckets_time;
+                if validate::end_ok(&e) && t.accept(e.t_ms, e.t_ms) {
+                    out.end = Some(e);
+                } else {
+                    out.torn = true;
+                }
+            }),
             // An unknown kind from a newer writer: skip it, the CRC says it is intact.
-            _ => true,
-        };
+            _ => Some(()),
+        }
+        .is_some();
         if !ok {
             out.torn = true;
             break;
@@ -370,6 +387,69 @@ mod tests {
         let d = decode_file(&f, Path::new("x")).unwrap();
         assert!(d.buckets.is_empty());
         assert!(d.torn);
+    }
+
+    /// Frames that are intact (valid CRC) but absurd are dropped at decode and the loss is flagged:
+    /// time running backwards, a counter near `u64::MAX`, a gauge without samples, an end record
+    /// before the data it ends.
+    #[test]
+    fn intact_but_implausible_frames_are_dropped_and_flagged() {
+        let h = header();
+        let t0 = h.start_unix_ms;
+        let decode = |frames: Vec<Vec<u8>>| {
+            let mut buf = file_start(&h);
+            for f in frames {
+                buf.extend(f);
+            }
+            decode_file(&buf, Path::new("job.jsc")).unwrap()
+        };
+        let good = |i: u64| bucket_frame(&bucket(t0 + i * 30_000, i * 1_000_000_000, 1 << 20));
+        let f = decode(vec![good(0), good(1), good(2)]);
+        assert_eq!((f.buckets.len(), f.torn), (3, false));
+
+        let backwards = bucket_frame(&bucket(t0 + 10_000, 5, 1 << 20));
+        let f = decode(vec![good(0), good(1), backwards, good(2)]);
+        assert_eq!(
+            f.buckets.len(),
+            3,
+            "the record out of order is dropped, the rest kept"
+        );
+        assert!(f.torn, "and the loss is flagged");
+        assert!(f
+            .buckets
+            .windows(2)
+            .all(|w| w[0].t_last_ms <= w[1].t_first_ms));
+
+        let mut huge = bucket(t0 + 45_000, 1, 1);
+        huge.last.mem_current_bytes = Some(u64::MAX - 1);
+        let f = decode(vec![good(0), good(1), bucket_frame(&huge), good(2)]);
+        assert_eq!((f.buckets.len(), f.torn), (3, true));
+
+        let mut empty_gauge = bucket(t0 + 45_000, 1, 1);
+        empty_gauge.gauges[0] = Some(Gauge {
+            min: 1,
+            max: 2,
+            sum: 3,
+            count: 0,
+        });
+        let f = decode(vec![good(0), good(1), bucket_frame(&empty_gauge), good(2)]);
+        assert_eq!((f.buckets.len(), f.torn), (3, true));
+
+        let early_end = end_frame(&End {
+            t_ms: t0 + 1_000,
+            reason: "stopped".into(),
+            samples_taken: 3,
+            samples_missed: 0,
+        });
+        let f = decode(vec![good(0), good(1), good(2), early_end]);
+        assert!(
+            f.end.is_none() && f.torn,
+            "an end before its data is not believed"
+        );
+
+        let far = bucket_frame(&bucket(t0 + 401 * 86_400_000, 1, 1));
+        let f = decode(vec![good(0), far]);
+        assert_eq!((f.buckets.len(), f.torn), (1, true));
     }
 
     #[test]

@@ -19,6 +19,7 @@
 
 pub mod codec;
 pub mod thin;
+pub mod validate;
 
 use crate::sample::CgroupVersion;
 use crate::sample::Reading;
