@@ -304,12 +304,28 @@ pub enum ConfigError {
     Invalid { path: PathBuf, message: String },
 }
 
+/// toml's own message spans several lines (a source excerpt with a caret); an admin reading a log
+/// or a terminal wants one: `line 2: cadence_s = "thirty": invalid type: string "thirty", expected u32`.
+fn one_line_toml_error(text: &str, e: &toml::de::Error) -> String {
+    let msg = e.message().trim().replace('\n', " ");
+    match e.span() {
+        Some(span) => {
+            let start = span.start.min(text.len());
+            let line_no = text[..start].matches('\n').count() + 1;
+            let line = text.lines().nth(line_no - 1).unwrap_or("").trim();
+            let line: String = line.chars().filter(|c| !c.is_control()).take(80).collect();
+            format!("line {line_no}: {line}: {msg}")
+        }
+        None => msg,
+    }
+}
+
 impl Config {
     /// Parses and validates config text; `path` is only used in error messages.
     pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
         let c: Config = toml::from_str(text).map_err(|e| ConfigError::Invalid {
             path: path.into(),
-            message: e.to_string(),
+            message: one_line_toml_error(text, &e),
         })?;
         c.validate().map_err(|message| ConfigError::Invalid {
             path: path.into(),
@@ -319,7 +335,21 @@ impl Config {
     }
 
     /// Loads `path`; a missing file gives the defaults (a node without a config still works).
+    /// For the default path only: a path someone named must exist ([`Config::load_named`]).
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        match Self::load_named(path) {
+            Err(ConfigError::Io { source, .. })
+                if source.kind() == std::io::ErrorKind::NotFound =>
+            {
+                Ok(Config::default())
+            }
+            r => r,
+        }
+    }
+
+    /// Loads a configuration file someone named (`--config`, `JOBSCOPE_CONFIG`): it must exist and
+    /// parse; silently using the defaults instead would report with thresholds nobody chose.
+    pub fn load_named(path: &Path) -> Result<Config, ConfigError> {
         match crate::fsutil::read_limited(path, MAX_CONFIG_BYTES) {
             Ok(bytes) => {
                 let text = String::from_utf8(bytes).map_err(|_| ConfigError::Invalid {
@@ -327,11 +357,6 @@ impl Config {
                     message: "not UTF-8".into(),
                 })?;
                 Config::parse(&text, path)
-            }
-            Err(crate::fsutil::FsError::Io { source, .. })
-                if source.kind() == std::io::ErrorKind::NotFound =>
-            {
-                Ok(Config::default())
             }
             Err(crate::fsutil::FsError::Io { path, source }) => {
                 Err(ConfigError::Io { path, source })
@@ -455,6 +480,25 @@ mod tests {
             Config::load(Path::new("/nonexistent/jobscope.toml")).unwrap(),
             Config::default()
         );
+    }
+
+    #[test]
+    fn a_named_file_must_exist_and_parse() {
+        let e = Config::load_named(Path::new("/nonexistent/jobscope.toml")).unwrap_err();
+        assert!(
+            e.to_string().starts_with("/nonexistent/jobscope.toml: "),
+            "{e}"
+        );
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("j.toml");
+        std::fs::write(&p, "[sampler]\ncadence_s = \"thirty\"\n").unwrap();
+        let e = Config::load_named(&p).unwrap_err().to_string();
+        assert!(
+            e.contains("j.toml") && e.contains("cadence_s") && !e.contains('\n'),
+            "{e}"
+        );
+        std::fs::write(&p, "[sampler]\ncadence_s = 10\n").unwrap();
+        assert_eq!(Config::load_named(&p).unwrap().sampler.cadence_s, 10);
     }
 }
 
