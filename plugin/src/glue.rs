@@ -122,6 +122,9 @@ impl Jobscope {
     }
 
     fn start_sampler(&mut self, ctx: &JobCtx, handover: Option<Handover>) -> Result<(), String> {
+        // Threads may outlive `exit`'s bounded wait (a driver call that never returns): keep
+        // the code they run mapped from now on.
+        crate::resident::pin();
         let (sampler, schedule) = ctx.sampler(handover.clone())?;
         self.gpu = ctx.gpu_monitor(handover.as_ref(), schedule.clone());
         let h = spawn(sampler, schedule, Box::new(|m: &str| crate::log_error(m)))

@@ -17,6 +17,7 @@
 mod args;
 mod glue;
 mod handover;
+mod resident;
 mod steps;
 
 pub use args::Args;

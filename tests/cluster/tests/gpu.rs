@@ -501,6 +501,75 @@ fn gpu_slow_or_failing_nvml_never_harms_the_job_or_cpu_sampling() -> Result<()> 
     Ok(())
 }
 
+/// An NVML call that never returns (an hour-long sleep in the fake, held for every later call),
+/// still pending when the job ends: the plugin returns within its bound and leaves the GPU thread
+/// stuck in the driver. The plugin pinned itself in memory (RTLD_NODELETE) when it started that
+/// thread, so slurmstepd unloading plugins cannot pull the code from under it. The job completes
+/// 0:0 with its own output, its report is archived, slurmd's log shows no crashed slurmstepd, and
+/// the next job on the node runs and reports normally.
+#[test]
+fn gpu_nvml_call_that_never_returns_leaves_slurmstepd_whole() -> Result<()> {
+    let _c = ClusterGuard::acquire()?;
+    let f = FakeNvml::new("never-returns")?;
+    let (m0, m1) = (f.minors[0], f.minors[1]);
+    let hang = json!({"sleep_ms": 3_600_000u64, "then": [50, 10]});
+    let util0 = json!([[50, 10], [50, 10], hang]);
+    f.set_script(&fake_script(vec![
+        fake_device(m1, UUID_GRES1, json!([[0, 0]])),
+        fake_device(m0, UUID_GRES0, util0),
+    ]))?;
+    let _cfg = ConfigSectionGuard::set_section("gpu", &f.config_section("sample_timeout_s = 2"))?;
+    let node = nodes()?.remove(0);
+    let log = LogMark::now(slurmd_log(&node));
+    let job = submit(
+        "alice",
+        &["--job-name=gpu-hang", "--gres=gpu:1", "-w", &node],
+        "#!/bin/bash\necho start\nsleep 12\necho done\n",
+    )?;
+    completed(job)?;
+    ensure!(
+        job_output(job)? == "start\ndone\n",
+        "job {job}: output is not the job's own"
+    );
+    let s = summary(job)?;
+    ensure!(
+        s["state"] == "COMPLETED" && f64_at(&s, "/samples")? >= 4.0,
+        "job {job}: {}",
+        s["state"]
+    );
+    // The next job on the same node, while the first job's GPU call may still be pending.
+    let next = submit(
+        "alice",
+        &["--job-name=after-hang", "-w", &node],
+        "#!/bin/bash\necho next\nsleep 3\n",
+    )?;
+    completed(next)?;
+    ensure!(job_output(next)? == "next\n", "job {next}: output");
+    ensure!(
+        f64_at(&summary(next)?, "/samples")? >= 2.0,
+        "job {next}: no samples"
+    );
+    // Give a late return of the stuck call time to happen, then read slurmd's log.
+    std::thread::sleep(Duration::from_secs(3));
+    let log = log.since()?;
+    let crashes: Vec<&str> = log
+        .lines()
+        .filter(|l| {
+            let l = l.to_ascii_lowercase();
+            l.contains("segmentation")
+                || l.contains("sigsegv")
+                || l.contains("signal 11")
+                || l.contains("core dumped")
+                || l.contains("killed by signal")
+        })
+        .collect();
+    ensure!(
+        crashes.is_empty(),
+        "slurmd log after job {job}: {crashes:#?}"
+    );
+    Ok(())
+}
+
 /// A job without GPUs: no GPUs section, no GPU fields, and nothing above debug level about
 /// jobscope, GPUs or NVML in the slurmd log (no GPU is the normal case: no noise), both on a
 /// node without any NVML (the installed config) and with the fake NVML configured.
