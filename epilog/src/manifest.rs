@@ -13,10 +13,11 @@
 //! chain_n = hex(sha256(chain_{n-1} || " " || "<seq> <file name> <sha256>"))
 //! ```
 //!
-//! [`verify`] recomputes every digest and the chain and reports, per day: files whose bytes changed
+//! [`verify_day`] (called for every day by `Store::verify` in archive.rs, which walks the tree)
+//! recomputes every digest and the chain and reports, per day: files whose bytes changed
 //! (**edited**), files listed but gone (**removed**), `*.json` files present but never listed
 //! (**inserted**), and lines whose sequence number or chain value is wrong (**broken**: an edited,
-//! deleted or inserted manifest line). A file written twice (a job id reused the same day) is checked
+//! deleted or inserted manifest line). A file written twice (a retried write of the same run) is checked
 //! against its latest line.
 //!
 //! What this does and does not prove: it catches edits by anyone who does not also rewrite the
@@ -266,11 +267,16 @@ impl DayReport {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct VerifyReport {
     pub days: Vec<DayReport>,
+    /// Owners' copies (`users/<uid>/*.json`) checked against their records.
+    pub user_copies: usize,
+    /// `users/<uid>/<file>: <finding>`, one per copy that is not its record's bytes or not root's
+    /// (the checks are in archive.rs, `Store::verify`).
+    pub user_findings: Vec<String>,
 }
 
 impl VerifyReport {
     pub fn ok(&self) -> bool {
-        self.days.iter().all(DayReport::ok)
+        self.days.iter().all(DayReport::ok) && self.user_findings.is_empty()
     }
 
     /// Days with findings.
@@ -318,21 +324,31 @@ impl VerifyReport {
                 out += &format!("{}: cannot check: {p}\n", d.day);
             }
         }
+        for f in &self.user_findings {
+            out += &format!("{f}\n");
+        }
         let bad = self.failures().count();
         out += &format!(
-            "{} day(s) checked, {}\n",
+            "{} day(s) checked, {}; {} owner's copies checked, {}\n",
             self.days.len(),
             if bad == 0 {
                 "all OK".to_string()
             } else {
                 format!("{bad} with findings")
+            },
+            self.user_copies,
+            if self.user_findings.is_empty() {
+                "all OK".to_string()
+            } else {
+                format!("{} with findings", self.user_findings.len())
             }
         );
         out
     }
 }
 
-fn sha256_file(path: &Path) -> std::io::Result<String> {
+/// SHA-256 of a regular file's bytes (symlinks refused).
+pub fn sha256_file(path: &Path) -> std::io::Result<String> {
     let mut f = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
@@ -350,30 +366,14 @@ fn sha256_file(path: &Path) -> std::io::Result<String> {
     Ok(hex(&h.finalize()))
 }
 
-/// Checks one day directory; `day` is its `YYYY/MM/DD` (part of the chain).
-pub fn verify_day(day_dir: &Path, day: &str) -> DayReport {
+/// Checks one day directory; `day` is its `YYYY/MM/DD` (part of the chain). `files` are the day's
+/// `*.json` entries as the archive's walker listed them: (name, is a regular file).
+pub fn verify_day(day_dir: &Path, day: &str, files: &[(String, bool)]) -> DayReport {
     let mut r = DayReport {
         day: day.to_string(),
         ..Default::default()
     };
-    // The day's *.json files (hidden ones are write_atomic's temp files).
-    let mut present: BTreeMap<String, bool> = BTreeMap::new();
-    match std::fs::read_dir(day_dir) {
-        Ok(rd) => {
-            for e in rd.flatten() {
-                let name = e.file_name().to_string_lossy().into_owned();
-                if name.starts_with('.') || !name.ends_with(".json") {
-                    continue;
-                }
-                let regular = std::fs::symlink_metadata(e.path()).is_ok_and(|m| m.is_file());
-                present.insert(name, regular);
-            }
-        }
-        Err(e) => {
-            r.problems.push(format!("{}: {e}", day_dir.display()));
-            return r;
-        }
-    }
+    let present: BTreeMap<String, bool> = files.iter().cloned().collect();
     r.files = present.len();
 
     let path = day_dir.join(MANIFEST);
@@ -477,40 +477,14 @@ pub fn verify_day(day_dir: &Path, day: &str) -> DayReport {
     r
 }
 
-fn numeric_dirs(p: &Path, len: usize) -> Vec<(String, PathBuf)> {
-    let mut v: Vec<(String, PathBuf)> = std::fs::read_dir(p)
-        .map(|rd| {
-            rd.flatten()
-                .filter_map(|e| {
-                    let n = e.file_name().into_string().ok()?;
-                    let ok = n.len() == len
-                        && n.bytes().all(|b| b.is_ascii_digit())
-                        && e.file_type().is_ok_and(|t| t.is_dir());
-                    ok.then(|| (n, e.path()))
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    v.sort();
-    v
-}
-
-/// Checks every day of the archive (`YYYY/MM/DD` directories), oldest first.
-pub fn verify(archive_dir: &Path) -> VerifyReport {
-    let mut rep = VerifyReport::default();
-    for (y, yp) in numeric_dirs(archive_dir, 4) {
-        for (m, mp) in numeric_dirs(&yp, 2) {
-            for (d, dp) in numeric_dirs(&mp, 2) {
-                rep.days.push(verify_day(&dp, &format!("{y}/{m}/{d}")));
-            }
-        }
-    }
-    rep
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The archive's walk over all days (manifest.rs itself checks one day at a time).
+    fn verify(root: &Path) -> VerifyReport {
+        crate::archive::Store::new(root, "root").verify()
+    }
 
     /// An archive with two days, written the way the epilog does: file, then manifest line.
     fn archive() -> (tempfile::TempDir, PathBuf, PathBuf) {
@@ -555,7 +529,9 @@ mod tests {
         );
         let md = std::fs::metadata(d1.join(MANIFEST)).unwrap();
         assert_eq!(md.mode() & 0o777, 0o640);
-        assert!(r.render(false).ends_with("2 day(s) checked, all OK\n"));
+        assert!(r
+            .render(false)
+            .ends_with("2 day(s) checked, all OK; 0 owner's copies checked, all OK\n"));
     }
 
     #[test]

@@ -64,20 +64,40 @@ pub fn validate(v: &Value) -> Result<()> {
     Ok(())
 }
 
-/// The archived file of a job (admin tree), with its mode and group checked by callers.
+/// Whether an archive file name is one of job `id`'s: `<id>-<start_unix_s>[-<cluster>].json`
+/// (schema 2, epilog/src/archive.rs) or `<id>.json` (schema 1).
+pub fn is_archive_name_of(name: &str, id: u32) -> bool {
+    let Some(stem) = name.strip_suffix(".json") else {
+        return false;
+    };
+    let mut it = stem.splitn(3, '-');
+    it.next() == Some(id.to_string().as_str())
+        && it
+            .next()
+            .is_none_or(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// The archived file of a job (admin tree; its newest run), with its mode and group checked by
+/// callers.
 pub fn archive_file(id: u32) -> Result<PathBuf> {
-    let mut found = Vec::new();
-    for e in walk(Path::new(ARCHIVE), 4) {
-        if e.file_name().and_then(|n| n.to_str()) == Some(&format!("{id}.json"))
-            && !e.to_string_lossy().contains("/users/")
-        {
-            found.push(e);
-        }
-    }
-    found.sort();
+    let mut found = archive_files(id);
+    found.sort_by_key(|p| p.file_name().map(|n| n.to_os_string()));
     found
         .pop()
         .ok_or_else(|| anyhow!("job {id}: no archive file under {ARCHIVE}"))
+}
+
+/// Every archived file of a job in the admin tree (one per run).
+pub fn archive_files(id: u32) -> Vec<PathBuf> {
+    walk(Path::new(ARCHIVE), 4)
+        .into_iter()
+        .filter(|e| {
+            e.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| is_archive_name_of(n, id))
+                && !e.to_string_lossy().contains("/users/")
+        })
+        .collect()
 }
 
 fn walk(dir: &Path, depth: usize) -> Vec<PathBuf> {

@@ -1048,6 +1048,8 @@ fn archive_verify_finds_edits_deletions_and_insertions() -> Result<()> {
     completed(a)?;
     completed(b)?;
     let (fa, fb) = (archive_file(a)?, archive_file(b)?);
+    let file_name = |p: &Path| p.file_name().unwrap().to_string_lossy().into_owned();
+    let (name_a, name_b) = (file_name(&fa), file_name(&fb));
     let real_a = std::fs::read(&fa)?;
     let rel = |p: &Path| p.strip_prefix(ARCHIVE).unwrap().to_path_buf();
 
@@ -1057,6 +1059,10 @@ fn archive_verify_finds_edits_deletions_and_insertions() -> Result<()> {
     let pristine = tmp.path().join("pristine");
     cp_a(Path::new(ARCHIVE), &pristine)?;
     let dropped = drop_pre_manifest_files(&pristine)?;
+    // The owners' copies are checked against their records too (tests/cluster/tests/archive.rs);
+    // copies of the records dropped above would be reported, so this copy goes without them.
+    let _ = std::fs::remove_dir_all(pristine.join("users"));
+
     if dropped > 0 {
         eprintln!("left {dropped} archive file(s) from before the manifest out of the copy");
     }
@@ -1092,8 +1098,8 @@ fn archive_verify_finds_edits_deletions_and_insertions() -> Result<()> {
     ensure!(
         out.stdout
             .lines()
-            .any(|l| l.contains("EDITED") && l.contains(&format!(" {a}.json"))),
-        "edited {a}.json not reported: {out:?}"
+            .any(|l| l.contains("EDITED") && l.contains(&format!(" {name_a}"))),
+        "edited {name_a} not reported: {out:?}"
     );
     ensure!(
         !out.stdout.contains("REMOVED") && !out.stdout.contains("INSERTED"),
@@ -1108,8 +1114,8 @@ fn archive_verify_finds_edits_deletions_and_insertions() -> Result<()> {
     ensure!(
         out.stdout
             .lines()
-            .any(|l| l.contains("REMOVED") && l.contains(&format!(" {b}.json"))),
-        "removed {b}.json not reported: {out:?}"
+            .any(|l| l.contains("REMOVED") && l.contains(&format!(" {name_b}"))),
+        "removed {name_b} not reported: {out:?}"
     );
     ensure!(
         !out.stdout.contains("EDITED") && !out.stdout.contains("INSERTED"),
@@ -1192,7 +1198,9 @@ fn every_archived_summary_validates_against_the_schema() -> Result<()> {
         }
     }
     ensure!(
-        files.iter().any(|f| f.ends_with(format!("{id}.json"))),
+        files.iter().any(|f| f
+            .file_name()
+            .is_some_and(|n| is_archive_name_of(&n.to_string_lossy(), id))),
         "job {id} not archived"
     );
     if !failures.is_empty() {
