@@ -1,93 +1,100 @@
-//! `cargo bench -p jobscope-core --bench sampler`: what one sample costs, next to reading the same
-//! files raw, in the same run (interleaved A/B rounds, because these machines are noisy), and how
-//! many spool bytes one sample takes.
+//! `cargo bench -p jobscope-core --bench sampler`: what one jobscope read of a job cgroup costs,
+//! next to the floor (the same files read with `pread` through descriptors kept open, no
+//! parsing) and to re-opening each file every time, measured side by side in one run
+//! (interleaved rounds, because these machines are noisy); then how many spool bytes one sample
+//! takes.
 //!
-//! As root on a cgroup v1 host it measures a real cgroup it creates (`jobscope_bench/uid_0/job_1` in
-//! the memory and cpuacct hierarchies, with this process inside, removed afterwards). Otherwise it
-//! measures the captured fixture tree (plain files: a lower bound of the kernel's cost).
+//! Setups: the captured v1 fixture tree and the hand-built v2 fixture tree (plain files), and,
+//! as root on a cgroup v1 host, a real job cgroup it creates in the memory and cpuacct
+//! hierarchies, SLURM's layout (`jobscope_bench/uid_0/job_1/{step_extern,step_0}/task_0`) with
+//! 10 `sleep` processes in it, so `/proc/<pid>/io` counts; all removed afterwards.
+//!
+//! "The same files" are those the reader read in its last sample ([`JobCgroupReader::files`]):
+//! control files, each sub-cgroup's pid lists, `/proc/<pid>/io` of each process. The floor reads
+//! each to end of file, as the reader does. On v1 the reader opens `cgroup.procs`/`tasks` afresh
+//! each sample (a kept descriptor shows a pid list up to 1 s old, see `core/src/cgroup/reader.rs`),
+//! while the floor re-reads them through kept descriptors, i.e. the kernel's cached lists: a
+//! floor lower than any correct reader can reach.
 
-use jobscope_core::cgroup::{locate_job, JobCgroup};
-use jobscope_core::procio::IoAccumulator;
+use jobscope_core::cgroup::{locate_job, JobCgroup, JobCgroupReader};
+use jobscope_core::procio::kfile::{open_file, ReadBuf};
 use jobscope_core::sampler::{Faults, Sampler};
 use jobscope_core::spool::writer::{Limits, SeriesWriter};
 use jobscope_core::spool::{Header, FORMAT_VERSION};
-use std::io::Read;
+use std::fs::File;
 use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
 use std::time::Instant;
 
-const ROUNDS: usize = 20;
+const ROUNDS: usize = 30;
 const PER_ROUND: usize = 200;
+const BENCH_PROCESSES: usize = 10;
 
+/// A real v1 job cgroup with `BENCH_PROCESSES` sleeping processes, removed on drop.
 struct RealCgroup {
+    children: Vec<Child>,
+    /// Deepest first, per controller.
     dirs: Vec<PathBuf>,
 }
 
 impl RealCgroup {
     fn create() -> Option<(RealCgroup, JobCgroup)> {
         let root = Path::new("/sys/fs/cgroup");
-        let mut dirs = Vec::new();
-        for ctrl in ["memory", "cpuacct"] {
-            let d = root.join(ctrl).join("jobscope_bench/uid_0/job_1");
-            std::fs::create_dir_all(&d).ok()?;
-            std::fs::write(d.join("cgroup.procs"), std::process::id().to_string()).ok()?;
-            dirs.push(d);
+        if !root.join("memory").is_dir() || !root.join("cpuacct").is_dir() {
+            return None;
         }
-        let text = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+        let mut rc = RealCgroup {
+            children: Vec::new(),
+            dirs: Vec::new(),
+        };
+        let job = "jobscope_bench/uid_0/job_1";
+        for ctrl in ["memory", "cpuacct"] {
+            let base = root.join(ctrl);
+            for leaf in ["step_extern/task_0", "step_0/task_0"] {
+                std::fs::create_dir_all(base.join(job).join(leaf)).ok()?;
+            }
+            for d in [
+                "jobscope_bench/uid_0/job_1/step_extern/task_0",
+                "jobscope_bench/uid_0/job_1/step_extern",
+                "jobscope_bench/uid_0/job_1/step_0/task_0",
+                "jobscope_bench/uid_0/job_1/step_0",
+                "jobscope_bench/uid_0/job_1",
+                "jobscope_bench/uid_0",
+                "jobscope_bench",
+            ] {
+                rc.dirs.push(base.join(d));
+            }
+        }
+        for i in 0..BENCH_PROCESSES {
+            let child = Command::new("sleep").arg("600").spawn().ok()?;
+            let pid = child.id().to_string();
+            rc.children.push(child);
+            // One process in the extern step (as `sleep infinity` there), the rest in step 0.
+            let leaf = if i == 0 {
+                "step_extern/task_0"
+            } else {
+                "step_0/task_0"
+            };
+            for ctrl in ["memory", "cpuacct"] {
+                let procs = root.join(ctrl).join(job).join(leaf).join("cgroup.procs");
+                std::fs::write(procs, &pid).ok()?;
+            }
+        }
+        let pid = rc.children.last()?.id();
+        let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
         let cg = locate_job(&text, root, 1)?;
-        Some((RealCgroup { dirs }, cg))
+        Some((rc, cg))
     }
 }
 
 impl Drop for RealCgroup {
     fn drop(&mut self) {
-        // Move back to the root cgroups, then remove ours (deepest first).
-        for d in &self.dirs {
-            let ctrl_root: PathBuf = d.ancestors().nth(3).unwrap().to_path_buf();
-            let _ = std::fs::write(
-                ctrl_root.join("cgroup.procs"),
-                std::process::id().to_string(),
-            );
-            for a in d.ancestors().take(3) {
-                let _ = std::fs::remove_dir(a);
-            }
+        for c in &mut self.children {
+            let _ = c.kill();
+            let _ = c.wait();
         }
-    }
-}
-
-/// The files one v1 sample reads, read raw: open + read + close each, no parsing.
-fn raw_files(cg: &JobCgroup) -> Vec<PathBuf> {
-    let mut v: Vec<PathBuf> = [
-        "cpuacct.usage",
-        "cpuacct.usage_user",
-        "cpuacct.usage_sys",
-        "cpuacct.usage_percpu",
-        "cgroup.procs",
-        "tasks",
-    ]
-    .iter()
-    .map(|f| cg.cpu_dir.join(f))
-    .collect();
-    v.extend(
-        [
-            "memory.usage_in_bytes",
-            "memory.max_usage_in_bytes",
-            "memory.limit_in_bytes",
-            "memory.failcnt",
-            "memory.stat",
-            "memory.oom_control",
-        ]
-        .iter()
-        .map(|f| cg.memory_dir.join(f)),
-    );
-    v.push(PathBuf::from(format!("/proc/{}/io", std::process::id())));
-    v
-}
-
-fn read_raw(files: &[PathBuf], buf: &mut Vec<u8>) {
-    for f in files {
-        buf.clear();
-        if let Ok(mut h) = std::fs::File::open(f) {
-            let _ = h.read_to_end(buf);
+        for d in &self.dirs {
+            let _ = std::fs::remove_dir(d);
         }
     }
 }
@@ -95,6 +102,93 @@ fn read_raw(files: &[PathBuf], buf: &mut Vec<u8>) {
 fn stats(mut v: Vec<f64>) -> (f64, f64) {
     v.sort_by(|a, b| a.total_cmp(b));
     (v[v.len() / 2], v[(v.len() * 95 / 100).min(v.len() - 1)])
+}
+
+/// Reads each kept file to end of file with `pread`, no parsing.
+fn read_kept(files: &[(PathBuf, File)], buf: &mut ReadBuf) {
+    for (p, f) in files {
+        let _ = std::hint::black_box(buf.read_all(f, p).map(str::len));
+    }
+}
+
+/// Opens, reads and closes each file.
+fn read_reopened(files: &[PathBuf], buf: &mut ReadBuf) {
+    for p in files {
+        if let Ok(f) = open_file(p) {
+            let _ = std::hint::black_box(buf.read_all(&f, p).map(str::len));
+        }
+    }
+}
+
+struct Figures {
+    ours: (f64, f64),
+    floor: (f64, f64),
+    reopen: (f64, f64),
+}
+
+/// Measures one setup: jobscope's reader, the kept-descriptor floor and reopening, interleaved.
+fn measure(name: &str, cg: &JobCgroup, proc_root: &Path) -> Figures {
+    let mut reader = JobCgroupReader::new(cg.clone(), proc_root.to_path_buf());
+    reader.sample();
+    let paths = reader.files();
+    let kept: Vec<(PathBuf, File)> = paths
+        .iter()
+        .filter_map(|p| open_file(p).ok().map(|f| (p.clone(), f)))
+        .collect();
+    let mut buf = ReadBuf::new();
+    let (mut ours, mut floor, mut reopen) = (Vec::new(), Vec::new(), Vec::new());
+    for round in 0..ROUNDS {
+        // Rotate the order so no method always runs first after a pause.
+        for k in 0..3 {
+            let t = Instant::now();
+            match (round + k) % 3 {
+                0 => {
+                    for _ in 0..PER_ROUND {
+                        std::hint::black_box(reader.sample());
+                    }
+                }
+                1 => {
+                    for _ in 0..PER_ROUND {
+                        read_kept(&kept, &mut buf);
+                    }
+                }
+                _ => {
+                    for _ in 0..PER_ROUND {
+                        read_reopened(&paths, &mut buf);
+                    }
+                }
+            }
+            let us = t.elapsed().as_secs_f64() * 1e6 / PER_ROUND as f64;
+            match (round + k) % 3 {
+                0 => ours.push(us),
+                1 => floor.push(us),
+                _ => reopen.push(us),
+            }
+        }
+    }
+    let f = Figures {
+        ours: stats(ours),
+        floor: stats(floor),
+        reopen: stats(reopen),
+    };
+    let snap = reader.sample();
+    println!(
+        "\n{name}: {} files per sample ({} kept /proc/<pid>/io), tasks {:?}",
+        paths.len(),
+        reader.io().kept_fds(),
+        snap.reading.tasks
+    );
+    for (what, (m, p)) in [
+        ("jobscope reader (pread + parse)", f.ours),
+        ("floor: pread, kept fds, no parse", f.floor),
+        ("reopen every file, no parse", f.reopen),
+    ] {
+        println!(
+            "  {what:34} median {m:7.1} µs   p95 {p:7.1} µs   {:5.2}× floor",
+            m / f.floor.0
+        );
+    }
+    f
 }
 
 fn header() -> Header {
@@ -119,66 +213,49 @@ fn header() -> Header {
 }
 
 fn main() {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    println!("jobscope sampler benchmark: one read of a job cgroup, per sample");
+
+    let v1 = manifest.join("testdata/cgroup-v1-debian12-slurm-22.05");
+    let text = std::fs::read_to_string(v1.join("proc-self-cgroup.extern.txt")).unwrap();
+    let v1_cg = locate_job(&text, &v1, 1).expect("v1 fixture locates");
+    measure("v1 fixture tree (plain files)", &v1_cg, &v1.join("proc"));
+
+    let v2 = manifest.join("testdata/cgroup-v2-slurm-layout");
+    let text = std::fs::read_to_string(v2.join("proc-self-cgroup.task.txt")).unwrap();
+    let v2_cg = locate_job(&text, &v2, 4242).expect("v2 fixture locates");
+    measure("v2 fixture tree (plain files)", &v2_cg, &v2);
+
     let real = RealCgroup::create();
-    let (cg, what) = match &real {
-        Some((_, cg)) => (cg.clone(), "a real cgroup v1 job cgroup (kernel cgroupfs)"),
+    let proc_root = PathBuf::from("/proc");
+    let cg = match &real {
+        Some((_, cg)) => {
+            let f = measure(
+                "real cgroup v1 job cgroup (cgroupfs, 10 processes)",
+                cg,
+                &proc_root,
+            );
+            println!(
+                "  at a 30 s cadence: {:.2} millionths of one core",
+                f.ours.0 / 30e6 * 1e6
+            );
+            cg.clone()
+        }
         None => {
-            let fx = Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join("testdata/cgroup-v1-debian12-slurm-22.05");
-            let text = std::fs::read_to_string(fx.join("proc-self-cgroup.batch.txt")).unwrap();
-            (
-                locate_job(&text, &fx, 1).expect("fixture locates"),
-                "the captured fixture tree (plain files; not root or no cgroup v1)",
-            )
+            println!("\nreal cgroup: skipped (needs root and the cgroup v1 memory and cpuacct hierarchies)");
+            v1_cg
         }
     };
-    println!("jobscope sampler benchmark on {what}");
-    let proc_root = PathBuf::from("/proc");
-    let files = raw_files(&cg);
-    let mut io = IoAccumulator::default();
-    let mut buf = Vec::with_capacity(64 * 1024);
-    let (mut ours, mut raw) = (Vec::new(), Vec::new());
-    for _ in 0..ROUNDS {
-        let t = Instant::now();
-        for _ in 0..PER_ROUND {
-            std::hint::black_box(cg.read_with(&proc_root, Some(&mut io)));
-        }
-        ours.push(t.elapsed().as_secs_f64() * 1e6 / PER_ROUND as f64);
-        let t = Instant::now();
-        for _ in 0..PER_ROUND {
-            read_raw(&files, &mut buf);
-        }
-        raw.push(t.elapsed().as_secs_f64() * 1e6 / PER_ROUND as f64);
-    }
-    let (om, op) = stats(ours);
-    let (rm, rp) = stats(raw);
-    println!(
-        "  jobscope read (parse + /proc io):   median {om:7.1} µs   p95 {op:7.1} µs per sample"
-    );
-    println!(
-        "  raw open+read of the same {} files: median {rm:7.1} µs   p95 {rp:7.1} µs per sample",
-        files.len()
-    );
-    println!(
-        "  overhead over raw reads:            {:+.1} µs ({:.2}×)",
-        om - rm,
-        om / rm
-    );
-    println!(
-        "  at a 30 s cadence: {:.2} millionths of one core",
-        om / 30e6 * 1e6
-    );
 
     // Spool bytes per sample, with the real sampler writing a real spool.
     let dir = tempfile::tempdir().unwrap();
     let w = SeriesWriter::create(dir.path(), "job.jsc", header(), Limits::default()).unwrap();
-    let mut s = Sampler::new(
-        cg.clone(),
-        proc_root.clone(),
-        Some(w),
-        Box::new(|_| {}),
-        Faults::default(),
-    );
+    let root = if real.is_some() {
+        proc_root
+    } else {
+        v1.join("proc")
+    };
+    let mut s = Sampler::new(cg, root, Some(w), Box::new(|_| {}), Faults::default());
     let n = 1000;
     let t = Instant::now();
     for _ in 0..n {
@@ -186,8 +263,8 @@ fn main() {
     }
     let full = t.elapsed().as_secs_f64() * 1e6 / n as f64;
     let size = std::fs::metadata(dir.path().join("job.jsc")).unwrap().len();
-    println!("  full sample (read + gauges + spool append): {full:.1} µs");
-    println!("  spool: {size} bytes for {n} samples = {:.1} bytes/sample (cap 1 MiB per node-job: thinning starts after ~{} samples = {:.1} days at 30 s)",
+    println!("\nfull sample (read + gauges + spool append): {full:.1} µs");
+    println!("spool: {size} bytes for {n} samples = {:.1} bytes/sample (cap 1 MiB per node-job: thinning starts after ~{} samples = {:.1} days at 30 s)",
         size as f64 / n as f64,
         (Limits::default().max_bytes as f64 / (size as f64 / n as f64)).min(Limits::default().max_buckets as f64) as u64,
         (Limits::default().max_bytes as f64 / (size as f64 / n as f64)).min(Limits::default().max_buckets as f64) * 30.0 / 86400.0);

@@ -1,27 +1,33 @@
-//! Per-process readers of `/proc/<pid>/{io,stat,status}` (through the `procfs` crate, with the
-//! `/proc` root as a parameter) and [`IoAccumulator`], which turns per-process I/O counters into
-//! job-level cumulative counters.
+//! Per-process readers of `/proc/<pid>/{io,stat,status}` (the `/proc` root is a parameter) and
+//! [`IoAccumulator`], which turns per-process I/O counters into job-level cumulative counters.
 //!
-//! Why this exists: SLURM's cgroup/v1 plugin makes no blkio job cgroup (see
-//! notes/slurm-sandbox.md, "Job cgroups"), so the only per-job I/O source on v1 is the sum of
-//! `/proc/<pid>/io` over the job's processes. proc(5): `read_bytes`/`write_bytes` are bytes that
-//! really went to the storage layer; `syscr`/`syscw` count read/write-like system calls.
+//! Why this exists: SLURM's cgroup/v1 plugin makes no blkio job cgroup (docs/architecture.md,
+//! "cgroup paths"), so the only per-job I/O source on v1 is the sum of `/proc/<pid>/io` over the
+//! job's processes. proc(5): `read_bytes`/`write_bytes` are bytes that really went to the storage
+//! layer; `syscr`/`syscw` count read/write-like system calls.
 //!
-//! The kernel fact the accumulator is built around (kernel/exit.c `wait_task_zombie`, checked on
-//! this host with bash + a child `head -c 5000000`): when a parent reaps a child, the child's whole
-//! I/O accounting is ADDED to the parent's, and `/proc/<parent>/io` shows it. So "fold the last
-//! values of every vanished pid into a base total" double counts every child whose parent is in the
-//! job. Instead a vanished process is folded into the base only if its parent is not a live,
-//! readable process of the job; otherwise the parent's counters carry (or will carry, once it
-//! reaps) the child's final totals, including the I/O done after our last look.
+//! The kernel fact the accumulator is built around (checked on this host with bash + a child
+//! `head -c 5000000`): when a parent reaps a child, the child's whole I/O accounting is ADDED to
+//! the parent's, and `/proc/<parent>/io` shows it. So "fold the last values of every vanished pid
+//! into a base total" double counts every child whose parent is in the job. Instead a vanished
+//! process is folded into the base only if its parent is not a live, readable process of the job;
+//! otherwise the parent's counters carry (or will carry, once it reaps) the child's final totals,
+//! including the I/O done after our last look.
 //!
 //! Reading a process that exits mid-read is normal (`Error::Gone`), never reported as a problem.
-use crate::cgroup::Error;
+//!
+//! This module imports nothing from [`crate::cgroup`]; the error type both use is [`kfile::Error`].
 use procfs::process::Process;
 use procfs::ProcError;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
+use std::fs::File;
 use std::io;
 use std::path::{Path, PathBuf};
+
+pub mod kfile;
+
+pub use kfile::Error;
+use kfile::{KernelFile, ReadBuf};
 
 /// The counters of one process from `/proc/<pid>/io` that the job totals use.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -119,6 +125,87 @@ fn pid_dir(proc_root: &Path, pid: u32) -> PathBuf {
     proc_root.join(pid.to_string())
 }
 
+/// Parses `/proc/<pid>/io`; `None` when one of the four counters is missing or not a number.
+pub fn parse_proc_io(text: &str) -> Option<ProcIo> {
+    let (mut rb, mut wb, mut cr, mut cw) = (None, None, None, None);
+    for line in text.lines() {
+        let Some((key, val)) = line.split_once(':') else {
+            continue;
+        };
+        let slot = match key {
+            "read_bytes" => &mut rb,
+            "write_bytes" => &mut wb,
+            "syscr" => &mut cr,
+            "syscw" => &mut cw,
+            _ => continue,
+        };
+        *slot = Some(val.trim().parse::<u64>().ok()?);
+    }
+    Some(ProcIo {
+        read_bytes: rb?,
+        write_bytes: wb?,
+        syscr: cr?,
+        syscw: cw?,
+    })
+}
+
+/// Parses `(ppid, starttime)` (fields 4 and 22) from `/proc/<pid>/stat`. The fields are counted
+/// after the last `)`, since `comm` may hold spaces and parentheses.
+pub fn parse_proc_stat_ids(text: &str) -> Option<(u32, u64)> {
+    let rest = &text[text.rfind(')')? + 1..];
+    let mut fields = rest.split_ascii_whitespace();
+    // After ")": field 3 (state) is index 0, field 4 (ppid) index 1, field 22 (starttime) index 19.
+    let ppid = fields.nth(1)?.parse::<i64>().ok()?;
+    let start = fields.nth(17)?.parse::<u64>().ok()?;
+    Some((u32::try_from(ppid).unwrap_or(0), start))
+}
+
+fn read_io_text(text: Result<&str, Error>, path: &Path) -> Result<ProcIo, Error> {
+    let text = text?;
+    // An exiting process can give an empty file: that is "gone", not malformed.
+    if text.is_empty() {
+        return Err(Error::Gone {
+            path: path.to_path_buf(),
+        });
+    }
+    parse_proc_io(text).ok_or_else(|| Error::malformed(path, text.lines().next().unwrap_or("")))
+}
+
+fn read_stat_text(text: Result<&str, Error>, path: &Path) -> Result<(u32, u64), Error> {
+    let text = text?;
+    if text.is_empty() {
+        return Err(Error::Gone {
+            path: path.to_path_buf(),
+        });
+    }
+    parse_proc_stat_ids(text).ok_or_else(|| Error::malformed(path, text))
+}
+
+/// One process opened through its `/proc/<pid>` directory: `stat` read, `io` open.
+struct Opened {
+    ppid: u32,
+    start: u64,
+    io_path: PathBuf,
+    io_file: File,
+}
+
+/// Opens `<proc_root>/<pid>` and, through that one handle, reads `stat` and opens `io`.
+fn open_process(proc_root: &Path, pid: u32, buf: &mut ReadBuf) -> Result<Opened, Error> {
+    let dir_path = pid_dir(proc_root, pid);
+    let dir = kfile::open_dir(&dir_path)?;
+    let stat_path = dir_path.join("stat");
+    let stat = kfile::open_at(&dir, "stat", &stat_path)?;
+    let (ppid, start) = read_stat_text(buf.read_all(&stat, &stat_path), &stat_path)?;
+    let io_path = dir_path.join("io");
+    let io_file = kfile::open_at(&dir, "io", &io_path)?;
+    Ok(Opened {
+        ppid,
+        start,
+        io_path,
+        io_file,
+    })
+}
+
 /// Maps a `procfs` error to ours. `Incomplete` (a short or empty file) is what an exiting
 /// process gives, so it counts as gone.
 fn map_proc_err(dir: &Path, e: ProcError) -> Error {
@@ -135,54 +222,43 @@ fn map_proc_err(dir: &Path, e: ProcError) -> Error {
     }
 }
 
-fn open(proc_root: &Path, pid: u32) -> Result<(PathBuf, Process), Error> {
-    let dir = pid_dir(proc_root, pid);
-    let p = Process::new_with_root(dir.clone()).map_err(|e| map_proc_err(&dir, e))?;
-    Ok((dir, p))
-}
-
-fn to_u32(ppid: i32) -> u32 {
-    u32::try_from(ppid).unwrap_or(0)
-}
-
 /// Reads `<proc_root>/<pid>/io`.
 pub fn read_proc_io(proc_root: &Path, pid: u32) -> Result<ProcIo, Error> {
-    let (dir, p) = open(proc_root, pid)?;
-    let io = p.io().map_err(|e| map_proc_err(&dir, e))?;
-    Ok(ProcIo {
-        read_bytes: io.read_bytes,
-        write_bytes: io.write_bytes,
-        syscr: io.syscr,
-        syscw: io.syscw,
-    })
+    let path = pid_dir(proc_root, pid).join("io");
+    let mut buf = ReadBuf::new();
+    read_io_text(kfile::read_path(&path, &mut buf), &path)
 }
 
 /// Reads `<proc_root>/<pid>/stat` then `io` through one directory handle.
 pub fn read_proc_sample(proc_root: &Path, pid: u32) -> Result<ProcSample, Error> {
-    let (dir, p) = open(proc_root, pid)?;
-    let stat = p.stat().map_err(|e| map_proc_err(&dir, e))?;
-    let io = p.io().map_err(|e| map_proc_err(&dir, e))?;
+    let mut buf = ReadBuf::new();
+    read_proc_sample_with(proc_root, pid, &mut buf)
+}
+
+fn read_proc_sample_with(
+    proc_root: &Path,
+    pid: u32,
+    buf: &mut ReadBuf,
+) -> Result<ProcSample, Error> {
+    let o = open_process(proc_root, pid, buf)?;
+    let io = read_io_text(buf.read_all(&o.io_file, &o.io_path), &o.io_path)?;
     Ok(ProcSample {
         pid,
-        ppid: to_u32(stat.ppid),
-        starttime_ticks: stat.starttime,
-        io: ProcIo {
-            read_bytes: io.read_bytes,
-            write_bytes: io.write_bytes,
-            syscr: io.syscr,
-            syscw: io.syscw,
-        },
+        ppid: o.ppid,
+        starttime_ticks: o.start,
+        io,
     })
 }
 
 /// Reads `<proc_root>/<pid>/stat` and `status` (the latter is the larger file: ~27 µs).
 pub fn read_process_info(proc_root: &Path, pid: u32) -> Result<ProcessInfo, Error> {
-    let (dir, p) = open(proc_root, pid)?;
+    let dir = pid_dir(proc_root, pid);
+    let p = Process::new_with_root(dir.clone()).map_err(|e| map_proc_err(&dir, e))?;
     let stat = p.stat().map_err(|e| map_proc_err(&dir, e))?;
     let status = p.status().map_err(|e| map_proc_err(&dir, e))?;
     Ok(ProcessInfo {
         pid,
-        ppid: to_u32(stat.ppid),
+        ppid: u32::try_from(stat.ppid).unwrap_or(0),
         comm: stat.comm,
         uid: status.ruid,
         starttime_ticks: stat.starttime,
@@ -194,10 +270,27 @@ pub fn read_process_info(proc_root: &Path, pid: u32) -> Result<ProcessInfo, Erro
     })
 }
 
-/// Last-seen state of one live process.
-#[derive(Debug, Clone, Copy)]
+/// One live process the accumulator follows.
+#[derive(Debug)]
 struct Tracked {
     ppid: u32,
+    start: u64,
+    /// Largest counters seen.
+    io: ProcIo,
+    /// `<pid>/io`, kept open while the descriptor allowance permits; else `stat` and `io` are read
+    /// by path each sample, and the start time tells a reused pid.
+    io_file: Option<KernelFile>,
+    /// Sample generation in which the pid was last listed / last read.
+    listed: u64,
+    read_ok: u64,
+}
+
+/// What is left of a process that went away: enough to fold it into the base total.
+#[derive(Debug, Clone, Copy)]
+struct Vanished {
+    pid: u32,
+    ppid: u32,
+    start: u64,
     io: ProcIo,
 }
 
@@ -205,30 +298,43 @@ struct Tracked {
 /// drop when processes exit. Call [`IoAccumulator::sample`] once per sampling tick with the job's
 /// current pids (e.g. the union of its cgroups' `cgroup.procs`).
 ///
-/// - Processes are keyed by (pid, start time), so a reused pid is a new process.
-/// - A process that vanished is folded (last-seen values) into a base total, unless its last-seen
-///   parent is still a live, readable process of the job with an earlier start: the kernel then
-///   adds the child's final I/O to that parent when it reaps it (see the module docs).
+/// - Each process's `io` file is opened once, through its `/proc/<pid>` directory (whose `stat`
+///   gives the parent and start time), and kept open: later samples cost one `pread` per process.
+///   A kept descriptor answers `ESRCH` once its process is reaped, also when the pid has been
+///   reused meanwhile, so a reused pid is a new process.
+/// - A process that vanished is folded (last-seen values) into a base total, unless its parent is
+///   still a live, readable process of the job with an earlier start: the kernel then adds the
+///   child's final I/O to that parent when it reaps it (see the module docs). The parent pid is
+///   read again only for the children of a process that went away (a process is re-parented
+///   only when its parent dies).
 /// - I/O a process does between its last sample and its exit is lost when its parent is outside
 ///   the job (e.g. task leaders, reaped by slurmstepd): at most one sampling interval per process.
-/// - Bound: at most `max_tracked` live processes are remembered (default
-///   [`IoAccumulator::DEFAULT_MAX_TRACKED`]). Past it, further processes still count while they
-///   are alive, but are not remembered, so their I/O can be lost when they exit; the count of such
+/// - Bounds: at most `max_tracked` live processes are remembered (default
+///   [`IoAccumulator::DEFAULT_MAX_TRACKED`]), and at most [`IoAccumulator::max_kept_fds`]
+///   descriptors are kept (a share of `RLIMIT_NOFILE`; past it a process's `stat` and `io` are
+///   read by path each sample). Past `max_tracked`, further processes still count while they are
+///   alive, but are not remembered, so their I/O can be lost when they exit; the count of such
 ///   observations is [`IoAccumulator::untracked`]. Because of that (and of a child vanishing just
 ///   before its parent reaps it), the returned totals are clamped to never go below the previous
 ///   ones.
 /// - A pid that is listed but unreadable (permission) keeps its last-seen values and is not
 ///   treated as exited.
-#[derive(Debug, Clone)]
+/// - Steady state (no process started or ended) allocates nothing.
+#[derive(Debug)]
 pub struct IoAccumulator {
     max_tracked: usize,
-    live: HashMap<(u32, u64), Tracked>,
+    max_kept_fds: usize,
+    kept_fds: usize,
+    live: HashMap<u32, Tracked>,
     base: ProcIo,
     last: Option<ProcIo>,
     untracked: u64,
-    // Scratch collections reused across samples.
-    seen: HashMap<u32, ProcSample>,
-    unreadable: HashSet<u32>,
+    generation: u64,
+    /// Whether the last `proc_root` is procfs (else removed files must be noticed by link count).
+    root_kind: Option<(PathBuf, bool)>,
+    // Scratch reused across samples.
+    vanished: Vec<Vanished>,
+    buf: ReadBuf,
 }
 
 impl Default for IoAccumulator {
@@ -240,6 +346,8 @@ impl Default for IoAccumulator {
 impl IoAccumulator {
     /// Live processes remembered at most; a job has rarely more than a few hundred.
     pub const DEFAULT_MAX_TRACKED: usize = 8192;
+    /// Kept `/proc/<pid>/io` descriptors at most (also at most a quarter of `RLIMIT_NOFILE`).
+    pub const DEFAULT_MAX_KEPT_FDS: usize = 1024;
 
     pub fn new() -> Self {
         Self::with_max_tracked(Self::DEFAULT_MAX_TRACKED)
@@ -248,13 +356,24 @@ impl IoAccumulator {
     pub fn with_max_tracked(max_tracked: usize) -> Self {
         IoAccumulator {
             max_tracked,
+            max_kept_fds: kfile::fd_allowance(4, Self::DEFAULT_MAX_KEPT_FDS).min(max_tracked),
+            kept_fds: 0,
             live: HashMap::new(),
             base: ProcIo::default(),
             last: None,
             untracked: 0,
-            seen: HashMap::new(),
-            unreadable: HashSet::new(),
+            generation: 0,
+            root_kind: None,
+            vanished: Vec::new(),
+            buf: ReadBuf::new(),
         }
+    }
+
+    /// Sets how many `io` descriptors may be kept open (tests; the default derives from
+    /// `RLIMIT_NOFILE`).
+    pub fn with_max_kept_fds(mut self, n: usize) -> Self {
+        self.max_kept_fds = n.min(self.max_tracked);
+        self
     }
 
     /// Number of live processes currently remembered.
@@ -262,77 +381,160 @@ impl IoAccumulator {
         self.live.len()
     }
 
+    /// Descriptors kept open now.
+    pub fn kept_fds(&self) -> usize {
+        self.kept_fds
+    }
+
+    /// The most descriptors this accumulator keeps open.
+    pub fn max_kept_fds(&self) -> usize {
+        self.max_kept_fds
+    }
+
     /// How many (process, sample) observations could not be remembered because of the bound.
     pub fn untracked(&self) -> u64 {
         self.untracked
     }
 
-    /// Reads `<proc_root>/<pid>/{stat,io}` for every pid (duplicates ignored) and returns the
-    /// job's cumulative totals.
-    pub fn sample(&mut self, proc_root: &Path, pids: &[u32]) -> IoTotals {
-        self.seen.clear();
-        self.unreadable.clear();
-        for &pid in pids {
-            if self.seen.contains_key(&pid) || self.unreadable.contains(&pid) {
-                continue;
-            }
-            match read_proc_sample(proc_root, pid) {
-                Ok(s) => {
-                    self.seen.insert(pid, s);
-                }
-                // Exited between the listing and the read: handled as vanished below.
-                Err(e) if e.is_gone() => {}
-                Err(_) => {
-                    self.unreadable.insert(pid);
-                }
-            }
-        }
-        self.observe()
+    /// The paths of the `io` files kept open (for the benchmark's kept-descriptor floor).
+    pub fn kept_paths(&self) -> impl Iterator<Item = &Path> {
+        self.live
+            .values()
+            .filter_map(|t| t.io_file.as_ref().map(KernelFile::path))
     }
 
-    /// The bookkeeping of [`Self::sample`] once `self.seen`/`self.unreadable` are filled.
-    fn observe(&mut self) -> IoTotals {
-        let (seen, unreadable, base) = (&self.seen, &self.unreadable, &mut self.base);
-        self.live.retain(|&(pid, start), t| {
-            let alive = match seen.get(&pid) {
-                Some(s) => s.starttime_ticks == start,
-                None => unreadable.contains(&pid),
-            };
-            if !alive {
-                let absorbed_by_parent = seen
-                    .get(&t.ppid)
-                    .is_some_and(|p| p.starttime_ticks <= start);
-                if !absorbed_by_parent {
-                    *base = base.saturating_add(t.io);
-                }
-            }
-            alive
-        });
-
-        let mut total = self.base;
-        for s in self.seen.values() {
-            let key = (s.pid, s.starttime_ticks);
-            if let Some(t) = self.live.get_mut(&key) {
-                t.io = t.io.max_each(s.io);
-                t.ppid = s.ppid;
-            } else if self.live.len() < self.max_tracked {
-                self.live.insert(
-                    key,
-                    Tracked {
-                        ppid: s.ppid,
-                        io: s.io,
-                    },
-                );
-            } else {
-                self.untracked = self.untracked.saturating_add(1);
-                total = total.saturating_add(s.io);
+    fn verify_unlinked(&mut self, proc_root: &Path) -> bool {
+        match &self.root_kind {
+            Some((p, procfs)) if p == proc_root => !procfs,
+            _ => {
+                let procfs = kfile::is_procfs(proc_root);
+                self.root_kind = Some((proc_root.to_path_buf(), procfs));
+                !procfs
             }
         }
+    }
+
+    /// Reads `<proc_root>/<pid>/io` for every pid (duplicates ignored; `stat` too for pids not
+    /// seen before) and returns the job's cumulative totals.
+    pub fn sample(&mut self, proc_root: &Path, pids: &[u32]) -> IoTotals {
+        let verify_unlinked = self.verify_unlinked(proc_root);
+        self.generation = self.generation.wrapping_add(1);
+        let generation = self.generation;
+        self.vanished.clear();
+        let mut overflow = ProcIo::default();
+        let mut overflow_seen = false;
+        for &pid in pids {
+            if let Some(t) = self.live.get_mut(&pid) {
+                if t.listed == generation {
+                    continue;
+                }
+                t.listed = generation;
+                match read_tracked(t, proc_root, pid, verify_unlinked, &mut self.buf) {
+                    Ok(io) => {
+                        t.io = t.io.max_each(io);
+                        t.read_ok = generation;
+                        continue;
+                    }
+                    Err(e) if e.is_gone() => {
+                        // Gone, though still listed: reaped meanwhile, or the pid now names a
+                        // new process (opened below).
+                        if let Some(t) = self.live.remove(&pid) {
+                            self.forget(pid, t);
+                        }
+                    }
+                    // Listed but unreadable: keeps its last-seen values.
+                    Err(_) => continue,
+                }
+            }
+            if self.live.len() >= self.max_tracked {
+                if let Ok(s) = read_proc_sample_with(proc_root, pid, &mut self.buf) {
+                    self.untracked = self.untracked.saturating_add(1);
+                    overflow = overflow.saturating_add(s.io);
+                    overflow_seen = true;
+                }
+                continue;
+            }
+            let keep = self.kept_fds < self.max_kept_fds;
+            // Exited between the listing and the read, or unreadable: nothing to remember.
+            if let Ok(t) = open_tracked(proc_root, pid, keep, generation, &mut self.buf) {
+                if t.io_file.is_some() {
+                    self.kept_fds += 1;
+                }
+                self.live.insert(pid, t);
+            }
+        }
+        // Not listed any more: gone from the job.
+        let mut kept_closed = 0usize;
+        let vanished = &mut self.vanished;
+        self.live.retain(|&pid, t| {
+            if t.listed == generation {
+                return true;
+            }
+            kept_closed += usize::from(t.io_file.is_some());
+            vanished.push(Vanished {
+                pid,
+                ppid: t.ppid,
+                start: t.start,
+                io: t.io,
+            });
+            false
+        });
+        self.kept_fds -= kept_closed.min(self.kept_fds);
+        self.observe(proc_root, generation, overflow, overflow_seen)
+    }
+
+    /// Drops a tracked process that went away (its descriptor is closed) and queues it for folding.
+    fn forget(&mut self, pid: u32, t: Tracked) {
+        if t.io_file.is_some() {
+            self.kept_fds = self.kept_fds.saturating_sub(1);
+        }
+        self.vanished.push(Vanished {
+            pid,
+            ppid: t.ppid,
+            start: t.start,
+            io: t.io,
+        });
+    }
+
+    /// Folds the vanished processes, refreshes the parents of their orphans, sums up.
+    fn observe(
+        &mut self,
+        proc_root: &Path,
+        generation: u64,
+        overflow: ProcIo,
+        overflow_seen: bool,
+    ) -> IoTotals {
+        for v in &self.vanished {
+            let absorbed_by_parent = self
+                .live
+                .get(&v.ppid)
+                .is_some_and(|p| p.read_ok == generation && p.start <= v.start);
+            if !absorbed_by_parent {
+                self.base = self.base.saturating_add(v.io);
+            }
+        }
+        // A process whose parent died was re-parented (to a subreaper or init): learn its new
+        // parent now, while it is alive, so its own exit is folded right.
+        if !self.vanished.is_empty() {
+            for (&pid, t) in self.live.iter_mut() {
+                if self.vanished.iter().any(|v| v.pid == t.ppid) {
+                    let path = pid_dir(proc_root, pid).join("stat");
+                    let text = kfile::read_path(&path, &mut self.buf);
+                    if let Ok((ppid, start)) = read_stat_text(text, &path) {
+                        if start == t.start {
+                            t.ppid = ppid;
+                        }
+                    }
+                }
+            }
+        }
+        self.buf.shrink();
+
+        let mut total = self.base.saturating_add(overflow);
         for t in self.live.values() {
             total = total.saturating_add(t.io);
         }
-
-        let anything_known = self.last.is_some() || !self.seen.is_empty() || !self.live.is_empty();
+        let anything_known = self.last.is_some() || overflow_seen || !self.live.is_empty();
         if !anything_known {
             return IoTotals::default();
         }
@@ -345,10 +547,63 @@ impl IoAccumulator {
     }
 }
 
-/// Stateless sum over the processes alive now (what [`crate::cgroup::JobCgroup::read`] reports
-/// without an accumulator): drops when processes exit.
+/// Reads a tracked process's current counters; `Gone` when it is not the same process any more.
+fn read_tracked(
+    t: &Tracked,
+    proc_root: &Path,
+    pid: u32,
+    verify_unlinked: bool,
+    buf: &mut ReadBuf,
+) -> Result<ProcIo, Error> {
+    match &t.io_file {
+        Some(f) => {
+            let io = read_io_text(f.read(buf), f.path())?;
+            if verify_unlinked && f.is_unlinked() {
+                return Err(Error::Gone {
+                    path: f.path().to_path_buf(),
+                });
+            }
+            Ok(io)
+        }
+        None => {
+            let s = read_proc_sample_with(proc_root, pid, buf)?;
+            if s.starttime_ticks != t.start {
+                return Err(Error::Gone {
+                    path: pid_dir(proc_root, pid),
+                });
+            }
+            Ok(s.io)
+        }
+    }
+}
+
+/// Starts following a process: its `stat` (parent, start) and first `io` reading.
+fn open_tracked(
+    proc_root: &Path,
+    pid: u32,
+    keep: bool,
+    generation: u64,
+    buf: &mut ReadBuf,
+) -> Result<Tracked, Error> {
+    let o = open_process(proc_root, pid, buf)?;
+    let io = read_io_text(buf.read_all(&o.io_file, &o.io_path), &o.io_path)?;
+    let io_file = keep.then(|| KernelFile::from_open(o.io_path, o.io_file));
+    Ok(Tracked {
+        ppid: o.ppid,
+        start: o.start,
+        io,
+        io_file,
+        listed: generation,
+        read_ok: generation,
+    })
+}
+
+/// Stateless sum over the processes alive now (what a one-shot cgroup read reports): drops when
+/// processes exit.
 pub fn sum_live(proc_root: &Path, pids: &[u32]) -> IoTotals {
-    IoAccumulator::new().sample(proc_root, pids)
+    IoAccumulator::new()
+        .with_max_kept_fds(0)
+        .sample(proc_root, pids)
 }
 
 #[cfg(test)]
@@ -473,7 +728,9 @@ mod tests {
         let mut acc = IoAccumulator::new();
         p.set(100, 1, 500, 1000);
         assert_eq!(acc.sample(p.root(), &[100]).read_bytes, Some(1000));
-        // Same pid, later start time, smaller counters: the old process exited, a new one started.
+        // Same pid, later start time, smaller counters: the old process exited, a new one started
+        // (a new `/proc/100` directory, as the kernel makes one).
+        p.remove(100);
         p.set(100, 1, 900, 10);
         assert_eq!(acc.sample(p.root(), &[100]).read_bytes, Some(1010));
         p.set(100, 1, 900, 20);

@@ -6,13 +6,14 @@
 //! (see [`crate::spool::writer::Limits`]), a capped spool file, and a stop that waits a bounded time.
 //! Nothing it does can fail the job: errors are logged (once per kind) and sampling goes on.
 
-use crate::cgroup::JobCgroup;
-use crate::procio::IoAccumulator;
+use crate::cgroup::{JobCgroup, JobCgroupReader};
 use crate::sample::{busy_cores, rate_per_sec, Reading};
 use crate::spool::writer::SeriesWriter;
 use crate::spool::{Bucket, End, Gauge, GaugeId, N_GAUGES};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{channel, RecvTimeoutError, Sender};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -59,15 +60,18 @@ pub struct Faults {
 }
 
 pub struct Sampler {
-    pub cgroup: JobCgroup,
-    pub proc_root: PathBuf,
+    /// Keeps the job cgroup's descriptors open from one sample to the next.
+    reader: JobCgroupReader,
     pub writer: Option<SeriesWriter>,
-    io: IoAccumulator,
-    prev: Option<(u64, Reading, Option<Vec<u64>>)>,
+    /// The previous sample: time, reading, and whether `prev_percpu_ns` holds its per-CPU times.
+    prev: Option<(u64, Reading, bool)>,
+    /// Reused for the previous sample's v1 per-CPU times (no allocation per sample).
+    prev_percpu_ns: Vec<u64>,
     pub samples_taken: u64,
     pub samples_missed: u64,
     log: LogFn,
     logged_write_error: bool,
+    logged_read_problem: bool,
     faults: Faults,
 }
 
@@ -86,17 +90,21 @@ impl Sampler {
         faults: Faults,
     ) -> Self {
         Sampler {
-            cgroup,
-            proc_root,
+            reader: JobCgroupReader::new(cgroup, proc_root),
             writer,
-            io: IoAccumulator::default(),
             prev: None,
+            prev_percpu_ns: Vec::new(),
             samples_taken: 0,
             samples_missed: 0,
             log,
             logged_write_error: false,
+            logged_read_problem: false,
             faults,
         }
+    }
+
+    pub fn cgroup(&self) -> &JobCgroup {
+        self.reader.cgroup()
     }
 
     /// Reads the cgroup once and appends one bucket.
@@ -107,14 +115,22 @@ impl Sampler {
             }
         }
         let t_ms = now_unix_ms();
-        let mut snap = self.cgroup.read_with(&self.proc_root, Some(&mut self.io));
+        let mut snap = self.reader.sample();
         if snap.gone {
             return Outcome::Gone;
         }
+        if let (false, Some(e)) = (self.logged_read_problem, self.reader.problems().first()) {
+            (self.log)(&format!(
+                "cgroup read problem (logged once, sampling continues): {e}"
+            ));
+            self.logged_read_problem = true;
+        }
+        let percpu_ns = self.reader.percpu_ns();
         let mut gauges = [None; N_GAUGES];
-        if let Some((t0, r0, percpu0)) = &self.prev {
+        if let Some((t0, r0, had_percpu)) = &self.prev {
             let dt = t_ms.saturating_sub(*t0);
-            if let (Some(a), Some(b)) = (percpu0, &snap.percpu_ns) {
+            if let (true, Some(b)) = (*had_percpu, percpu_ns) {
+                let a = &self.prev_percpu_ns;
                 if a.len() == b.len() {
                     snap.reading.cpus_active =
                         Some(a.iter().zip(b).filter(|(x, y)| y > x).count() as u64);
@@ -133,6 +149,11 @@ impl Sampler {
                 gauges[GaugeId::IoBytesPerSec as usize] = Some(Gauge::one(v.round() as u64));
             }
         }
+        self.prev_percpu_ns.clear();
+        if let Some(b) = percpu_ns {
+            self.prev_percpu_ns.extend_from_slice(b);
+        }
+        let had_percpu = percpu_ns.is_some();
         let r = &snap.reading;
         gauges[GaugeId::MemCurrentBytes as usize] = r.mem_current_bytes.map(Gauge::one);
         gauges[GaugeId::CpusActive as usize] = r.cpus_active.map(Gauge::one);
@@ -157,7 +178,7 @@ impl Sampler {
                 let _ = w.flush();
             }
         }
-        self.prev = Some((t_ms, snap.reading, snap.percpu_ns));
+        self.prev = Some((t_ms, snap.reading, had_percpu));
         Outcome::Sampled
     }
 
@@ -178,28 +199,88 @@ impl Sampler {
 
 /// A running sampler thread.
 pub struct SamplerHandle {
-    stop: Sender<()>,
+    stop: Option<Sender<()>>,
     thread: Option<JoinHandle<()>>,
-    done: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    done: Arc<AtomicBool>,
 }
 
 impl SamplerHandle {
-    /// Asks the thread to finish (it writes the end record) and waits at most `wait`. A thread that does
-    /// not finish in time is left detached: slurmstepd is never held up by jobscope.
-    pub fn stop(mut self, wait: Duration) -> bool {
-        let _ = self.stop.send(());
-        let deadline = Instant::now() + wait;
-        while Instant::now() < deadline {
-            if self.done.load(std::sync::atomic::Ordering::Acquire) {
-                if let Some(t) = self.thread.take() {
-                    return t.join().is_ok();
-                }
-                return true;
-            }
-            std::thread::sleep(Duration::from_millis(5));
+    /// Asks the thread to finish (it writes the end record) without waiting. Idempotent.
+    pub fn signal_stop(&mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
         }
-        false
     }
+
+    /// True once the thread has finished (stopped, cgroup gone, or panicked).
+    pub fn finished(&self) -> bool {
+        self.done.load(Ordering::Acquire)
+    }
+
+    /// Signals the thread and waits until `deadline` at most. Returns whether it finished in
+    /// time. A thread that does not finish in time is left detached: slurmstepd is never held up
+    /// by jobscope.
+    pub fn stop_by(mut self, deadline: Instant) -> bool {
+        self.signal_stop();
+        wait_until(&self.done, deadline) && join_finished(self.thread.take())
+    }
+
+    /// [`SamplerHandle::stop_by`] with a wait of `wait` from now.
+    pub fn stop(self, wait: Duration) -> bool {
+        self.stop_by(Instant::now() + wait)
+    }
+}
+
+/// Polls `done` until it is set or `deadline` passes; true when it was set.
+pub fn wait_until(done: &AtomicBool, deadline: Instant) -> bool {
+    loop {
+        if done.load(Ordering::Acquire) {
+            return true;
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            return false;
+        }
+        std::thread::sleep(
+            deadline
+                .saturating_duration_since(now)
+                .min(Duration::from_millis(5)),
+        );
+    }
+}
+
+/// Joins a thread that has set its `done` flag (its last act, so the join is immediate).
+/// True when it did not panic.
+fn join_finished(thread: Option<JoinHandle<()>>) -> bool {
+    thread.is_none_or(|t| t.join().is_ok())
+}
+
+/// Something with a thread that can be told to stop and then waited for: the sampler and the
+/// GPU monitor. [`stop_all`] stops several against one deadline.
+pub trait Stoppable {
+    /// Tells the thread to stop; returns at once.
+    fn signal_stop(&mut self, deadline: Instant);
+    /// Waits for the thread until `deadline` at most; true when it finished in time.
+    fn wait_stopped(self: Box<Self>, deadline: Instant) -> bool;
+}
+
+impl Stoppable for SamplerHandle {
+    fn signal_stop(&mut self, _deadline: Instant) {
+        SamplerHandle::signal_stop(self);
+    }
+    fn wait_stopped(self: Box<Self>, deadline: Instant) -> bool {
+        self.stop_by(deadline)
+    }
+}
+
+/// Signals every stoppable first, then waits for all of them against the one `deadline`, so
+/// the total wait is bounded by `deadline` however many there are (not the sum of their bounds).
+/// Returns, in order, whether each finished in time.
+pub fn stop_all(mut all: Vec<Box<dyn Stoppable>>, deadline: Instant) -> Vec<bool> {
+    for s in all.iter_mut() {
+        s.signal_stop(deadline);
+    }
+    all.into_iter().map(|s| s.wait_stopped(deadline)).collect()
 }
 
 /// Starts the sampler thread. The body is wrapped in `catch_unwind`: a panic ends sampling (recorded as
@@ -210,7 +291,7 @@ pub fn spawn(
     log_panic: LogFn,
 ) -> std::io::Result<SamplerHandle> {
     let (tx, rx) = channel::<()>();
-    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let done = Arc::new(AtomicBool::new(false));
     let done2 = done.clone();
     let thread = std::thread::Builder::new()
         .name("jobscope-sampler".into())
@@ -249,10 +330,10 @@ pub fn spawn(
                     "sampler thread panicked, sampling stopped for this job: {msg}"
                 ));
             }
-            done2.store(true, std::sync::atomic::Ordering::Release);
+            done2.store(true, Ordering::Release);
         })?;
     Ok(SamplerHandle {
-        stop: tx,
+        stop: Some(tx),
         thread: Some(thread),
         done,
     })
@@ -289,6 +370,75 @@ mod tests {
         assert_eq!(
             (0..5).map(|i| s.offset(i).as_secs()).collect::<Vec<_>>(),
             vec![0, 1, 15, 20, 30]
+        );
+    }
+}
+
+#[cfg(test)]
+mod stop_tests {
+    use super::*;
+
+    /// A thread that needs `notice` to finish once told to stop.
+    struct Slow {
+        tx: Option<Sender<()>>,
+        done: Arc<AtomicBool>,
+    }
+
+    impl Slow {
+        fn start(notice: Duration) -> Slow {
+            let (tx, rx) = channel::<()>();
+            let done = Arc::new(AtomicBool::new(false));
+            let d = done.clone();
+            std::thread::spawn(move || {
+                let _ = rx.recv();
+                std::thread::sleep(notice);
+                d.store(true, Ordering::Release);
+            });
+            Slow { tx: Some(tx), done }
+        }
+    }
+
+    impl Stoppable for Slow {
+        fn signal_stop(&mut self, _deadline: Instant) {
+            if let Some(tx) = self.tx.take() {
+                let _ = tx.send(());
+            }
+        }
+        fn wait_stopped(self: Box<Self>, deadline: Instant) -> bool {
+            wait_until(&self.done, deadline)
+        }
+    }
+
+    #[test]
+    fn two_stoppables_signalled_together_finish_within_one_bound() {
+        let notice = Duration::from_millis(300);
+        let t0 = Instant::now();
+        let all: Vec<Box<dyn Stoppable>> =
+            vec![Box::new(Slow::start(notice)), Box::new(Slow::start(notice))];
+        let done = stop_all(all, t0 + Duration::from_secs(2));
+        let took = t0.elapsed();
+        assert_eq!(done, [true, true]);
+        assert!(took >= notice, "{took:?}");
+        assert!(
+            took < Duration::from_millis(550),
+            "both stopped in parallel (≈300 ms), not one after the other (600 ms): {took:?}"
+        );
+    }
+
+    #[test]
+    fn stop_all_returns_at_the_deadline_when_one_hangs() {
+        let t0 = Instant::now();
+        let all: Vec<Box<dyn Stoppable>> = vec![
+            Box::new(Slow::start(Duration::from_secs(30))),
+            Box::new(Slow::start(Duration::from_millis(10))),
+            Box::new(Slow::start(Duration::from_secs(30))),
+        ];
+        let done = stop_all(all, t0 + Duration::from_millis(400));
+        let took = t0.elapsed();
+        assert_eq!(done, [false, true, false]);
+        assert!(
+            took < Duration::from_millis(700),
+            "one bound for all, not one per hung thread: {took:?}"
         );
     }
 }

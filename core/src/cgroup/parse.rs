@@ -11,7 +11,7 @@
 //!   `None`), indexing is avoided.
 
 /// A line that did not parse, kept verbatim (the reader adds the path, see
-/// [`super::Error::Malformed`]).
+/// [`crate::procio::Error::Malformed`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BadLine(pub String);
 
@@ -77,10 +77,25 @@ pub fn parse_max_or_u64(text: &str) -> Result<Option<u64>, BadLine> {
 /// v1 `cpuacct.usage_percpu`: space-separated ns per possible CPU, with a trailing space
 /// (`"17730021 3310141141 \n"`).
 pub fn parse_u64_list(text: &str) -> Result<Vec<u64>, BadLine> {
+    let mut out = Vec::new();
+    parse_u64_list_into(text, &mut out)?;
+    Ok(out)
+}
+
+/// [`parse_u64_list`] into a caller's vector (cleared first), so a reader can reuse it.
+pub fn parse_u64_list_into(text: &str, out: &mut Vec<u64>) -> Result<(), BadLine> {
+    out.clear();
     let t = single_line(text)?;
-    t.split_ascii_whitespace()
-        .map(|w| w.parse::<u64>().map_err(|_| BadLine::new(t)))
-        .collect()
+    for w in t.split_ascii_whitespace() {
+        match w.parse::<u64>() {
+            Ok(n) => out.push(n),
+            Err(_) => {
+                out.clear();
+                return Err(BadLine::new(t));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// `cgroup.procs`, `tasks`, `cgroup.threads`: one id per line (possibly empty). Appends to `out`
@@ -247,8 +262,7 @@ pub struct IoStatV2 {
 /// (plus `cost.*`/`wait.*` keys with some controllers, ignored). An empty file means no I/O yet:
 /// all sums are `Some(0)`.
 ///
-/// Kernels before 5.x could cut `io.stat` at one page (below's `io_stat_wrap` works around the same
-/// bug), leaving an unterminated last line: a final line without `\n` is dropped rather than
+/// Kernels before 5.x could cut `io.stat` at one page (a kernel bug), leaving an unterminated last line: a final line without `\n` is dropped rather than
 /// trusted, since a cut `rbytes=12` would look valid but be wrong. A malformed value of a summed
 /// key makes that sum `None` (a partial sum would masquerade as a real total).
 pub fn parse_io_stat_v2(text: &str) -> Parsed<IoStatV2> {

@@ -1,6 +1,7 @@
 //! Tests of the cgroup readers: one success and one failure test per file reader (macro
-//! generated, as in below's cgroupfs tests), `locate_job` on every supported layout, full reads of
-//! the captured v1 tree and the v2 fixture tree, "gone", and parsers under proptest.
+//! generated), `locate_job` on every supported layout, full reads of the captured v1 tree and the
+//! v2 fixture tree, "gone", the reader's kept descriptors across samples, and parsers under
+//! proptest.
 use super::parse::*;
 use super::*;
 use std::fs;
@@ -709,7 +710,7 @@ fn read_v1_captured_job() {
         1,
     )
     .unwrap();
-    let (snap, problems) = cg.read_detailed(&root.join("proc"), None);
+    let (snap, problems) = cg.read_detailed(&root.join("proc"));
     assert!(problems.is_empty(), "{problems:?}");
     assert!(!snap.gone);
     // Job directories: C = cpuacct/slurm_vm/uid_1001/job_1, M = memory/slurm_vm/uid_1001/job_1.
@@ -751,10 +752,13 @@ fn read_v1_captured_job() {
     assert_eq!(snap.reading, expected);
     assert_eq!(snap.percpu_ns, Some(vec![17730021, 3310141141])); // C/cpuacct.usage_percpu
 
-    // With an accumulator the first reading is the same.
-    let mut acc = IoAccumulator::new();
-    let snap2 = cg.read_with(&root.join("proc"), Some(&mut acc));
-    assert_eq!(snap2.reading, expected);
+    // Through a reader keeping its descriptors, every sample gives the same reading.
+    let mut reader = cg.reader(&root.join("proc"));
+    for _ in 0..3 {
+        assert_eq!(reader.sample().reading, expected);
+        assert_eq!(reader.percpu_ns(), Some(&[17730021, 3310141141][..]));
+        assert!(reader.problems().is_empty(), "{:?}", reader.problems());
+    }
     assert_eq!(cg.read(&root.join("proc")).reading, expected);
 
     let mut pids = cg.processes().unwrap();
@@ -793,7 +797,7 @@ fn read_v2_fixture_job() {
     )
     .unwrap();
     let no_proc = TestCgroup::new();
-    let (snap, problems) = cg.read_detailed(no_proc.path(), None);
+    let (snap, problems) = cg.read_detailed(no_proc.path());
     assert!(problems.is_empty(), "{problems:?}");
     assert!(!snap.gone);
     assert_eq!(snap.percpu_ns, None);
@@ -843,7 +847,7 @@ fn read_v2_step_and_thread_fallback() {
     .unwrap();
     let no_proc = TestCgroup::new();
     // step_0 has cpu.stat, memory.current and memory.max ("max") only.
-    let (snap, problems) = cg.step("step_0").read_detailed(no_proc.path(), None);
+    let (snap, problems) = cg.step("step_0").read_detailed(no_proc.path());
     assert!(problems.is_empty(), "{problems:?}");
     let r = &snap.reading;
     assert_eq!(r.cpu_usage_ns, Some(1801442893 * 1000)); // step_0/cpu.stat usage_usec
@@ -894,7 +898,7 @@ fn gone_v1_and_v2() {
     // Members are counted in the memory tree then (slurmstepds included): 3 + 6 processes.
     assert_eq!(snap.reading.tasks, Some(9));
     fs::remove_dir_all(&cg.memory_dir).unwrap();
-    let (snap, problems) = cg.read_detailed(&root.join("proc"), None);
+    let (snap, problems) = cg.read_detailed(&root.join("proc"));
     assert!(snap.gone);
     assert_eq!(snap.reading, Reading::default());
     assert!(problems.is_empty(), "{problems:?}");
@@ -908,11 +912,12 @@ fn gone_v1_and_v2() {
         4242,
     )
     .unwrap();
-    let mut acc = IoAccumulator::new();
-    assert!(!cg.read_with(&root, Some(&mut acc)).gone);
+    let mut reader = cg.reader(&root);
+    assert!(!reader.sample().gone);
     fs::remove_dir_all(&cg.cpu_dir).unwrap();
-    let snap = cg.read_with(&root, Some(&mut acc));
+    let snap = reader.sample();
     assert!(snap.gone);
+    assert!(cg.read(&root).gone);
     assert!(cg.processes().unwrap_err().is_gone());
 }
 
@@ -932,7 +937,7 @@ fn malformed_file_in_full_read_loses_only_its_field() {
         .replace("total_rss 217255936", "total_rss 2172x5936");
     fs::write(&stat, text).unwrap();
     fs::write(cg.memory_dir.join("memory.failcnt"), "zero\n").unwrap();
-    let (snap, problems) = cg.read_detailed(&tmp.path().join("proc"), None);
+    let (snap, problems) = cg.read_detailed(&tmp.path().join("proc"));
     assert_eq!(snap.reading.mem_rss_bytes, None);
     assert_eq!(
         snap.reading.mem_cache_bytes,
@@ -996,4 +1001,158 @@ mod never_panic {
             all_parsers(&io);
         }
     }
+}
+
+// ---- the reader keeps its descriptors ----
+
+#[test]
+fn reader_v2_fixture_gives_the_one_shot_reading_every_sample() {
+    let root = Path::new(V2_FIXTURE);
+    let cg = locate_job(
+        &fixture_text(V2_FIXTURE, "proc-self-cgroup.task.txt"),
+        root,
+        4242,
+    )
+    .unwrap();
+    let no_proc = TestCgroup::new();
+    let (once, _) = cg.read_detailed(no_proc.path());
+    let mut reader = cg.reader(no_proc.path());
+    for _ in 0..3 {
+        let snap = reader.sample();
+        assert!(!snap.gone);
+        assert_eq!(snap.reading, once.reading);
+        assert!(reader.problems().is_empty(), "{:?}", reader.problems());
+    }
+    assert_eq!(reader.percpu_ns(), None, "v2 has no per-CPU times");
+}
+
+#[test]
+fn reader_reads_kept_descriptors_not_paths() {
+    let tmp = TestCgroup::new();
+    copy_tree(Path::new(V2_FIXTURE), tmp.path());
+    let cg = locate_job(
+        &fixture_text(V2_FIXTURE, "proc-self-cgroup.task.txt"),
+        tmp.path(),
+        4242,
+    )
+    .unwrap();
+    let mut reader = cg.reader(tmp.path());
+    assert_eq!(reader.sample().reading.mem_current_bytes, Some(3221553152));
+    // Rewritten in place (as the kernel's values change): the kept descriptor sees it.
+    fs::write(cg.cpu_dir.join("memory.current"), "1000\n").unwrap();
+    assert_eq!(reader.sample().reading.mem_current_bytes, Some(1000));
+    // Replaced by another file under the same name: the reader still reads the file it opened,
+    // so the path is not looked up again per sample.
+    let new = cg.cpu_dir.join("memory.current.new");
+    fs::write(&new, "2000\n").unwrap();
+    fs::rename(&new, cg.cpu_dir.join("memory.current")).unwrap();
+    assert_eq!(reader.sample().reading.mem_current_bytes, Some(1000));
+    assert_eq!(cg.read(tmp.path()).reading.mem_current_bytes, Some(2000));
+    assert!(reader.files().contains(&cg.cpu_dir.join("memory.current")));
+}
+
+#[test]
+fn reader_v1_gone_after_both_controllers_are_removed() {
+    let tmp = TestCgroup::new();
+    copy_tree(Path::new(V1_FIXTURE), tmp.path());
+    let cg = locate_job(
+        &fixture_text(V1_FIXTURE, "proc-self-cgroup.extern.txt"),
+        tmp.path(),
+        1,
+    )
+    .unwrap();
+    let mut reader = cg.reader(&tmp.path().join("proc"));
+    let first = reader.sample();
+    assert!(!first.gone);
+    assert_eq!(first.reading.tasks, Some(6));
+    // cpuacct removed first (as SLURM does): not gone, memory still read, members counted in
+    // the memory tree, exactly as a fresh one-shot read says.
+    fs::remove_dir_all(&cg.cpu_dir).unwrap();
+    let snap = reader.sample();
+    assert!(!snap.gone);
+    assert_eq!(snap.reading, cg.read(&tmp.path().join("proc")).reading);
+    assert_eq!(snap.reading.cpu_usage_ns, None);
+    assert_eq!(snap.reading.mem_current_bytes, Some(248438784));
+    assert_eq!(snap.reading.tasks, Some(9));
+    fs::remove_dir_all(&cg.memory_dir).unwrap();
+    let snap = reader.sample();
+    assert!(snap.gone);
+    assert_eq!(snap.reading, Reading::default());
+    assert!(reader.problems().is_empty(), "{:?}", reader.problems());
+}
+
+#[test]
+fn reader_follows_steps_and_processes_that_come_and_go() {
+    let tmp = TestCgroup::new();
+    copy_tree(Path::new(V1_FIXTURE), tmp.path());
+    let proc_root = tmp.path().join("proc");
+    let cg = locate_job(
+        &fixture_text(V1_FIXTURE, "proc-self-cgroup.extern.txt"),
+        tmp.path(),
+        1,
+    )
+    .unwrap();
+    let mut reader = cg.reader(&proc_root);
+    let r = reader.sample().reading;
+    assert_eq!((r.tasks, r.threads), (Some(6), Some(9)));
+    assert_eq!(r.io_read_bytes, Some(7942144)); // proc/2589/io read_bytes
+    assert_eq!(
+        reader.io().kept_fds(),
+        1,
+        "one readable process: one kept io file"
+    );
+
+    // A new step cgroup with a process appears: seen at the next sample.
+    let step1 = cg.cpu_dir.join("step_1/task_0");
+    fs::create_dir_all(&step1).unwrap();
+    fs::write(step1.join("cgroup.procs"), "3000\n").unwrap();
+    fs::write(step1.join("tasks"), "3000\n3001\n").unwrap();
+    let pid_dir = proc_root.join("3000");
+    fs::create_dir_all(&pid_dir).unwrap();
+    let stat_2589 = fs::read_to_string(proc_root.join("2589/stat")).unwrap();
+    fs::write(pid_dir.join("stat"), stat_2589.replacen("2589", "3000", 1)).unwrap();
+    fs::write(
+        pid_dir.join("io"),
+        "rchar: 0\nwchar: 0\nsyscr: 1\nsyscw: 1\nread_bytes: 100\nwrite_bytes: 0\ncancelled_write_bytes: 0\n",
+    )
+    .unwrap();
+    let r = reader.sample().reading;
+    assert_eq!((r.tasks, r.threads), (Some(7), Some(11)));
+    assert_eq!(r.io_read_bytes, Some(7942144 + 100));
+    assert_eq!(reader.io().kept_fds(), 2);
+
+    // Process 2589 exits (its /proc directory goes, its pid leaves step_0's cgroup.procs) between
+    // two samples: its I/O stays counted, its descriptor is closed.
+    fs::remove_dir_all(proc_root.join("2589")).unwrap();
+    fs::write(cg.cpu_dir.join("step_0/task_0/cgroup.procs"), "").unwrap();
+    fs::write(cg.cpu_dir.join("step_0/task_0/tasks"), "").unwrap();
+    let r = reader.sample().reading;
+    assert_eq!((r.tasks, r.threads), (Some(6), Some(10)));
+    assert_eq!(r.io_read_bytes, Some(7942144 + 100), "cumulative");
+    assert_eq!(reader.io().kept_fds(), 1);
+
+    // Pid 3000 is reused by another process (a new /proc/3000): counted as a new process.
+    fs::remove_dir_all(&pid_dir).unwrap();
+    fs::create_dir_all(&pid_dir).unwrap();
+    fs::write(
+        pid_dir.join("stat"),
+        stat_2589
+            .replacen("2589", "3000", 1)
+            .replace(" 14741 ", " 99999 "),
+    )
+    .unwrap();
+    fs::write(
+        pid_dir.join("io"),
+        "rchar: 0\nwchar: 0\nsyscr: 1\nsyscw: 1\nread_bytes: 7\nwrite_bytes: 0\ncancelled_write_bytes: 0\n",
+    )
+    .unwrap();
+    let r = reader.sample().reading;
+    assert_eq!(r.io_read_bytes, Some(7942144 + 100 + 7));
+
+    // The step ends: its cgroup goes, and the tree is listed again.
+    fs::remove_dir_all(cg.cpu_dir.join("step_1")).unwrap();
+    let r = reader.sample().reading;
+    assert_eq!((r.tasks, r.threads), (Some(5), Some(8)));
+    assert_eq!(r.io_read_bytes, Some(7942144 + 100 + 7));
+    assert!(reader.problems().is_empty(), "{:?}", reader.problems());
 }
