@@ -2,7 +2,7 @@
 
 use crate::jobinfo::EpilogEnv;
 use crate::{archive, render, run};
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use clap::{Parser, Subcommand};
 use jobscope_core::config::{Config, DEFAULT_CONFIG_PATH};
 use jobscope_core::summary::JobSummary;
@@ -31,6 +31,15 @@ enum Cmd {
         /// Print the archived JSON summary instead of the text report.
         #[arg(long)]
         json: bool,
+        /// List the job id's archived runs (a job id SLURM handed out again is another run).
+        #[arg(long)]
+        list: bool,
+        /// The run that started at this Unix time (seconds; `--list` shows them); default: newest.
+        #[arg(long)]
+        start: Option<u64>,
+        /// The run on this cluster (several clusters sharing one archive).
+        #[arg(long)]
+        cluster: Option<String>,
     },
     /// Run the epilog by hand for a job on this node (as root), as SLURM's Epilog= would.
     Epilog {
@@ -132,13 +141,40 @@ fn print_summary(s: &JobSummary, json: bool) -> Result<()> {
 fn real_main() -> Result<()> {
     let cli = Cli::parse();
     match cli.cmd {
-        Cmd::Show { job_id, json } => {
+        Cmd::Show {
+            job_id,
+            json,
+            list,
+            start,
+            cluster,
+        } => {
             let cfg = load_config(&cli.config)?;
-            let bytes = archive::find(&cfg.paths.archive_dir, job_id, caller_uid())?;
-            let s: JobSummary = serde_json::from_slice(&bytes)
-                .with_context(|| format!("job {job_id}: archived summary is not valid"))?;
-            if caller_uid() != 0 && s.uid != caller_uid() {
-                bail!("job {job_id}: not your job");
+            let store = archive::Store::new(&cfg.paths.archive_dir, &cfg.archive.admin_group);
+            if list {
+                let runs = store.runs(job_id, caller_uid())?;
+                if runs.is_empty() {
+                    bail!("job {job_id}: no archived run you can see");
+                }
+                for r in &runs {
+                    println!("{}", r.describe());
+                }
+                return Ok(());
+            }
+            let shown = store.show(
+                job_id,
+                caller_uid(),
+                &archive::Pick {
+                    start_unix_s: start,
+                    cluster,
+                },
+            )?;
+            for n in &shown.notes {
+                eprintln!("jobscope: {n}");
+            }
+            let mut s = shown.loaded.summary;
+            // Version-1 documents come without their analysis (archive::load): recompute it.
+            if s.analysis.is_none() {
+                s.analysis = Some(jobscope_core::summary::analysis::analyze(&s, &cfg.report));
             }
             print_summary(&s, json)
         }
@@ -231,11 +267,11 @@ fn real_main() -> Result<()> {
             cmd: ArchiveCmd::Prune,
         } => {
             let cfg = load_config(&cli.config)?;
-            let (days, copies) = archive::prune(
-                &cfg.paths.archive_dir,
-                cfg.archive.retention_days,
-                jobscope_core::sampler::now_unix_ms(),
-            )?;
+            let (days, copies) =
+                archive::Store::new(&cfg.paths.archive_dir, &cfg.archive.admin_group).prune(
+                    cfg.archive.retention_days,
+                    jobscope_core::sampler::now_unix_ms(),
+                )?;
             println!(
                 "removed {days} day directories and {copies} user copies older than {} days",
                 cfg.archive.retention_days
@@ -246,7 +282,8 @@ fn real_main() -> Result<()> {
             cmd: ArchiveCmd::Verify { verbose },
         } => {
             let cfg = load_config(&cli.config)?;
-            let rep = crate::manifest::verify(&cfg.paths.archive_dir);
+            let rep =
+                archive::Store::new(&cfg.paths.archive_dir, &cfg.archive.admin_group).verify();
             print!("{}", rep.render(verbose));
             if !rep.ok() {
                 bail!("archive verification found problems");

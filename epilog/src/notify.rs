@@ -502,11 +502,8 @@ pub fn workdir_report(s: &JobSummary, info: Option<&JobInfo>, text: &str) -> Res
     let dir = info
         .and_then(|i| i.work_dir.clone())
         .context("SLURM gave no working directory")?;
-    anyhow::ensure!(
-        s.uid != 0 && s.uid != u32::MAX,
-        "refusing to write as uid {}",
-        s.uid
-    );
+    let uid = s.uid.context("the job's uid is unknown")?;
+    anyhow::ensure!(uid != 0, "refusing to write as uid 0");
     let name = format!("jobscope-{}.txt", s.job_id);
     anyhow::ensure!(is_safe_name(&name));
     let path = Path::new(&dir).join(name);
@@ -514,8 +511,7 @@ pub fn workdir_report(s: &JobSummary, info: Option<&JobInfo>, text: &str) -> Res
         path.is_absolute(),
         "working directory {dir:?} is not absolute"
     );
-    let gid = user_gid(s.uid).context("no such user")?;
-    let uid = s.uid;
+    let gid = user_gid(uid).context("no such user")?;
     let mut cmd = std::process::Command::new(std::env::current_exe()?);
     cmd.arg("--write-user-file")
         .arg(&path)

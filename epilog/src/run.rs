@@ -108,8 +108,9 @@ pub fn finish_job(
     let mut s = pipeline::job(facts, nodes, expected, cfg, GENERATOR, &|f, e| {
         slurm.decide_end(f, e)
     });
-    if let Some(gid) = s.gid {
-        s.group = archive::group_name(gid);
+    // The group's name as this node knows it, when SLURM did not say.
+    if s.group.is_none() {
+        s.group = s.gid.and_then(archive::group_name);
     }
     let written = archive::Store::new(&cfg.paths.archive_dir, &cfg.archive.admin_group)
         .write(&s)

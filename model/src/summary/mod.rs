@@ -10,7 +10,9 @@ pub mod node;
 use crate::sample::CgroupVersion;
 use serde::{Deserialize, Serialize};
 
-pub const SCHEMA_VERSION: u32 = 1;
+/// 2: `uid` is optional (was `u32::MAX` when unknown), `gid` and `group` added, and a stored
+/// `analysis` of a version-1 document is not carried over on upgrade (epilog/src/archive.rs `load`).
+pub const SCHEMA_VERSION: u32 = 2;
 
 /// One point of a node's timeline (after thinning: one bucket).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
@@ -155,7 +157,12 @@ pub struct JobSummary {
     pub array_task_id: Option<u32>,
     pub name: Option<String>,
     pub user: Option<String>,
-    pub uid: u32,
+    /// The job's user id; absent when neither SLURM nor the spool said (version 1 wrote 4294967295).
+    pub uid: Option<u32>,
+    /// The job's group id (SLURM's job gid); absent when unknown.
+    pub gid: Option<u32>,
+    /// The name of `gid` on the node that archived the job; absent when unknown or unresolvable.
+    pub group: Option<String>,
     pub account: Option<String>,
     pub partition: Option<String>,
     /// How the job ended: COMPLETED, FAILED, TIMEOUT, OUT_OF_MEMORY, CANCELLED, NODE_FAIL…
