@@ -5,14 +5,14 @@ use crate::args::Args;
 use crate::handover;
 use crate::steps::{locate_self, node_name, JobCtx, StepRecorder};
 use jobscope_core::config::{Config, DEFAULT_CONFIG_PATH};
-use jobscope_core::sampler::{spawn, SamplerHandle};
+use jobscope_core::sampler::{spawn, stop_all, SamplerHandle, Stoppable};
 use jobscope_core::slurm::{cpulist_count, step_name, STEP_BATCH, STEP_EXTERN};
 use jobscope_core::spool::Handover;
 use slurm_spank::{Context, Plugin, SpankHandle, SpankOption, SPANK_PLUGIN};
 use std::error::Error;
 use std::path::PathBuf;
 use std::sync::Once;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 // SLURM refuses a SPANK plugin whose major.minor differs from its own. 0x160508 = 22.05.8 (Debian 12).
 // slurm-spank 0.2.2 wants a literal here.
@@ -20,10 +20,10 @@ SPANK_PLUGIN!(b"jobscope", 0x160508, Jobscope);
 
 /// Values a user may give to `--jobscope-mail`.
 pub const MAIL_CHOICES: &[&str] = &["never", "fail", "end", "always"];
-/// How long `exit` waits for the sampler to write its end record before leaving it behind.
-const SAMPLER_STOP_WAIT: Duration = Duration::from_secs(2);
-/// Same for the GPU monitor (its last sample may wait on the driver).
-const GPU_STOP_WAIT: Duration = Duration::from_millis(1500);
+/// How long `exit` waits, in all, for the sampler and the GPU monitor to write their end records
+/// before leaving them behind: both are signalled first, then waited for against this one
+/// deadline (the GPU monitor's last sample ends early enough before it, see its `signal_stop`).
+const STOP_WAIT: Duration = Duration::from_secs(2);
 
 #[derive(Default)]
 pub struct Jobscope {
@@ -265,15 +265,21 @@ unsafe impl Plugin for Jobscope {
             if let Some(step) = self.step.as_mut() {
                 step.exit();
             }
-            if let Some(g) = self.gpu.take() {
-                // Bounded: a GPU monitor stuck in the driver is left behind, never waited for.
-                if !g.stop(GPU_STOP_WAIT) {
-                    crate::log_error("GPU monitor did not stop in time; left behind");
-                }
-            }
+            // One bound for both: signal each, then wait once.
+            let deadline = Instant::now() + STOP_WAIT;
+            let mut names = Vec::new();
+            let mut threads: Vec<Box<dyn Stoppable>> = Vec::new();
             if let Some(h) = self.sampler.take() {
-                if !h.stop(SAMPLER_STOP_WAIT) {
-                    crate::log_error("sampler did not stop in time; left behind");
+                names.push("sampler");
+                threads.push(Box::new(h));
+            }
+            if let Some(g) = self.gpu.take() {
+                names.push("GPU monitor");
+                threads.push(Box::new(g));
+            }
+            for (name, stopped) in names.iter().zip(stop_all(threads, deadline)) {
+                if !stopped {
+                    crate::log_error(&format!("{name} did not stop in time; left behind"));
                 }
             }
             if let Some(ctx) = &self.ctx {

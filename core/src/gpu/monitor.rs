@@ -262,28 +262,42 @@ impl GpuMonitor {
         self.done.load(Ordering::Acquire)
     }
 
-    /// Asks the thread to take a last sample and write the end record, and waits at most `wait`.
-    /// Returns whether it finished in time; a thread that did not (a hung driver) is left
-    /// detached: slurmstepd is never held up by jobscope.
-    pub fn stop(mut self, wait: Duration) -> bool {
-        let deadline = Instant::now() + wait;
-        // A sample waiting on the driver ends early enough for the end record to be written.
-        self.cutoff.set(deadline - FINISH_RESERVE.min(wait / 3));
+    /// Asks the thread to take a last sample and write the end record, without waiting: a
+    /// sample waiting on the driver ends early enough before `deadline` for the end record to be
+    /// written. Idempotent (an earlier cutoff stays).
+    pub fn signal_stop(&mut self, deadline: Instant) {
+        let wait = deadline.saturating_duration_since(Instant::now());
+        let reserve = FINISH_RESERVE.min(wait / 3);
+        self.cutoff
+            .set(deadline.checked_sub(reserve).unwrap_or(deadline));
         if let Some(tx) = self.stop.take() {
             let _ = tx.send(());
         }
-        loop {
-            if self.done.load(Ordering::Acquire) {
-                return match self.thread.take() {
-                    Some(t) => t.join().is_ok(),
-                    None => true,
-                };
-            }
-            if Instant::now() >= deadline {
-                return false;
-            }
-            std::thread::sleep(Duration::from_millis(5));
+    }
+
+    /// Signals the thread ([`GpuMonitor::signal_stop`]) and waits until `deadline` at most.
+    /// Returns whether it finished in time; a thread that did not (a hung driver) is left
+    /// detached: slurmstepd is never held up by jobscope.
+    pub fn stop_by(mut self, deadline: Instant) -> bool {
+        self.signal_stop(deadline);
+        if !crate::sampler::wait_until(&self.done, deadline) {
+            return false;
         }
+        self.thread.take().is_none_or(|t| t.join().is_ok())
+    }
+
+    /// [`GpuMonitor::stop_by`] with a wait of `wait` from now.
+    pub fn stop(self, wait: Duration) -> bool {
+        self.stop_by(Instant::now() + wait)
+    }
+}
+
+impl crate::sampler::Stoppable for GpuMonitor {
+    fn signal_stop(&mut self, deadline: Instant) {
+        GpuMonitor::signal_stop(self, deadline);
+    }
+    fn wait_stopped(self: Box<Self>, deadline: Instant) -> bool {
+        self.stop_by(deadline)
     }
 }
 
