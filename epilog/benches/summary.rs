@@ -111,7 +111,8 @@ fn summarise(dir: &Path, nodes: &[String]) -> (f64, usize) {
         .iter()
         .map(|n| {
             let end = NodeEnd::LastRecord { fallback_ms: 0 };
-            pipeline::node(&dir.join(n), n, 4242, end, None, &cfg).summary
+            let spool = pipeline::read_node_dir(&dir.join(n));
+            pipeline::node(&spool, n, 4242, end, None, &cfg).summary
         })
         .collect();
     let facts = JobFacts {

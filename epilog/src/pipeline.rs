@@ -6,10 +6,9 @@
 use jobscope_core::config::Config;
 use jobscope_core::gpu::summary::GpuSummaryParams;
 use jobscope_core::job::{EndEvidence, JobEnd, JobFacts};
-use jobscope_core::spool::read::{read_node_dir, NodeSpool};
+pub use jobscope_core::spool::read::{read_node_dir, NodeSpool};
 use jobscope_core::summary::node::summarize_node_spool;
 use jobscope_core::summary::{analysis, job, JobSummary, NodeSummary};
-use std::path::Path;
 
 pub use crate::GENERATOR;
 
@@ -39,9 +38,10 @@ pub fn gpu_params(cfg: &Config) -> GpuSummaryParams {
     }
 }
 
-/// Summarises a spool already read. `node` names the node when no spool file does; `job_id` is
-/// the job the caller collects it for; `uid` (the scheduler's) wins over the spool header's.
-pub fn node_from_spool(
+/// Summarises one node's spool (read by [`read_node_dir`]). `node` names the node when no spool
+/// file does; `job_id` is the job the caller collects it for; `uid` (the scheduler's) wins over the
+/// spool header's.
+pub fn node(
     spool: &NodeSpool,
     node: &str,
     job_id: u32,
@@ -64,18 +64,6 @@ pub fn node_from_spool(
     }
 }
 
-/// Reads and summarises one node's spool directory.
-pub fn node(
-    dir: &Path,
-    node: &str,
-    job_id: u32,
-    end: NodeEnd,
-    uid: Option<u32>,
-    cfg: &Config,
-) -> NodeOutput {
-    node_from_spool(&read_node_dir(dir), node, job_id, end, uid, cfg)
-}
-
 /// The job's summary with its analysis. `decide` is the scheduler adapter's end-state decision
 /// (`crate::slurm::Slurm::decide_end`).
 pub fn job(
@@ -89,4 +77,134 @@ pub fn job(
     let mut s = job::assemble(facts, nodes, expected_nodes, generator, decide);
     s.analysis = Some(analysis::analyze(&s, &cfg.report));
     s
+}
+
+/// `jobscope summarize`: one spool directory as a report, without SLURM or the archive. The job
+/// is taken to have ended normally, on this one node, at the last thing its spool recorded.
+pub fn summarize_dir(
+    dir: &std::path::Path,
+    cfg: &Config,
+) -> Result<(JobSummary, Vec<String>), String> {
+    let spool = read_node_dir(dir);
+    let Some(h) = spool.header().cloned() else {
+        let mut why = format!("{}: no readable spool files", dir.display());
+        for p in &spool.problems {
+            why += &format!("; {p}");
+        }
+        return Err(why);
+    };
+    let end = NodeEnd::LastRecord {
+        fallback_ms: h.start_unix_ms,
+    };
+    let node = node(&spool, &h.node, h.job_id, end, Some(h.uid), cfg);
+    let facts = JobFacts {
+        job_id: h.job_id,
+        uid: Some(h.uid),
+        gid: Some(h.gid),
+        exit_code: Some(0),
+        exit_signal: Some(0),
+        ..Default::default()
+    };
+    let decide = crate::slurm::decide_end;
+    let s = job(
+        &facts,
+        vec![node.summary],
+        &[h.node],
+        cfg,
+        GENERATOR,
+        &decide,
+    );
+    Ok((s, node.problems))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use jobscope_core::gpu::spool::{DeviceBucket, GpuBucket, GpuInfo};
+    use jobscope_core::gpu::spool::{GpuLimits, GpuWriter};
+    use jobscope_core::gpu::{GpuIdentity, GPU_FILE_NAME};
+    use jobscope_core::spool::writer::{Limits, SeriesWriter};
+    use jobscope_core::spool::{Bucket, End, Gauge, Header, FORMAT_VERSION};
+
+    fn header(series: &str) -> Header {
+        Header {
+            format_version: FORMAT_VERSION,
+            job_id: 31,
+            node: "g1".into(),
+            series: series.into(),
+            uid: 1001,
+            gid: 1001,
+            cgroup_version: None,
+            cgroup_path: None,
+            boot_id: None,
+            boot_time_s: None,
+            start_unix_ms: 1_000_000,
+            cadence_s: 30,
+            plugin_version: "t".into(),
+            alloc_cores: Some(4),
+            alloc_mem_bytes: Some(1 << 30),
+            handover: None,
+        }
+    }
+
+    /// `jobscope summarize` once never read `gpu.jsc`; through the pipeline it does, like the Epilog.
+    #[test]
+    fn summarize_reads_the_gpu_series_too() {
+        let d = tempfile::tempdir().unwrap();
+        let mut w =
+            SeriesWriter::<Bucket>::create(d.path(), "job.jsc", header("job"), Limits::default())
+                .unwrap();
+        w.end(&End {
+            t_ms: 1_120_000,
+            reason: "stopped".into(),
+            samples_taken: 0,
+            samples_missed: 0,
+        })
+        .unwrap();
+        let mut g = GpuWriter::create(d.path(), GPU_FILE_NAME, header("gpu"), GpuLimits::default())
+            .unwrap();
+        g.set_info(GpuInfo {
+            t_ms: 1_000_500,
+            backends: vec!["nvml".into()],
+            selection_source: None,
+            devices: vec![GpuIdentity {
+                uuid: Some("GPU-test".into()),
+                ..Default::default()
+            }],
+            unresolved: vec![],
+            notes: vec![],
+        })
+        .unwrap();
+        for (i, util) in [60u64, 80, 100].into_iter().enumerate() {
+            let t = 1_030_000 + i as u64 * 30_000;
+            g.push(GpuBucket {
+                t_first_ms: t,
+                t_last_ms: t,
+                n: 1,
+                devices: vec![DeviceBucket {
+                    slot: 0,
+                    samples: 1,
+                    util_gpu_pct: Some(Gauge::one(util)),
+                    ..Default::default()
+                }],
+            })
+            .unwrap();
+        }
+        let (s, problems) = summarize_dir(d.path(), &Config::default()).unwrap();
+        assert!(problems.is_empty(), "{problems:?}");
+        assert_eq!((s.job_id, s.uid), (31, Some(1001)));
+        assert_eq!(s.elapsed_s, 120.0, "ends at the sampler's end record");
+        let gpus = &s.nodes[0].gpus;
+        assert_eq!(gpus.len(), 1);
+        assert_eq!(gpus[0].uuid.as_deref(), Some("GPU-test"));
+        assert!(gpus[0].util_max_pct == Some(100.0), "{:?}", gpus[0]);
+        assert!(s.analysis.is_some());
+    }
+
+    #[test]
+    fn summarize_refuses_a_directory_without_spool_files() {
+        let d = tempfile::tempdir().unwrap();
+        let err = summarize_dir(d.path(), &Config::default()).unwrap_err();
+        assert!(err.contains("no readable spool files"), "{err}");
+    }
 }

@@ -180,7 +180,7 @@ pub fn run_epilog(
     }
     let dir = job_dir(&cfg.paths.spool_dir, env.job_id, &env.node);
     let out = pipeline::node(
-        &dir,
+        &pipeline::read_node_dir(&dir),
         &env.node,
         env.job_id,
         NodeEnd::At(now_unix_ms()),
@@ -389,7 +389,7 @@ pub fn reap(
             continue;
         }
         let out = pipeline::node(
-            &dir,
+            &pipeline::read_node_dir(&dir),
             node,
             job,
             NodeEnd::LastRecord {

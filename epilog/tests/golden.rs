@@ -48,7 +48,7 @@ fn report(case: &str) -> String {
         let name = name.strip_prefix("node-").unwrap().to_string();
         // The epilog's "now": right after the last thing the node recorded.
         let out = pipeline::node(
-            &d,
+            &pipeline::read_node_dir(&d),
             &name,
             job_id,
             NodeEnd::LastRecord { fallback_ms: 0 },

@@ -72,26 +72,12 @@ pub fn read_node_dir(dir: &Path) -> NodeSpool {
 mod tests {
     use super::*;
     use crate::spool::writer::{Limits, SeriesWriter};
-    use crate::spool::{Bucket, Header, FORMAT_VERSION};
+    use crate::spool::{Bucket, Header};
 
     fn header(series: &str) -> Header {
         Header {
-            format_version: FORMAT_VERSION,
-            job_id: 7,
-            node: "n".into(),
             series: series.into(),
-            uid: 0,
-            gid: 0,
-            cgroup_version: None,
-            cgroup_path: None,
-            boot_id: None,
-            boot_time_s: None,
-            start_unix_ms: 0,
-            cadence_s: 30,
-            plugin_version: "t".into(),
-            alloc_cores: None,
-            alloc_mem_bytes: None,
-            handover: None,
+            ..crate::spool::writer::tests::header()
         }
     }
 

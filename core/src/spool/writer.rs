@@ -220,11 +220,12 @@ impl StepWriter {
 pub use super::read::read_spool_file;
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::sample::Reading;
 
-    fn header() -> Header {
+    /// A job series header for tests (also used by `super::read`'s tests).
+    pub(crate) fn header() -> Header {
         Header {
             format_version: FORMAT_VERSION,
             job_id: 7,
