@@ -8,7 +8,7 @@
 //! Gaps stay gaps: a point whose value is `None` (not measured) splits the line rather than drawing 0.
 //! An empty timeline gives a chart with axes and "no samples"; a single point is drawn as a dot.
 
-use crate::render::clean;
+use crate::present::clean;
 use jobscope_core::summary::{NodeSummary, Point};
 use plotters::prelude::*;
 use std::sync::OnceLock;
@@ -105,7 +105,7 @@ pub fn memory_png(n: &NodeSummary, width: u32, height: u32) -> Result<Vec<u8>, C
             "memory (mean)".into(),
             "memory (peak)".into(),
             match limit {
-                Some(l) => format!("limit ({})", crate::render::fmt_bytes(Some(l as u64))),
+                Some(l) => format!("limit ({})", crate::present::fmt_bytes(Some(l as u64))),
                 None => "limit".into(),
             },
         ],

@@ -29,7 +29,7 @@ mod fake_nvml_tests;
 pub use assign::{GpuRef, GpuSelection, JobGpuEnv, SelectionSource, Wanted};
 pub use jobscope_model::gpu::summary;
 pub use jobscope_model::gpu::{
-    gpu_advice, summarize_gpus, Advice, GpuIdentity, GpuKind, GpuSummary,
+    gpu_advice, summarize_gpus, GpuAdvice, GpuFinding, GpuIdentity, GpuKind, GpuSummary,
 };
 pub use monitor::{BackendConfig, GpuMonitor, LogLevel};
 pub use spool::{decode_gpu_file, read_gpu_file, GpuSeries, GPU_FILE_NAME};

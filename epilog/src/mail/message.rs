@@ -1,53 +1,35 @@
-//! The end-of-job mail as a lettre [`Message`]: who it goes to, its subject, and its two views.
+//! The end-of-job mail as a lettre [`Message`]: who it goes to, and its MIME structure. What the
+//! mail SAYS (subject, text, HTML, every figure) comes from the presenter (`crate::present`): this
+//! module draws the charts, puts their Content-IDs into the view, and assembles the parts.
 //!
 //! ```text
 //! multipart/alternative
-//! ├── text/plain                 the text report, as rendered by `render::render_text`
+//! ├── text/plain                 the text report (report-templates/report.txt.hbs, or digest.txt.hbs)
 //! └── multipart/related          (plain text/html when there are no charts)
 //!     ├── text/html              report-templates/report.html.hbs, <img src="cid:node0-cpu@jobscope">
 //!     └── image/png …            one busy-cores and one memory chart per node (first N nodes)
 //! ```
 //!
 //! Every string here can come from a user: `sbatch -J`, `--mail-user`, even the account name. So:
-//! - the subject is rendered WITHOUT escaping (it is not HTML) and then stripped of control and
-//!   bidi-format characters and capped, and lettre RFC 2047-encodes what is left: no header injection;
-//! - the HTML registry escapes every `{{value}}` (handlebars' default), and the built-in template uses
+//! - the view holds user text only after `present::clean` (control, bidi and invisible characters
+//!   out, capped); the subject is one cleaned line, and lettre RFC 2047-encodes it: no header injection;
+//! - the HTML registry escapes every `{{value}}` (handlebars' default), and the built-in templates use
 //!   no `{{{triple}}}`: no markup from a job name reaches the HTML;
-//! - both registries run in strict mode: a template naming a field the view lacks is an error, caught
-//!   by the tests for the built-in templates, and for a site's own templates answered by falling back
-//!   to the built-in one (with a warning for the caller to log) rather than by a blank;
 //! - an address is accepted only as a bare `local@domain` that lettre parses, without control
 //!   characters, at most 254 characters, not starting with `-`.
 //!
 //! Content-IDs are built from node indexes, never from node names.
 
 use crate::charts;
-use crate::render::{clean, fmt_duration};
-use handlebars::Handlebars;
-use jobscope_core::summary::{JobSummary, NodeSummary};
+use crate::present::{clean, Templates, View};
+use jobscope_core::summary::JobSummary;
 use lettre::message::header::{self, ContentType, Header, HeaderName, HeaderValue};
 use lettre::message::{Attachment, Mailbox, MultiPart, SinglePart};
 use lettre::{Address, Message};
-use serde_json::{json, Value};
-use std::path::Path;
 
-pub const SUBJECT_TEMPLATE: &str = include_str!("../../../report-templates/subject.hbs");
-pub const HTML_TEMPLATE: &str = include_str!("../../../report-templates/report.html.hbs");
-/// File names looked for in the site's template override directory.
-pub const SUBJECT_FILE: &str = "subject.hbs";
-pub const HTML_FILE: &str = "report.html.hbs";
-
-/// The subject is cut to this many characters (before RFC 2047 encoding), with `…` appended.
-pub const SUBJECT_MAX_CHARS: usize = 160;
+pub use crate::present::templates::{HTML_FILE, SUBJECT_FILE, SUBJECT_MAX_CHARS};
 /// RFC 5321's limit on a forward-path, less the angle brackets.
 pub const MAX_ADDRESS_LEN: usize = 254;
-/// A site template larger than this is not read.
-const MAX_TEMPLATE_BYTES: u64 = 1024 * 1024;
-
-const SUBJECT: &str = "subject";
-const SUBJECT_SITE: &str = "subject.site";
-const HTML: &str = "report.html";
-const HTML_SITE: &str = "report.html.site";
 
 /// Why an address was refused. The caller logs it (with [`printable`] of the input); the archive
 /// does not depend on the mail.
@@ -179,190 +161,6 @@ pub fn choose_recipient(
     })
 }
 
-/// The subject and HTML templates: the built-in ones, plus a site's own where configured.
-pub struct Templates {
-    subject: Handlebars<'static>,
-    html: Handlebars<'static>,
-}
-
-impl Templates {
-    /// Only the built-in templates.
-    pub fn builtin() -> Self {
-        let mut subject = Handlebars::new();
-        subject.set_strict_mode(true);
-        // Not HTML: no escaping; control characters are removed after rendering (see `render_subject`).
-        subject.register_escape_fn(handlebars::no_escape);
-        subject
-            .register_template_string(SUBJECT, SUBJECT_TEMPLATE)
-            .expect("built-in subject template is valid");
-        let mut html = Handlebars::new();
-        html.set_strict_mode(true);
-        // The default escape function (html_escape) stays in place.
-        html.register_template_string(HTML, HTML_TEMPLATE)
-            .expect("built-in HTML template is valid");
-        Templates { subject, html }
-    }
-
-    /// The built-in templates, overridden by `dir/subject.hbs` and `dir/report.html.hbs` where those
-    /// exist and parse. Returns warnings for the caller to log: a template that cannot be read or
-    /// parsed is named with the reason, and the built-in one is used instead.
-    pub fn load(override_dir: Option<&Path>) -> (Self, Vec<String>) {
-        let mut t = Self::builtin();
-        let mut warnings = Vec::new();
-        let Some(dir) = override_dir else {
-            return (t, warnings);
-        };
-        if !dir.is_dir() {
-            warnings.push(format!(
-                "mail template directory {} is not a directory; using the built-in templates",
-                dir.display()
-            ));
-            return (t, warnings);
-        }
-        for (file, name, reg) in [
-            (SUBJECT_FILE, SUBJECT_SITE, &mut t.subject),
-            (HTML_FILE, HTML_SITE, &mut t.html),
-        ] {
-            let path = dir.join(file);
-            let src = match read_template(&path) {
-                Ok(Some(s)) => s,
-                Ok(None) => continue,
-                Err(e) => {
-                    warnings.push(format!(
-                        "mail template {}: {e}; using the built-in one",
-                        path.display()
-                    ));
-                    continue;
-                }
-            };
-            if let Err(e) = reg.register_template_string(name, src) {
-                warnings.push(format!(
-                    "mail template {} does not parse: {e}; using the built-in one",
-                    path.display()
-                ));
-            }
-        }
-        (t, warnings)
-    }
-
-    /// Renders `name.site` if the site has one, else (or if that fails, with a warning) the built-in.
-    fn render(
-        reg: &Handlebars<'static>,
-        name: &str,
-        site: &str,
-        file: &str,
-        view: &Value,
-        warnings: &mut Vec<String>,
-    ) -> Result<String, handlebars::RenderError> {
-        if reg.has_template(site) {
-            match reg.render(site, view) {
-                Ok(s) => return Ok(s),
-                Err(e) => warnings.push(format!(
-                    "site mail template {file} failed to render: {e}; using the built-in one"
-                )),
-            }
-        }
-        reg.render(name, view)
-    }
-
-    /// The subject line: rendered, control and bidi characters removed, whitespace collapsed, capped.
-    pub fn render_subject(
-        &self,
-        view: &Value,
-        warnings: &mut Vec<String>,
-    ) -> Result<String, handlebars::RenderError> {
-        let raw = Self::render(
-            &self.subject,
-            SUBJECT,
-            SUBJECT_SITE,
-            SUBJECT_FILE,
-            view,
-            warnings,
-        )?;
-        let subject = clean_subject(&raw, SUBJECT_MAX_CHARS);
-        if subject.is_empty() && self.subject.has_template(SUBJECT_SITE) {
-            warnings.push(format!(
-                "site mail template {SUBJECT_FILE} rendered an empty subject; using the built-in one"
-            ));
-            let raw = self.subject.render(SUBJECT, view)?;
-            return Ok(clean_subject(&raw, SUBJECT_MAX_CHARS));
-        }
-        Ok(subject)
-    }
-
-    pub fn render_html(
-        &self,
-        view: &Value,
-        warnings: &mut Vec<String>,
-    ) -> Result<String, handlebars::RenderError> {
-        Self::render(&self.html, HTML, HTML_SITE, HTML_FILE, view, warnings)
-    }
-}
-
-/// Reads a site template: `Ok(None)` if there is none; refuses anything but a regular file of at most
-/// 1 MiB in UTF-8.
-fn read_template(path: &Path) -> Result<Option<String>, String> {
-    let md = match std::fs::metadata(path) {
-        Ok(m) => m,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(e.to_string()),
-    };
-    if !md.is_file() {
-        return Err("not a regular file".into());
-    }
-    if md.len() > MAX_TEMPLATE_BYTES {
-        return Err(format!(
-            "{} bytes, more than the {MAX_TEMPLATE_BYTES} allowed",
-            md.len()
-        ));
-    }
-    let bytes = std::fs::read(path).map_err(|e| e.to_string())?;
-    String::from_utf8(bytes)
-        .map(Some)
-        .map_err(|_| "not UTF-8".into())
-}
-
-/// Unicode "format" characters that reorder or hide text (bidi overrides, zero-width, BOM).
-fn is_bidi_or_invisible(c: char) -> bool {
-    matches!(c, '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2060}'..='\u{2069}' | '\u{FEFF}')
-}
-
-/// User-supplied text for a view: `render::clean` (control characters out, capped) with the
-/// bidi/invisible characters removed too, so a job name cannot reorder what is shown around it.
-fn text(s: &str, max_chars: usize) -> String {
-    let s: String = s.chars().filter(|&c| !is_bidi_or_invisible(c)).collect();
-    clean(&s, max_chars)
-}
-
-/// A one-line header value: control characters become spaces, bidi/invisible ones are dropped,
-/// runs of whitespace collapse to one space, and the result is cut at `max_chars` (plus `…`).
-pub fn clean_subject(s: &str, max_chars: usize) -> String {
-    let mut out = String::with_capacity(s.len().min(max_chars * 4));
-    let mut n = 0;
-    let mut pending_space = false;
-    for c in s.chars() {
-        if is_bidi_or_invisible(c) {
-            continue;
-        }
-        if c.is_control() || c.is_whitespace() {
-            pending_space = !out.is_empty();
-            continue;
-        }
-        if n + usize::from(pending_space) >= max_chars {
-            out.push('…');
-            return out;
-        }
-        if pending_space {
-            out.push(' ');
-            n += 1;
-            pending_space = false;
-        }
-        out.push(c);
-        n += 1;
-    }
-    out
-}
-
 /// A stable identifier for one mail about one job run: `<cluster>.<job_id>.<start_s>.<kind>`, made of
 /// `[A-Za-z0-9_-]` and dots only (a safe file name for the queue, and the Message-ID's left side).
 /// The start time keeps a requeued job's second run (same job id) from being taken for a duplicate.
@@ -394,122 +192,12 @@ pub fn mail_id(s: &JobSummary, kind: &str) -> String {
     )
 }
 
-/// The job as SLURM users write it: `1234`, or `1230_4` for an array task.
-fn job_label(s: &JobSummary) -> String {
-    match (s.array_job_id, s.array_task_id) {
-        (Some(a), Some(t)) => format!("{a}_{t}"),
-        _ => s.job_id.to_string(),
-    }
-}
-
-/// `45 %` (whole percent, for the subject line).
-fn pct0(p: Option<f64>) -> String {
-    p.filter(|p| p.is_finite())
-        .map(|p| format!("{p:.0} %"))
-        .unwrap_or_else(|| "n/a".into())
-}
-
-/// `3h12m` / `12m05s` / `42s`: `fmt_duration` without the seconds once it reaches hours.
-fn short_duration(s: f64) -> String {
-    let d = fmt_duration(s);
-    match d.find('h') {
-        Some(i) if d.ends_with('s') && d[i + 1..].len() == 6 => d[..d.len() - 3].to_string(),
-        _ => d,
-    }
-}
-
-/// The view model of the subject line. All text is cleaned of control characters and capped.
-pub fn subject_view(s: &JobSummary) -> Value {
-    json!({
-        "job_id": job_label(s),
-        "name": text(s.name.as_deref().unwrap_or("(unknown)"), 60),
-        "user": text(s.user.as_deref().unwrap_or("(unknown)"), 32),
-        "cluster": text(s.cluster.as_deref().unwrap_or("-"), 32),
-        "partition": text(s.partition.as_deref().unwrap_or("-"), 32),
-        "state": text(&s.state, 32),
-        "elapsed": short_duration(s.elapsed_s),
-        "cpu_efficiency": pct0(s.efficiency.cpu_pct),
-        "mem_efficiency": pct0(s.efficiency.mem_pct),
-        "time_efficiency": pct0(s.efficiency.time_pct),
-        "partial": s.partial,
-    })
-}
-
 /// Content-IDs of a node's charts (by index: node names never reach a header).
 fn chart_cids(i: usize) -> (String, String) {
     (
         format!("node{i}-cpu@jobscope"),
         format!("node{i}-mem@jobscope"),
     )
-}
-
-fn node_html_view(
-    n: &NodeSummary,
-    charts: (Option<&str>, Option<&str>),
-    size: (u32, u32),
-) -> Value {
-    let mut v = json!({
-        "name": text(&n.node, 64),
-        "cpu_chart": charts.0,
-        "mem_chart": charts.1,
-        "chart_width": size.0,
-        "chart_height": size.1,
-    });
-    crate::render::merge(&mut v, crate::render::node_figures(n, 200));
-    v
-}
-
-/// The view model of the HTML report. `charts[i]` holds node i's Content-IDs (or `None` where that
-/// chart is missing); nodes past `charts.len()` get none.
-pub fn html_view(
-    s: &JobSummary,
-    charts: &[(Option<String>, Option<String>)],
-    size: (u32, u32),
-) -> Value {
-    let nodes: Vec<Value> = s
-        .nodes
-        .iter()
-        .enumerate()
-        .map(|(i, n)| {
-            let c = charts.get(i);
-            node_html_view(
-                n,
-                (
-                    c.and_then(|c| c.0.as_deref()),
-                    c.and_then(|c| c.1.as_deref()),
-                ),
-                size,
-            )
-        })
-        .collect();
-    let shown = charts.len().min(s.nodes.len());
-    let mut v = json!({
-        "job_id": job_label(s),
-        "name": text(s.name.as_deref().unwrap_or("(unknown)"), 120),
-        "user": text(s.user.as_deref().unwrap_or("(unknown)"), 64),
-        "account": text(s.account.as_deref().unwrap_or("-"), 64),
-        "cluster": text(s.cluster.as_deref().unwrap_or("-"), 64),
-        "partition": text(s.partition.as_deref().unwrap_or("-"), 64),
-        "state": text(&s.state, 32),
-        "state_ok": s.state == "COMPLETED",
-        "state_reason": s.state_reason.as_deref().map(|r| text(r, 200)).unwrap_or_default(),
-        "time_limit": s.alloc.time_limit_s.map(|t| fmt_duration(t as f64)).unwrap_or_else(|| "no".into()),
-        "io_source": text(s.io.source.as_deref().unwrap_or("n/a"), 16),
-        "partial_reasons": s.partial_reasons.iter().take(50).map(|r| text(r, 300)).collect::<Vec<_>>(),
-        "nodes": nodes,
-        "nodes_total": s.nodes.len(),
-        "charts_shown": shown,
-        "charts_omitted": shown < s.nodes.len(),
-        "generator": text(&s.generator, 64),
-        "verdict": s.analysis.as_ref().and_then(|a| a.scalability.as_ref()).map(|sc| text(&sc.statement, 400)).unwrap_or_default(),
-        "classification": s.analysis.as_ref().map(|a| text(&a.classification.class.replace('_', "-"), 32)).unwrap_or_default(),
-        "imbalance": s.analysis.as_ref().and_then(|a| a.scalability.as_ref()).and_then(|sc| sc.imbalance_statement.as_deref()).map(|t| text(t, 400)).unwrap_or_default(),
-        "core_hours_wasted": s.analysis.as_ref().and_then(|a| a.waste.core_hours_wasted).map(|w| format!("{w:.3}")).unwrap_or_else(|| "n/a".into()),
-        "findings": s.analysis.as_ref().map(|a| a.anomalies.iter().take(50).map(|f| json!({"severity": text(&f.severity.to_uppercase(), 16), "message": text(&f.message, 400)})).collect::<Vec<_>>()).unwrap_or_default(),
-        "advice": s.analysis.as_ref().map(|a| a.advice.iter().take(20).map(|x| json!({"sbatch": text(&x.sbatch, 120), "reason": text(&x.reason, 400)})).collect::<Vec<_>>()).unwrap_or_default(),
-    });
-    crate::render::merge(&mut v, crate::render::job_figures(s));
-    v
 }
 
 /// `Auto-Submitted: auto-generated` (RFC 3834): vacation responders and ticket systems don't answer.
@@ -546,20 +234,8 @@ pub enum MailError {
     Build(#[from] lettre::error::Error),
 }
 
-/// The `kind` of an array digest mail: its HTML part is its text (see [`text_html`]).
+/// The `kind` of an array digest mail.
 pub const DIGEST_KIND: &str = "array-digest";
-
-/// An HTML page that shows `text` as it is (escaped, preformatted) under the heading `title`: the
-/// HTML alternative of a mail whose content is plain text, so both alternatives say the same.
-pub fn text_html(title: &str, text: &str) -> String {
-    format!(
-        "<!DOCTYPE html>\n<html lang=\"en\">\n<head><meta charset=\"utf-8\"><title>{t}</title></head>\n\
-         <body>\n<h2 style=\"font-family: sans-serif\">{t}</h2>\n\
-         <pre style=\"font-family: monospace; font-size: 13px\">{b}</pre>\n</body>\n</html>\n",
-        t = handlebars::html_escape(title),
-        b = handlebars::html_escape(text)
-    )
-}
 
 /// A built mail, ready for the queue.
 #[derive(Debug)]
@@ -572,11 +248,12 @@ pub struct Mail {
     pub warnings: Vec<String>,
 }
 
-/// Builds the mail for job summary `s`. `text_report` is the plain-text part as is (the text report
-/// without colour). `kind` names this mail in its id (`end` for the end-of-job report).
+/// Builds the mail for job summary `s` from its presented `view` (`present::job_view`, or
+/// `present::digest_view` for an array digest, which gets no charts). `kind` names this mail in its
+/// id (`end` for the end-of-job report).
 pub fn build_mail(
     s: &JobSummary,
-    text_report: &str,
+    view: &View,
     to: &Mailbox,
     kind: &str,
     opts: &MailOptions,
@@ -584,30 +261,44 @@ pub fn build_mail(
 ) -> Result<Mail, MailError> {
     let id = mail_id(s, kind);
     let mut warnings = Vec::new();
-    // A digest's content is its text (the task table and histograms); the job report template and
-    // the charts would show one task as if it were the array.
-    let digest = kind == DIGEST_KIND;
+    let mut view = view.clone();
+    // A digest's content is its task table: one task's charts would show it as if it were the array.
+    let charted = if view.digest.is_some() {
+        0
+    } else {
+        opts.max_chart_nodes
+    };
 
     // Charts first: the HTML names only the ones that exist.
     let mut images: Vec<SinglePart> = Vec::new();
-    let mut cids: Vec<(Option<String>, Option<String>)> = Vec::new();
     let size = (opts.chart_width, opts.chart_height);
-    let charted = if digest { 0 } else { opts.max_chart_nodes };
-    for (i, n) in s.nodes.iter().take(charted).enumerate() {
+    let nodes = view
+        .report
+        .as_mut()
+        .map(|r| &mut r.nodes[..])
+        .unwrap_or(&mut []);
+    let mut shown = 0;
+    for (i, (n, nv)) in s
+        .nodes
+        .iter()
+        .zip(nodes.iter_mut())
+        .take(charted)
+        .enumerate()
+    {
+        shown += 1;
         let (cpu_cid, mem_cid) = chart_cids(i);
-        let mut pair = (None, None);
         for (what, cid, png, slot) in [
             (
                 "busy cores",
                 cpu_cid,
                 charts::busy_cores_png(n, size.0, size.1),
-                &mut pair.0,
+                &mut nv.cpu_chart,
             ),
             (
                 "memory",
                 mem_cid,
                 charts::memory_png(n, size.0, size.1),
-                &mut pair.1,
+                &mut nv.mem_chart,
             ),
         ] {
             match png {
@@ -625,17 +316,17 @@ pub fn build_mail(
                 )),
             }
         }
-        cids.push(pair);
     }
+    view.charts.width = size.0;
+    view.charts.height = size.1;
+    view.charts.shown = shown;
+    view.charts.omitted = view.digest.is_none() && shown < s.nodes.len();
 
-    let subject = templates.render_subject(&subject_view(s), &mut warnings)?;
-    let html = if digest {
-        text_html(&subject, text_report)
-    } else {
-        templates.render_html(&html_view(s, &cids, size), &mut warnings)?
-    };
+    let subject = templates.render_subject(&view, &mut warnings)?;
+    let text = templates.render_text(&view)?;
+    let html = templates.render_html(&view, &mut warnings)?;
 
-    let text_part = SinglePart::plain(text_report.to_string());
+    let text_part = SinglePart::plain(text);
     let html_part = SinglePart::html(html);
     let body = if images.is_empty() {
         MultiPart::alternative()
@@ -659,7 +350,7 @@ pub fn build_mail(
         .subject(subject)
         .message_id(Some(format!("<jobscope.{id}@{domain}>")))
         .header(AutoSubmitted)
-        .header(header::UserAgent::from(crate::run::GENERATOR.to_string()))
+        .header(header::UserAgent::from(crate::GENERATOR.to_string()))
         .multipart(body)?;
     Ok(Mail {
         id,
@@ -671,6 +362,7 @@ pub fn build_mail(
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use crate::present::{job_view, Templates};
     use jobscope_core::summary::*;
     use mail_parser::{MessageParser, MimeHeaders};
 
@@ -741,8 +433,8 @@ pub(crate) mod tests {
             group: None,
             account: Some("proj1".into()),
             partition: Some("cpu".into()),
-            state: "COMPLETED".into(),
-            state_reason: None,
+            state: jobscope_core::job::JobState::Completed,
+            end_reason: None,
             exit_code: Some(0),
             start_unix_ms: 1_795_305_466_000,
             end_unix_ms: 1_795_305_466_000 + 11_520_000,
@@ -790,9 +482,9 @@ pub(crate) mod tests {
         }
     }
 
-    fn build(s: &JobSummary, text: &str) -> Mail {
+    fn build(s: &JobSummary) -> Mail {
         let to = parse_address("alice@example.org").unwrap();
-        build_mail(s, text, &to, "end", &opts(), &Templates::builtin()).unwrap()
+        build_mail(s, &job_view(s), &to, "end", &opts(), &Templates::builtin()).unwrap()
     }
 
     #[test]
@@ -800,23 +492,20 @@ pub(crate) mod tests {
         let s = summary();
         let mut w = vec![];
         let subj = Templates::builtin()
-            .render_subject(&subject_view(&s), &mut w)
+            .render_subject(&job_view(&s), &mut w)
             .unwrap();
         assert_eq!(
             subj,
             "Job 1234 (train) COMPLETED in 3h12m: CPU 45 %, mem 23 %"
         );
         assert!(w.is_empty());
-        assert_eq!(short_duration(42.0), "42s");
-        assert_eq!(short_duration(725.0), "12m05s");
-        assert_eq!(short_duration(90_000.0), "1d01h00m");
     }
 
     #[test]
     fn message_structure_text_html_and_inline_charts() {
         let s = summary();
-        let text = "jobscope report: job 1234 (train)\nline two\n.\nafter a lone dot\n";
-        let mail = build(&s, text);
+        let text = Templates::builtin().render_text(&job_view(&s)).unwrap();
+        let mail = build(&s);
         assert!(mail.warnings.is_empty(), "{:?}", mail.warnings);
         assert_eq!(mail.id, "alpha.1234.1795305466.end");
         let raw = mail.message.formatted();
@@ -835,6 +524,10 @@ pub(crate) mod tests {
         );
         assert_eq!(m.content_type().unwrap().subtype(), Some("alternative"));
         assert_eq!(m.body_text(0).unwrap().replace("\r\n", "\n"), text);
+        assert!(
+            text.starts_with("jobscope report: job 1234 (train)\n"),
+            "{text}"
+        );
         let html = m.body_html(0).unwrap();
         assert!(html.contains("Job 1234 (train)"));
         // 2 nodes × 2 charts, each a PNG whose Content-ID the HTML names.
@@ -859,13 +552,13 @@ pub(crate) mod tests {
         let to = parse_address("alice@example.org").unwrap();
         let mut o = opts();
         o.max_chart_nodes = 1;
-        let mail = build_mail(&s, "t", &to, "end", &o, &Templates::builtin()).unwrap();
+        let mail = build_mail(&s, &job_view(&s), &to, "end", &o, &Templates::builtin()).unwrap();
         let raw = mail.message.formatted();
         let m = MessageParser::default().parse(&raw).unwrap();
         assert_eq!(m.attachments().count(), 2);
         assert!(m.body_html(0).unwrap().contains("first 1 of 2 nodes"));
         o.max_chart_nodes = 0;
-        let mail = build_mail(&s, "t", &to, "end", &o, &Templates::builtin()).unwrap();
+        let mail = build_mail(&s, &job_view(&s), &to, "end", &o, &Templates::builtin()).unwrap();
         let raw = mail.message.formatted();
         let m = MessageParser::default().parse(&raw).unwrap();
         assert_eq!(m.attachments().count(), 0);
@@ -873,7 +566,7 @@ pub(crate) mod tests {
         // A chart size out of range: the mail still goes, without charts, with warnings.
         o.max_chart_nodes = 8;
         o.chart_width = 1;
-        let mail = build_mail(&s, "t", &to, "end", &o, &Templates::builtin()).unwrap();
+        let mail = build_mail(&s, &job_view(&s), &to, "end", &o, &Templates::builtin()).unwrap();
         assert_eq!(mail.warnings.len(), 4, "{:?}", mail.warnings);
         let raw = mail.message.formatted();
         let m = MessageParser::default().parse(&raw).unwrap();
@@ -892,13 +585,12 @@ pub(crate) mod tests {
         s.name = Some(evil.clone());
         s.user = Some(evil.clone());
         s.account = Some(evil.clone());
-        s.state_reason = Some(evil.clone());
+        s.end_reason = Some(jobscope_core::job::EndReason::Legacy { text: evil.clone() });
         s.partial = true;
         s.partial_reasons = vec![evil.clone()];
         s.nodes[0].node = evil.clone();
         s.nodes[0].steps[0].step = evil.clone();
-        let text = format!("report for {evil}\n");
-        let mail = build(&s, &text);
+        let mail = build(&s);
         let raw = mail.message.formatted();
         let m = MessageParser::default().parse(&raw).expect("parses");
 
@@ -930,40 +622,56 @@ pub(crate) mod tests {
         assert!(html.contains('\u{FFFD}'));
         assert!(!html.contains('\u{202E}'));
         assert_eq!(html.matches("<img ").count(), 4);
-        // The text part is delivered as given (line ends normalised to CRLF on the wire).
+        // The text part: the name is there, cleaned (no CR/LF injected lines, no bidi override).
         let got = m.body_text(0).unwrap().replace("\r\n", "\n");
-        assert!(got == text.replace("\r\n", "\n"), "text part differs");
+        assert!(
+            got.starts_with("jobscope report: job 1234 (xBcc: evil@example.comX-Evil: 1<script>"),
+            "{got}"
+        );
+        assert!(!got.contains('\u{202E}') && !got.lines().any(|l| l.starts_with("Bcc:")));
     }
 
     #[test]
-    fn a_digest_shows_its_text_in_both_parts_and_no_charts() {
+    fn a_digest_shows_its_table_in_both_parts_and_no_charts() {
         let mut s = summary();
         s.name = Some("<b>sweep</b>: array digest, 2 tasks".into());
-        let text = "jobscope array digest: job array 1234 (<b>sweep</b>)\n  1  1235  COMPLETED\n";
+        let rows = vec![crate::present::ArrayRow {
+            task_id: 1,
+            job_id: 1235,
+            state: jobscope_core::job::JobState::Completed,
+            elapsed_s: 61.0,
+            cpu_pct: Some(50.0),
+            mem_peak_bytes: Some(1 << 20),
+            mem_pct: Some(10.0),
+        }];
+        let view = crate::present::digest_view(&s, 1234, Some("<b>sweep</b>"), &rows);
         let to = parse_address("alice@example.org").unwrap();
-        let mail = build_mail(&s, text, &to, DIGEST_KIND, &opts(), &Templates::builtin()).unwrap();
+        let mail = build_mail(&s, &view, &to, DIGEST_KIND, &opts(), &Templates::builtin()).unwrap();
         let raw = mail.message.formatted();
         let m = MessageParser::default().parse(&raw).unwrap();
         assert_eq!(m.attachments().count(), 0);
-        assert_eq!(m.body_text(0).unwrap().replace("\r\n", "\n"), text);
+        let text = m.body_text(0).unwrap().replace("\r\n", "\n");
+        assert!(
+            text.starts_with(
+                "jobscope array digest: job array 1234 (<b>sweep</b>)\n1 tasks, 1 completed\n"
+            ),
+            "{text}"
+        );
+        let row = |body: &str| {
+            body.lines()
+                .map(|l| l.split_whitespace().collect::<Vec<_>>())
+                .find(|w| w.get(1) == Some(&"1235"))
+                .unwrap_or_default()
+                .join(" ")
+        };
+        assert_eq!(row(&text), "1 1235 COMPLETED 1m01s 50.0 % 1.0 MiB");
         let html = m.body_html(0).unwrap();
-        assert!(html.contains("1  1235  COMPLETED"), "{html}");
+        assert_eq!(row(&html), row(&text), "{html}");
         assert!(
             html.contains("&lt;b&gt;sweep&lt;/b&gt;") && !html.contains("<b>"),
             "{html}"
         );
         assert!(mail.id.ends_with(".array-digest"));
-    }
-
-    #[test]
-    fn clean_subject_rules() {
-        assert_eq!(
-            clean_subject("a\r\nb\tc  d\u{202E}e\u{200B}f", 100),
-            "a b c def"
-        );
-        assert_eq!(clean_subject("  lead\n", 100), "lead");
-        assert_eq!(clean_subject("abcdef", 3), "abc…");
-        assert_eq!(clean_subject("ab cdef", 3), "ab…");
     }
 
     #[test]
@@ -1044,11 +752,11 @@ pub(crate) mod tests {
         assert!(w[0].contains("report.html.hbs does not parse"), "{}", w[0]);
         let mut w = vec![];
         assert_eq!(
-            t.render_subject(&subject_view(&s), &mut w).unwrap(),
+            t.render_subject(&job_view(&s), &mut w).unwrap(),
             "[alpha] job 1234: COMPLETED"
         );
         assert!(t
-            .render_html(&html_view(&s, &[], (1, 1)), &mut w)
+            .render_html(&job_view(&s), &mut w)
             .unwrap()
             .contains("Job 1234"));
         assert!(w.is_empty());
@@ -1061,11 +769,11 @@ pub(crate) mod tests {
         assert!(w.is_empty(), "{w:?}");
         let mut w = vec![];
         assert!(t
-            .render_subject(&subject_view(&s), &mut w)
+            .render_subject(&job_view(&s), &mut w)
             .unwrap()
             .starts_with("Job 1234 (train)"));
         assert!(t
-            .render_html(&html_view(&s, &[], (1, 1)), &mut w)
+            .render_html(&job_view(&s), &mut w)
             .unwrap()
             .contains("<!DOCTYPE html>"));
         assert_eq!(w.len(), 2, "{w:?}");
@@ -1076,7 +784,7 @@ pub(crate) mod tests {
         let (t, _) = Templates::load(Some(dir.path()));
         let mut w = vec![];
         assert!(t
-            .render_subject(&subject_view(&s), &mut w)
+            .render_subject(&job_view(&s), &mut w)
             .unwrap()
             .starts_with("Job 1234"));
         assert_eq!(w.len(), 1, "{w:?}");
@@ -1086,7 +794,7 @@ pub(crate) mod tests {
         let (t, _) = Templates::load(Some(dir.path()));
         let mut s2 = s.clone();
         s2.name = Some("<b>x</b>".into());
-        let out = t.render_html(&html_view(&s2, &[], (1, 1)), &mut w).unwrap();
+        let out = t.render_html(&job_view(&s2), &mut w).unwrap();
         assert_eq!(out, "<p>&lt;b&gt;x&lt;/b&gt;</p>");
 
         // A missing directory: a warning, built-ins.

@@ -6,7 +6,7 @@ pub mod spool;
 pub mod summary;
 
 pub use spool::{decode_gpu_file, GpuSeries, GPU_FILE_NAME};
-pub use summary::{gpu_advice, summarize_gpus, Advice, GpuSummary};
+pub use summary::{gpu_advice, summarize_gpus, GpuAdvice, GpuFinding, GpuSummary};
 
 use crate::spool::Event;
 use serde::{Deserialize, Serialize};

@@ -1,5 +1,6 @@
 //! Per-GPU figures and findings for the report, and advice. Pure: the epilog reads `gpu.jsc`
-//! ([`super::spool::read_gpu_file`]), this computes.
+//! ([`super::spool::read_gpu_file`]), this computes. Findings and advice are typed facts with their
+//! numbers ([`GpuFinding`], [`GpuAdvice`]); the words are the presenter's (`epilog/src/present/`).
 //!
 //! Time model: sample `i` at `t_i` stands for the interval `(t_{i-1}, t_i]` (a thinned bucket for
 //! the interval from the previous bucket's end to its own end). An interval is **idle** when the
@@ -123,15 +124,77 @@ pub struct GpuSummary {
     pub throttle_reasons: Vec<String>,
     /// The GPU fell off the bus during the job.
     pub lost: bool,
-    /// Human-readable findings, most important first.
-    pub findings: Vec<String>,
+    /// Findings, most important first.
+    pub findings: Vec<GpuFinding>,
 }
 
-/// Recommendation for the user, with the evidence.
+/// What was found about one GPU (the GPU itself is the [`GpuSummary`] that holds the finding).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum GpuFinding {
+    /// The GPU fell off the bus during the job.
+    Lost,
+    /// Allocated for `allocated_s`, no utilization and no process of the job ever seen on it.
+    NeverUsed { allocated_s: f64 },
+    /// Used at first, then idle for the last `tail_s` (from `after_s` into the job).
+    IdleTail { tail_s: f64, after_s: f64 },
+    /// `count` idle stretches of at least `min_s` each, `total_s` together.
+    IdlePeriods {
+        count: u32,
+        min_s: f64,
+        total_s: f64,
+    },
+    /// The device reports no utilization (`mig`: a MIG instance; job processes are used instead).
+    UtilizationUnknown { mig: bool },
+    /// Processes of another job or user ran on this GPU.
+    OtherProcesses,
+    /// The hardware slowed the GPU down (NVML throttle reasons, see [`THROTTLE_REASONS`]).
+    HardwareThrottled { reasons: Vec<String> },
+}
+
+/// One GPU of a job, as advice names it: its node and its gres index (else the sampler's index).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct Advice {
-    pub line: String,
-    pub reason: String,
+pub struct GpuRef {
+    pub node: Option<String>,
+    pub index: Option<u32>,
+}
+
+impl GpuRef {
+    pub fn of(g: &GpuSummary) -> Self {
+        GpuRef {
+            node: g.node.clone(),
+            index: g.gres_index.or(g.index),
+        }
+    }
+}
+
+/// A recommendation from the job's GPUs, with the figures it rests on.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum GpuAdvice {
+    /// None of the `gpus` allocated GPUs was used: run on a CPU-only partition.
+    CpuOnlyPartition { gpus: u32, gpu_hours_allocated: f64 },
+    /// Request `keep` GPUs instead of `allocated`: `unused` were never used.
+    FewerGpus {
+        keep: u32,
+        allocated: u32,
+        unused: Vec<GpuRef>,
+        gpu_hours_wasted: f64,
+    },
+    /// A MIG slice or a smaller GPU would do: little memory and utilization used on `gpus`.
+    SmallerGpu {
+        gpus: Vec<GpuRef>,
+        mem_peak_bytes: u64,
+        mem_total_bytes: u64,
+        util_mean_pct_max: f64,
+    },
+    /// Release the GPUs when the GPU work is done: `gpus` sat idle for the last `idle_tail_s`.
+    ReleaseWhenDone { gpus: Vec<GpuRef>, idle_tail_s: f64 },
+    /// Half or more of the GPU-hours were idle: look for the reason.
+    CheckIdleTime {
+        gpu_hours_wasted: f64,
+        gpu_hours_allocated: f64,
+    },
 }
 
 /// NVML `nvmlClocksThrottleReason*` bits, named.
@@ -144,30 +207,6 @@ pub const THROTTLE_REASONS: &[(u64, &str)] = &[
     (0x40, "hw_thermal_slowdown"),
     (0x80, "hw_power_brake_slowdown"),
 ];
-
-/// A duration for a sentence: `2.5 h`, `12 min`, `40 s` (short jobs must not read "0 min").
-fn hours(s: f64) -> String {
-    if s >= 3600.0 {
-        format!("{:.1} h", s / 3600.0)
-    } else if s >= 59.5 {
-        format!("{:.0} min", s / 60.0)
-    } else {
-        format!("{:.0} s", s.max(0.0))
-    }
-}
-
-/// GPU-hours for a sentence: one decimal from 1 h, three below (a short job is not "0.0").
-fn gpu_hours(h: f64) -> String {
-    if h >= 1.0 {
-        format!("{h:.1}")
-    } else {
-        format!("{h:.3}")
-    }
-}
-
-fn gib(b: u64) -> String {
-    format!("{:.1} GiB", b as f64 / (1u64 << 30) as f64)
-}
 
 /// [`summarize_gpus_with`] with default thresholds.
 pub fn summarize_gpus(series: &GpuSeries, job_elapsed_s: f64) -> Vec<GpuSummary> {
@@ -379,57 +418,42 @@ fn summarize_one(
         .map(|(_, n)| n.to_string())
         .collect();
 
-    let label = id.label();
     let mut findings = Vec::new();
     if lost {
-        findings.push(format!(
-            "{label} was lost during the job (fell off the bus)"
-        ));
+        findings.push(GpuFinding::Lost);
     }
     if never_used {
-        findings.push(format!(
-            "{label} was never used: allocated for {}, no utilization and no process of the job on it",
-            hours(elapsed_s)
-        ));
+        findings.push(GpuFinding::NeverUsed {
+            allocated_s: elapsed_s.max(0.0),
+        });
     } else if let (Some(after), Some(tail)) = (idle_after_s, idle_tail_s) {
-        findings.push(format!(
-            "{label} was used at first, then idle for the last {} (from {} into the job)",
-            hours(tail),
-            hours(after)
-        ));
+        findings.push(GpuFinding::IdleTail {
+            tail_s: tail,
+            after_s: after,
+        });
     }
     if !never_used && !periods.is_empty() {
-        let total: f64 = periods.iter().map(|x| x.duration_s).sum();
-        findings.push(format!(
-            "{label} was idle {} time(s) for at least {} ({} in total)",
-            periods.len(),
-            hours(p.idle_min_s),
-            hours(total)
-        ));
+        findings.push(GpuFinding::IdlePeriods {
+            count: periods.len() as u32,
+            min_s: p.idle_min_s,
+            total_s: periods.iter().map(|x| x.duration_s).sum(),
+        });
     }
     if utilization_unknown && samples > 0 {
-        findings.push(format!(
-            "{label}: utilization is not reported for this device{}",
-            if id.kind == Some(GpuKind::Mig) {
-                " (MIG instance); job processes are used instead"
-            } else {
-                ""
-            }
-        ));
+        findings.push(GpuFinding::UtilizationUnknown {
+            mig: id.kind == Some(GpuKind::Mig),
+        });
     }
     if others {
-        findings.push(format!(
-            "{label}: processes of another job or user ran on this GPU"
-        ));
+        findings.push(GpuFinding::OtherProcesses);
     }
     if throttle_reasons
         .iter()
         .any(|r| r.contains("thermal") || r == "hw_slowdown" || r.contains("brake"))
     {
-        findings.push(format!(
-            "{label} was slowed down by the hardware: {}",
-            throttle_reasons.join(", ")
-        ));
+        findings.push(GpuFinding::HardwareThrottled {
+            reasons: throttle_reasons.clone(),
+        });
     }
 
     GpuSummary {
@@ -503,52 +527,32 @@ pub fn gpu_quality_notes(series: &GpuSeries) -> Vec<String> {
 }
 
 /// Advice from the GPUs of a job (all nodes' summaries together).
-pub fn gpu_advice(gpus: &[GpuSummary]) -> Vec<Advice> {
+pub fn gpu_advice(gpus: &[GpuSummary]) -> Vec<GpuAdvice> {
     gpu_advice_with(gpus, &GpuSummaryParams::default())
 }
 
-pub fn gpu_advice_with(gpus: &[GpuSummary], p: &GpuSummaryParams) -> Vec<Advice> {
+pub fn gpu_advice_with(gpus: &[GpuSummary], p: &GpuSummaryParams) -> Vec<GpuAdvice> {
     let mut out = Vec::new();
     if gpus.is_empty() {
         return out;
     }
-    let label = |g: &GpuSummary| match (&g.node, g.gres_index.or(g.index)) {
-        (Some(n), Some(i)) => format!("{n}:{i}"),
-        (None, Some(i)) => i.to_string(),
-        (Some(n), None) => format!("{n}:?"),
-        (None, None) => "?".into(),
-    };
-    let n = gpus.len();
+    let n = gpus.len() as u32;
     let unused: Vec<&GpuSummary> = gpus.iter().filter(|g| g.never_used).collect();
     let wasted: f64 = gpus.iter().filter_map(|g| g.gpu_hours_wasted).sum();
-    if unused.len() == n {
-        out.push(Advice {
-            line: "Run this job on a CPU-only partition: it did not use its GPU(s)".into(),
-            reason: format!(
-                "{n} GPU(s) allocated for {} GPU-hours; no utilization and no process of the job on any of them",
-                gpu_hours(gpus.iter().map(|g| g.gpu_hours_allocated).sum::<f64>())
-            ),
+    let refs = |v: &[&GpuSummary]| v.iter().map(|g| GpuRef::of(g)).collect::<Vec<_>>();
+    if unused.len() as u32 == n {
+        out.push(GpuAdvice::CpuOnlyPartition {
+            gpus: n,
+            gpu_hours_allocated: gpus.iter().map(|g| g.gpu_hours_allocated).sum(),
         });
         return out;
     }
     if !unused.is_empty() {
-        let k = n - unused.len();
-        out.push(Advice {
-            line: format!("Request {k} GPU(s) instead of {n}"),
-            reason: format!(
-                "GPU(s) {} were never used ({} GPU-hours wasted)",
-                unused
-                    .iter()
-                    .map(|g| label(g))
-                    .collect::<Vec<_>>()
-                    .join(", "),
-                gpu_hours(
-                    unused
-                        .iter()
-                        .filter_map(|g| g.gpu_hours_wasted)
-                        .sum::<f64>()
-                )
-            ),
+        out.push(GpuAdvice::FewerGpus {
+            keep: n - unused.len() as u32,
+            allocated: n,
+            unused: refs(&unused),
+            gpu_hours_wasted: unused.iter().filter_map(|g| g.gpu_hours_wasted).sum(),
         });
     }
     let small: Vec<&GpuSummary> = gpus
@@ -566,61 +570,40 @@ pub fn gpu_advice_with(gpus: &[GpuSummary], p: &GpuSummaryParams) -> Vec<Advice>
         )
         .collect();
     if !small.is_empty() {
-        let peak = small
-            .iter()
-            .filter_map(|g| g.mem_peak_bytes)
-            .max()
-            .unwrap_or(0);
-        let total = small
-            .iter()
-            .filter_map(|g| g.mem_total_bytes)
-            .max()
-            .unwrap_or(0);
-        let util = small
-            .iter()
-            .filter_map(|g| g.util_mean_pct)
-            .fold(0.0, f64::max);
-        out.push(Advice {
-            line: "A MIG slice or a smaller GPU would do".into(),
-            reason: format!(
-                "peak GPU memory {} of {}, mean utilization at most {util:.0} % on GPU(s) {}",
-                gib(peak),
-                gib(total),
-                small
-                    .iter()
-                    .map(|g| label(g))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
+        out.push(GpuAdvice::SmallerGpu {
+            gpus: refs(&small),
+            mem_peak_bytes: small
+                .iter()
+                .filter_map(|g| g.mem_peak_bytes)
+                .max()
+                .unwrap_or(0),
+            mem_total_bytes: small
+                .iter()
+                .filter_map(|g| g.mem_total_bytes)
+                .max()
+                .unwrap_or(0),
+            util_mean_pct_max: small
+                .iter()
+                .filter_map(|g| g.util_mean_pct)
+                .fold(0.0, f64::max),
         });
     }
     let tails: Vec<&GpuSummary> = gpus.iter().filter(|g| g.idle_tail_s.is_some()).collect();
     if !tails.is_empty() {
-        let longest = tails
-            .iter()
-            .filter_map(|g| g.idle_tail_s)
-            .fold(0.0, f64::max);
-        out.push(Advice {
-            line: "Release the GPUs when the GPU work is done (end the job, or split it into a GPU job and a CPU job)".into(),
-            reason: format!(
-                "GPU(s) {} sat idle for the last {} of the job",
-                tails.iter().map(|g| label(g)).collect::<Vec<_>>().join(", "),
-                hours(longest)
-            ),
+        out.push(GpuAdvice::ReleaseWhenDone {
+            gpus: refs(&tails),
+            idle_tail_s: tails
+                .iter()
+                .filter_map(|g| g.idle_tail_s)
+                .fold(0.0, f64::max),
         });
     }
     if out.is_empty() && wasted >= 1.0 {
         let alloc: f64 = gpus.iter().map(|g| g.gpu_hours_allocated).sum();
         if alloc > 0.0 && wasted / alloc >= 0.5 {
-            out.push(Advice {
-                line:
-                    "Check why the GPUs were idle half of the time (data loading, CPU-bound phases)"
-                        .into(),
-                reason: format!(
-                    "{} of {} GPU-hours were idle",
-                    gpu_hours(wasted),
-                    gpu_hours(alloc)
-                ),
+            out.push(GpuAdvice::CheckIdleTime {
+                gpu_hours_wasted: wasted,
+                gpu_hours_allocated: alloc,
             });
         }
     }
@@ -759,21 +742,13 @@ mod tests {
         assert!(g.never_used);
         assert_eq!(g.classification, Some(GpuClass::GpuIdle));
         assert_eq!(g.gpu_hours_wasted, Some(4.0));
-        assert!(
-            g.findings[0].contains("GPU 1 (NVIDIA A100-SXM4-80GB, GPU-00000001) was never used"),
-            "{:?}",
-            g.findings
+        assert_eq!(
+            g.findings,
+            vec![GpuFinding::NeverUsed {
+                allocated_s: 4.0 * 3600.0
+            }]
         );
         assert!(g.idle_periods.len() == 1 && g.idle_periods[0].duration_s == 4.0 * 3600.0);
-    }
-
-    #[test]
-    fn short_durations_and_gpu_hours_read_as_such() {
-        assert_eq!(hours(21.0), "21 s");
-        assert_eq!(hours(600.0), "10 min");
-        assert_eq!(hours(9000.0), "2.5 h");
-        assert_eq!(gpu_hours(21.0 / 3600.0), "0.006");
-        assert_eq!(gpu_hours(4.0), "4.0");
     }
 
     #[test]
@@ -783,10 +758,12 @@ mod tests {
         assert!(!g.never_used);
         assert_eq!(g.idle_after_s, Some(3600.0));
         assert_eq!(g.idle_tail_s, Some(3.0 * 3600.0));
-        assert!(
-            g.findings[0].contains("used at first, then idle for the last 3.0 h"),
-            "{:?}",
-            g.findings
+        assert_eq!(
+            g.findings[0],
+            GpuFinding::IdleTail {
+                tail_s: 3.0 * 3600.0,
+                after_s: 3600.0
+            }
         );
         assert_eq!(g.gpu_hours_wasted, Some(3.0), "idle 3 of 4 observed hours");
         assert_eq!(g.classification, Some(GpuClass::Mixed));
@@ -798,13 +775,26 @@ mod tests {
     fn advice_names_unused_gpus_and_idle_tail() {
         let s = summarize_gpus(&three_gpus(), 4.0 * 3600.0);
         let a = gpu_advice(&s);
-        assert_eq!(a[0].line, "Request 2 GPU(s) instead of 3");
-        assert!(a[0].reason.contains("gpu01:1"), "{:?}", a[0]);
-        assert!(a[0].reason.contains("4.0 GPU-hours"), "{:?}", a[0]);
-        assert!(a.iter().any(|x| x.line.starts_with("Release the GPUs")
-            && x.reason.contains("gpu01:2")
-            && x.reason.contains("3.0 h")));
-        assert!(!a.iter().any(|x| x.line.contains("CPU-only")));
+        let gpu = |i| GpuRef {
+            node: Some("gpu01".into()),
+            index: Some(i),
+        };
+        assert_eq!(
+            a[0],
+            GpuAdvice::FewerGpus {
+                keep: 2,
+                allocated: 3,
+                unused: vec![gpu(1)],
+                gpu_hours_wasted: 4.0
+            }
+        );
+        assert!(a.contains(&GpuAdvice::ReleaseWhenDone {
+            gpus: vec![gpu(2)],
+            idle_tail_s: 3.0 * 3600.0
+        }));
+        assert!(!a
+            .iter()
+            .any(|x| matches!(x, GpuAdvice::CpuOnlyPartition { .. })));
     }
 
     #[test]
@@ -819,8 +809,11 @@ mod tests {
         assert!((kwh - 0.05).abs() < 1e-9, "50 W for 1 h: {kwh}");
         let a = gpu_advice(&sums);
         assert_eq!(a.len(), 1);
-        assert!(a[0].line.contains("CPU-only partition"));
-        assert!(a[0].reason.contains("2 GPU(s)"));
+        assert!(
+            matches!(a[0], GpuAdvice::CpuOnlyPartition { gpus: 2, gpu_hours_allocated } if (gpu_hours_allocated - 2.0).abs() < 1e-9),
+            "{:?}",
+            a[0]
+        );
     }
 
     #[test]
@@ -837,8 +830,12 @@ mod tests {
         let sums = summarize_gpus(&s, 7200.0);
         assert_eq!(sums[0].util_mean_pct.map(|u| u.round()), Some(20.0));
         let a = gpu_advice(&sums);
-        assert_eq!(a[0].line, "A MIG slice or a smaller GPU would do");
-        assert!(a[0].reason.contains("4.0 GiB of 80.0 GiB"), "{:?}", a[0]);
+        assert!(
+            matches!(&a[0], GpuAdvice::SmallerGpu { mem_peak_bytes, mem_total_bytes, util_mean_pct_max, .. }
+                if *mem_peak_bytes == 4 * GIB && *mem_total_bytes == 80 * GIB && util_mean_pct_max.round() == 20.0),
+            "{:?}",
+            a[0]
+        );
         // A well-used GPU gets no advice.
         assert!(gpu_advice(&summarize_gpus(&three_gpus(), 14_400.0)[..1]).is_empty());
     }
@@ -855,7 +852,9 @@ mod tests {
         assert_eq!(g.util_mean_pct, None);
         assert!(!g.never_used);
         assert_eq!(g.idle_after_s, Some(3600.0));
-        assert!(g.findings.iter().any(|f| f.contains("MIG instance")));
+        assert!(g
+            .findings
+            .contains(&GpuFinding::UtilizationUnknown { mig: true }));
         // No utilization and no process info at all: nothing can be concluded.
         let s = series(vec![nv(0)], 10, |_| vec![(None, GIB, None, 0, None)]);
         let g = &summarize_gpus(&s, 600.0)[0];
@@ -912,7 +911,10 @@ mod tests {
             sums[0].throttle_reasons,
             vec!["sw_power_cap", "hw_thermal_slowdown"]
         );
-        assert!(sums[0].findings.iter().any(|f| f.contains("slowed down")));
+        assert!(sums[0].findings.contains(&GpuFinding::HardwareThrottled {
+            reasons: vec!["sw_power_cap".into(), "hw_thermal_slowdown".into()]
+        }));
+        assert!(sums[0].findings.contains(&GpuFinding::Lost));
         let json = serde_json::to_string(&sums).unwrap();
         assert!(json.contains("\"gpu_hours_wasted\":4.0"), "{json}");
         assert!(json.contains("\"classification\":\"gpu_bound\""));

@@ -1,9 +1,15 @@
 //! Report-level analysis of a [`JobSummary`]: waste, scalability verdict, classification, anomalies
-//! and resubmit-ready `#SBATCH` advice. Pure. Every statement carries the numbers it rests on.
+//! and resubmit-ready `#SBATCH` advice. Pure. Every result is a typed fact with the numbers it rests
+//! on (units in the names); no sentence is stored: the words are the presenter's
+//! (`epilog/src/present/`), so every view words a fact the same way.
+//!
+//! Enumerated values serialise as the lower/snake_case strings the archive has always used
+//! (`"serial"`, `"cpu_bound"`, `"warning"`), so scripts reading the archive keep working.
 //!
 //! Thresholds come from [`crate::params::Report`] (documented in docs/configuration.md).
 
 use super::{JobSummary, NodeSummary, Point};
+use crate::gpu::summary::{GpuAdvice, GpuFinding, GpuRef};
 use crate::params::Report;
 use serde::{Deserialize, Serialize};
 
@@ -14,8 +20,22 @@ pub struct Analysis {
     pub classification: Classification,
     pub anomalies: Vec<Finding>,
     pub advice: Vec<Advice>,
-    /// Which memory figure SLURM enforces its limit on, in words.
-    pub memory_accounting: String,
+    /// Why some or all advice was not given (a short job, no data); `None`: every check ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub advice_withheld: Option<AdviceWithheld>,
+    /// The job left no usable samples: nothing is claimed about its use.
+    #[serde(default)]
+    pub insufficient_data: bool,
+}
+
+/// Why advice was (partly) withheld.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum AdviceWithheld {
+    /// The job ran `elapsed_s`, under the `min_s` needed to judge its CPU, memory and time use.
+    ShortJob { elapsed_s: f64, min_s: u64 },
+    /// No samples: nothing to judge.
+    NoData,
 }
 
 /// Allocated-but-unused resources.
@@ -44,12 +64,25 @@ pub struct NodeLoad {
     pub share_of_mean: Option<f64>,
 }
 
+/// How the job used its cores.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    /// At most one core busy (p95) on an allocation of more than one.
+    Serial,
+    /// Three quarters or more of the allocated cores busy on average.
+    Parallel,
+    /// More than one core at times, but well below the allocation.
+    PartiallyParallel,
+    /// Essentially no CPU use.
+    Idle,
+    /// A one-core allocation that was used (a parallel/serial verdict means nothing there).
+    SingleCore,
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Scalability {
-    /// `serial`, `parallel`, `partially_parallel`, `idle`.
-    pub verdict: String,
-    /// One sentence with the numbers, e.g. "used 1.0 of 8 cores for 92 % of the time: …".
-    pub statement: String,
+    pub verdict: Verdict,
     pub allocated_cores: Option<u32>,
     /// Time-weighted distribution of busy cores over the whole job (summed over nodes).
     pub busy_cores_p50: f64,
@@ -65,34 +98,229 @@ pub struct Scalability {
     /// Job-level busy-cores timeline (resampled, for sparklines and charts).
     pub busy_cores_timeline: Vec<f64>,
     pub nodes: Vec<NodeLoad>,
+    /// Nodes of the allocation (reported or not) the imbalance is measured over.
+    #[serde(default)]
+    pub nodes_allocated: u32,
     /// Largest node CPU time ÷ mean node CPU time (1.0 = balanced).
     pub imbalance_max_over_mean: Option<f64>,
-    /// Nodes that used less than a quarter of the mean node's CPU time.
+    /// Nodes that used less than a quarter of the mean node's CPU time (or never reported).
     pub underused_nodes: Vec<String>,
-    pub imbalance_statement: Option<String>,
+}
+
+/// What limited the job, in one word.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum JobClass {
+    CpuBound,
+    MemoryBound,
+    IoBound,
+    Idle,
+    #[default]
+    Mixed,
+    GpuBound,
+    GpuIdle,
+    /// No samples: no class can be given.
+    InsufficientData,
+}
+
+/// The figures a class rests on.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Evidence {
+    pub cpu_efficiency_pct: Option<f64>,
+    pub mem_peak_pct: Option<f64>,
+    /// Read + written bytes ÷ elapsed.
+    pub io_bytes_per_s: Option<f64>,
+    /// Times the job hit its memory limit (`failcnt`), when that made it memory-bound.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mem_limit_hits: Option<u64>,
+    /// Each GPU's mean utilization (`None`: unknown), when the job had GPUs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gpus: Vec<GpuUse>,
+    /// How many of `gpus` were idle or never used.
+    #[serde(default)]
+    pub gpus_idle: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct GpuUse {
+    pub gpu: GpuRef,
+    pub util_mean_pct: Option<f64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Classification {
-    /// `cpu_bound`, `memory_bound`, `io_bound`, `idle`, `mixed` (`gpu_bound`, `gpu_idle` with GPUs).
-    pub class: String,
-    pub evidence: Vec<String>,
+    pub class: JobClass,
+    pub evidence: Evidence,
 }
 
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum Severity {
+    Info,
+    Warning,
+    Critical,
+}
+
+/// One anomaly: how serious, and what (with its numbers).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Finding {
-    /// `memory_leak`, `idle_phase`, `busy_then_idle`, `near_oom`, `oom`, `timeout`.
-    pub kind: String,
-    /// `info`, `warning`, `critical`.
-    pub severity: String,
-    pub message: String,
+    pub severity: Severity,
+    #[serde(flatten)]
+    pub what: FindingKind,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum FindingKind {
+    /// Memory grew steadily: least-squares slope and its R², growth over the node's run.
+    MemoryLeak {
+        node: String,
+        slope_bytes_per_s: f64,
+        r2: f64,
+        growth_bytes: f64,
+    },
+    /// Busy for `busy_s`, then idle to the end (`idle_s`, `idle_share_pct` of the node's run).
+    BusyThenIdle {
+        node: String,
+        busy_s: f64,
+        idle_s: f64,
+        idle_share_pct: f64,
+    },
+    /// Busy cores below `idle_cores` from `start_s` to `end_s` (seconds since the node's start).
+    IdlePhase {
+        node: String,
+        start_s: f64,
+        end_s: f64,
+        idle_cores: f64,
+    },
+    /// Memory peaked at `pct` % of the limit without an OOM kill.
+    NearOom {
+        node: String,
+        peak_bytes: u64,
+        limit_bytes: u64,
+        pct: f64,
+    },
+    /// The kernel OOM killer killed `kills` processes.
+    Oom { node: String, kills: u64 },
+    /// The job was killed at its time limit.
+    Timeout { limit_s: Option<u64> },
+    /// A finding about one GPU (see [`GpuFinding`]).
+    Gpu { gpu: GpuRef, finding: GpuFinding },
+}
+
+/// A resubmit-ready `#SBATCH` option.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(tag = "option", content = "value", rename_all = "snake_case")]
+pub enum Request {
+    CpusPerTask(u32),
+    /// `--mem`, in MiB (a multiple of 100 MiB below 1 GiB, else of 1 GiB; see [`mem_flag`]).
+    MemMib(u64),
+    /// `--time`, in seconds (a multiple of 5 minutes; see [`time_flag`]).
+    TimeS(u64),
+    Nodes(u32),
+    GresGpu(u32),
+}
+
+impl Request {
+    /// The line to paste into the job script, in SLURM's notation.
+    pub fn sbatch_line(&self) -> String {
+        match *self {
+            Request::CpusPerTask(n) => format!("#SBATCH --cpus-per-task={n}"),
+            Request::MemMib(m) if m >= 1024 && m % 1024 == 0 => {
+                format!("#SBATCH --mem={}G", m / 1024)
+            }
+            Request::MemMib(m) => format!("#SBATCH --mem={m}M"),
+            Request::TimeS(s) => format!("#SBATCH --time={}", slurm_time(s)),
+            Request::Nodes(n) => format!("#SBATCH --nodes={n}"),
+            Request::GresGpu(n) => format!("#SBATCH --gres=gpu:{n}"),
+        }
+    }
+}
+
+/// One piece of advice: what to request next time (if it is an option) and why, with the figures.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Advice {
-    /// A line to paste into the job script, e.g. `#SBATCH --mem=2G`.
-    pub sbatch: String,
-    pub reason: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request: Option<Request>,
+    /// `request` in SLURM's notation (`#SBATCH --mem=400M`), for scripts that paste it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sbatch: Option<String>,
+    pub reason: AdviceReason,
+}
+
+impl Advice {
+    fn new(request: Option<Request>, reason: AdviceReason) -> Self {
+        Advice {
+            sbatch: request.as_ref().map(Request::sbatch_line),
+            request,
+            reason,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum AdviceReason {
+    /// A serial job on `cores` cores (p50 busy, share of time at ≤ 1 core, CPU efficiency).
+    Serial {
+        cores: u32,
+        busy_cores_p50: f64,
+        busy_cores_p95: f64,
+        share_time_at_most_one_core_pct: f64,
+        cpu_efficiency_pct: f64,
+    },
+    /// Fewer cores would do: p95 busy cores (+10 %) per node.
+    FewerCores {
+        cores: u32,
+        busy_cores_p95: f64,
+        cpu_efficiency_pct: f64,
+    },
+    /// Killed for exceeding `limit_bytes`; its true need is unknown, so double it.
+    OomKilled { limit_bytes: u64 },
+    /// Peak close to the request: add headroom.
+    NearOom {
+        peak_bytes: u64,
+        request_bytes: u64,
+        pct: f64,
+        headroom_pct: f64,
+    },
+    /// Peak far below the request.
+    MemoryUnused {
+        peak_bytes: u64,
+        request_bytes: u64,
+        pct: f64,
+        headroom_pct: f64,
+    },
+    /// The job hit its time limit (`limit_s`, exact) before finishing: double it (or checkpoint).
+    TimedOut { limit_s: u64 },
+    /// Ran `elapsed_s` of a `limit_s` limit: a tighter limit (+`margin_pct`) starts sooner.
+    TimeUnused {
+        elapsed_s: f64,
+        limit_s: u64,
+        margin_pct: f64,
+    },
+    /// Some of the `nodes_allocated` nodes did almost no work.
+    NodesUnderused {
+        nodes: Vec<String>,
+        nodes_allocated: u32,
+    },
+    /// From the GPUs (see [`GpuAdvice`]).
+    Gpu { advice: GpuAdvice },
+}
+
+/// Reads an archived `analysis` leniently: a document written before the analysis was typed
+/// (schema version 1 stored sentences) yields `None` rather than failing the whole document;
+/// the reader can analyse the summary again ([`analyze`] is pure).
+pub fn deserialize_lenient<'de, D>(d: D) -> Result<Option<Analysis>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    let v = Option::<serde_json::Value>::deserialize(d)?;
+    Ok(v.and_then(|v| serde_json::from_value(v).ok()))
 }
 
 /// Busy cores below this count as "idle" (noise of shells, sleep loops).
@@ -198,37 +426,17 @@ pub fn scalability(s: &JobSummary) -> Option<Scalability> {
     let cores = s.alloc.cores;
     let p50 = percentile(&sorted, 0.5);
     let p95 = percentile(&sorted, 0.95);
-    let verdict;
-    let statement;
-    let cores_f = cores.map(|c| c as f64);
-    if mean < IDLE_CORES {
-        verdict = "idle";
-        statement = format!(
-            "used {mean:.2} cores on average{}: the job was essentially idle",
-            cores.map(|c| format!(" of {c}")).unwrap_or_default()
-        );
+    let verdict = if mean < IDLE_CORES {
+        Verdict::Idle
+    } else if cores == Some(1) {
+        Verdict::SingleCore
     } else if p95 <= ONE_CORE && cores.is_some_and(|c| c > 1) {
-        verdict = "serial";
-        statement = format!(
-            "used {p50:.1} of {} cores for {:.0} % of the time: this job runs serially; request 1 core",
-            cores.unwrap_or(0),
-            at_most_one * 100.0
-        );
-    } else if cores_f.is_some_and(|c| mean >= 0.75 * c) {
-        verdict = "parallel";
-        statement = format!(
-            "kept {mean:.1} of {} cores busy on average (p95 {p95:.1}): scales to its allocation",
-            cores.unwrap_or(0)
-        );
+        Verdict::Serial
+    } else if cores.is_some_and(|c| mean >= 0.75 * c as f64) {
+        Verdict::Parallel
     } else {
-        verdict = "partially_parallel";
-        statement = format!(
-            "used {mean:.1} cores on average, {p95:.1} at p95{}, and ≤1 core for {:.0} % of the time{}",
-            cores.map(|c| format!(" of {c} allocated")).unwrap_or_default(),
-            at_most_one * 100.0,
-            ceiling.map(|c| format!("; more cores could speed it up at most {c:.1}×")).unwrap_or_default()
-        );
-    }
+        Verdict::PartiallyParallel
+    };
 
     // Per-node imbalance from CPU time.
     let loads: Vec<NodeLoad> = s
@@ -249,7 +457,6 @@ pub fn scalability(s: &JobSummary) -> Option<Scalability> {
     let mut nodes = loads;
     let mut imbalance = None;
     let mut underused = Vec::new();
-    let mut imbalance_statement = None;
     // A node that never reported counts as fully unused in the imbalance.
     let n_nodes = s.alloc.nodes.max(s.nodes.len() as u32) as usize;
     if n_nodes > 1 && !cpu.is_empty() {
@@ -264,28 +471,10 @@ pub fn scalability(s: &JobSummary) -> Option<Scalability> {
             underused.extend(s.missing_nodes.iter().cloned());
             let max = cpu.iter().cloned().fold(0.0, f64::max);
             imbalance = Some(max / mean_cpu);
-            if !underused.is_empty() {
-                imbalance_statement = Some(format!(
-                    "node(s) {} did almost no work ({} of the mean node's CPU time): the job is imbalanced across its {n_nodes} nodes",
-                    underused.join(", "),
-                    nodes
-                        .iter()
-                        .filter(|l| underused.contains(&l.node))
-                        .map(|l| format!("{:.0} %", 100.0 * l.share_of_mean.unwrap_or(0.0)))
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ));
-            } else if max / mean_cpu > 1.5 {
-                imbalance_statement = Some(format!(
-                    "the busiest node used {:.1}× the mean node's CPU time",
-                    max / mean_cpu
-                ));
-            }
         }
     }
     Some(Scalability {
-        verdict: verdict.into(),
-        statement,
+        verdict,
         allocated_cores: cores,
         busy_cores_p50: p50,
         busy_cores_p95: p95,
@@ -297,9 +486,9 @@ pub fn scalability(s: &JobSummary) -> Option<Scalability> {
         // Stored at sparkline resolution; the statistics above used the full resampling.
         busy_cores_timeline: downsample(&job, 60),
         nodes,
+        nodes_allocated: n_nodes as u32,
         imbalance_max_over_mean: imbalance,
         underused_nodes: underused,
-        imbalance_statement,
     })
 }
 
@@ -392,10 +581,7 @@ fn idle_phases(n: &NodeSummary, min_s: f64) -> Vec<(f64, f64)> {
     out
 }
 
-fn mib(b: f64) -> String {
-    format!("{:.0} MiB", b / 1024.0 / 1024.0)
-}
-
+/// A node's findings: a steady memory climb, busy-then-idle, idle phases, near-OOM and OOM kills.
 pub fn anomalies(s: &JobSummary, cfg: &Report) -> Vec<Finding> {
     let mut f = Vec::new();
     let idle_min_s = cfg.idle_phase_min_s as f64;
@@ -408,15 +594,13 @@ pub fn anomalies(s: &JobSummary, cfg: &Report) -> Vec<Finding> {
                 && growth >= 64.0 * 1024.0 * 1024.0
             {
                 f.push(Finding {
-                    kind: "memory_leak".into(),
-                    severity: "warning".into(),
-                    message: format!(
-                        "node {}: memory grew steadily by {} per hour (R² {:.2}), {} over the job: a leak or an unbounded cache",
-                        n.node,
-                        mib(slope * 3600.0),
+                    severity: Severity::Warning,
+                    what: FindingKind::MemoryLeak {
+                        node: n.node.clone(),
+                        slope_bytes_per_s: slope,
                         r2,
-                        mib(growth)
-                    ),
+                        growth_bytes: growth,
+                    },
                 });
             }
         }
@@ -426,15 +610,13 @@ pub fn anomalies(s: &JobSummary, cfg: &Report) -> Vec<Finding> {
             .filter(|(_, e)| (n.elapsed_s - e).abs() <= (n.elapsed_s * 0.05).max(60.0));
         if let Some((a, _)) = tail.filter(|(a, b)| b - a >= 0.25 * n.elapsed_s && *a > 0.0) {
             f.push(Finding {
-                kind: "busy_then_idle".into(),
-                severity: "warning".into(),
-                message: format!(
-                    "node {}: busy for the first {} then idle for the remaining {} ({:.0} % of the job)",
-                    n.node,
-                    fmt_dur(*a),
-                    fmt_dur(n.elapsed_s - a),
-                    100.0 * (n.elapsed_s - a) / n.elapsed_s
-                ),
+                severity: Severity::Warning,
+                what: FindingKind::BusyThenIdle {
+                    node: n.node.clone(),
+                    busy_s: *a,
+                    idle_s: n.elapsed_s - a,
+                    idle_share_pct: 100.0 * (n.elapsed_s - a) / n.elapsed_s,
+                },
             });
         }
         for (a, b) in phases
@@ -442,15 +624,13 @@ pub fn anomalies(s: &JobSummary, cfg: &Report) -> Vec<Finding> {
             .filter(|p| Some(*p) != tail.filter(|(a, _)| *a > 0.0))
         {
             f.push(Finding {
-                kind: "idle_phase".into(),
-                severity: "info".into(),
-                message: format!(
-                    "node {}: idle (< {IDLE_CORES} cores) for {} from +{} to +{}",
-                    n.node,
-                    fmt_dur(b - a),
-                    fmt_dur(*a),
-                    fmt_dur(*b)
-                ),
+                severity: Severity::Info,
+                what: FindingKind::IdlePhase {
+                    node: n.node.clone(),
+                    start_s: *a,
+                    end_s: *b,
+                    idle_cores: IDLE_CORES,
+                },
             });
         }
         if let (Some(peak), Some(limit)) =
@@ -459,113 +639,116 @@ pub fn anomalies(s: &JobSummary, cfg: &Report) -> Vec<Finding> {
             let pct = 100.0 * peak as f64 / limit as f64;
             if pct >= cfg.near_oom_pct && n.mem.oom_kill_events.unwrap_or(0) == 0 {
                 f.push(Finding {
-                    kind: "near_oom".into(),
-                    severity: "warning".into(),
-                    message: format!(
-                        "node {}: memory peaked at {} = {pct:.0} % of its {} limit",
-                        n.node,
-                        mib(peak as f64),
-                        mib(limit as f64)
-                    ),
+                    severity: Severity::Warning,
+                    what: FindingKind::NearOom {
+                        node: n.node.clone(),
+                        peak_bytes: peak,
+                        limit_bytes: limit,
+                        pct,
+                    },
                 });
             }
         }
         if let Some(k) = n.mem.oom_kill_events.filter(|&k| k > 0) {
             f.push(Finding {
-                kind: "oom".into(),
-                severity: "critical".into(),
-                message: format!(
-                    "node {}: the kernel killed {k} process(es) for exceeding the memory limit",
-                    n.node
-                ),
+                severity: Severity::Critical,
+                what: FindingKind::Oom {
+                    node: n.node.clone(),
+                    kills: k,
+                },
             });
         }
     }
-    if s.state == "TIMEOUT" {
+    if s.state == crate::job::JobState::Timeout {
         f.push(Finding {
-            kind: "timeout".into(),
-            severity: "critical".into(),
-            message: "the job was killed at its time limit".into(),
+            severity: Severity::Critical,
+            what: FindingKind::Timeout {
+                limit_s: s.alloc.time_limit_s,
+            },
         });
     }
     f
 }
 
-fn fmt_dur(s: f64) -> String {
-    let s = s.max(0.0).round() as u64;
-    if s >= 3600 {
-        format!("{}h{:02}m", s / 3600, s / 60 % 60)
-    } else if s >= 60 {
-        format!("{}m{:02}s", s / 60, s % 60)
-    } else {
-        format!("{s}s")
-    }
-}
-
 pub fn classify(s: &JobSummary, sc: Option<&Scalability>, cfg: &Report) -> Classification {
-    let mut ev = Vec::new();
     let cpu_eff = s.efficiency.cpu_pct;
     let mem_eff = s.efficiency.mem_pct;
-    if let Some(c) = cpu_eff {
-        ev.push(format!("CPU efficiency {c:.0} %"));
-    }
-    if let Some(m) = mem_eff {
-        ev.push(format!("memory peak {m:.0} % of request"));
-    }
     let io_rate = match (s.io.read_bytes, s.io.write_bytes) {
         (None, None) => None,
-        (r, w) => Some((r.unwrap_or(0) + w.unwrap_or(0)) as f64 / s.elapsed_s.max(1.0)),
+        // Saturating: the counters come from disk and may be absurd.
+        (r, w) => Some(r.unwrap_or(0).saturating_add(w.unwrap_or(0)) as f64 / s.elapsed_s.max(1.0)),
     };
-    if let Some(r) = io_rate {
-        ev.push(format!("I/O {}/s on average", mib(r)));
-    }
+    let mut ev = Evidence {
+        cpu_efficiency_pct: cpu_eff,
+        mem_peak_pct: mem_eff,
+        io_bytes_per_s: io_rate,
+        ..Default::default()
+    };
     let oom = s.mem.oom_kill_events.unwrap_or(0) > 0;
-    let class = if sc.is_some_and(|x| x.verdict == "idle") {
-        "idle"
+    let failcnt = s.mem.failcnt.unwrap_or(0);
+    let class = if sc.is_some_and(|x| x.verdict == Verdict::Idle) {
+        JobClass::Idle
     } else if oom
         || mem_eff.is_some_and(|m| m >= cfg.near_oom_pct)
-        || s.mem.failcnt.unwrap_or(0) > 0 && mem_eff.is_some_and(|m| m >= 80.0)
+        || failcnt > 0 && mem_eff.is_some_and(|m| m >= 80.0)
     {
-        if s.mem.failcnt.unwrap_or(0) > 0 {
-            ev.push(format!(
-                "hit its memory limit {} time(s) (failcnt)",
-                s.mem.failcnt.unwrap_or(0)
-            ));
+        if failcnt > 0 {
+            ev.mem_limit_hits = Some(failcnt);
         }
-        "memory_bound"
+        JobClass::MemoryBound
     } else if io_rate.is_some_and(|r| r >= 50.0 * 1024.0 * 1024.0)
         && cpu_eff.is_some_and(|c| c < 50.0)
     {
-        "io_bound"
+        JobClass::IoBound
     } else if cpu_eff.is_some_and(|c| c >= cfg.cpu_efficiency_warn_pct) {
-        "cpu_bound"
+        JobClass::CpuBound
     } else {
-        "mixed"
+        JobClass::Mixed
     };
     Classification {
-        class: class.into(),
+        class,
         evidence: ev,
     }
 }
 
-/// Rounds a memory size up to a clean `--mem` value (MiB granularity below 1 GiB, else 1 GiB, min 100M).
-pub fn mem_flag(bytes: f64) -> String {
+/// Rounds a memory size up to a clean `--mem` value in MiB (100 MiB steps below 1 GiB, else 1 GiB
+/// steps, at least 100 MiB).
+pub fn mem_flag_mib(bytes: f64) -> u64 {
     let mib = (bytes / 1024.0 / 1024.0).ceil().max(100.0);
     if mib < 1024.0 {
-        format!("{}M", ((mib / 100.0).ceil() * 100.0) as u64)
+        ((mib / 100.0).ceil() * 100.0) as u64
     } else {
-        format!("{}G", (mib / 1024.0).ceil() as u64)
+        (mib / 1024.0).ceil() as u64 * 1024
     }
 }
 
-/// `--time` value (D-HH:MM:SS or HH:MM:SS), rounded up to 5 minutes.
-pub fn time_flag(seconds: f64) -> String {
-    let m = ((seconds / 60.0 / 5.0).ceil() * 5.0).max(5.0) as u64;
-    let (d, h, mm) = (m / 1440, m / 60 % 24, m % 60);
-    if d > 0 {
-        format!("{d}-{h:02}:{mm:02}:00")
+/// [`mem_flag_mib`] in SLURM's notation (`400M`, `2G`).
+pub fn mem_flag(bytes: f64) -> String {
+    let m = mem_flag_mib(bytes);
+    if m >= 1024 {
+        format!("{}G", m / 1024)
     } else {
-        format!("{h:02}:{mm:02}:00")
+        format!("{m}M")
+    }
+}
+
+/// A `--time` value in seconds, rounded up to 5 minutes (at least 5 minutes).
+pub fn time_flag_s(seconds: f64) -> u64 {
+    ((seconds / 60.0 / 5.0).ceil() * 5.0).max(5.0) as u64 * 60
+}
+
+/// [`time_flag_s`] in SLURM's notation.
+pub fn time_flag(seconds: f64) -> String {
+    slurm_time(time_flag_s(seconds))
+}
+
+/// Seconds in SLURM's `--time` notation, exactly: `HH:MM:SS`, or `D-HH:MM:SS` from one day.
+pub fn slurm_time(s: u64) -> String {
+    let (d, h, m, sec) = (s / 86_400, s / 3600 % 24, s / 60 % 60, s % 60);
+    if d > 0 {
+        format!("{d}-{h:02}:{m:02}:{sec:02}")
+    } else {
+        format!("{h:02}:{m:02}:{sec:02}")
     }
 }
 
@@ -576,20 +759,30 @@ pub fn advice(s: &JobSummary, sc: Option<&Scalability>, cfg: &Report) -> Vec<Adv
     if let (Some(sc), Some(cores), Some(eff)) = (sc, s.alloc.cores, s.efficiency.cpu_pct) {
         if enough && eff < cfg.cpu_efficiency_warn_pct && cores > 1 {
             let per_node = s.alloc.nodes.max(1) as f64;
-            let want = if sc.verdict == "serial" {
+            let serial = sc.verdict == Verdict::Serial;
+            let want = if serial {
                 1
             } else {
                 ((sc.busy_cores_p95 / per_node) * 1.1).ceil().max(1.0) as u32
             };
             let have_per_node = (cores as f64 / per_node).round() as u32;
             if want < have_per_node {
-                out.push(Advice {
-                    sbatch: format!("#SBATCH --cpus-per-task={want}"),
-                    reason: format!(
-                        "{}; CPU efficiency was {eff:.0} % of {cores} cores (p95 busy {:.1})",
-                        sc.statement, sc.busy_cores_p95
-                    ),
-                });
+                let reason = if serial {
+                    AdviceReason::Serial {
+                        cores,
+                        busy_cores_p50: sc.busy_cores_p50,
+                        busy_cores_p95: sc.busy_cores_p95,
+                        share_time_at_most_one_core_pct: sc.share_time_at_most_one_core_pct,
+                        cpu_efficiency_pct: eff,
+                    }
+                } else {
+                    AdviceReason::FewerCores {
+                        cores,
+                        busy_cores_p95: sc.busy_cores_p95,
+                        cpu_efficiency_pct: eff,
+                    }
+                };
+                out.push(Advice::new(Some(Request::CpusPerTask(want)), reason));
             }
         }
     }
@@ -600,61 +793,57 @@ pub fn advice(s: &JobSummary, sc: Option<&Scalability>, cfg: &Report) -> Vec<Adv
         let pct = 100.0 * peak as f64 / req as f64;
         if oom {
             let want = (req as f64).max(peak as f64) * 2.0;
-            out.push(Advice {
-                sbatch: format!("#SBATCH --mem={}", mem_flag(want)),
-                reason: format!("the job was killed for exceeding its {} limit; its true need is unknown, so double it", mib(req as f64)),
-            });
+            out.push(Advice::new(
+                Some(Request::MemMib(mem_flag_mib(want))),
+                AdviceReason::OomKilled { limit_bytes: req },
+            ));
         } else if pct >= cfg.near_oom_pct {
-            out.push(Advice {
-                sbatch: format!("#SBATCH --mem={}", mem_flag(peak as f64 * headroom)),
-                reason: format!(
-                    "peak {} was {pct:.0} % of the {} request: add {:.0} % headroom",
-                    mib(peak as f64),
-                    mib(req as f64),
-                    cfg.mem_headroom_pct
-                ),
-            });
+            out.push(Advice::new(
+                Some(Request::MemMib(mem_flag_mib(peak as f64 * headroom))),
+                AdviceReason::NearOom {
+                    peak_bytes: peak,
+                    request_bytes: req,
+                    pct,
+                    headroom_pct: cfg.mem_headroom_pct,
+                },
+            ));
         } else if enough && pct < cfg.mem_efficiency_warn_pct {
-            let want = peak as f64 * headroom;
-            if mem_flag(want) != mem_flag(req as f64) {
-                out.push(Advice {
-                    sbatch: format!("#SBATCH --mem={}", mem_flag(want)),
-                    reason: format!(
-                        "peak {} was only {pct:.0} % of the {} request (+{:.0} % headroom)",
-                        mib(peak as f64),
-                        mib(req as f64),
-                        cfg.mem_headroom_pct
-                    ),
-                });
+            let want = mem_flag_mib(peak as f64 * headroom);
+            if want != mem_flag_mib(req as f64) {
+                out.push(Advice::new(
+                    Some(Request::MemMib(want)),
+                    AdviceReason::MemoryUnused {
+                        peak_bytes: peak,
+                        request_bytes: req,
+                        pct,
+                        headroom_pct: cfg.mem_headroom_pct,
+                    },
+                ));
             }
         }
     }
     // Time.
     if let Some(limit) = s.alloc.time_limit_s {
         let margin = 1.0 + cfg.time_margin_pct / 100.0;
-        if s.state == "TIMEOUT" {
-            out.push(Advice {
-                sbatch: format!("#SBATCH --time={}", time_flag(limit as f64 * 2.0)),
-                reason: format!(
-                    "the job hit its {} limit before finishing; double it (or checkpoint)",
-                    time_flag(limit as f64)
-                ),
-            });
+        if s.state == crate::job::JobState::Timeout {
+            out.push(Advice::new(
+                Some(Request::TimeS(time_flag_s(limit as f64 * 2.0))),
+                AdviceReason::TimedOut { limit_s: limit },
+            ));
         } else if enough
-            && s.state == "COMPLETED"
+            && s.state == crate::job::JobState::Completed
             && 100.0 * s.elapsed_s / (limit as f64) < cfg.time_efficiency_warn_pct
         {
-            let want = time_flag(s.elapsed_s * margin);
-            if want != time_flag(limit as f64) {
-                out.push(Advice {
-                    sbatch: format!("#SBATCH --time={want}"),
-                    reason: format!(
-                        "ran {} of a {} limit; a tighter limit (+{:.0} % margin) starts sooner in backfill",
-                        fmt_dur(s.elapsed_s),
-                        time_flag(limit as f64),
-                        cfg.time_margin_pct
-                    ),
-                });
+            let want = time_flag_s(s.elapsed_s * margin);
+            if want < limit {
+                out.push(Advice::new(
+                    Some(Request::TimeS(want)),
+                    AdviceReason::TimeUnused {
+                        elapsed_s: s.elapsed_s,
+                        limit_s: limit,
+                        margin_pct: cfg.time_margin_pct,
+                    },
+                ));
             }
         }
     }
@@ -663,10 +852,13 @@ pub fn advice(s: &JobSummary, sc: Option<&Scalability>, cfg: &Report) -> Vec<Adv
         let n = s.alloc.nodes.max(s.nodes.len() as u32);
         if n > 1 && !sc.underused_nodes.is_empty() && s.missing_nodes.is_empty() {
             let busy = n as usize - sc.underused_nodes.len();
-            out.push(Advice {
-                sbatch: format!("#SBATCH --nodes={}", busy.max(1)),
-                reason: sc.imbalance_statement.clone().unwrap_or_default(),
-            });
+            out.push(Advice::new(
+                Some(Request::Nodes(busy.max(1) as u32)),
+                AdviceReason::NodesUnderused {
+                    nodes: sc.underused_nodes.clone(),
+                    nodes_allocated: n,
+                },
+            ));
         }
     }
     out
@@ -694,94 +886,92 @@ fn add_gpus(s: &JobSummary, a: &mut Analysis) {
         .iter()
         .filter(|g| g.classification == Some(GpuClass::GpuBound))
         .count();
-    let utils: Vec<String> = gpus
+    a.classification.evidence.gpus = gpus
         .iter()
-        .map(|g| {
-            let who = format!(
-                "{}{}",
-                g.node
-                    .as_deref()
-                    .map(|n| format!("{n}:"))
-                    .unwrap_or_default(),
-                g.gres_index
-                    .or(g.index)
-                    .map_or("?".into(), |i| i.to_string())
-            );
-            format!(
-                "GPU {who} {}",
-                g.util_mean_pct
-                    .map_or("utilization unknown".into(), |u| format!("{u:.0} % busy"))
-            )
+        .map(|g| GpuUse {
+            gpu: GpuRef::of(g),
+            util_mean_pct: g.util_mean_pct,
         })
         .collect();
-    if idle == gpus.len() {
-        a.classification.class = "gpu_idle".into();
-        a.classification.evidence.insert(
-            0,
-            format!(
-                "{idle} of {} allocated GPU(s) idle: {}",
-                gpus.len(),
-                utils.join(", ")
-            ),
-        );
+    a.classification.evidence.gpus_idle = idle as u32;
+    if a.classification.class == JobClass::InsufficientData {
+        // No CPU/memory data: the GPUs alone do not make a class.
+    } else if idle == gpus.len() {
+        a.classification.class = JobClass::GpuIdle;
     } else if bound > 0
-        && (bound * 2 >= gpus.len() || matches!(a.classification.class.as_str(), "idle" | "mixed"))
+        && (bound * 2 >= gpus.len()
+            || matches!(a.classification.class, JobClass::Idle | JobClass::Mixed))
     {
-        a.classification.class = "gpu_bound".into();
-        a.classification.evidence.insert(0, utils.join(", "));
-    } else {
-        a.classification.evidence.push(utils.join(", "));
+        a.classification.class = JobClass::GpuBound;
     }
     for g in &gpus {
         for f in &g.findings {
             a.anomalies.push(Finding {
-                kind: "gpu".into(),
                 severity: if g.never_used || g.lost {
-                    "warning".into()
+                    Severity::Warning
                 } else {
-                    "info".into()
+                    Severity::Info
                 },
-                message: f.clone(),
+                what: FindingKind::Gpu {
+                    gpu: GpuRef::of(g),
+                    finding: f.clone(),
+                },
             });
         }
     }
     for x in crate::gpu::gpu_advice(&gpus) {
-        // "Request k GPU(s) instead of n" becomes a resubmit-ready line; the rest stay as comments.
-        let k = x
-            .line
-            .strip_prefix("Request ")
-            .and_then(|r| r.split_whitespace().next())
-            .and_then(|k| k.parse::<u32>().ok());
-        let sbatch = match k {
-            Some(k) => format!("#SBATCH --gres=gpu:{k}"),
-            None => format!("# {}", x.line),
+        // "Request k GPUs instead of n" is a resubmit-ready option; the rest are not.
+        let request = match &x {
+            GpuAdvice::FewerGpus { keep, .. } => Some(Request::GresGpu(*keep)),
+            _ => None,
         };
-        a.advice.push(Advice {
-            sbatch,
-            reason: x.reason,
-        });
+        a.advice
+            .push(Advice::new(request, AdviceReason::Gpu { advice: x }));
     }
 }
 
-pub fn analyze(s: &JobSummary, cfg: &Report) -> Analysis {
-    let sc = scalability(s);
-    let mut a = analyze_cpu_mem(s, cfg, sc);
-    add_gpus(s, &mut a);
-    a
+/// No samples and no counters: nothing can be said about the job's use.
+pub fn has_no_data(s: &JobSummary) -> bool {
+    s.samples == 0 || (s.cpu.usage_s.is_none() && s.mem.peak_bytes.is_none())
 }
 
-fn analyze_cpu_mem(s: &JobSummary, cfg: &Report, sc: Option<Scalability>) -> Analysis {
-    Analysis {
+pub fn analyze(s: &JobSummary, cfg: &Report) -> Analysis {
+    if has_no_data(s) {
+        let mut a = Analysis {
+            waste: waste(s),
+            classification: Classification {
+                class: JobClass::InsufficientData,
+                evidence: Evidence::default(),
+            },
+            advice_withheld: Some(AdviceWithheld::NoData),
+            insufficient_data: true,
+            ..Default::default()
+        };
+        // The end state is SLURM's word, not a sample: a timeout is still a finding.
+        a.anomalies = anomalies(s, cfg)
+            .into_iter()
+            .filter(|f| matches!(f.what, FindingKind::Timeout { .. }))
+            .collect();
+        add_gpus(s, &mut a);
+        return a;
+    }
+    let sc = scalability(s);
+    let mut a = Analysis {
         waste: waste(s),
         classification: classify(s, sc.as_ref(), cfg),
         anomalies: anomalies(s, cfg),
         advice: advice(s, sc.as_ref(), cfg),
         scalability: sc,
-        memory_accounting: match s.nodes.first().and_then(|n| n.cgroup_version) {
-            Some(crate::sample::CgroupVersion::V2) => "SLURM enforces --mem on the cgroup's memory.current: anonymous memory (rss) + page cache + shmem/tmpfs. Page cache is reclaimed under pressure; rss and shmem are not.".into(),
-            _ => "SLURM enforces --mem on the cgroup's memory usage (memory.usage_in_bytes): rss + page cache + shmem/tmpfs. Page cache is reclaimed under pressure; rss and shmem are not.".into(),
-        },
-    }
+        advice_withheld: (s.elapsed_s < cfg.min_elapsed_for_advice_s as f64).then_some(
+            AdviceWithheld::ShortJob {
+                elapsed_s: s.elapsed_s,
+                min_s: cfg.min_elapsed_for_advice_s,
+            },
+        ),
+        insufficient_data: false,
+    };
+    add_gpus(s, &mut a);
+    a
 }
 
 #[cfg(test)]
@@ -867,10 +1057,11 @@ mod tests {
             uid: Some(1000),
             gid: None,
             group: None,
+
             account: None,
             partition: None,
             state: "COMPLETED".into(),
-            state_reason: None,
+            end_reason: None,
             exit_code: Some(0),
             start_unix_ms: 0,
             end_unix_ms: (elapsed * 1000.0) as u64,
@@ -913,14 +1104,15 @@ mod tests {
         let s = job(vec![node("a", 1200.0, |_| 1.0, |_| 3 << 30)], None);
         let a = analyze(&s, &Report::default());
         let sc = a.scalability.as_ref().unwrap();
-        assert_eq!(sc.verdict, "serial");
-        assert!(sc.statement.contains("request 1 core"), "{}", sc.statement);
+        assert_eq!(sc.verdict, Verdict::Serial);
         assert_eq!(sc.share_time_at_most_one_core_pct, 100.0);
         assert_eq!(sc.amdahl_speedup_ceiling, Some(1.0));
         assert!(
             a.advice
                 .iter()
-                .any(|x| x.sbatch == "#SBATCH --cpus-per-task=1"),
+                .any(|x| x.request == Some(Request::CpusPerTask(1))
+                    && x.sbatch.as_deref() == Some("#SBATCH --cpus-per-task=1")
+                    && matches!(x.reason, AdviceReason::Serial { cores: 2, .. })),
             "{:?}",
             a.advice
         );
@@ -931,13 +1123,15 @@ mod tests {
     fn parallel_job_gets_no_cpu_advice() {
         let s = job(vec![node("a", 1200.0, |_| 2.0, |_| 3 << 30)], None);
         let a = analyze(&s, &Report::default());
-        assert_eq!(a.scalability.as_ref().unwrap().verdict, "parallel");
+        assert_eq!(a.scalability.as_ref().unwrap().verdict, Verdict::Parallel);
         assert!(
-            !a.advice.iter().any(|x| x.sbatch.contains("cpus-per-task")),
+            !a.advice
+                .iter()
+                .any(|x| matches!(x.request, Some(Request::CpusPerTask(_)))),
             "{:?}",
             a.advice
         );
-        assert_eq!(a.classification.class, "cpu_bound");
+        assert_eq!(a.classification.class, JobClass::CpuBound);
     }
 
     #[test]
@@ -948,10 +1142,16 @@ mod tests {
         let m = a
             .advice
             .iter()
-            .find(|x| x.sbatch.starts_with("#SBATCH --mem="))
+            .find(|x| matches!(x.request, Some(Request::MemMib(_))))
             .expect("mem advice");
-        assert_eq!(m.sbatch, "#SBATCH --mem=400M");
-        assert!(m.reason.contains("300 MiB"), "{}", m.reason);
+        assert_eq!(m.request, Some(Request::MemMib(400)));
+        assert_eq!(m.sbatch.as_deref(), Some("#SBATCH --mem=400M"));
+        assert!(
+            matches!(m.reason, AdviceReason::MemoryUnused { peak_bytes, request_bytes, .. }
+                if peak_bytes == 300 * MIB && request_bytes == 4 << 30),
+            "{:?}",
+            m.reason
+        );
     }
 
     #[test]
@@ -959,6 +1159,8 @@ mod tests {
         let s = job(vec![node("a", 1200.0, |_| 2.0, |_| 3500 * MIB)], Some(1500));
         let a = analyze(&s, &Report::default());
         assert!(a.advice.is_empty(), "{:?}", a.advice);
+        assert_eq!(a.advice_withheld, None);
+        assert!(!a.insufficient_data);
     }
 
     #[test]
@@ -972,7 +1174,8 @@ mod tests {
         assert!(
             a.advice
                 .iter()
-                .any(|x| x.sbatch == "#SBATCH --time=00:30:00"),
+                .any(|x| x.request == Some(Request::TimeS(1800))
+                    && x.sbatch.as_deref() == Some("#SBATCH --time=00:30:00")),
             "{:?}",
             a.advice
         );
@@ -990,17 +1193,40 @@ mod tests {
             None,
         );
         let a = analyze(&s, &Report::default());
-        let kinds: Vec<&str> = a.anomalies.iter().map(|f| f.kind.as_str()).collect();
-        assert!(kinds.contains(&"memory_leak"), "{kinds:?}");
-        assert!(kinds.contains(&"busy_then_idle"), "{kinds:?}");
+        let leak = a
+            .anomalies
+            .iter()
+            .find_map(|f| match f.what {
+                FindingKind::MemoryLeak {
+                    slope_bytes_per_s,
+                    r2,
+                    ..
+                } => Some((slope_bytes_per_s, r2)),
+                _ => None,
+            })
+            .expect("leak found");
+        // 200 000 B/s by construction, a perfect line
+        assert!((leak.0 - 200_000.0).abs() < 1_000.0, "{leak:?}");
+        assert!(leak.1 > 0.99, "{leak:?}");
+        let idle = a
+            .anomalies
+            .iter()
+            .find_map(|f| match f.what {
+                FindingKind::BusyThenIdle { busy_s, idle_s, .. } => Some((busy_s, idle_s)),
+                _ => None,
+            })
+            .expect("busy then idle found");
+        // busy until 3000 s of 7200 s (timeline points every 120 s)
+        assert!((idle.0 - 3000.0).abs() <= 120.0, "{idle:?}");
+        assert!((idle.0 + idle.1 - 7200.0).abs() < 1e-6, "{idle:?}");
     }
 
     #[test]
     fn idle_job_is_classified_idle() {
         let s = job(vec![node("a", 1200.0, |_| 0.0, |_| 10 * MIB)], None);
         let a = analyze(&s, &Report::default());
-        assert_eq!(a.classification.class, "idle");
-        assert_eq!(a.scalability.unwrap().verdict, "idle");
+        assert_eq!(a.classification.class, JobClass::Idle);
+        assert_eq!(a.scalability.unwrap().verdict, Verdict::Idle);
     }
 
     #[test]
@@ -1015,9 +1241,14 @@ mod tests {
         let a = analyze(&s, &Report::default());
         let sc = a.scalability.unwrap();
         assert_eq!(sc.underused_nodes, vec!["n2"]);
-        assert!(sc.imbalance_statement.unwrap().contains("n2"));
+        assert_eq!(sc.nodes_allocated, 2);
         assert!(
-            a.advice.iter().any(|x| x.sbatch == "#SBATCH --nodes=1"),
+            a.advice.iter().any(|x| x.request == Some(Request::Nodes(1))
+                && x.reason
+                    == AdviceReason::NodesUnderused {
+                        nodes: vec!["n2".into()],
+                        nodes_allocated: 2
+                    }),
             "{:?}",
             a.advice
         );
@@ -1029,18 +1260,23 @@ mod tests {
         n.mem.oom_kill_events = Some(1);
         let mut s = job(vec![n], None);
         s.mem.oom_kill_events = Some(1);
-        s.state = "OUT_OF_MEMORY".into();
+        s.state = crate::job::JobState::OutOfMemory;
         let a = analyze(&s, &Report::default());
-        assert!(a
-            .anomalies
-            .iter()
-            .any(|f| f.kind == "oom" && f.severity == "critical"));
+        assert!(a.anomalies.iter().any(|f| f.severity == Severity::Critical
+            && f.what
+                == FindingKind::Oom {
+                    node: "a".into(),
+                    kills: 1
+                }));
         assert!(
-            a.advice.iter().any(|x| x.sbatch == "#SBATCH --mem=8G"),
+            a.advice
+                .iter()
+                .any(|x| x.request == Some(Request::MemMib(8192))
+                    && x.sbatch.as_deref() == Some("#SBATCH --mem=8G")),
             "{:?}",
             a.advice
         );
-        assert_eq!(a.classification.class, "memory_bound");
+        assert_eq!(a.classification.class, JobClass::MemoryBound);
     }
 
     #[test]
@@ -1064,5 +1300,104 @@ mod tests {
             sc.amdahl_speedup_ceiling
         );
         assert!((sc.share_time_at_most_one_core_pct - 50.0).abs() < 3.0);
+    }
+
+    #[test]
+    fn one_core_job_is_single_core_not_parallel() {
+        let mut n = node("a", 1200.0, |_| 1.0, |_| 3 << 30);
+        n.alloc_cores = Some(1);
+        let s = job(vec![n], None);
+        let a = analyze(&s, &Report::default());
+        assert_eq!(a.scalability.unwrap().verdict, Verdict::SingleCore);
+        assert!(!a
+            .advice
+            .iter()
+            .any(|x| matches!(x.request, Some(Request::CpusPerTask(_)))));
+    }
+
+    #[test]
+    fn short_job_says_advice_was_withheld() {
+        // 35 s at 4 % of 16 cores: advice needs 60 s, so none, and the reason is recorded.
+        let mut n = node("a", 35.0, |_| 0.64, |_| 100 * MIB);
+        n.alloc_cores = Some(16);
+        let s = job(vec![n], Some(3600));
+        let a = analyze(&s, &Report::default());
+        assert!(a.advice.is_empty(), "{:?}", a.advice);
+        assert_eq!(
+            a.advice_withheld,
+            Some(AdviceWithheld::ShortJob {
+                elapsed_s: 35.0,
+                min_s: 60
+            })
+        );
+    }
+
+    #[test]
+    fn no_samples_claims_nothing() {
+        let mut s = job(vec![node("a", 1200.0, |_| 1.0, |_| MIB)], Some(3600));
+        s.samples = 0;
+        s.nodes[0].timeline.clear();
+        let a = analyze(&s, &Report::default());
+        assert!(a.insufficient_data);
+        assert_eq!(a.classification.class, JobClass::InsufficientData);
+        assert_eq!(a.scalability, None);
+        assert!(a.advice.is_empty() && a.anomalies.is_empty());
+        assert_eq!(a.advice_withheld, Some(AdviceWithheld::NoData));
+    }
+
+    #[test]
+    fn timeout_advice_keeps_the_exact_limit() {
+        let mut s = job(vec![node("a", 60.0, |_| 2.0, |_| 3500 * MIB)], Some(60));
+        s.state = "TIMEOUT".into();
+        let a = analyze(&s, &Report::default());
+        let t = a
+            .advice
+            .iter()
+            .find(|x| matches!(x.request, Some(Request::TimeS(_))))
+            .expect("time advice");
+        assert_eq!(t.reason, AdviceReason::TimedOut { limit_s: 60 });
+        // doubled (120 s), rounded up to 5 minutes
+        assert_eq!(t.request, Some(Request::TimeS(300)));
+        assert!(a
+            .anomalies
+            .iter()
+            .any(|f| f.what == FindingKind::Timeout { limit_s: Some(60) }));
+        assert_eq!(slurm_time(60), "00:01:00");
+        assert_eq!(slurm_time(90_061), "1-01:01:01");
+    }
+
+    #[test]
+    fn archived_enums_keep_their_strings() {
+        let s = job(vec![node("a", 1200.0, |_| 1.0, |_| 3 << 30)], None);
+        let a = analyze(&s, &Report::default());
+        let v = serde_json::to_value(&a).unwrap();
+        assert_eq!(v["scalability"]["verdict"], "serial");
+        assert_eq!(v["classification"]["class"], "mixed");
+        let adv = &v["advice"][0];
+        assert_eq!(adv["sbatch"], "#SBATCH --cpus-per-task=1");
+        assert_eq!(adv["request"]["option"], "cpus_per_task");
+        assert_eq!(adv["reason"]["kind"], "serial");
+        let f = serde_json::to_value(Finding {
+            severity: Severity::Warning,
+            what: FindingKind::NearOom {
+                node: "a".into(),
+                peak_bytes: 9,
+                limit_bytes: 10,
+                pct: 90.0,
+            },
+        })
+        .unwrap();
+        assert_eq!(f["kind"], "near_oom");
+        assert_eq!(f["severity"], "warning");
+        let back: Analysis = serde_json::from_value(v).unwrap();
+        assert_eq!(back, a);
+        // A version-1 analysis (sentences) does not fail the document: it reads as absent.
+        #[derive(Deserialize)]
+        struct Doc {
+            #[serde(default, deserialize_with = "deserialize_lenient")]
+            analysis: Option<Analysis>,
+        }
+        let v1 = r#"{"analysis":{"waste":{},"scalability":null,"classification":{"class":"mixed","evidence":["CPU efficiency 3 %"]},"anomalies":[{"kind":"oom","severity":"critical","message":"x"}],"advice":[],"memory_accounting":"SLURM enforces"}}"#;
+        assert_eq!(serde_json::from_str::<Doc>(v1).unwrap().analysis, None);
     }
 }

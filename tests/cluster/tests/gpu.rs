@@ -65,7 +65,8 @@ fn advice(s: &Value) -> Vec<(String, String)> {
                 .map(|x| {
                     (
                         x["sbatch"].as_str().unwrap_or("").to_string(),
-                        x["reason"].as_str().unwrap_or("").to_string(),
+                        // Typed since the presenter words it: the reason's facts, as JSON.
+                        x["reason"].to_string(),
                     )
                 })
                 .collect()
@@ -82,7 +83,8 @@ fn gpu_findings(s: &Value) -> Vec<(String, String)> {
                 .map(|f| {
                     (
                         f["severity"].as_str().unwrap_or("").to_string(),
-                        f["message"].as_str().unwrap_or("").to_string(),
+                        // Typed since the presenter words it: the finding's facts, as JSON.
+                        f["finding"].to_string(),
                     )
                 })
                 .collect()
@@ -297,15 +299,14 @@ fn gpu_idle_gpu_is_reported_with_advice() -> Result<()> {
     ensure!(
         findings
             .iter()
-            .any(|(sev, m)| sev == "warning" && m.starts_with(&format!("{label} was never used"))),
+            .any(|(sev, m)| sev == "warning" && m.contains(r#""kind":"never_used""#)),
         "job {id}: findings {findings:?}"
     );
     let adv = advice(&s);
     ensure!(
-        adv.iter().any(
-            |(l, r)| l.starts_with("# Run this job on a CPU-only partition")
-                && r.contains("1 GPU(s) allocated")
-        ),
+        adv.iter().any(|(l, r)| l.is_empty()
+            && r.contains(r#""kind":"cpu_only_partition""#)
+            && r.contains(r#""gpus":1"#)),
         "job {id}: advice {adv:?}"
     );
     let wasted = f64_at(&s, "/analysis/waste/gpu_hours_wasted")?;
@@ -357,7 +358,7 @@ fn gpu_idle_gpu_is_reported_with_advice() -> Result<()> {
     let node = busy["node"].as_str().unwrap_or("?");
     ensure!(
         adv.iter().any(|(l, r)| l == "#SBATCH --gres=gpu:1"
-            && r.contains(&format!("{node}:1 were never used"))),
+            && r.contains(&format!(r#""unused":[{{"node":"{node}","index":1}}]"#))),
         "job {id}: advice {adv:?}"
     );
     ensure!(
@@ -454,10 +455,15 @@ fn gpu_slow_or_failing_nvml_never_harms_the_job_or_cpu_sampling() -> Result<()> 
     );
     let findings = gpu_findings(&s);
     ensure!(
-        findings.iter().any(|(sev, m)| sev == "warning"
-            && m.contains(UUID_GRES1)
-            && m.contains("was lost during the job")),
+        findings
+            .iter()
+            .any(|(sev, m)| sev == "warning" && m.contains(r#""kind":"lost""#)),
         "job {gpu_job}: findings {findings:?}"
+    );
+    let text = report_text(gpu_job)?;
+    ensure!(
+        text.contains(&format!("{UUID_GRES1}) was lost during the job")),
+        "job {gpu_job}:\n{text}"
     );
     // The skipped samples are noted; the end record was written although the driver was still
     // slow when the job ended (the last sample is cut short within the plugin's stop wait).
@@ -629,7 +635,7 @@ fn gpu_none_no_section_no_log_noise() -> Result<()> {
         ensure!(
             !advice(&s)
                 .iter()
-                .any(|(l, r)| (l.to_string() + r).contains("GPU")),
+                .any(|(l, r)| l.contains("gpu") || r.contains(r#""kind":"gpu""#)),
             "job {id}: {:?}",
             advice(&s)
         );

@@ -1,0 +1,88 @@
+//! The one cleaning function for untrusted strings (job names, node and step names, SLURM's words,
+//! readers' notes): every view (text report, `jobscope show`, HTML mail, subject, array digest, the
+//! report in the work directory) shows user-supplied text only after [`clean`].
+//!
+//! HTML escaping is not done here: it is handlebars' job in the HTML registry only (see
+//! `templates.rs`), so text views show `<b>` as typed and HTML views show it escaped.
+
+/// Characters that must never reach a view: control characters (C0, DEL, C1: CR, LF, ESC, …),
+/// bidirectional overrides and isolates (U+202A–U+202E, U+2066–U+2069) and marks, and invisible
+/// or zero-width characters, which can reorder or hide what is shown around them.
+pub fn is_hidden(c: char) -> bool {
+    c.is_control()
+        || matches!(c,
+            '\u{00AD}'                     // soft hyphen
+            | '\u{034F}'                   // combining grapheme joiner
+            | '\u{061C}'                   // Arabic letter mark (bidi)
+            | '\u{115F}' | '\u{1160}'      // Hangul fillers
+            | '\u{17B4}' | '\u{17B5}'
+            | '\u{180B}'..='\u{180F}'      // Mongolian variation selectors, vowel separator
+            | '\u{200B}'..='\u{200F}'      // zero-width space/joiners, LRM, RLM
+            | '\u{2028}' | '\u{2029}'      // line and paragraph separators
+            | '\u{202A}'..='\u{202E}'      // bidi embeddings and overrides
+            | '\u{2060}'..='\u{206F}'      // word joiner, invisible operators, bidi isolates, deprecated formats
+            | '\u{3164}' | '\u{FFA0}'      // Hangul fillers
+            | '\u{FE00}'..='\u{FE0F}'      // variation selectors
+            | '\u{FEFF}'                   // BOM / zero-width no-break space
+            | '\u{FFF9}'..='\u{FFFB}'      // interlinear annotation
+            | '\u{E0000}'..='\u{E007F}'    // tags
+        )
+}
+
+/// `s` without [`is_hidden`] characters, cut to `max_chars` characters with `…` appended when cut
+/// (trailing spaces before the `…` dropped).
+pub fn clean(s: &str, max_chars: usize) -> String {
+    let mut out = String::with_capacity(s.len().min(max_chars.saturating_mul(4)));
+    for (n, c) in s.chars().filter(|&c| !is_hidden(c)).enumerate() {
+        if n == max_chars {
+            out.truncate(out.trim_end().len());
+            out.push('…');
+            return out;
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// [`clean`] for a one-line header value (the subject): whitespace and control characters between
+/// words become one space, leading and trailing whitespace goes.
+pub fn clean_line(s: &str, max_chars: usize) -> String {
+    let words: Vec<&str> = s
+        .split(|c: char| c.is_whitespace() || c.is_control())
+        .filter(|w| !w.is_empty())
+        .collect();
+    clean(&words.join(" "), max_chars)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn strips_control_bidi_invisible_and_caps() {
+        assert_eq!(clean("a\r\nb\x1b[31mc", 100), "ab[31mc");
+        assert_eq!(clean(&"x".repeat(10), 4), "xxxx…");
+        assert_eq!(clean("ab cd", 3), "ab…");
+        assert_eq!(
+            clean(
+                "evil\u{202E}txt.exe\u{2066}x\u{2069}\u{200B}\u{FEFF}\u{061C}\u{E0041}",
+                100
+            ),
+            "eviltxt.exex"
+        );
+        // Visible non-ASCII stays.
+        assert_eq!(clean("Jörg 日本 ✓", 100), "Jörg 日本 ✓");
+        assert_eq!(clean("\u{85}\u{9B}x", 100), "x", "C1 controls (NEL, CSI)");
+    }
+
+    #[test]
+    fn one_line() {
+        assert_eq!(
+            clean_line("a\r\nb\tc  d\u{202E}e\u{200B}f", 100),
+            "a b c def"
+        );
+        assert_eq!(clean_line("  lead\n", 100), "lead");
+        assert_eq!(clean_line("abcdef", 3), "abc…");
+        assert_eq!(clean_line("ab cdef", 3), "ab…");
+    }
+}
