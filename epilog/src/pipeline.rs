@@ -138,7 +138,7 @@ mod tests {
             cgroup_path: None,
             boot_id: None,
             boot_time_s: None,
-            start_unix_ms: 1_000_000,
+            start_unix_ms: 1_700_001_000_000,
             cadence_s: 30,
             plugin_version: "t".into(),
             alloc_cores: Some(4),
@@ -155,7 +155,7 @@ mod tests {
             SeriesWriter::<Bucket>::create(d.path(), "job.jsc", header("job"), Limits::default())
                 .unwrap();
         w.end(&End {
-            t_ms: 1_120_000,
+            t_ms: 1_700_001_120_000,
             reason: "stopped".into(),
             samples_taken: 0,
             samples_missed: 0,
@@ -164,7 +164,7 @@ mod tests {
         let mut g = GpuWriter::create(d.path(), GPU_FILE_NAME, header("gpu"), GpuLimits::default())
             .unwrap();
         g.set_info(GpuInfo {
-            t_ms: 1_000_500,
+            t_ms: 1_700_001_000_500,
             backends: vec!["nvml".into()],
             selection_source: None,
             devices: vec![GpuIdentity {
@@ -176,7 +176,7 @@ mod tests {
         })
         .unwrap();
         for (i, util) in [60u64, 80, 100].into_iter().enumerate() {
-            let t = 1_030_000 + i as u64 * 30_000;
+            let t = 1_700_001_030_000 + i as u64 * 30_000;
             g.push(GpuBucket {
                 t_first_ms: t,
                 t_last_ms: t,

@@ -587,7 +587,7 @@ mod tests {
             cgroup_path: None,
             boot_id: None,
             boot_time_s: None,
-            start_unix_ms: 1_000_000,
+            start_unix_ms: 1_700_001_000_000,
             cadence_s: 30,
             plugin_version: "t".into(),
             alloc_cores: Some(2),
@@ -606,8 +606,8 @@ mod tests {
                 .unwrap();
         for i in 0..5u64 {
             w.push(Bucket {
-                t_first_ms: 1_000_000 + i * 30_000,
-                t_last_ms: 1_000_000 + i * 30_000,
+                t_first_ms: 1_700_001_000_000 + i * 30_000,
+                t_last_ms: 1_700_001_000_000 + i * 30_000,
                 n: 1,
                 last: Reading {
                     cpu_usage_ns: Some(i * 30_000_000_000),
@@ -620,7 +620,7 @@ mod tests {
         }
         if !crashed {
             w.end(&End {
-                t_ms: 1_150_000,
+                t_ms: 1_700_001_150_000,
                 reason: "stopped".into(),
                 samples_taken: 5,
                 samples_missed: 0,
@@ -628,7 +628,7 @@ mod tests {
             .unwrap();
             let mut s = StepWriter::create(&dir, &header(job, node, "batch")).unwrap();
             s.event(&Event {
-                t_ms: 1_149_000,
+                t_ms: 1_700_001_149_000,
                 kind: "step_exit".into(),
                 step: Some("batch".into()),
                 job: Some(Reading {

@@ -109,6 +109,8 @@ mod tests {
     use crate::spool::FORMAT_VERSION;
     use proptest::prelude::*;
 
+    use crate::spool::writer::tests::T0;
+
     pub(crate) fn header() -> Header {
         Header {
             format_version: FORMAT_VERSION,
@@ -121,7 +123,7 @@ mod tests {
             cgroup_path: None,
             boot_id: None,
             boot_time_s: None,
-            start_unix_ms: 1_000,
+            start_unix_ms: T0 + 1_000,
             cadence_s: 30,
             plugin_version: "t".into(),
             alloc_cores: None,
@@ -150,8 +152,8 @@ mod tests {
 
     fn bucket(t: u64, utils: &[u32]) -> GpuBucket {
         GpuBucket {
-            t_first_ms: t,
-            t_last_ms: t,
+            t_first_ms: T0 + t,
+            t_last_ms: T0 + t,
             n: 1,
             devices: utils
                 .iter()
@@ -163,7 +165,7 @@ mod tests {
 
     fn info() -> GpuInfo {
         GpuInfo {
-            t_ms: 1_100,
+            t_ms: T0 + 1_100,
             backends: vec!["nvml".into()],
             selection_source: Some(SelectionSource::GresConf),
             devices: vec![GpuIdentity {
@@ -185,7 +187,7 @@ mod tests {
         let b = bucket(2_000, &[87, 3]);
         w.push(b.clone()).unwrap();
         let e = Event {
-            t_ms: 2_500,
+            t_ms: T0 + 2_500,
             kind: "gpu_lost".into(),
             step: None,
             job: None,
@@ -195,7 +197,7 @@ mod tests {
         };
         w.event(e.clone()).unwrap();
         let end = End {
-            t_ms: 3_000,
+            t_ms: T0 + 3_000,
             reason: "stopped".into(),
             samples_taken: 1,
             samples_missed: 0,
@@ -239,7 +241,12 @@ mod tests {
 
     #[test]
     fn newer_fields_are_skipped() {
-        let b = bucket(5, &[10]);
+        // Small times keep the leading varints one byte each, which the rebuild below relies on.
+        let b = GpuBucket {
+            t_first_ms: 5,
+            t_last_ms: 5,
+            ..bucket(0, &[10])
+        };
         let mut p = encode_gpu_bucket(&b);
         // Rebuild the device entry with an extra trailing varint and an unknown mask bit.
         let mut body = Vec::new();

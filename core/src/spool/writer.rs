@@ -224,6 +224,10 @@ pub(crate) mod tests {
     use super::*;
     use crate::sample::Reading;
 
+    /// A plausible wall-clock start for test series (2023-11-14): decoding refuses a header
+    /// whose start is not a plausible time (see `jobscope_model::spool::validate`).
+    pub(crate) const T0: u64 = 1_700_000_000_000;
+
     /// A job series header for tests (also used by `super::read`'s tests).
     pub(crate) fn header() -> Header {
         Header {
@@ -237,7 +241,7 @@ pub(crate) mod tests {
             cgroup_path: None,
             boot_id: None,
             boot_time_s: None,
-            start_unix_ms: 0,
+            start_unix_ms: T0,
             cadence_s: 30,
             plugin_version: "t".into(),
             alloc_cores: None,
@@ -251,8 +255,8 @@ pub(crate) mod tests {
         let mut gauges = [None; N_GAUGES];
         gauges[GaugeId::MemCurrentBytes as usize] = Some(Gauge::one(mem));
         Bucket {
-            t_first_ms: i * 30_000,
-            t_last_ms: i * 30_000,
+            t_first_ms: T0 + i * 30_000,
+            t_last_ms: T0 + i * 30_000,
             n: 1,
             last: Reading::from_fields(&vec![Some(i * 1_000_000_007); Reading::FIELD_NAMES.len()]),
             gauges,
@@ -270,7 +274,7 @@ pub(crate) mod tests {
             assert!(w.bytes() <= limits.max_bytes, "at {i}: {}", w.bytes());
         }
         w.end(&End {
-            t_ms: n * 30_000,
+            t_ms: T0 + n * 30_000,
             reason: "done".into(),
             samples_taken: n,
             samples_missed: 0,

@@ -311,7 +311,7 @@ fn summarize_one(
             for (from, to, d) in &points {
                 if let Some(g) = d.power_mw {
                     any = true;
-                    j += g.mean() / 1000.0 * (to - from) as f64 / 1000.0;
+                    j += g.mean() / 1000.0 * to.saturating_sub(*from) as f64 / 1000.0;
                 }
             }
             if any && j > 0.0 {
@@ -335,7 +335,8 @@ fn summarize_one(
     let mut run: Option<(u64, u64)> = None;
     let close = |run: &mut Option<(u64, u64)>, periods: &mut Vec<IdlePeriod>| {
         if let Some((a, b)) = run.take() {
-            let d = (b - a) as f64 / 1000.0;
+            // Saturating: times come from disk (decoding already refuses them out of order).
+            let d = b.saturating_sub(a) as f64 / 1000.0;
             if d >= p.idle_min_s {
                 periods.push(IdlePeriod {
                     start_s: rel(a),
@@ -351,8 +352,8 @@ fn summarize_one(
         match state(d) {
             Some(true) => {
                 any_state = true;
-                idle_ms += to - from;
-                observed_ms += to - from;
+                idle_ms = idle_ms.saturating_add(to.saturating_sub(*from));
+                observed_ms = observed_ms.saturating_add(to.saturating_sub(*from));
                 run = Some(match run {
                     Some((a, _)) => (a, *to),
                     None => (*from, *to),
@@ -360,7 +361,7 @@ fn summarize_one(
             }
             Some(false) => {
                 any_state = true;
-                observed_ms += to - from;
+                observed_ms = observed_ms.saturating_add(to.saturating_sub(*from));
                 last_busy_ms = Some(*to);
                 close(&mut run, &mut periods);
             }
@@ -549,7 +550,7 @@ pub fn gpu_advice_with(gpus: &[GpuSummary], p: &GpuSummaryParams) -> Vec<GpuAdvi
     }
     if !unused.is_empty() {
         out.push(GpuAdvice::FewerGpus {
-            keep: n - unused.len() as u32,
+            keep: n.saturating_sub(unused.len() as u32),
             allocated: n,
             unused: refs(&unused),
             gpu_hours_wasted: unused.iter().filter_map(|g| g.gpu_hours_wasted).sum(),

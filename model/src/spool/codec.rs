@@ -186,8 +186,12 @@ pub fn read_prologue(buf: &[u8], path: &Path) -> Result<(Header, usize), SpoolEr
     if kind != KIND_HEADER {
         return Err(SpoolError::BadHeader { path: path_buf() });
     }
-    let header: Header =
+    let mut header: Header =
         serde_json::from_slice(payload).map_err(|_| SpoolError::BadHeader { path: path_buf() })?;
+    super::validate::sanitize_header(&mut header);
+    if !super::validate::header_ok(&header) {
+        return Err(SpoolError::BadHeader { path: path_buf() });
+    }
     Ok((header, pos))
 }
 
@@ -310,7 +314,7 @@ mod tests {
             cgroup_path: Some("/sys/fs/cgroup/memory/slurm_vm/uid_1001/job_42".into()),
             boot_id: Some("b".into()),
             boot_time_s: Some(1),
-            start_unix_ms: 1_000,
+            start_unix_ms: T0 + 1_000,
             cadence_s: 30,
             plugin_version: "0.1.0".into(),
             alloc_cores: Some(2),
@@ -319,10 +323,15 @@ mod tests {
         }
     }
 
+    /// A plausible wall-clock base for test files: decoding refuses a header whose start is
+    /// not a plausible time (see `super::super::validate`).
+    const T0: u64 = 1_700_000_000_000;
+
+    /// A bucket at `t` ms after [`T0`].
     fn bucket(t: u64, cpu: u64, mem: u64) -> Bucket {
         Bucket {
-            t_first_ms: t,
-            t_last_ms: t,
+            t_first_ms: T0 + t,
+            t_last_ms: T0 + t,
             n: 1,
             last: Reading {
                 cpu_usage_ns: Some(cpu),
@@ -339,7 +348,7 @@ mod tests {
         let b = bucket(2_000, 5_000_000_000, 123 << 20);
         f.extend(bucket_frame(&b));
         let e = Event {
-            t_ms: 3_000,
+            t_ms: T0 + 3_000,
             kind: "step_exit".into(),
             step: Some("batch".into()),
             job: Some(b.last.clone()),
@@ -349,7 +358,7 @@ mod tests {
         };
         f.extend(event_frame(&e));
         let end = End {
-            t_ms: 4_000,
+            t_ms: T0 + 4_000,
             reason: "job_end".into(),
             samples_taken: 1,
             samples_missed: 0,
@@ -403,11 +412,11 @@ mod tests {
             }
             decode_file(&buf, Path::new("job.jsc")).unwrap()
         };
-        let good = |i: u64| bucket_frame(&bucket(t0 + i * 30_000, i * 1_000_000_000, 1 << 20));
+        let good = |i: u64| bucket_frame(&bucket(1_000 + i * 30_000, i * 1_000_000_000, 1 << 20));
         let f = decode(vec![good(0), good(1), good(2)]);
         assert_eq!((f.buckets.len(), f.torn), (3, false));
 
-        let backwards = bucket_frame(&bucket(t0 + 10_000, 5, 1 << 20));
+        let backwards = bucket_frame(&bucket(1_000 + 10_000, 5, 1 << 20));
         let f = decode(vec![good(0), good(1), backwards, good(2)]);
         assert_eq!(
             f.buckets.len(),
@@ -420,12 +429,12 @@ mod tests {
             .windows(2)
             .all(|w| w[0].t_last_ms <= w[1].t_first_ms));
 
-        let mut huge = bucket(t0 + 45_000, 1, 1);
+        let mut huge = bucket(1_000 + 45_000, 1, 1);
         huge.last.mem_current_bytes = Some(u64::MAX - 1);
         let f = decode(vec![good(0), good(1), bucket_frame(&huge), good(2)]);
         assert_eq!((f.buckets.len(), f.torn), (3, true));
 
-        let mut empty_gauge = bucket(t0 + 45_000, 1, 1);
+        let mut empty_gauge = bucket(1_000 + 45_000, 1, 1);
         empty_gauge.gauges[0] = Some(Gauge {
             min: 1,
             max: 2,
@@ -447,7 +456,7 @@ mod tests {
             "an end before its data is not believed"
         );
 
-        let far = bucket_frame(&bucket(t0 + 401 * 86_400_000, 1, 1));
+        let far = bucket_frame(&bucket(1_000 + 401 * 86_400_000, 1, 1));
         let f = decode(vec![good(0), far]);
         assert_eq!((f.buckets.len(), f.torn), (1, true));
     }

@@ -20,6 +20,32 @@ pub const MAX_SPAN_MS: u64 = 400 * 86_400_000;
 /// taken a few calls apart; a small clock step backwards right at the start).
 pub const EARLY_SLACK_MS: u64 = 600_000;
 
+/// Wall-clock times before 2000-01-01 or after 2200-01-01 are not from a job (a zeroed or corrupt
+/// header); a file whose header says so is refused whole, since every record's time is judged
+/// against it.
+pub const MIN_WALL_MS: u64 = 946_684_800_000;
+pub const MAX_WALL_MS: u64 = 7_258_118_400_000;
+
+/// No node has more cores than this (the largest single-image machines have a few thousand).
+pub const MAX_NODE_CORES: u32 = 1 << 20;
+
+/// A header worth reading the rest of the file against: its start is a plausible wall-clock time.
+pub fn header_ok(h: &Header) -> bool {
+    (MIN_WALL_MS..=MAX_WALL_MS).contains(&h.start_unix_ms)
+}
+
+/// Drops header values no node can have (the allocation is then unknown, not absurd) and keeps
+/// the cadence within what the sampler accepts.
+pub fn sanitize_header(h: &mut Header) {
+    if h.alloc_cores.is_some_and(|c| c == 0 || c > MAX_NODE_CORES) {
+        h.alloc_cores = None;
+    }
+    if h.alloc_mem_bytes.is_some_and(|b| b == 0 || !value_ok(b)) {
+        h.alloc_mem_bytes = None;
+    }
+    h.cadence_s = h.cadence_s.clamp(1, 3600);
+}
+
 /// Tracks a file's time line: every record must lie within the file's span and never before the
 /// previous one.
 #[derive(Debug, Clone, Copy)]

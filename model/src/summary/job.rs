@@ -11,9 +11,24 @@
 use super::*;
 use crate::job::{EndEvidence, JobEnd, JobFacts};
 
-fn sum_opt<T: Copy + std::iter::Sum<T>>(vals: impl Iterator<Item = Option<T>>) -> Option<T> {
-    let v: Vec<T> = vals.flatten().collect();
-    (!v.is_empty()).then(|| v.into_iter().sum())
+/// Addition that cannot wrap: node figures come from files on disk, and a sum over many nodes of
+/// large-but-plausible counters must stay large, never become small.
+trait SaturatingSum: Copy {
+    fn add_sat(self, other: Self) -> Self;
+}
+impl SaturatingSum for u64 {
+    fn add_sat(self, other: Self) -> Self {
+        self.saturating_add(other)
+    }
+}
+impl SaturatingSum for f64 {
+    fn add_sat(self, other: Self) -> Self {
+        self + other
+    }
+}
+
+fn sum_opt<T: SaturatingSum>(vals: impl Iterator<Item = Option<T>>) -> Option<T> {
+    vals.flatten().reduce(T::add_sat)
 }
 
 fn max_opt<T: Copy + PartialOrd>(vals: impl Iterator<Item = Option<T>>) -> Option<T> {
@@ -39,16 +54,25 @@ pub fn assemble(
         .cloned()
         .collect();
 
+    // A node whose spool gave nothing (unreadable, or never written) has no start of its own: its
+    // zero must not become the job's start, or a job of minutes reads as decades.
+    let measured = || {
+        nodes
+            .iter()
+            .filter(|n| n.quality.samples > 0 || !n.steps.is_empty())
+    };
     let start_unix_ms = facts
         .start_unix_s
-        .map(|t| t * 1000)
-        .or_else(|| nodes.iter().map(|n| n.start_unix_ms).min())
+        .map(|t| t.saturating_mul(1000))
+        .or_else(|| measured().map(|n| n.start_unix_ms).min())
+        .or_else(|| nodes.iter().map(|n| n.start_unix_ms).max())
         .unwrap_or(0);
     let end_unix_ms = nodes
         .iter()
         .map(|n| n.end_unix_ms)
         .max()
-        .unwrap_or(start_unix_ms);
+        .unwrap_or(start_unix_ms)
+        .max(start_unix_ms);
     let elapsed_s = end_unix_ms.saturating_sub(start_unix_ms) as f64 / 1000.0;
 
     let cpu = CpuTotals {
@@ -89,7 +113,7 @@ pub fn assemble(
     let cores = facts.cpus.or_else(|| {
         let seen: Vec<u32> = nodes.iter().filter_map(|n| n.alloc_cores).collect();
         (!seen.is_empty()).then(|| {
-            let per = seen.iter().sum::<u32>() as f64 / seen.len() as f64;
+            let per = seen.iter().map(|&c| f64::from(c)).sum::<f64>() / seen.len() as f64;
             (per * n_nodes as f64).round() as u32
         })
     });
