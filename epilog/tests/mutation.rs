@@ -298,14 +298,6 @@ fn header_of(files: &Files) -> Option<Header> {
 /// The figures a person reads must be finite and within what one job can be.
 fn check_figures(case: usize, s: &JobSummary) {
     const YEAR_S: f64 = 400.0 * 86_400.0;
-    let ok = |what: &str, v: Option<f64>, max: f64| {
-        if let Some(v) = v {
-            assert!(
-                v.is_finite() && v >= 0.0 && v <= max,
-                "case {case}: {what} = {v}"
-            );
-        }
-    };
     let spans: Vec<(u64, u64)> = s
         .nodes
         .iter()
