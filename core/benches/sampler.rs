@@ -11,10 +11,19 @@
 //!
 //! "The same files" are those the reader read in its last sample ([`JobCgroupReader::files`]):
 //! control files, each sub-cgroup's pid lists, `/proc/<pid>/io` of each process. The floor reads
-//! each to end of file, as the reader does. On v1 the reader opens `cgroup.procs`/`tasks` afresh
-//! each sample (a kept descriptor shows a pid list up to 1 s old, see `core/src/cgroup/reader.rs`),
-//! while the floor re-reads them through kept descriptors, i.e. the kernel's cached lists: a
-//! floor lower than any correct reader can reach.
+//! each to end of file, as the reader does.
+//!
+//! Two paces on the real cgroup. Back to back (many samples in a row), the reader opens a real v1
+//! cgroup's `cgroup.procs`/`tasks` afresh each sample (a kept descriptor read again within 1 s
+//! shows the kernel's cached pid list, see `core/src/cgroup/reader.rs`), while the floor re-reads
+//! them through kept descriptors, i.e. the cached lists: a floor lower than any correct reader
+//! can reach. Paced, one call every 1.6 s (rounds of reader, floor and reopen in turn), the
+//! kernel has dropped its cached lists before each call, so the reader reads every file through
+//! its kept descriptors and all three pay for the lists being built afresh: what the sampler pays
+//! at its cadence (4 s and more after the first second). Each call gets its own 1.6 s pause,
+//! because the cached list is shared by all readers of a file: a floor read right after the
+//! reader's would find the list the reader just built. `JOBSCOPE_BENCH_PACED_ROUNDS` sets the
+//! number of paced rounds (default 30, i.e. 2.4 minutes).
 
 use jobscope_core::cgroup::{locate_job, JobCgroup, JobCgroupReader};
 use jobscope_core::procio::kfile::{open_file, ReadBuf};
@@ -24,11 +33,14 @@ use jobscope_core::spool::{Header, FORMAT_VERSION};
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 const ROUNDS: usize = 30;
 const PER_ROUND: usize = 200;
 const BENCH_PROCESSES: usize = 10;
+/// Pause before each paced call: longer than the reader's `PIDLIST_REUSE_AFTER` (1.5 s).
+const PACE: Duration = Duration::from_millis(1600);
+const PACED_ROUNDS: usize = 30;
 
 /// A real v1 job cgroup with `BENCH_PROCESSES` sleeping processes, removed on drop.
 struct RealCgroup {
@@ -126,16 +138,50 @@ struct Figures {
     reopen: (f64, f64),
 }
 
-/// Measures one setup: jobscope's reader, the kept-descriptor floor and reopening, interleaved.
-fn measure(name: &str, cg: &JobCgroup, proc_root: &Path) -> Figures {
+impl Figures {
+    fn new(ours: Vec<f64>, floor: Vec<f64>, reopen: Vec<f64>) -> Figures {
+        Figures {
+            ours: stats(ours),
+            floor: stats(floor),
+            reopen: stats(reopen),
+        }
+    }
+
+    fn print(&self) {
+        for (what, (m, p)) in [
+            ("jobscope reader (pread + parse)", self.ours),
+            ("floor: pread, kept fds, no parse", self.floor),
+            ("reopen every file, no parse", self.reopen),
+        ] {
+            println!(
+                "  {what:34} median {m:7.1} µs   p95 {p:7.1} µs   {:5.2}× floor (p95 {:5.2}×)",
+                m / self.floor.0,
+                p / self.floor.1
+            );
+        }
+    }
+}
+
+/// The reader after one sample, the files it read, and those files opened (the floor's).
+fn setup(
+    cg: &JobCgroup,
+    proc_root: &Path,
+) -> (JobCgroupReader, Vec<PathBuf>, Vec<(PathBuf, File)>) {
     let mut reader = JobCgroupReader::new(cg.clone(), proc_root.to_path_buf());
     reader.sample();
     let paths = reader.files();
-    let kept: Vec<(PathBuf, File)> = paths
+    let kept = paths
         .iter()
         .filter_map(|p| open_file(p).ok().map(|f| (p.clone(), f)))
         .collect();
+    (reader, paths, kept)
+}
+
+/// Measures one setup: jobscope's reader, the kept-descriptor floor and reopening, interleaved.
+fn measure(name: &str, cg: &JobCgroup, proc_root: &Path) -> Figures {
+    let (mut reader, paths, kept) = setup(cg, proc_root);
     let mut buf = ReadBuf::new();
+    let reopens_before = reader.pid_list_reopens();
     let (mut ours, mut floor, mut reopen) = (Vec::new(), Vec::new(), Vec::new());
     for round in 0..ROUNDS {
         // Rotate the order so no method always runs first after a pause.
@@ -166,28 +212,57 @@ fn measure(name: &str, cg: &JobCgroup, proc_root: &Path) -> Figures {
             }
         }
     }
-    let f = Figures {
-        ours: stats(ours),
-        floor: stats(floor),
-        reopen: stats(reopen),
-    };
+    let reopens = reader.pid_list_reopens() - reopens_before;
+    let f = Figures::new(ours, floor, reopen);
     let snap = reader.sample();
     println!(
-        "\n{name}: {} files per sample ({} kept /proc/<pid>/io), tasks {:?}",
+        "\n{name}, back to back: {} files per sample ({} kept /proc/<pid>/io), tasks {:?}, \
+         pid lists opened afresh per sample: {:.1}",
         paths.len(),
         reader.io().kept_fds(),
-        snap.reading.tasks
+        snap.reading.tasks,
+        reopens as f64 / (ROUNDS * PER_ROUND) as f64
     );
-    for (what, (m, p)) in [
-        ("jobscope reader (pread + parse)", f.ours),
-        ("floor: pread, kept fds, no parse", f.floor),
-        ("reopen every file, no parse", f.reopen),
-    ] {
-        println!(
-            "  {what:34} median {m:7.1} µs   p95 {p:7.1} µs   {:5.2}× floor",
-            m / f.floor.0
-        );
+    f.print();
+    f
+}
+
+/// Measures one setup at the sampler's pace: one call every [`PACE`], reader, floor and reopen
+/// in turn (rotated per round), one call each per round.
+fn measure_paced(name: &str, cg: &JobCgroup, proc_root: &Path, rounds: usize) -> Figures {
+    let (mut reader, paths, kept) = setup(cg, proc_root);
+    let mut buf = ReadBuf::new();
+    let reopens_before = reader.pid_list_reopens();
+    let (mut ours, mut floor, mut reopen) = (Vec::new(), Vec::new(), Vec::new());
+    for round in 0..rounds {
+        for k in 0..3 {
+            std::thread::sleep(PACE);
+            let which = (round + k) % 3;
+            let t = Instant::now();
+            match which {
+                0 => {
+                    std::hint::black_box(reader.sample());
+                }
+                1 => read_kept(&kept, &mut buf),
+                _ => read_reopened(&paths, &mut buf),
+            }
+            let us = t.elapsed().as_secs_f64() * 1e6;
+            match which {
+                0 => ours.push(us),
+                1 => floor.push(us),
+                _ => reopen.push(us),
+            }
+        }
     }
+    let f = Figures::new(ours, floor, reopen);
+    println!(
+        "\n{name}, paced ({rounds} rounds, each call after a {:.1} s pause): {} files per \
+         sample, pid lists opened afresh in all: {}",
+        PACE.as_secs_f64(),
+        paths.len(),
+        reader.pid_list_reopens() - reopens_before
+    );
+    f.print();
     f
 }
 
@@ -235,9 +310,23 @@ fn main() {
                 cg,
                 &proc_root,
             );
+            let rounds = std::env::var("JOBSCOPE_BENCH_PACED_ROUNDS")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(PACED_ROUNDS);
+            let paced = if rounds > 0 {
+                measure_paced(
+                    "real cgroup v1 job cgroup (cgroupfs, 10 processes)",
+                    cg,
+                    &proc_root,
+                    rounds,
+                )
+            } else {
+                f
+            };
             println!(
                 "  at a 30 s cadence: {:.2} millionths of one core",
-                f.ours.0 / 30e6 * 1e6
+                paced.ours.0 / 30e6 * 1e6
             );
             cg.clone()
         }

@@ -12,23 +12,39 @@
 //! - **Sub-cgroups.** A directory's link count is 2 + its subdirectories (on cgroupfs too), so
 //!   one `fstat` per kept directory tells whether a step or task cgroup came or went; only then
 //!   is the tree listed again. A sub-cgroup removed between two samples also answers `ENODEV`.
-//! - **v1 pid lists are re-opened.** cgroup v1 serves `cgroup.procs`/`tasks` from a pid list it
-//!   caches per open file and keeps for 1 s after each read, so a kept descriptor read again
-//!   within that second shows the old list (seen on this host: a process added after the first
-//!   read was missing from a re-read through the same descriptor, and present through a new
-//!   one). They are opened afresh each sample, relative to the kept directory descriptor.
-//!   v2 restarts its process iterator at offset 0, so its kept `cgroup.procs` is always current.
+//! - **v1 pid lists: kept once the kernel's cached list has expired.** cgroup v1 serves
+//!   `cgroup.procs`/`tasks` from a pid list built at the first read after an open and kept,
+//!   per cgroup and file type, until 1 s after the last read of it (`CGROUP_PIDLIST_DESTROY_DELAY`
+//!   in the kernel's cgroup-v1 code). A kept descriptor read again within that second shows the
+//!   old list; read again later it finds the list destroyed and builds a new one. So on a real
+//!   v1 hierarchy ([`CgroupFs::V1`], asked once per directory with `fstatfs`) a pid list read
+//!   less than [`PIDLIST_REUSE_AFTER`] after the previous read of the same descriptor is opened
+//!   afresh (relative to the kept directory descriptor; the new descriptor is kept in place of the
+//!   old), and read through the kept descriptor otherwise. At the sampler's cadence (4 s and more
+//!   after the first second) every read is a kept-descriptor `pread`. Checked on this project's
+//!   test host (kernel 6.18, cgroup v1) by `reader_v1_pid_lists_see_new_processes_at_both_paces`
+//!   in `core/src/cgroup/tests.rs`. One caveat: the cached list is shared by every reader of the
+//!   same file, so another program re-reading it through its own kept descriptor more often than
+//!   once a second would keep an old list alive; opening it afresh (as the reopen path and the
+//!   one-shot reads do) rebuilds it for everyone. v2 restarts its process iterator at offset 0 on
+//!   every read, and plain files (fixture trees) have no cache: there pid lists are always kept.
 //! - **Bounded.** Descriptors kept: at most [`MAX_KEPT_CGROUP_FDS`] and an eighth of
 //!   `RLIMIT_NOFILE` (the per-process `io` files have their own bound, see [`IoAccumulator`]).
 //!   Past it, files are opened for each read. The tree walk stops at [`MAX_WALK_DEPTH`] levels
 //!   and [`MAX_WALK_CGROUPS`] cgroups.
 use super::parse::{self, BadLine, Parsed};
 use super::{v1, v2, CgroupVersion, JobCgroup, Lenient, Snapshot, CGROUP_PROCS};
-use crate::procio::kfile::{self, KernelFile, ReadBuf};
+use crate::procio::kfile::{self, CgroupFs, KernelFile, ReadBuf};
 use crate::procio::{Error, IoAccumulator, IoTotals};
 use crate::sample::Reading;
 use std::fs::File;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// On cgroup v1, a pid list is read through its kept descriptor only when the previous read of
+/// that descriptor ended at least this long ago: the kernel destroys its cached list 1 s after
+/// the last read, so the kept descriptor then gets a list built afresh (see the module docs).
+pub const PIDLIST_REUSE_AFTER: Duration = Duration::from_millis(1500);
 
 /// Deepest descendant level walked (SLURM uses at most 3 below the job: `step/user/task_N`).
 pub const MAX_WALK_DEPTH: usize = 8;
@@ -189,6 +205,11 @@ struct NodeFile {
     opened: bool,
     /// Read in the last sample (for [`JobCgroupReader::files`]).
     used: bool,
+    /// Times a kept descriptor was replaced by a fresh open (cgroup v1 pid lists read again
+    /// sooner than [`PIDLIST_REUSE_AFTER`]).
+    reopened: u64,
+    /// When the last read through `kept` ended (cgroup v1 pid lists only).
+    last_read: Option<Instant>,
 }
 
 impl NodeFile {
@@ -199,41 +220,57 @@ impl NodeFile {
             kept: None,
             opened: false,
             used: false,
+            reopened: 0,
+            last_read: None,
         }
     }
 
-    /// Reads the file: opened afresh (relative to `dir` when it is kept) when `reopen`, else
-    /// through a descriptor kept from the first read when the allowance permits.
+    /// Opens the file, relative to `dir` when the directory is kept.
+    fn open(&self, dir: Option<&File>) -> Result<File, Error> {
+        match dir {
+            Some(d) => kfile::open_at(d, self.name, &self.path),
+            None => kfile::open_file(&self.path),
+        }
+    }
+
+    /// Reads the file through a descriptor kept from the first read when the allowance permits
+    /// (else opened for this read). `cached`: a cgroup v1 pid list, whose kept descriptor is
+    /// only read again [`PIDLIST_REUSE_AFTER`] after its previous read; sooner, the file is
+    /// opened afresh and the new descriptor kept instead.
     fn read<'b>(
         &mut self,
         dir: Option<&File>,
-        reopen: bool,
+        cached: bool,
         fds: &mut Allowance,
         kept: &mut usize,
         buf: &'b mut ReadBuf,
     ) -> Result<&'b str, Error> {
         self.used = true;
-        if reopen {
-            let f = match dir {
-                Some(d) => kfile::open_at(d, self.name, &self.path)?,
-                None => kfile::open_file(&self.path)?,
-            };
-            return buf.read_all(&f, &self.path);
-        }
         if !self.opened && fds.0 > 0 {
-            let f = match dir {
-                Some(d) => kfile::open_at(d, self.name, &self.path)?,
-                None => kfile::open_file(&self.path)?,
-            };
+            let f = self.open(dir)?;
             fds.take();
             *kept += 1;
             self.kept = Some(f);
             self.opened = true;
+        } else if cached
+            && self.kept.is_some()
+            && self
+                .last_read
+                .is_none_or(|t| t.elapsed() < PIDLIST_REUSE_AFTER)
+        {
+            // Replaced in place: the allowance and the tree's count stay as they are.
+            self.kept = Some(self.open(dir)?);
+            self.reopened += 1;
         }
-        match &self.kept {
+        let text = match &self.kept {
             Some(f) => buf.read_all(f, &self.path),
             None => kfile::read_path(&self.path, buf),
+        };
+        if cached && self.kept.is_some() {
+            // Taken after the read, so the pause counted is never longer than the real one.
+            self.last_read = Some(Instant::now());
         }
+        text
     }
 }
 
@@ -244,6 +281,8 @@ struct Node {
     depth: usize,
     dir: Option<File>,
     nlink: u64,
+    /// A real cgroup v1 directory: its pid lists come from the kernel's cache.
+    pidlist_cache: bool,
     procs: NodeFile,
     threads: NodeFile,
     oom: NodeFile,
@@ -283,6 +322,8 @@ struct Tree {
     stale: bool,
     /// The root directory is gone.
     root_gone: bool,
+    /// Pid-list reopens of the nodes dropped by earlier listings.
+    reopened_before: u64,
 }
 
 impl Tree {
@@ -294,6 +335,7 @@ impl Tree {
             kept: 0,
             stale: true,
             root_gone: false,
+            reopened_before: 0,
         }
     }
 
@@ -332,6 +374,7 @@ impl Tree {
     fn build(&mut self, fds: &mut Allowance, p: &mut Problems) {
         fds.0 += self.kept;
         self.kept = 0;
+        self.reopened_before = self.pid_list_reopens();
         self.nodes.clear();
         self.stale = false;
         if self.root_gone {
@@ -393,6 +436,10 @@ impl Tree {
                     Err(e) => p.record(Error::from_io(&path, e)),
                 }
             }
+            let fs = match &dir {
+                Some(d) => CgroupFs::of_file(d),
+                None => CgroupFs::of_path(&path),
+            };
             let (procs, threads, oom) = match self.version {
                 CgroupVersion::V1 => (CGROUP_PROCS, v1::TASKS, v1::MEMORY_OOM_CONTROL),
                 CgroupVersion::V2 => (CGROUP_PROCS, v2::CGROUP_THREADS, v1::MEMORY_OOM_CONTROL),
@@ -405,6 +452,7 @@ impl Tree {
                 depth,
                 dir,
                 nlink,
+                pidlist_cache: fs == CgroupFs::V1,
             });
         }
     }
@@ -427,8 +475,6 @@ impl Tree {
                 path: self.root.clone(),
             });
         }
-        // v1 serves pid lists from a per-open-file cache (see the module docs).
-        let reopen = self.version == CgroupVersion::V1;
         let mut m = Members {
             processes: want.procs.then_some(0),
             threads: want.threads.then_some(0),
@@ -437,9 +483,11 @@ impl Tree {
         let kept = &mut self.kept;
         for n in self.nodes.iter_mut() {
             let dir = n.dir.as_ref();
+            // Real cgroup v1 serves pid lists from a cache (see the module docs).
+            let cached = n.pidlist_cache;
             if want.procs {
                 let before = pids.len();
-                let res = n.procs.read(dir, reopen, fds, kept, buf).and_then(|t| {
+                let res = n.procs.read(dir, cached, fds, kept, buf).and_then(|t| {
                     parse::parse_id_list(t, pids).map_err(|b| Error::malformed(&n.procs.path, &b.0))
                 });
                 match res {
@@ -460,7 +508,7 @@ impl Tree {
             }
             if want.threads {
                 scratch.clear();
-                let res = n.threads.read(dir, reopen, fds, kept, buf).and_then(|t| {
+                let res = n.threads.read(dir, cached, fds, kept, buf).and_then(|t| {
                     parse::parse_id_list(t, scratch)
                         .map_err(|b| Error::malformed(&n.threads.path, &b.0))
                 });
@@ -497,6 +545,14 @@ impl Tree {
             n.threads.used = false;
             n.oom.used = false;
         }
+    }
+
+    /// Pid-list reopens of this tree, those of nodes listed before included.
+    fn pid_list_reopens(&self) -> u64 {
+        self.nodes
+            .iter()
+            .map(|n| n.procs.reopened + n.threads.reopened)
+            .fold(self.reopened_before, u64::saturating_add)
     }
 
     fn used_files(&self, out: &mut Vec<PathBuf>) {
@@ -637,6 +693,13 @@ impl JobCgroupReader {
     /// The I/O accumulator (how many processes it follows, descriptors kept).
     pub fn io(&self) -> &IoAccumulator {
         &self.io
+    }
+
+    /// How many times, since the reader was made, a kept pid-list descriptor was replaced by a
+    /// fresh open because the previous read was too recent (real cgroup v1 only; see the module
+    /// docs).
+    pub fn pid_list_reopens(&self) -> u64 {
+        self.cpu_tree.pid_list_reopens() + self.mem_tree.as_ref().map_or(0, Tree::pid_list_reopens)
     }
 
     /// Every file the last sample read, `/proc/<pid>/io` included (the benchmark reads the same

@@ -5,6 +5,7 @@
 use super::parse::*;
 use super::*;
 use std::fs;
+use std::path::PathBuf;
 
 const V1_FIXTURE: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
@@ -1155,4 +1156,159 @@ fn reader_follows_steps_and_processes_that_come_and_go() {
     assert_eq!((r.tasks, r.threads), (Some(5), Some(8)));
     assert_eq!(r.io_read_bytes, Some(7942144 + 100 + 7));
     assert!(reader.problems().is_empty(), "{:?}", reader.problems());
+}
+
+/// A cgroup made in the host's real cgroup v1 cpuacct and memory hierarchies (root only), with
+/// `sleep` processes; all killed and removed on drop.
+struct RealV1Job {
+    dirs: Vec<PathBuf>,
+    children: Vec<std::process::Child>,
+    cgroup: JobCgroup,
+}
+
+impl RealV1Job {
+    /// `None` (the test is skipped) unless running as root on a host with v1 cpuacct and memory.
+    fn create() -> Option<RealV1Job> {
+        let root = Path::new("/sys/fs/cgroup");
+        // SAFETY: geteuid has no preconditions.
+        let is_root = unsafe { libc::geteuid() } == 0;
+        let v1 = |c: &str| {
+            crate::procio::kfile::CgroupFs::of_path(&root.join(c))
+                == crate::procio::kfile::CgroupFs::V1
+        };
+        if !is_root || !v1("cpuacct") || !v1("memory") {
+            eprintln!("skipped: needs root and the cgroup v1 cpuacct and memory hierarchies");
+            return None;
+        }
+        let name = format!("jobscope_test_{}_{}", std::process::id(), line!());
+        let mut job = RealV1Job {
+            dirs: Vec::new(),
+            children: Vec::new(),
+            cgroup: JobCgroup {
+                version: CgroupVersion::V1,
+                cpu_dir: root.join("cpuacct").join(&name),
+                memory_dir: root.join("memory").join(&name),
+                node_from_path: None,
+            },
+        };
+        for base in [&job.cgroup.cpu_dir, &job.cgroup.memory_dir] {
+            let step = base.join("step_0");
+            fs::create_dir_all(&step).unwrap();
+            job.dirs.push(step);
+            job.dirs.push(base.clone());
+        }
+        Some(job)
+    }
+
+    /// Starts a process in the step cgroup of both hierarchies; returns its pid.
+    fn add_process(&mut self) -> u32 {
+        let child = std::process::Command::new("sleep")
+            .arg("60")
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        self.children.push(child);
+        for base in [&self.cgroup.cpu_dir, &self.cgroup.memory_dir] {
+            fs::write(base.join("step_0/cgroup.procs"), pid.to_string()).unwrap();
+        }
+        pid
+    }
+}
+
+impl Drop for RealV1Job {
+    fn drop(&mut self) {
+        for c in &mut self.children {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        for d in &self.dirs {
+            // A killed process leaves its cgroup shortly after it is reaped.
+            for _ in 0..50 {
+                if fs::remove_dir(d).is_ok() || !d.exists() {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+        }
+    }
+}
+
+/// On real cgroup v1 the kernel serves pid lists from a cache kept until 1 s after the last read
+/// (see `core/src/cgroup/reader.rs`): a process added between two samples must be seen both when
+/// the samples are closer than `PIDLIST_REUSE_AFTER` (the pid lists are opened afresh) and when
+/// they are 1.6 s apart (read through the kept descriptors, none reopened).
+#[test]
+fn reader_v1_pid_lists_see_new_processes_at_both_paces() {
+    use std::time::{Duration, Instant};
+    let Some(mut job) = RealV1Job::create() else {
+        return;
+    };
+    job.add_process();
+    let mut reader = job.cgroup.reader(Path::new("/proc"));
+    let r = reader.sample().reading;
+    assert_eq!((r.tasks, r.threads), (Some(1), Some(1)));
+    assert_eq!(
+        reader.pid_list_reopens(),
+        0,
+        "first read: opened once, kept"
+    );
+
+    // Soon after (within the kernel's 1 s): the kept descriptors would show the cached list of
+    // one process.
+    let last = Instant::now();
+    job.add_process();
+    let r = reader.sample().reading;
+    assert!(
+        last.elapsed() < Duration::from_millis(900),
+        "too slow to test"
+    );
+    assert_eq!(
+        (r.tasks, r.threads),
+        (Some(2), Some(2)),
+        "seen within 1.5 s"
+    );
+    // cgroup.procs and tasks of the job and of step_0, in the cpuacct tree.
+    assert_eq!(reader.pid_list_reopens(), 4);
+
+    // Twice at the kept pace: the new process is seen, nothing is opened afresh.
+    for n in [3, 4] {
+        job.add_process();
+        std::thread::sleep(Duration::from_millis(1600));
+        let r = reader.sample().reading;
+        assert_eq!((r.tasks, r.threads), (Some(n), Some(n)), "seen after 1.6 s");
+        assert_eq!(
+            reader.pid_list_reopens(),
+            4,
+            "read through the kept descriptors"
+        );
+    }
+
+    // A process that exits leaves the list at the kept pace too.
+    let mut gone = job.children.remove(0);
+    gone.kill().unwrap();
+    gone.wait().unwrap();
+    std::thread::sleep(Duration::from_millis(1600));
+    let r = reader.sample().reading;
+    assert_eq!((r.tasks, r.threads), (Some(3), Some(3)));
+    assert_eq!(reader.pid_list_reopens(), 4);
+    assert!(reader.problems().is_empty(), "{:?}", reader.problems());
+}
+
+/// A fixture tree is on a plain filesystem, which has no pid-list cache: the v1 reader keeps its
+/// pid lists open even when samples follow each other at once, and still sees them change.
+#[test]
+fn reader_v1_fixture_keeps_pid_lists_open() {
+    let tmp = TestCgroup::new();
+    copy_tree(Path::new(V1_FIXTURE), tmp.path());
+    let cg = locate_job(
+        &fixture_text(V1_FIXTURE, "proc-self-cgroup.extern.txt"),
+        tmp.path(),
+        1,
+    )
+    .unwrap();
+    let mut reader = cg.reader(&tmp.path().join("proc"));
+    assert_eq!(reader.sample().reading.tasks, Some(6));
+    fs::write(cg.cpu_dir.join("step_0/task_0/cgroup.procs"), "").unwrap();
+    assert_eq!(reader.sample().reading.tasks, Some(5));
+    assert_eq!(reader.pid_list_reopens(), 0);
 }

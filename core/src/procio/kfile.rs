@@ -221,17 +221,61 @@ pub fn link_count(f: &File, path: &Path) -> Result<u64, Error> {
 /// True when `path` is on procfs: there a kept `/proc/<pid>/io` answers `ESRCH` once its process
 /// is gone, elsewhere (fake trees in tests) the link count must be asked.
 pub fn is_procfs(path: &Path) -> bool {
-    const PROC_SUPER_MAGIC: i64 = 0x9fa0;
+    fs_magic_of_path(path) == Some(PROC_SUPER_MAGIC)
+}
+
+const PROC_SUPER_MAGIC: i64 = 0x9fa0;
+/// `CGROUP_SUPER_MAGIC` (include/uapi/linux/magic.h): a cgroup v1 hierarchy.
+const CGROUP_SUPER_MAGIC: i64 = 0x27e0eb;
+/// `CGROUP2_SUPER_MAGIC`: the cgroup v2 (unified) hierarchy.
+const CGROUP2_SUPER_MAGIC: i64 = 0x6367_7270;
+
+/// Which filesystem a cgroup directory is on; it decides how its pid lists may be read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CgroupFs {
+    /// cgroup v1: `cgroup.procs`/`tasks` are served from a pid list the kernel caches.
+    V1,
+    /// cgroup v2: `cgroup.procs`/`cgroup.threads` are walked afresh at each read from offset 0.
+    V2,
+    /// Anything else (a fixture tree on ext4 or tmpfs), or unknown: plain files, no cache.
+    Other,
+}
+
+impl CgroupFs {
+    fn from_magic(magic: Option<i64>) -> CgroupFs {
+        match magic {
+            Some(CGROUP_SUPER_MAGIC) => CgroupFs::V1,
+            Some(CGROUP2_SUPER_MAGIC) => CgroupFs::V2,
+            _ => CgroupFs::Other,
+        }
+    }
+
+    /// The filesystem of an open file or directory (`fstatfs`).
+    pub fn of_file(f: &File) -> CgroupFs {
+        // SAFETY: `f` is an open descriptor; `st` is plain data the call fills.
+        let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+        let rc = unsafe { libc::fstatfs(f.as_raw_fd(), &mut st) };
+        CgroupFs::from_magic((rc == 0).then_some(st.f_type as i64))
+    }
+
+    /// The filesystem `path` is on (`statfs`).
+    pub fn of_path(path: &Path) -> CgroupFs {
+        CgroupFs::from_magic(fs_magic_of_path(path))
+    }
+}
+
+/// `statfs(path).f_type`, `None` when the call fails.
+fn fs_magic_of_path(path: &Path) -> Option<i64> {
     let mut c_path = Vec::with_capacity(path.as_os_str().len() + 1);
     c_path.extend_from_slice(path.as_os_str().as_bytes());
     c_path.push(0);
     if c_path[..c_path.len() - 1].contains(&0) {
-        return false;
+        return None;
     }
     // SAFETY: `c_path` is NUL-terminated; `st` is plain data the call fills.
     let mut st: libc::statfs = unsafe { std::mem::zeroed() };
     let rc = unsafe { libc::statfs(c_path.as_ptr().cast(), &mut st) };
-    rc == 0 && st.f_type as i64 == PROC_SUPER_MAGIC
+    (rc == 0).then_some(st.f_type as i64)
 }
 
 /// The soft limit on open descriptors of this process (`RLIMIT_NOFILE`), 1024 if unknown.
@@ -324,6 +368,32 @@ mod tests {
         let e = Error::from_io(p, io::Error::from_raw_os_error(libc::EACCES));
         assert!(e.is_permission_denied() && !e.is_absent());
         assert_eq!(e.path(), p);
+    }
+
+    #[test]
+    fn cgroup_fs_of_plain_and_cgroup_directories() {
+        let tmp = tempfile::tempdir().unwrap();
+        assert_eq!(CgroupFs::of_path(tmp.path()), CgroupFs::Other);
+        assert_eq!(
+            CgroupFs::of_file(&open_dir(tmp.path()).unwrap()),
+            CgroupFs::Other
+        );
+        assert_eq!(CgroupFs::of_path(&tmp.path().join("none")), CgroupFs::Other);
+        // The host's own hierarchies, where mounted (statfs(2) reports the mount's type).
+        let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
+        for line in mounts.lines() {
+            let f: Vec<&str> = line.split(' ').collect();
+            let want = match f.get(2) {
+                Some(&"cgroup") => CgroupFs::V1,
+                Some(&"cgroup2") => CgroupFs::V2,
+                _ => continue,
+            };
+            let dir = Path::new(f[1]);
+            assert_eq!(CgroupFs::of_path(dir), want, "{line}");
+            if let Ok(d) = open_dir(dir) {
+                assert_eq!(CgroupFs::of_file(&d), want, "{line}");
+            }
+        }
     }
 
     #[test]
