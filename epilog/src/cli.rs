@@ -1,7 +1,8 @@
 //! Command-line entry points of `jobscope` and `jobscope-epilog`.
 
-use crate::jobinfo::EpilogEnv;
-use crate::{archive, render, run};
+use crate::pipeline;
+use crate::slurm::{EpilogEnv, Slurm, Slurm2205};
+use crate::{archive, present, run};
 use anyhow::{bail, Result};
 use clap::{Parser, Subcommand};
 use jobscope_core::config::{Config, DEFAULT_CONFIG_PATH};
@@ -50,6 +51,9 @@ enum Cmd {
         /// Comma-separated nodes of the job (default: this node only).
         #[arg(long)]
         nodelist: Option<String>,
+        /// Print what happened as JSON.
+        #[arg(long)]
+        json: bool,
     },
     /// Print the JSON Schema of the archived summary.
     Schema,
@@ -69,6 +73,9 @@ enum Cmd {
         /// This node's SLURM name (default: the short host name).
         #[arg(long)]
         node: Option<String>,
+        /// Print what was done as JSON.
+        #[arg(long)]
+        json: bool,
     },
     /// Summarise a spool directory (`<spool>/<job>.<node>`) without SLURM or the archive.
     Summarize {
@@ -86,7 +93,11 @@ enum MailCmd {
         budget: u64,
     },
     /// List the queue (queued, sent markers, dead letters).
-    List,
+    List {
+        /// Print the list as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Put a dead letter back in the queue.
     Retry { id: String },
 }
@@ -133,7 +144,7 @@ fn print_summary(s: &JobSummary, json: bool) -> Result<()> {
     if json {
         println!("{}", serde_json::to_string_pretty(s)?);
     } else {
-        print!("{}", render::render_text(s, use_color())?);
+        print!("{}", present::render_text(s, use_color())?);
     }
     Ok(())
 }
@@ -182,6 +193,7 @@ fn real_main() -> Result<()> {
             job,
             node,
             nodelist,
+            json,
         } => {
             let cfg = load_config(&cli.config)?;
             let mut vars = env_vars_lossy();
@@ -195,41 +207,37 @@ fn real_main() -> Result<()> {
                 vars.insert("SLURM_NODELIST".into(), n);
             }
             let env = EpilogEnv::from_vars(&vars).map_err(anyhow::Error::msg)?;
-            let outcome = run::run_epilog(&cfg, &env, &mut |m| eprintln!("jobscope: {m}"))?;
-            println!("{outcome:?}");
+            let outcome = run::run_epilog(&cfg, &env, &Slurm2205::default(), &mut |m| {
+                eprintln!("jobscope: {m}")
+            })?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&outcome)?);
+            } else {
+                println!("job {}: {}", env.job_id, outcome.describe());
+            }
             Ok(())
         }
-        Cmd::Reap { node } => {
+        Cmd::Reap { node, json } => {
             let cfg = load_config(&cli.config)?;
+            let slurm = Slurm2205::default();
             // Without slurmctld we cannot tell a running job from a dead one: do nothing rather
             // than turn running jobs' spools into early partial reports.
-            if crate::jobinfo::run_bounded(
-                "/usr/bin/scontrol",
-                &["ping"],
-                std::time::Duration::from_secs(5),
-            )
-            .is_none_or(|o| !o.contains("UP"))
-            {
+            if !slurm.ping() {
                 bail!("slurmctld does not answer `scontrol ping`; not reaping now");
             }
-            let node = node.unwrap_or_else(crate::jobinfo::short_hostname);
-            let running = |job: u32| {
-                crate::jobinfo::query(job).is_some_and(|i| {
-                    matches!(
-                        i.state.as_deref(),
-                        Some("RUNNING" | "PENDING" | "COMPLETING" | "SUSPENDED" | "CONFIGURING")
-                    )
-                })
-            };
+            let node = node.unwrap_or_else(crate::slurm::short_hostname);
             let rep = run::reap(
                 &cfg,
                 &node,
                 jobscope_core::sampler::now_unix_ms(),
-                &running,
-                &crate::jobinfo::query,
+                &slurm,
                 &mut |m| eprintln!("jobscope: {m}"),
             )?;
-            println!("{rep:?}");
+            if json {
+                println!("{}", serde_json::to_string_pretty(&rep)?);
+            } else {
+                print!("{}", rep.describe());
+            }
             Ok(())
         }
         Cmd::Mail { cmd } => {
@@ -243,9 +251,12 @@ fn real_main() -> Result<()> {
                         crate::mail::queue::FlushMode::Full,
                     )?
                 ),
-                MailCmd::List => {
-                    for l in crate::mail::queue::Queue::open(&cfg.mail.queue_dir)?.list() {
-                        println!("{l:?}");
+                MailCmd::List { json } => {
+                    let list = crate::mail::queue::Queue::open(&cfg.mail.queue_dir)?.list();
+                    if json {
+                        println!("{}", serde_json::to_string_pretty(&mail_list_json(&list))?);
+                    } else {
+                        print!("{}", mail_list_table(&list));
                     }
                 }
                 MailCmd::Retry { id } => {
@@ -298,49 +309,72 @@ fn real_main() -> Result<()> {
             Ok(())
         }
         Cmd::Summarize { dir, json } => {
-            let (series, steps, problems) = run::read_spool_dir(&dir);
+            let cfg = load_config(&cli.config).unwrap_or_default();
+            let (s, problems) = pipeline::summarize_dir(&dir, &cfg).map_err(anyhow::Error::msg)?;
             for p in problems {
                 eprintln!("jobscope: {p}");
             }
-            let Some(h) = series
-                .as_ref()
-                .map(|s| s.header.clone())
-                .or_else(|| steps.first().map(|s| s.header.clone()))
-            else {
-                bail!("{}: no readable spool files", dir.display());
-            };
-            let end = [series.as_ref().and_then(|s| s.end.as_ref().map(|e| e.t_ms))]
-                .into_iter()
-                .flatten()
-                .chain(steps.iter().flat_map(|s| s.events.iter().map(|e| e.t_ms)))
-                .chain(
-                    series
-                        .iter()
-                        .flat_map(|s| s.buckets.last().map(|b| b.t_last_ms)),
-                )
-                .max()
-                .unwrap_or(h.start_unix_ms);
-            let ns =
-                jobscope_core::summary::node::summarize_node(series.as_ref(), &steps, &h.node, end);
-            let env = EpilogEnv {
-                job_id: h.job_id,
-                node: h.node.clone(),
-                uid: Some(h.uid),
-                exit_code2: Some("0:0".into()),
-                ..Default::default()
-            };
-            let cfg = load_config(&cli.config).unwrap_or_default();
-            let mut s = crate::assemble::assemble(crate::assemble::Inputs {
-                env: &env,
-                info: None,
-                nodes: vec![ns],
-                expected_nodes: vec![h.node.clone()],
-                generator: run::GENERATOR.into(),
-            });
-            s.analysis = Some(jobscope_core::summary::analysis::analyze(&s, &cfg.report));
             print_summary(&s, json)
         }
     }
+}
+
+/// `jobscope mail list`, for people: one line per message.
+fn mail_list_table(list: &[crate::mail::queue::Listed]) -> String {
+    if list.is_empty() {
+        return "the mail queue is empty\n".into();
+    }
+    let when = |t: u64| {
+        if t == 0 {
+            "-".to_string()
+        } else {
+            archive::utc_time(t)
+        }
+    };
+    let mut t = format!(
+        "{:<40} {:<6} {:>8} {:>8}  {:<20} {:<20} {}\n",
+        "id", "state", "size", "attempts", "queued (UTC)", "next attempt (UTC)", "to / last error"
+    );
+    for l in list {
+        let m = &l.meta;
+        let note = m
+            .dead_reason
+            .as_deref()
+            .or(m.last_error.as_deref())
+            .map(|e| format!("; {e}"))
+            .unwrap_or_default();
+        t += &format!(
+            "{:<40} {:<6} {:>8} {:>8}  {:<20} {:<20} {}\n",
+            crate::present::clean(&m.id, 180),
+            if l.dead { "dead" } else { "queued" },
+            crate::present::fmt_bytes(Some(l.bytes)),
+            m.attempts,
+            when(m.created_unix),
+            if l.dead {
+                "-".to_string()
+            } else {
+                when(m.next_attempt_unix)
+            },
+            crate::present::clean(&format!("{}{note}", m.to.join(", ")), 200),
+        );
+    }
+    t
+}
+
+/// `jobscope mail list --json`, for scripts.
+fn mail_list_json(list: &[crate::mail::queue::Listed]) -> serde_json::Value {
+    serde_json::Value::Array(
+        list.iter()
+            .map(|l| {
+                let mut v = serde_json::to_value(&l.meta).unwrap_or_default();
+                if let Some(o) = v.as_object_mut() {
+                    o.insert("dead".into(), l.dead.into());
+                    o.insert("bytes".into(), l.bytes.into());
+                }
+                v
+            })
+            .collect(),
+    )
 }
 
 /// The privilege-dropped child of `notify::workdir_report` (same binary, re-executed as the user).
@@ -392,13 +426,15 @@ pub fn epilog_main() -> i32 {
         };
         let t0 = std::time::Instant::now();
         let mut log = |m: &str| run::append_log(&log_path, m);
-        match run::run_epilog(&cfg, &env, &mut log) {
+        match run::run_epilog(&cfg, &env, &Slurm2205::default(), &mut log) {
             Ok(o) => run::append_log(
                 &log_path,
+                // `tests/cluster/src/mail.rs` (`epilog_ms`) reads `job <id> node <n>: … in <ms> ms`.
                 &format!(
-                    "job {} node {}: {o:?} in {} ms",
+                    "job {} node {}: {} in {} ms",
                     env.job_id,
                     env.node,
+                    o.describe(),
                     t0.elapsed().as_millis()
                 ),
             ),

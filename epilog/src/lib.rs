@@ -5,7 +5,8 @@
 //! - [`pipeline`]: the one way a report is made: spool → node summary → job summary → analysis
 //!   (assembly itself is `jobscope_core::summary::job`, pure).
 //! - analysis (scalability, classification, anomalies, advice) lives in `jobscope_core::summary::analysis`.
-//! - [`render`]: the text report (handlebars, `report-templates/`).
+//! - [`present`]: the one presenter: all wording and number formatting, one view model rendered by
+//!   the text report, the HTML mail, the subject and the array digest (`report-templates/`).
 //! - [`archive`]: the JSON archive and who may read what.
 //! - [`slurm`]: the one SLURM adapter (Epilog env, `squeue`, `scontrol`; SLURM-free job facts;
 //!   how a job ended).
@@ -18,5 +19,10 @@ pub mod cli;
 pub mod mail;
 pub mod manifest;
 pub mod notify;
-pub mod render;
+pub mod pipeline;
+pub mod present;
 pub mod run;
+pub mod slurm;
+
+/// The program and version, as named in the archived document and the mail's User-Agent.
+pub const GENERATOR: &str = concat!("jobscope ", env!("CARGO_PKG_VERSION"));

@@ -11,11 +11,11 @@
 //!
 //! Whether a job is ARCHIVED is not the user's choice: every job is archived.
 
-use crate::jobinfo::JobInfo;
-use crate::mail::message::{build_mail, choose_recipient, MailOptions, Templates, DIGEST_KIND};
+use crate::mail::message::{build_mail, choose_recipient, MailOptions, DIGEST_KIND};
 use crate::mail::queue::{FlushMode, FlushOptions, Queue, RetryPolicy};
 use crate::mail::transport::{SendmailConfig, SmtpConfig, TlsMode, Transport};
-use crate::render;
+use crate::present::{self, Templates, View};
+use crate::slurm::{JobFacts, JobState, Slurm};
 use anyhow::{Context, Result};
 use jobscope_core::config::{Config, MailPolicy, MailTransportKind, SmtpTls};
 use jobscope_core::fsutil::{ensure_dir, is_safe_name, read_limited, write_atomic};
@@ -48,7 +48,7 @@ pub fn effective_policy(
 
 /// Whether this job's report is mailed under `policy`; `Err(reason)` when not.
 pub fn should_mail(policy: MailPolicy, s: &JobSummary, cfg: &Config) -> Result<(), String> {
-    let failed = s.state != "COMPLETED";
+    let failed = !s.state.is_success();
     match policy {
         MailPolicy::Never => Err("policy never".into()),
         MailPolicy::Fail if !failed => Err("policy fail and the job completed".into()),
@@ -133,13 +133,13 @@ fn mail_options(cfg: &Config) -> Result<MailOptions> {
 fn send(
     cfg: &Config,
     s: &JobSummary,
-    text: &str,
+    view: &View,
     kind: &str,
-    info: Option<&JobInfo>,
+    facts: Option<&JobFacts>,
     log: &mut dyn FnMut(&str),
 ) -> Result<()> {
     let r = choose_recipient(
-        info.and_then(|i| i.mail_user.as_deref()),
+        facts.and_then(|i| i.mail_user.as_deref()),
         s.user.as_deref(),
         cfg.mail.domain.as_deref(),
     )
@@ -155,7 +155,7 @@ fn send(
     for w in warnings {
         log(&format!("mail templates: {w}"));
     }
-    let mail = build_mail(s, text, &r.mailbox, kind, &mail_options(cfg)?, &templates)?;
+    let mail = build_mail(s, view, &r.mailbox, kind, &mail_options(cfg)?, &templates)?;
     for w in &mail.warnings {
         log(&format!("job {}: mail: {w}", s.job_id));
     }
@@ -176,56 +176,31 @@ fn send(
     Ok(())
 }
 
-/// `MailUser` and `MailType` from `scontrol show job -o` output. SLURM 22.05's `squeue --json`
-/// has neither field, and scontrol prints them only when the job has a `--mail-type`. Free text
-/// (job name, comment, paths) comes before them in the record, so the LAST ` MailUser=` is the real
-/// one, and its value runs up to the ` MailType=` that follows (a `--mail-user` may hold spaces or
-/// line breaks, which `choose_recipient` then refuses, with the reason logged).
-pub fn parse_scontrol_mail(record: &str) -> (Option<String>, Vec<String>) {
-    let at = match record.rfind(" MailUser=") {
-        Some(i) => i + 1,
-        None if record.starts_with("MailUser=") => 0,
-        None => return (None, Vec::new()),
-    };
-    let rest = &record[at + "MailUser=".len()..];
-    let (user, types) = match rest.find(" MailType=") {
-        Some(i) => (&rest[..i], &rest[i + " MailType=".len()..]),
-        None => (rest.split_whitespace().next().unwrap_or(""), ""),
-    };
-    let types: Vec<String> = types
-        .split_whitespace()
-        .next()
-        .unwrap_or("")
-        .split(',')
-        .filter(|t| !t.is_empty() && *t != "NONE" && *t != "(null)")
-        .map(str::to_string)
-        .collect();
-    let user = (!user.is_empty() && user != "(null)").then(|| user.to_string());
-    (user, types)
+/// How many tasks of job array `array_id` are still to finish, not counting `this_job` (whose epilog
+/// is running). COMPLETING counts as finished: those tasks are in their epilogs too. `None` if SLURM
+/// could not be asked.
+pub fn array_tasks_remaining(slurm: &dyn Slurm, array_id: u32, this_job: u32) -> Option<usize> {
+    Some(
+        slurm
+            .array_tasks(array_id)?
+            .iter()
+            .filter(|t| t.job_id != this_job && t.state.is_unfinished())
+            .count(),
+    )
 }
 
-/// `info` with `--mail-user`/`--mail-type` filled in from scontrol where squeue gave neither.
-fn with_mail_settings(info: Option<&JobInfo>, job_id: u32) -> Option<JobInfo> {
-    let mut i = info?.clone();
-    if i.mail_user.is_none() && i.mail_type.is_empty() {
-        if let Some(out) = crate::jobinfo::run_bounded(
-            "/usr/bin/scontrol",
-            &["show", "job", "-o", &job_id.to_string()],
-            Duration::from_secs(5),
-        ) {
-            let (user, types) = parse_scontrol_mail(&out);
-            i.mail_user = user;
-            i.mail_type = types;
-        }
-    }
-    Some(i)
-}
-
-/// Everything after the archive write. Never fails the epilog: problems are logged.
-pub fn notify(cfg: &Config, s: &JobSummary, info: Option<&JobInfo>, log: &mut dyn FnMut(&str)) {
-    let filled = with_mail_settings(info, s.job_id);
-    let info = filled.as_ref();
-    let text = match render::render_text(s, false) {
+/// Everything after the archive write. Never fails the epilog: problems are logged. `facts` is
+/// what SLURM said about the job (mail settings, working directory); `slurm` is asked about arrays.
+pub fn notify(
+    cfg: &Config,
+    s: &JobSummary,
+    facts: Option<&JobFacts>,
+    slurm: &dyn Slurm,
+    log: &mut dyn FnMut(&str),
+) {
+    let info = facts;
+    let view = present::job_view(s);
+    let text = match Templates::builtin().render_text(&view) {
         Ok(t) => t,
         Err(e) => {
             log(&format!("job {}: text report: {e}", s.job_id));
@@ -243,7 +218,7 @@ pub fn notify(cfg: &Config, s: &JobSummary, info: Option<&JobInfo>, log: &mut dy
     if !cfg.mail.enabled {
         return;
     }
-    let mail_type = info.map(|i| i.mail_type.clone()).unwrap_or_default();
+    let mail_type = info.map(|i| i.mail_types.clone()).unwrap_or_default();
     let (policy, source) = effective_policy(
         s.user_options.get("mail").map(String::as_str),
         &mail_type,
@@ -253,7 +228,7 @@ pub fn notify(cfg: &Config, s: &JobSummary, info: Option<&JobInfo>, log: &mut dy
         cfg.mail.array_digest && policy != MailPolicy::Always && policy != MailPolicy::Never
     });
     if let Some(array_id) = array {
-        if let Err(e) = array_task_done(cfg, s, array_id, policy, info, log) {
+        if let Err(e) = array_task_done(cfg, s, array_id, policy, info, slurm, log) {
             log(&format!("job {}: array digest: {e:#}", s.job_id));
         }
         return;
@@ -264,7 +239,7 @@ pub fn notify(cfg: &Config, s: &JobSummary, info: Option<&JobInfo>, log: &mut dy
             s.job_id
         )),
         Ok(()) => {
-            if let Err(e) = send(cfg, s, &text, "end", info, log) {
+            if let Err(e) = send(cfg, s, &view, "end", info, log) {
                 log(&format!("job {}: mail not sent: {e:#}", s.job_id));
             }
         }
@@ -273,17 +248,7 @@ pub fn notify(cfg: &Config, s: &JobSummary, info: Option<&JobInfo>, log: &mut dy
 
 // ------------------------------------------------------------------------------------ arrays
 
-#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
-pub struct ArrayRow {
-    pub task_id: u32,
-    pub job_id: u32,
-    pub state: String,
-    pub elapsed_s: f64,
-    pub cpu_pct: Option<f64>,
-    pub mem_peak_bytes: Option<u64>,
-    #[serde(default)]
-    pub mem_pct: Option<f64>,
-}
+pub use crate::present::ArrayRow;
 
 fn array_dir(cfg: &Config, array_id: u32) -> PathBuf {
     cfg.paths
@@ -298,7 +263,8 @@ fn array_task_done(
     s: &JobSummary,
     array_id: u32,
     policy: MailPolicy,
-    info: Option<&JobInfo>,
+    info: Option<&JobFacts>,
+    slurm: &dyn Slurm,
     log: &mut dyn FnMut(&str),
 ) -> Result<()> {
     let dir = array_dir(cfg, array_id);
@@ -307,7 +273,7 @@ fn array_task_done(
     let row = ArrayRow {
         task_id: s.array_task_id.unwrap_or(s.job_id),
         job_id: s.job_id,
-        state: s.state.clone(),
+        state: s.state,
         elapsed_s: s.elapsed_s,
         cpu_pct: s.efficiency.cpu_pct,
         mem_peak_bytes: s.mem.peak_bytes,
@@ -320,7 +286,7 @@ fn array_task_done(
         0o600,
         None,
     )?;
-    let Some(remaining) = crate::jobinfo::array_tasks_remaining(array_id, s.job_id) else {
+    let Some(remaining) = array_tasks_remaining(slurm, array_id, s.job_id) else {
         log(&format!("array {array_id}: cannot ask SLURM which tasks remain; digest deferred to the next task"));
         return Ok(());
     };
@@ -333,7 +299,7 @@ fn array_task_done(
     // Tasks that ended at the same moment may still be writing their rows.
     std::thread::sleep(Duration::from_millis(1500));
     let rows = read_rows(&dir);
-    let failed = rows.iter().any(|r| r.state != "COMPLETED");
+    let failed = rows.iter().any(|r| !r.state.is_success());
     if policy == MailPolicy::Fail && !failed {
         log(&format!(
             "array {array_id}: all {} tasks completed; policy fail: no digest",
@@ -341,15 +307,9 @@ fn array_task_done(
         ));
         return Ok(());
     }
-    let text = digest_text(array_id, s, &rows);
-    send(
-        cfg,
-        &digest_summary(array_id, s, &rows),
-        &text,
-        DIGEST_KIND,
-        info,
-        log,
-    )
+    let digest = digest_summary(array_id, s, &rows);
+    let view = present::digest_view(&digest, array_id, s.name.as_deref(), &rows);
+    send(cfg, &digest, &view, DIGEST_KIND, info, log)
 }
 
 /// The summary a digest mail is built from (never archived): the array as the job (`Job <array>`,
@@ -361,17 +321,26 @@ pub fn digest_summary(array_id: u32, last: &JobSummary, rows: &[ArrayRow]) -> Jo
     d.job_id = array_id;
     d.array_job_id = Some(array_id);
     d.array_task_id = None;
-    d.name = Some(format!(
-        "{}: array digest, {} tasks",
-        last.name.as_deref().unwrap_or("(unknown)"),
-        rows.len()
-    ));
-    let bad = rows.iter().filter(|r| r.state != "COMPLETED").count();
-    d.state = if bad == 0 {
-        "COMPLETED".into()
+    let bad = rows.iter().filter(|r| !r.state.is_success()).count();
+    d.name = Some(if bad == 0 {
+        format!(
+            "{}: array digest, {} tasks",
+            last.name.as_deref().unwrap_or("(unknown)"),
+            rows.len()
+        )
     } else {
-        format!("{bad} of {} not COMPLETED", rows.len())
-    };
+        format!(
+            "{}: array digest, {} tasks, {bad} not completed",
+            last.name.as_deref().unwrap_or("(unknown)"),
+            rows.len()
+        )
+    });
+    // The array's state: COMPLETED only if every task completed, else the first other task's.
+    d.state = rows
+        .iter()
+        .map(|r| r.state)
+        .find(|s| !s.is_success())
+        .unwrap_or(JobState::Completed);
     if let Some(max) = rows.iter().map(|r| r.elapsed_s).reduce(f64::max) {
         d.elapsed_s = max;
     }
@@ -382,7 +351,7 @@ pub fn digest_summary(array_id: u32, last: &JobSummary, rows: &[ArrayRow]) -> Jo
 }
 
 /// Sends the digests of arrays whose last task could not ask SLURM at the time (called by `reap`).
-pub fn send_pending_digests(cfg: &Config, log: &mut dyn FnMut(&str)) {
+pub fn send_pending_digests(cfg: &Config, slurm: &dyn Slurm, log: &mut dyn FnMut(&str)) {
     let root = cfg.paths.state_dir.join("arrays");
     for e in std::fs::read_dir(&root)
         .into_iter()
@@ -394,7 +363,7 @@ pub fn send_pending_digests(cfg: &Config, log: &mut dyn FnMut(&str)) {
             continue;
         };
         if e.path().join("digest-claimed").exists()
-            || crate::jobinfo::array_tasks_remaining(array_id, 0) != Some(0)
+            || array_tasks_remaining(slurm, array_id, 0) != Some(0)
         {
             continue;
         }
@@ -409,9 +378,9 @@ pub fn send_pending_digests(cfg: &Config, log: &mut dyn FnMut(&str)) {
         if jobscope_core::fsutil::create_new(&e.path().join("digest-claimed"), 0o600).is_err() {
             continue;
         }
-        let text = digest_text(array_id, &s, &rows);
         let digest = digest_summary(array_id, &s, &rows);
-        if let Err(err) = send(cfg, &digest, &text, DIGEST_KIND, None, log) {
+        let view = present::digest_view(&digest, array_id, s.name.as_deref(), &rows);
+        if let Err(err) = send(cfg, &digest, &view, DIGEST_KIND, None, log) {
             log(&format!("array {array_id}: digest not sent: {err:#}"));
         }
     }
@@ -430,73 +399,12 @@ fn read_rows(dir: &Path) -> Vec<ArrayRow> {
     rows
 }
 
-/// A fixed-width text histogram of `vals` in `bins` equal bins.
-pub fn histogram(vals: &[f64], bins: usize, fmt: &dyn Fn(f64) -> String) -> Vec<String> {
-    if vals.is_empty() {
-        return vec![];
-    }
-    let (lo, hi) = vals
-        .iter()
-        .fold((f64::MAX, f64::MIN), |(a, b), &v| (a.min(v), b.max(v)));
-    let width = ((hi - lo) / bins as f64).max(f64::EPSILON);
-    let mut counts = vec![0usize; bins];
-    for v in vals {
-        counts[(((v - lo) / width) as usize).min(bins - 1)] += 1;
-    }
-    let maxc = *counts.iter().max().unwrap_or(&1);
-    counts
-        .iter()
-        .enumerate()
-        .map(|(i, c)| {
-            let a = lo + width * i as f64;
-            format!(
-                "  {:>10} – {:<10} {:<30} {c}",
-                fmt(a),
-                fmt(a + width),
-                "█".repeat((c * 30).div_ceil(maxc.max(1)))
-            )
-        })
-        .collect()
-}
-
-pub fn digest_text(array_id: u32, s: &JobSummary, rows: &[ArrayRow]) -> String {
-    let mut t = format!(
-        "jobscope array digest: job array {array_id} ({})\n{} tasks, {} completed\n\n  task   job      state          elapsed   CPU eff   mem peak\n",
-        render::clean(s.name.as_deref().unwrap_or("(unknown)"), 120),
-        rows.len(),
-        rows.iter().filter(|r| r.state == "COMPLETED").count()
-    );
-    for r in rows {
-        t += &format!(
-            "  {:<6} {:<8} {:<14} {:>8}  {:>8}  {:>10}\n",
-            r.task_id,
-            r.job_id,
-            render::clean(&r.state, 14),
-            render::fmt_duration(r.elapsed_s),
-            render::fmt_pct(r.cpu_pct),
-            render::fmt_bytes(r.mem_peak_bytes)
-        );
-    }
-    let elapsed: Vec<f64> = rows.iter().map(|r| r.elapsed_s).collect();
-    t += "\nRuntime:\n";
-    t += &histogram(&elapsed, 5, &|v| render::fmt_duration(v)).join("\n");
-    let mem: Vec<f64> = rows
-        .iter()
-        .filter_map(|r| r.mem_peak_bytes)
-        .map(|m| m as f64)
-        .collect();
-    t += "\n\nMemory peak:\n";
-    t += &histogram(&mem, 5, &|v| render::fmt_bytes(Some(v as u64))).join("\n");
-    t += "\n";
-    t
-}
-
 // ------------------------------------------------------------------- report in the work dir
 
 /// Writes the report as `<workdir>/jobscope-<jobid>.txt` AS THE JOB'S USER: a child process drops
 /// all privileges (setgroups, setgid, setuid) before it opens anything, and opens with
 /// `O_CREAT|O_EXCL|O_NOFOLLOW`, so root never writes into a user's directory and no symlink is followed.
-pub fn workdir_report(s: &JobSummary, info: Option<&JobInfo>, text: &str) -> Result<()> {
+pub fn workdir_report(s: &JobSummary, info: Option<&JobFacts>, text: &str) -> Result<()> {
     use std::io::Write;
     use std::os::unix::process::CommandExt;
     let dir = info
@@ -619,31 +527,29 @@ mod tests {
     }
 
     #[test]
-    fn mail_settings_from_scontrol() {
-        // Real 22.05 output (tail), with free text before it that imitates the fields.
-        let rec = "JobId=133 JobName=a MailUser=evil2@x MailType=NONE UserId=alice(1001) \
-                   Comment=x MailUser=evil@x  StdOut=/tmp/mt/slurm-133.out Power= \
-                   MailUser=bob@localhost MailType=END,FAIL \n";
-        assert_eq!(
-            parse_scontrol_mail(rec),
-            (
-                Some("bob@localhost".into()),
-                vec!["END".into(), "FAIL".into()]
-            )
+    fn array_tasks_still_to_finish() {
+        use crate::slurm::{ArrayTask, FakeSlurm};
+        let task = |job_id, state| ArrayTask {
+            job_id,
+            task_id: Some(job_id - 80),
+            state,
+        };
+        let mut slurm = FakeSlurm::up();
+        slurm.arrays.insert(
+            80,
+            vec![
+                task(81, JobState::Completed),
+                task(82, JobState::Completing),
+                task(83, JobState::Running),
+                task(84, JobState::Pending),
+                task(85, JobState::Failed),
+            ],
         );
-        // A --mail-user with spaces or a line break is kept whole, for choose_recipient to refuse.
-        let rec = "JobId=1 Power= MailUser=not an address MailType=END\n";
-        assert_eq!(
-            parse_scontrol_mail(rec).0.as_deref(),
-            Some("not an address")
-        );
-        let rec = "JobId=1 Power= MailUser=a@b\r\nBcc: c@d MailType=END\n";
-        assert_eq!(
-            parse_scontrol_mail(rec).0.as_deref(),
-            Some("a@b\r\nBcc: c@d")
-        );
-        // No --mail-type: scontrol prints neither.
-        assert_eq!(parse_scontrol_mail("JobId=1 Power= \n"), (None, vec![]));
+        assert_eq!(array_tasks_remaining(&slurm, 80, 81), Some(2));
+        // The task whose epilog asks does not count, whatever SLURM shows for it.
+        assert_eq!(array_tasks_remaining(&slurm, 80, 83), Some(1));
+        assert_eq!(array_tasks_remaining(&slurm, 99, 0), Some(0));
+        assert_eq!(array_tasks_remaining(&FakeSlurm::default(), 80, 81), None);
     }
 
     #[test]
@@ -655,7 +561,7 @@ mod tests {
         let row = |t: u32, state: &str, el: f64, cpu: f64, mem: f64| ArrayRow {
             task_id: t,
             job_id: 80 + t,
-            state: state.into(),
+            state: JobState::from_name(state),
             elapsed_s: el,
             cpu_pct: Some(cpu),
             mem_peak_bytes: Some(1 << 20),
@@ -670,7 +576,7 @@ mod tests {
             (d.job_id, d.array_job_id, d.array_task_id),
             (80, Some(80), None)
         );
-        assert_eq!(d.state, "COMPLETED");
+        assert_eq!(d.state, JobState::Completed);
         assert_eq!(d.elapsed_s, 30.0);
         assert_eq!(
             (d.efficiency.cpu_pct, d.efficiency.mem_pct),
@@ -681,26 +587,11 @@ mod tests {
             row(1, "COMPLETED", 10.0, 20.0, 10.0),
             row(2, "TIMEOUT", 30.0, 40.0, 30.0),
         ];
+        let d = digest_summary(80, &last, &rows);
+        assert_eq!(d.state, JobState::Timeout);
         assert_eq!(
-            digest_summary(80, &last, &rows).state,
-            "1 of 2 not COMPLETED"
+            d.name.as_deref(),
+            Some("sweep: array digest, 2 tasks, 1 not completed")
         );
-    }
-
-    #[test]
-    fn histogram_counts_everything() {
-        let h = histogram(&[1.0, 2.0, 2.5, 10.0], 3, &|v| format!("{v:.1}"));
-        assert_eq!(h.len(), 3);
-        let total: usize = h
-            .iter()
-            .map(|l| {
-                l.split_whitespace()
-                    .last()
-                    .unwrap()
-                    .parse::<usize>()
-                    .unwrap()
-            })
-            .sum();
-        assert_eq!(total, 4);
     }
 }

@@ -149,19 +149,17 @@ pub enum Outcome {
 }
 
 impl Outcome {
-    /// One sentence for people (the log, `jobscope epilog`).
-    pub fn describe(&self, job_id: u32) -> String {
+    /// What happened, in words for people (the log, `jobscope epilog`), after `job <id>: `.
+    pub fn describe(&self) -> String {
         match self {
-            Outcome::Archived { path } => {
-                format!("job {job_id}: report archived at {}", path.display())
-            }
+            Outcome::Archived { path } => format!("report archived at {}", path.display()),
             Outcome::WaitingForNodes { missing } => format!(
-                "job {job_id}: this node's summary is stored; waiting for {} other node(s): {}",
+                "this node's summary is stored; waiting for {} other node(s): {}",
                 missing.len(),
                 missing.join(", ")
             ),
             Outcome::AlreadyArchived => {
-                format!("job {job_id}: already archived (or being archived by another node)")
+                "already archived (or being archived by another node)".to_string()
             }
         }
     }
@@ -830,8 +828,8 @@ mod tests {
             missing: vec!["b".into(), "c".into()],
         };
         assert_eq!(
-            o.describe(5),
-            "job 5: this node's summary is stored; waiting for 2 other node(s): b, c"
+            o.describe(),
+            "this node's summary is stored; waiting for 2 other node(s): b, c"
         );
         assert_eq!(
             serde_json::to_value(&o).unwrap(),

@@ -152,10 +152,14 @@ fn timeout_job_states_why_it_ended() -> Result<()> {
         "summary state {}",
         s["state"]
     );
+    // The typed end reason (model/src/job.rs EndReason): SLURM's own TIMEOUT, or the run to the
+    // limit concluded while SLURM still said COMPLETING.
+    let kind = str_at(&s, "/end_reason/kind")?;
     ensure!(
-        str_at(&s, "/state_reason")?.contains("limit"),
+        kind == "time_limit"
+            || (kind == "scheduler_says" && str_at(&s, "/end_reason/state")? == "TIMEOUT"),
         "reason {}",
-        s["state_reason"]
+        s["end_reason"]
     );
     ensure!(report_text(id)?.contains("TIMEOUT"));
     Ok(())
@@ -177,13 +181,16 @@ fn oom_job_states_why_it_ended() -> Result<()> {
         str_at(&s, "/state")? == "OUT_OF_MEMORY",
         "summary state {} ({})",
         s["state"],
-        s["state_reason"]
+        s["end_reason"]
     );
     ensure!(f64_at(&s, "/mem/oom_kill_events")? >= 1.0);
     ensure!(
-        str_at(&s, "/state_reason")?.contains("OOM"),
+        matches!(
+            str_at(&s, "/end_reason/kind")?,
+            "oom_kills" | "scheduler_oom"
+        ),
         "reason {}",
-        s["state_reason"]
+        s["end_reason"]
     );
     Ok(())
 }
