@@ -124,26 +124,13 @@ mod tests {
     use jobscope_core::gpu::spool::{GpuLimits, GpuWriter};
     use jobscope_core::gpu::{GpuIdentity, GPU_FILE_NAME};
     use jobscope_core::spool::writer::{Limits, SeriesWriter};
-    use jobscope_core::spool::{Bucket, End, Gauge, Header, FORMAT_VERSION};
+    use jobscope_core::spool::{Bucket, End, Gauge, Header};
 
     fn header(series: &str) -> Header {
         Header {
-            format_version: FORMAT_VERSION,
-            job_id: 31,
-            node: "g1".into(),
-            series: series.into(),
             uid: 1001,
-            gid: 1001,
-            cgroup_version: None,
-            cgroup_path: None,
-            boot_id: None,
-            boot_time_s: None,
-            start_unix_ms: 1_700_001_000_000,
-            cadence_s: 30,
-            plugin_version: "t".into(),
             alloc_cores: Some(4),
-            alloc_mem_bytes: Some(1 << 30),
-            handover: None,
+            ..crate::run::tests::header(31, "g1", series)
         }
     }
 

@@ -555,7 +555,7 @@ pub fn append_log(path: &Path, line: &str) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::slurm::{EndReason, FakeSlurm, JobState};
     use jobscope_core::cgroup::CgroupVersion;
@@ -573,7 +573,8 @@ mod tests {
         c
     }
 
-    fn header(job: u32, node: &str, series: &str) -> Header {
+    /// A spool header as the plugin writes it (also used by `crate::pipeline`'s tests).
+    pub(crate) fn header(job: u32, node: &str, series: &str) -> Header {
         Header {
             format_version: FORMAT_VERSION,
             job_id: job,
