@@ -71,8 +71,14 @@ pub struct Templates {
 }
 
 impl Templates {
-    /// Only the built-in templates.
-    pub fn builtin() -> Self {
+    /// Only the built-in templates, compiled once per process: compiling the five templates costs
+    /// several milliseconds, more than the rest of a report (see `epilog/benches/summary.rs`).
+    pub fn builtin() -> &'static Self {
+        static BUILTIN: std::sync::OnceLock<Templates> = std::sync::OnceLock::new();
+        BUILTIN.get_or_init(Self::compile_builtin)
+    }
+
+    fn compile_builtin() -> Self {
         let mut text = registry(false);
         text.register_template_string(TEXT, TEXT_TEMPLATE)
             .expect("built-in text template is valid");
@@ -98,7 +104,7 @@ impl Templates {
     /// The built-in templates, overridden by `dir/subject.hbs` and `dir/report.html.hbs` where those
     /// exist and parse. Returns warnings for the caller to log.
     pub fn load(override_dir: Option<&Path>) -> (Self, Vec<String>) {
-        let mut t = Self::builtin();
+        let mut t = Self::compile_builtin();
         let mut warnings = Vec::new();
         let Some(dir) = override_dir else {
             return (t, warnings);
