@@ -5,7 +5,7 @@
 #
 # Phases: deps (slurm-conf/install-deps.sh; no apt-get when all is installed) -> build
 # (cargo build --release --workspace) -> unit tests (whole workspace except the cluster tests)
-# -> install (slurm-conf/cluster.sh install) -> 1-node cluster + cluster tests (all but
+# -> the spool mutation test with overflow checks (dev profile) -> install (slurm-conf/cluster.sh install) -> 1-node cluster + cluster tests (all but
 # two_node_*) -> 2-node cluster + two_node_* tests -> cluster down (always, unless --keep-up).
 # Test phases all run even if an earlier one failed; the exit status is non-zero if any
 # phase failed. Uses cargo-nextest when installed, `cargo test` otherwise.
@@ -103,6 +103,11 @@ cargo build --release --workspace; end_phase $? || abort "build failed"
 
 phase "unit tests (workspace except $CLUSTER_PKG)"
 run_tests unit; end_phase $?
+
+# The release profile wraps on integer overflow; the dev profile panics. The mutation test exists to
+# find arithmetic that corrupt spools can overflow, so it also runs where overflow panics.
+phase "mutation test with overflow checks (dev profile)"
+cargo test -p jobscope-epilog --test mutation; end_phase $?
 
 phase "install: $CLUSTER install"
 bash "$CLUSTER" install; end_phase $? || abort "install failed"
