@@ -25,7 +25,7 @@
 //! reader's would find the list the reader just built. `JOBSCOPE_BENCH_PACED_ROUNDS` sets the
 //! number of paced rounds (default 30, i.e. 2.4 minutes).
 
-use jobscope_core::cgroup::{locate_job, JobCgroup, JobCgroupReader};
+use jobscope_core::cgroup::{locate, JobCgroup, JobCgroupReader};
 use jobscope_core::procio::kfile::{open_file, ReadBuf};
 use jobscope_core::sampler::{Faults, Sampler};
 use jobscope_core::spool::writer::{Limits, SeriesWriter};
@@ -94,7 +94,7 @@ impl RealCgroup {
         }
         let pid = rc.children.last()?.id();
         let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
-        let cg = locate_job(&text, root, 1)?;
+        let cg = locate(&text, root, &is_dir("job_1"))?;
         Some((rc, cg))
     }
 }
@@ -109,6 +109,12 @@ impl Drop for RealCgroup {
             let _ = std::fs::remove_dir(d);
         }
     }
+}
+
+/// The locator's predicate: the job's directory is the one named `name` (the fixtures' and this
+/// benchmark's trees copy SLURM's layout; the plugin's own predicate is in plugin/src/scope.rs).
+fn is_dir(name: &'static str) -> impl Fn(&str) -> bool {
+    move |c| c == name
 }
 
 fn stats(mut v: Vec<f64>) -> (f64, f64) {
@@ -293,12 +299,12 @@ fn main() {
 
     let v1 = manifest.join("testdata/cgroup-v1-debian12-slurm-22.05");
     let text = std::fs::read_to_string(v1.join("proc-self-cgroup.extern.txt")).unwrap();
-    let v1_cg = locate_job(&text, &v1, 1).expect("v1 fixture locates");
+    let v1_cg = locate(&text, &v1, &is_dir("job_1")).expect("v1 fixture locates");
     measure("v1 fixture tree (plain files)", &v1_cg, &v1.join("proc"));
 
     let v2 = manifest.join("testdata/cgroup-v2-slurm-layout");
     let text = std::fs::read_to_string(v2.join("proc-self-cgroup.task.txt")).unwrap();
-    let v2_cg = locate_job(&text, &v2, 4242).expect("v2 fixture locates");
+    let v2_cg = locate(&text, &v2, &is_dir("job_4242")).expect("v2 fixture locates");
     measure("v2 fixture tree (plain files)", &v2_cg, &v2);
 
     let real = RealCgroup::create();

@@ -4,6 +4,7 @@
 //! - [`cgroup`]: cgroup v1/v2 discovery and readers (root path is always a parameter).
 //! - [`procio`]: `/proc/<pid>/io` summing, for cgroup v1 where SLURM makes no blkio job cgroup.
 //! - [`sampler`]: the job's sampling thread (schedule, gauges, bounded stop).
+//! - [`scope`]: where the job's cgroup is and what it was allocated, as the caller supplies it.
 //! - [`spool`]: the bounded spool writers and file reader (the format itself is `jobscope_model::spool`).
 //! - [`gpu`]: which GPUs are the job's, NVML/amdgpu sampling in its own thread, the `gpu.jsc` writer.
 //! - [`config`]: the site configuration file.
@@ -16,6 +17,7 @@ pub mod fsutil;
 pub mod gpu;
 pub mod procio;
 pub mod sampler;
+pub mod scope;
 pub mod spool;
 
 // The pure stages live in jobscope-model; these names keep one path for the plugin and the epilog.

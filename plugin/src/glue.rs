@@ -3,9 +3,11 @@
 
 use crate::args::Args;
 use crate::handover;
-use crate::steps::{locate_self, node_name, JobCtx, StepRecorder};
+use crate::scope::{own_proc_cgroup, slurm_scope, Allocation};
+use crate::steps::{JobCtx, StepRecorder};
 use jobscope_core::config::{Config, DEFAULT_CONFIG_PATH};
 use jobscope_core::sampler::{spawn, stop_all, SamplerHandle, Stoppable};
+use jobscope_core::scope::short_hostname;
 use jobscope_core::slurm::{cpulist_count, step_name, STEP_BATCH, STEP_EXTERN};
 use jobscope_core::spool::Handover;
 use slurm_spank::{Context, Plugin, SpankHandle, SpankOption, SPANK_PLUGIN};
@@ -94,7 +96,6 @@ impl Jobscope {
             .cgroup_root
             .clone()
             .unwrap_or_else(|| PathBuf::from("/sys/fs/cgroup"));
-        let cgroup = locate_self(&cgroup_root, job_id);
         let alloc_cores = spank
             .job_alloc_cores()
             .ok()
@@ -105,15 +106,21 @@ impl Jobscope {
             .ok()
             .filter(|&m| m > 0)
             .map(|mb| mb * 1024 * 1024);
+        let scope = slurm_scope(
+            own_proc_cgroup().as_deref(),
+            &cgroup_root,
+            job_id,
+            Allocation {
+                cores: alloc_cores,
+                mem_bytes: alloc_mem_bytes,
+            },
+        );
         let ctx = JobCtx {
             job_id,
             step: step_name(step_id),
             uid: spank.job_uid().map_err(|e| e.to_string())?,
             gid: spank.job_gid().map_err(|e| e.to_string())?,
-            node: node_name(cgroup.as_ref()),
-            cgroup,
-            alloc_cores,
-            alloc_mem_bytes,
+            scope,
             cfg,
             args,
         };
@@ -145,17 +152,14 @@ impl Jobscope {
             return Ok(());
         }
         if step_id == STEP_EXTERN {
-            let h = handover::read(&ctx.handover_dir(), ctx.job_id, &ctx.node);
+            let h = handover::read(&ctx.handover_dir(), ctx.job_id, ctx.node());
             return self.start_sampler(&ctx, h);
         }
         let mut rec = StepRecorder::start(&ctx);
         rec.local_tasks = spank.job_local_task_count().unwrap_or(1).max(1);
         self.step = Some(rec);
         // Contain off: no extern step, so the batch step samples the job for its whole life.
-        let extern_present = ctx
-            .cgroup
-            .as_ref()
-            .is_some_and(|c| c.step("step_extern").exists());
+        let extern_present = ctx.cgroup().is_some_and(|c| c.step("step_extern").exists());
         if step_id == STEP_BATCH && !extern_present {
             let handover = Some(Handover {
                 job_id: ctx.job_id,
@@ -221,7 +225,7 @@ unsafe impl Plugin for Jobscope {
             }
             let cfg = Self::config(&args);
             let job_id = spank.job_id().map_err(|e| e.to_string())?;
-            let node = std::env::var("SLURMD_NODENAME").unwrap_or_else(|_| node_name(None));
+            let node = std::env::var("SLURMD_NODENAME").unwrap_or_else(|_| short_hostname());
             let h = Handover {
                 job_id,
                 options: user_options(spank),
@@ -284,7 +288,7 @@ unsafe impl Plugin for Jobscope {
             }
             if let Some(ctx) = &self.ctx {
                 if ctx.step == "extern" {
-                    handover::remove(&ctx.handover_dir(), ctx.job_id, &ctx.node);
+                    handover::remove(&ctx.handover_dir(), ctx.job_id, ctx.node());
                 }
             }
             Ok(())

@@ -18,6 +18,7 @@ mod args;
 mod glue;
 mod handover;
 mod resident;
+mod scope;
 mod steps;
 
 pub use args::Args;

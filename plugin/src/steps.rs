@@ -1,13 +1,14 @@
 //! Per-process state of the plugin inside one slurmstepd: where the job is, the sampler, the step file.
 
 use crate::args::Args;
-use jobscope_core::cgroup::{locate_job, JobCgroup};
+use jobscope_core::cgroup::JobCgroup;
 use jobscope_core::config::Config;
 use jobscope_core::fsutil::{ensure_dir, free_bytes};
 use jobscope_core::gpu::assign::select_for_job;
 use jobscope_core::gpu::monitor::cgroup_pid_source;
 use jobscope_core::gpu::{BackendConfig, GpuMonitor, JobGpuEnv, LogLevel as GpuLogLevel};
 use jobscope_core::sampler::{now_unix_ms, Faults, Sampler, Schedule};
+use jobscope_core::scope::Scope;
 use jobscope_core::spool::writer::{Limits, SeriesWriter, StepWriter};
 use jobscope_core::spool::{
     job_dir, Event, Handover, Header, FORMAT_VERSION, GPU_FILE_BUDGET_BYTES,
@@ -25,10 +26,8 @@ pub struct JobCtx {
     pub step: String,
     pub uid: u32,
     pub gid: u32,
-    pub node: String,
-    pub cgroup: Option<JobCgroup>,
-    pub alloc_cores: Option<u32>,
-    pub alloc_mem_bytes: Option<u64>,
+    /// Where the job's cgroup is, its allocation, the node name (`crate::scope::slurm_scope`).
+    pub scope: Scope,
     pub cfg: Config,
     pub args: Args,
 }
@@ -54,18 +53,15 @@ impl JobCtx {
     }
 
     fn header(&self, series: &str, handover: Option<Handover>) -> Header {
-        Header {
+        let mut h = Header {
             format_version: FORMAT_VERSION,
             job_id: self.job_id,
-            node: self.node.clone(),
+            node: String::new(),
             series: series.to_string(),
             uid: self.uid,
             gid: self.gid,
-            cgroup_version: self.cgroup.as_ref().map(|c| c.version),
-            cgroup_path: self
-                .cgroup
-                .as_ref()
-                .map(|c| c.memory_dir.display().to_string()),
+            cgroup_version: None,
+            cgroup_path: None,
             boot_id: std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
                 .ok()
                 .map(|s| s.trim().to_string()),
@@ -73,10 +69,20 @@ impl JobCtx {
             start_unix_ms: now_unix_ms(),
             cadence_s: self.args.cadence_s.unwrap_or(self.cfg.sampler.cadence_s),
             plugin_version: PLUGIN_VERSION.into(),
-            alloc_cores: self.alloc_cores,
-            alloc_mem_bytes: self.alloc_mem_bytes,
+            alloc_cores: None,
+            alloc_mem_bytes: None,
             handover,
-        }
+        };
+        self.scope.describe(&mut h);
+        h
+    }
+
+    pub fn node(&self) -> &str {
+        &self.scope.node
+    }
+
+    pub fn cgroup(&self) -> Option<&JobCgroup> {
+        self.scope.cgroup.as_ref()
     }
 
     /// Creates (or checks) the root-only spool directories of this job on this node.
@@ -91,7 +97,7 @@ impl JobCtx {
                 ));
             }
         }
-        let dir = job_dir(&spool, self.job_id, &self.node);
+        let dir = job_dir(&spool, self.job_id, self.node());
         ensure_dir(&dir, 0o700, 0, 0).map_err(|e| e.to_string())?;
         Ok(dir)
     }
@@ -106,7 +112,7 @@ impl JobCtx {
         let aside = self.spool_dir().join(format!(
             ".stale.{}.{}.{}",
             self.job_id,
-            self.node,
+            self.node(),
             now_unix_ms()
         ));
         std::fs::rename(&dir, &aside)
@@ -123,8 +129,8 @@ impl JobCtx {
     /// the failure is logged once).
     pub fn sampler(&self, handover: Option<Handover>) -> Result<(Sampler, Schedule), String> {
         let cg = self
-            .cgroup
-            .clone()
+            .cgroup()
+            .cloned()
             .ok_or("this step is in no job cgroup; nothing to sample")?;
         let series_budget = self
             .cfg
@@ -200,7 +206,7 @@ impl JobCtx {
             gpu_device_ordinal: handover.and_then(|h| h.gpu_device_ordinal.clone()),
             rocr_visible_devices: handover.and_then(|h| h.rocr_visible_devices.clone()),
         };
-        let cg = self.cgroup.as_ref()?;
+        let cg = self.cgroup()?;
         let devices = jobscope_core::gpu::assign::v1_devices_dir(
             &self
                 .args
@@ -212,7 +218,7 @@ impl JobCtx {
         let selection = select_for_job(
             &env,
             Some(&g.gres_conf),
-            &self.node,
+            self.node(),
             devices.as_deref(),
             g.constrained_devices,
         );
@@ -263,29 +269,6 @@ fn boot_time_s() -> Option<u64> {
         .and_then(|v| v.trim().parse().ok())
 }
 
-/// Finds this process's job cgroup from `/proc/self/cgroup`.
-pub fn locate_self(cgroup_root: &Path, job_id: u32) -> Option<JobCgroup> {
-    let text = std::fs::read_to_string("/proc/self/cgroup").ok()?;
-    locate_job(&text, cgroup_root, job_id)
-}
-
-/// Node name: from the cgroup path (`slurm_<node>`, multiple-slurmd builds) or the short host name.
-pub fn node_name(cg: Option<&JobCgroup>) -> String {
-    if let Some(n) = cg.and_then(|c| c.node_from_path.clone()) {
-        return n;
-    }
-    let mut buf = [0u8; 256];
-    // SAFETY: buf is valid for buf.len() bytes; gethostname NUL-terminates on success.
-    let ok = unsafe { libc::gethostname(buf.as_mut_ptr() as *mut libc::c_char, buf.len()) } == 0;
-    let host = if ok {
-        let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-        String::from_utf8_lossy(&buf[..end]).into_owned()
-    } else {
-        "unknown".into()
-    };
-    host.split('.').next().unwrap_or("unknown").to_string()
-}
-
 /// The step file of a batch or srun step: readings at start and at exit.
 pub struct StepRecorder {
     writer: Option<StepWriter>,
@@ -300,10 +283,7 @@ pub struct StepRecorder {
 
 impl StepRecorder {
     pub fn start(ctx: &JobCtx) -> StepRecorder {
-        let step_cg = ctx
-            .cgroup
-            .as_ref()
-            .map(|c| c.step(&format!("step_{}", ctx.step)));
+        let step_cg = ctx.cgroup().map(|c| c.step(&format!("step_{}", ctx.step)));
         let mut rec = StepRecorder {
             writer: None,
             step_cg,
@@ -342,8 +322,7 @@ impl StepRecorder {
         let proc_root = self.ctx.proc_root();
         let job = self
             .ctx
-            .cgroup
-            .as_ref()
+            .cgroup()
             .map(|c| c.read(&proc_root))
             .filter(|s| !s.gone)
             .map(|s| s.reading);

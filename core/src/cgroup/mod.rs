@@ -1,7 +1,9 @@
 //! cgroup discovery and readers (v1, v2, hybrid).
 //!
-//! - [`locate_job`] finds a job's cgroup directories from the text of `/proc/<pid>/cgroup` and a
-//!   cgroup mount root (a parameter, so fixture trees work).
+//! - [`locate`] finds a job's cgroup directories from the text of `/proc/<pid>/cgroup` and a
+//!   cgroup mount root (a parameter, so fixture trees work). Which path component is the job's
+//!   directory is the caller's to say (the scheduler's naming; the plugin's is in
+//!   `plugin/src/scope.rs`), so nothing here knows a scheduler's conventions.
 //! - [`JobCgroupReader`] reads a job cgroup sample after sample through descriptors it keeps
 //!   open (the sampler's reader); [`JobCgroup::read`] / [`JobCgroup::read_detailed`] are one
 //!   read through a reader made for it. Both assemble a [`Snapshot`] ([`crate::sample::Reading`]).
@@ -40,8 +42,6 @@ pub struct JobCgroup {
     pub cpu_dir: PathBuf,
     /// v1: `<root>/memory/<rel>`; v2 same as `cpu_dir`.
     pub memory_dir: PathBuf,
-    /// SLURM node name taken from a `slurm_<node>` path component (multiple-slurmd), if present.
-    pub node_from_path: Option<String>,
 }
 
 /// The result of reading one cgroup.
@@ -56,16 +56,16 @@ pub struct Snapshot {
 }
 
 /// v1 controllers whose `/proc/<pid>/cgroup` line locates the job, in order of preference.
-/// slurmstepd sits in the memory/cpuset *step* cgroup and the freezer *job* cgroup, but in cpuacct
-/// at `/` (measured on SLURM 22.05), so the cpuacct line is the last resort.
+/// A job's supervising process may sit in the memory/cpuset cgroup of one of the job's
+/// sub-cgroups and in the freezer cgroup of the job, but at `/` in cpuacct (SLURM 22.05's
+/// slurmstepd does), so the cpuacct line is the last resort.
 pub const V1_LOCATING_CONTROLLERS: [&str; 4] = ["memory", "freezer", "cpuset", "cpuacct"];
 
-/// Finds the job cgroup of `job_id` from the text of `/proc/<pid>/cgroup`, under `cgroup_root`
-/// (normally `/sys/fs/cgroup`). Returns `None` when the process is in no job cgroup.
-///
-/// The job directory is the path cut right after its `job_<id>` component, so any prefix works:
-/// `slurm/uid_U/` (v1), `slurm_<node>/uid_U/` (v1, Debian's multiple-slurmd build),
-/// `system.slice/slurmstepd.scope/` (v2), and any extra level a newer SLURM puts above the job.
+/// Finds a job's cgroup from the text of `/proc/<pid>/cgroup` of a process inside it, under
+/// `cgroup_root` (normally `/sys/fs/cgroup`). `is_scope_dir` says which path component names
+/// the job's directory (a scheduler's job directory); the path is cut right after the first
+/// component it accepts, so any prefix above it and any sub-cgroups below it work. Returns
+/// `None` when no line's path has such a component.
 ///
 /// v1: the relative path comes from the memory line (or freezer, cpuset, cpuacct, see
 /// [`V1_LOCATING_CONTROLLERS`]); `cpu_dir` is `<root>/cpuacct/<rel>` with the cpuacct line's own
@@ -75,17 +75,19 @@ pub const V1_LOCATING_CONTROLLERS: [&str; 4] = ["memory", "freezer", "cpuset", "
 /// present too, e.g. `1:name=systemd:`) at `<root>/unified`. When only the other of the two
 /// candidate directories exists, that one is used.
 ///
-/// SLUID assumption (SLURM 26.05): we assume the per-job directory is still named `job_<id>` with
-/// the numeric job id, possibly below a SLUID-named directory (which is just part of the prefix).
-/// A job directory named only by its SLUID cannot be matched from a numeric id: `None`.
-pub fn locate_job(proc_cgroup: &str, cgroup_root: &Path, job_id: u32) -> Option<JobCgroup> {
+/// A path with a `.` or `..` component before the job's directory is refused (`None`): the text
+/// should come from the kernel, but a path must never climb out of the cgroup root.
+pub fn locate(
+    proc_cgroup: &str,
+    cgroup_root: &Path,
+    is_scope_dir: &dyn Fn(&str) -> bool,
+) -> Option<JobCgroup> {
     let lines = parse::parse_proc_cgroup(proc_cgroup);
-    let job = format!("job_{job_id}");
     let rel_for = |controller: &str| {
         lines
             .iter()
             .filter(|l| l.has_controller(controller))
-            .find_map(|l| job_rel(l.path, &job))
+            .find_map(|l| scope_rel(l.path, is_scope_dir))
     };
 
     if let Some(rel) = V1_LOCATING_CONTROLLERS.iter().find_map(|c| rel_for(c)) {
@@ -94,14 +96,13 @@ pub fn locate_job(proc_cgroup: &str, cgroup_root: &Path, job_id: u32) -> Option<
             version: CgroupVersion::V1,
             cpu_dir: cgroup_root.join("cpuacct").join(&cpu_rel),
             memory_dir: cgroup_root.join("memory").join(&rel),
-            node_from_path: node_from_rel(&rel),
         });
     }
 
     let rel = lines
         .iter()
         .filter(|l| l.is_unified())
-        .find_map(|l| job_rel(l.path, &job))?;
+        .find_map(|l| scope_rel(l.path, is_scope_dir))?;
     let hybrid = lines.iter().any(|l| !l.is_unified());
     let unified = cgroup_root.join("unified");
     let (preferred, other) = if hybrid {
@@ -119,21 +120,19 @@ pub fn locate_job(proc_cgroup: &str, cgroup_root: &Path, job_id: u32) -> Option<
         version: CgroupVersion::V2,
         cpu_dir: dir.clone(),
         memory_dir: dir,
-        node_from_path: node_from_rel(&rel),
     })
 }
 
-/// `"/slurm_vm/uid_1001/job_1/step_0/task_0"` → `"slurm_vm/uid_1001/job_1"`. `None` if no
-/// component is `job`, or if a component before it is `.`/`..` (the text should come from the
-/// kernel, but a path must never climb out of the cgroup root).
-fn job_rel(path: &str, job: &str) -> Option<String> {
+/// `"/a/b/J/c/d"` with `J` accepted → `"a/b/J"`. `None` if no component is accepted, or if a
+/// component before it is `.`/`..`.
+fn scope_rel(path: &str, is_scope_dir: &dyn Fn(&str) -> bool) -> Option<String> {
     let mut rel = PathBuf::new();
     for c in Path::new(path).components() {
         match c {
             Component::RootDir => {}
             Component::Normal(n) => {
                 rel.push(n);
-                if n == job {
+                if n.to_str().is_some_and(is_scope_dir) {
                     return rel.into_os_string().into_string().ok();
                 }
             }
@@ -143,25 +142,13 @@ fn job_rel(path: &str, job: &str) -> Option<String> {
     None
 }
 
-/// The SLURM node name in a job path: v1 `slurm_<node>/...` (multiple-slurmd build), v2
-/// `<node>_slurmstepd.scope` (SLURM's scope name with multiple slurmd).
-fn node_from_rel(rel: &str) -> Option<String> {
-    let comps = || rel.split('/').filter(|c| !c.is_empty());
-    comps()
-        .find_map(|c| c.strip_prefix("slurm_"))
-        .or_else(|| comps().find_map(|c| c.strip_suffix("_slurmstepd.scope")))
-        .filter(|n| !n.is_empty())
-        .map(str::to_owned)
-}
-
 impl JobCgroup {
-    /// The child cgroup of one step (`step_batch`, `step_extern`, `step_0` ...).
-    pub fn step(&self, step_dir_name: &str) -> JobCgroup {
+    /// The child cgroup named `dir_name` (one step of the job, for instance).
+    pub fn step(&self, dir_name: &str) -> JobCgroup {
         JobCgroup {
             version: self.version,
-            cpu_dir: self.cpu_dir.join(step_dir_name),
-            memory_dir: self.memory_dir.join(step_dir_name),
-            node_from_path: self.node_from_path.clone(),
+            cpu_dir: self.cpu_dir.join(dir_name),
+            memory_dir: self.memory_dir.join(dir_name),
         }
     }
 

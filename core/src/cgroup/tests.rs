@@ -1,5 +1,5 @@
 //! Tests of the cgroup readers: one success and one failure test per file reader (macro
-//! generated), `locate_job` on every supported layout, full reads of the captured v1 tree and the
+//! generated), `locate` on every supported layout, full reads of the captured v1 tree and the
 //! v2 fixture tree, "gone", the reader's kept descriptors across samples, and parsers under
 //! proptest.
 use super::parse::*;
@@ -515,189 +515,155 @@ fn reader_error_kinds_are_distinct() {
     );
 }
 
-// ---- locate_job ----
+// ---- locate ----
 
 fn fixture_text(root: &str, name: &str) -> String {
     fs::read_to_string(Path::new(root).join(name)).unwrap()
 }
 
+/// Accepts the one directory name `name` (the fixtures' job directories).
+fn named(name: &'static str) -> impl Fn(&str) -> bool {
+    move |c| c == name
+}
+
+/// The job cgroup of a fixture tree, as captured from a process inside it.
+fn fixture_job(root: &Path, text_root: &str, text: &str, job_dir: &'static str) -> JobCgroup {
+    locate(&fixture_text(text_root, text), root, &named(job_dir)).unwrap()
+}
+
+fn is_run(c: &str) -> bool {
+    c.starts_with("run_")
+}
+
 #[test]
-fn locate_v1_multiple_slurmd_from_captured_extern_stepd() {
-    let root = Path::new(V1_FIXTURE);
-    // proc-self-cgroup.extern.txt: "4:memory:/slurm_vm/uid_1001/job_1/step_extern", "2:cpuacct:/".
-    let cg = locate_job(
-        &fixture_text(V1_FIXTURE, "proc-self-cgroup.extern.txt"),
-        root,
-        1,
-    )
-    .unwrap();
+fn locate_v1_cuts_after_the_first_accepted_component() {
+    let root = Path::new("/r");
+    // Any prefix above, any sub-cgroups below; cpuacct's own line when it names the job.
+    let text = "7:freezer:/\n\
+                4:memory:/site/run_7/part/a\n\
+                2:cpuacct:/other/run_7/part\n\
+                1:name=systemd:/system.slice/x.service\n";
+    let cg = locate(text, root, &is_run).unwrap();
     assert_eq!(
         cg,
         JobCgroup {
             version: CgroupVersion::V1,
-            cpu_dir: root.join("cpuacct/slurm_vm/uid_1001/job_1"),
-            memory_dir: root.join("memory/slurm_vm/uid_1001/job_1"),
-            node_from_path: Some("vm".into()),
+            cpu_dir: root.join("cpuacct/other/run_7"),
+            memory_dir: root.join("memory/site/run_7"),
         }
     );
+    // The first accepted component wins (a nested directory with a matching name is inside).
+    let cg = locate("4:memory:/run_1/run_2/x\n", root, &is_run).unwrap();
+    assert_eq!(cg.memory_dir, root.join("memory/run_1"));
+    // cpuacct at `/` (the supervisor is not in the job there): the memory path is used.
+    let cg = locate("4:memory:/a/run_3/s\n2:cpuacct:/\n", root, &is_run).unwrap();
+    assert_eq!(cg.cpu_dir, root.join("cpuacct/a/run_3"));
+    let step = cg.step("s");
+    assert_eq!(step.memory_dir, root.join("memory/a/run_3/s"));
+    assert_eq!(step.cpu_dir, root.join("cpuacct/a/run_3/s"));
+}
+
+#[test]
+fn locate_v1_controller_preference() {
+    let root = Path::new("/r");
+    // Only freezer names the job (the memory line is at `/`): freezer's path is used.
+    let text = "6:freezer:/x/run_9\n4:memory:/\n2:cpuacct:/\n";
+    let cg = locate(text, root, &is_run).unwrap();
+    assert_eq!(cg.memory_dir, root.join("memory/x/run_9"));
+    // Memory is preferred over freezer, cpuset and cpuacct.
+    let text = "6:freezer:/f/run_1\n5:cpuset:/c/run_1\n4:memory:/m/run_1/s\n2:cpuacct:/a/run_1\n";
+    let cg = locate(text, root, &is_run).unwrap();
+    assert_eq!(cg.memory_dir, root.join("memory/m/run_1"));
+    assert_eq!(cg.cpu_dir, root.join("cpuacct/a/run_1"));
+    // Only cpuacct names it: the last resort.
+    let cg = locate("4:memory:/\n3:cpu,cpuacct:/a/run_2\n", root, &is_run).unwrap();
+    assert_eq!(cg.memory_dir, root.join("memory/a/run_2"));
+    assert_eq!(cg.cpu_dir, root.join("cpuacct/a/run_2"));
+    // A v1 controller not used for locating (pids) does not locate.
+    assert_eq!(locate("8:pids:/run_4\n4:memory:/\n", root, &is_run), None);
+}
+
+#[test]
+fn locate_v1_captured_fixture() {
+    let root = Path::new(V1_FIXTURE);
+    let cg = fixture_job(root, V1_FIXTURE, "proc-self-cgroup.extern.txt", "job_1");
+    assert_eq!(cg.cpu_dir, root.join("cpuacct/slurm_vm/uid_1001/job_1"));
+    assert_eq!(cg.memory_dir, root.join("memory/slurm_vm/uid_1001/job_1"));
     assert!(cg.exists());
-    // The batch slurmstepd gives the same job directory.
-    let batch = locate_job(
-        &fixture_text(V1_FIXTURE, "proc-self-cgroup.batch.txt"),
-        root,
-        1,
-    )
-    .unwrap();
-    assert_eq!(batch, cg);
-    // Another job id: not this process's job.
     assert_eq!(
-        locate_job(
-            &fixture_text(V1_FIXTURE, "proc-self-cgroup.extern.txt"),
-            root,
-            11
-        ),
-        None
+        fixture_job(root, V1_FIXTURE, "proc-self-cgroup.batch.txt", "job_1"),
+        cg
     );
 }
 
 #[test]
-fn locate_v1_plain_slurm_prefix() {
-    let text = "11:freezer:/slurm/uid_1000/job_55/step_0\n\
-                6:memory:/slurm/uid_1000/job_55/step_0/task_1\n\
-                3:cpu,cpuacct:/slurm/uid_1000/job_55/step_0/task_1\n\
-                1:name=systemd:/system.slice/slurmd.service\n";
-    let root = Path::new("/sys/fs/cgroup");
-    let cg = locate_job(text, root, 55).unwrap();
-    assert_eq!(cg.version, CgroupVersion::V1);
-    assert_eq!(cg.memory_dir, root.join("memory/slurm/uid_1000/job_55"));
-    assert_eq!(cg.cpu_dir, root.join("cpuacct/slurm/uid_1000/job_55"));
-    assert_eq!(cg.node_from_path, None);
-    let step = cg.step("step_0");
-    assert_eq!(
-        step.memory_dir,
-        root.join("memory/slurm/uid_1000/job_55/step_0")
-    );
-    assert_eq!(
-        step.cpu_dir,
-        root.join("cpuacct/slurm/uid_1000/job_55/step_0")
-    );
-}
-
-#[test]
-fn locate_v1_from_freezer_only() {
-    // slurmstepd after moving itself to the memory root: only freezer still names the job.
-    let text = "6:freezer:/slurm_n3/uid_5/job_9\n4:memory:/\n2:cpuacct:/\n";
-    let cg = locate_job(text, Path::new("/r"), 9).unwrap();
-    assert_eq!(cg.memory_dir, Path::new("/r/memory/slurm_n3/uid_5/job_9"));
-    assert_eq!(cg.node_from_path.as_deref(), Some("n3"));
-}
-
-#[test]
-fn locate_v2_slurmstepd_scope() {
+fn locate_v2_pure_and_deleted() {
     let root = Path::new(V2_FIXTURE);
     let dir = root.join("system.slice/slurmstepd.scope/job_4242");
     for name in ["proc-self-cgroup.extern.txt", "proc-self-cgroup.task.txt"] {
-        let cg = locate_job(&fixture_text(V2_FIXTURE, name), root, 4242).unwrap();
         assert_eq!(
-            cg,
+            fixture_job(root, V2_FIXTURE, name, "job_4242"),
             JobCgroup {
                 version: CgroupVersion::V2,
                 cpu_dir: dir.clone(),
                 memory_dir: dir.clone(),
-                node_from_path: None
             }
         );
     }
-    let cg = locate_job(
-        "0::/system.slice/slurmstepd.scope/job_77/step_extern\n",
-        Path::new("/sys/fs/cgroup"),
-        77,
-    )
-    .unwrap();
-    assert_eq!(
-        cg.cpu_dir,
-        Path::new("/sys/fs/cgroup/system.slice/slurmstepd.scope/job_77")
-    );
-    let cg = locate_job(
-        "0::/system.slice/n7_slurmstepd.scope/job_77/step_0/user/task_0\n",
-        Path::new("/c"),
-        77,
-    )
-    .unwrap();
-    assert_eq!(
-        cg.node_from_path.as_deref(),
-        Some("n7"),
-        "multiple-slurmd scope name"
-    );
+    let c = Path::new("/c");
+    let cg = locate("0::/a.slice/run_5/w/x\n", c, &is_run).unwrap();
+    assert_eq!(cg.cpu_dir, c.join("a.slice/run_5"));
     // A removed cgroup shows as "(deleted)" on v2.
-    let cg = locate_job(
-        "0::/system.slice/slurmstepd.scope/job_77 (deleted)\n",
-        Path::new("/c"),
-        77,
-    )
-    .unwrap();
-    assert_eq!(
-        cg.cpu_dir,
-        Path::new("/c/system.slice/slurmstepd.scope/job_77")
-    );
+    let cg = locate("0::/a.slice/run_5 (deleted)\n", c, &is_run).unwrap();
+    assert_eq!(cg.cpu_dir, c.join("a.slice/run_5"));
 }
 
 #[test]
 fn locate_v2_hybrid_unified() {
-    let text = "12:memory:/system.slice/slurmd.service\n\
-                1:name=systemd:/system.slice/slurmstepd.scope\n\
-                0::/system.slice/slurmstepd.scope/job_7/step_batch/user/task_0\n";
+    let text = "12:memory:/system.slice/x.service\n\
+                1:name=systemd:/system.slice/y.scope\n\
+                0::/system.slice/y.scope/run_7/s/t\n";
     let cg = TestCgroup::new();
     // Nothing on disk: v1 lines present, so cgroup2 is the hybrid `unified` mount.
-    let job = locate_job(text, cg.path(), 7).unwrap();
+    let job = locate(text, cg.path(), &is_run).unwrap();
     assert_eq!(job.version, CgroupVersion::V2);
     assert_eq!(
         job.cpu_dir,
-        cg.path()
-            .join("unified/system.slice/slurmstepd.scope/job_7")
+        cg.path().join("unified/system.slice/y.scope/run_7")
     );
     assert_eq!(job.memory_dir, job.cpu_dir);
     // Pure v2 text but the directory only exists below `unified`: the existing one wins.
-    let pure = "0::/system.slice/slurmstepd.scope/job_7/step_0\n";
+    let pure = "0::/system.slice/y.scope/run_7/s\n";
     assert_eq!(
-        locate_job(pure, cg.path(), 7).unwrap().cpu_dir,
-        cg.path().join("system.slice/slurmstepd.scope/job_7")
+        locate(pure, cg.path(), &is_run).unwrap().cpu_dir,
+        cg.path().join("system.slice/y.scope/run_7")
     );
-    fs::create_dir_all(
-        cg.path()
-            .join("unified/system.slice/slurmstepd.scope/job_7"),
-    )
-    .unwrap();
-    assert_eq!(locate_job(pure, cg.path(), 7).unwrap().cpu_dir, job.cpu_dir);
-}
-
-#[test]
-fn locate_sluid_parent_directory() {
-    // SLUID assumption: a SLUID-named level above `job_<id>` is just part of the prefix.
-    let text = "0::/system.slice/slurmstepd.scope/sluid_s0a1b2c3/job_123/step_0/user/task_0\n";
-    let cg = locate_job(text, Path::new("/c"), 123).unwrap();
+    fs::create_dir_all(cg.path().join("unified/system.slice/y.scope/run_7")).unwrap();
     assert_eq!(
-        cg.cpu_dir,
-        Path::new("/c/system.slice/slurmstepd.scope/sluid_s0a1b2c3/job_123")
+        locate(pure, cg.path(), &is_run).unwrap().cpu_dir,
+        job.cpu_dir
     );
 }
 
 #[test]
-fn locate_none_outside_a_job() {
+fn locate_none_outside_a_job_and_never_above_the_root() {
     let root = Path::new("/sys/fs/cgroup");
+    let run7 = named("run_7");
+    let session = "0::/user.slice/user-1000.slice/session-3.scope\n";
+    assert_eq!(locate(session, root, &run7), None);
+    assert_eq!(locate("4:memory:/\n2:cpuacct:/\n0::/\n", root, &run7), None);
+    // The predicate sees whole components only: run_77 and xrun_7 are not run_7.
     assert_eq!(
-        locate_job("0::/user.slice/user-1000.slice/session-3.scope\n", root, 1),
+        locate("4:memory:/a/run_77/s\n0::/xrun_7\n", root, &run7),
         None
     );
-    assert_eq!(locate_job("4:memory:/\n2:cpuacct:/\n0::/\n", root, 1), None);
-    // job_12 must not match job_1, nor job_1x.
-    assert_eq!(
-        locate_job("4:memory:/slurm/uid_1/job_12/step_0\n0::/\n", root, 1),
-        None
-    );
-    assert_eq!(locate_job("", root, 1), None);
-    // A path that climbs out of the root is refused.
-    assert_eq!(locate_job("0::/../../etc/job_1\n", root, 1), None);
+    assert_eq!(locate("", root, &run7), None);
+    // A path that climbs out of the root is refused, on v1 and v2.
+    assert_eq!(locate("0::/../../etc/run_7\n", root, &run7), None);
+    assert_eq!(locate("4:memory:/a/../run_7\n", root, &run7), None);
+    // After the job's directory nothing is looked at.
+    let below = locate("0::/a/run_7/../../x\n", root, &run7).unwrap();
+    assert_eq!(below.cpu_dir, root.join("a/run_7"));
 }
 
 // ---- full reads ----
@@ -705,10 +671,10 @@ fn locate_none_outside_a_job() {
 #[test]
 fn read_v1_captured_job() {
     let root = Path::new(V1_FIXTURE);
-    let cg = locate_job(
+    let cg = locate(
         &fixture_text(V1_FIXTURE, "proc-self-cgroup.extern.txt"),
         root,
-        1,
+        &named("job_1"),
     )
     .unwrap();
     let (snap, problems) = cg.read_detailed(&root.join("proc"));
@@ -770,10 +736,10 @@ fn read_v1_captured_job() {
 #[test]
 fn read_v1_step() {
     let root = Path::new(V1_FIXTURE);
-    let cg = locate_job(
+    let cg = locate(
         &fixture_text(V1_FIXTURE, "proc-self-cgroup.batch.txt"),
         root,
-        1,
+        &named("job_1"),
     )
     .unwrap();
     let snap = cg.step("step_0").read(&root.join("proc"));
@@ -791,10 +757,10 @@ fn read_v1_step() {
 #[test]
 fn read_v2_fixture_job() {
     let root = Path::new(V2_FIXTURE);
-    let cg = locate_job(
+    let cg = locate(
         &fixture_text(V2_FIXTURE, "proc-self-cgroup.task.txt"),
         root,
-        4242,
+        &named("job_4242"),
     )
     .unwrap();
     let no_proc = TestCgroup::new();
@@ -840,10 +806,10 @@ fn read_v2_fixture_job() {
 #[test]
 fn read_v2_step_and_thread_fallback() {
     let root = Path::new(V2_FIXTURE);
-    let cg = locate_job(
+    let cg = locate(
         &fixture_text(V2_FIXTURE, "proc-self-cgroup.extern.txt"),
         root,
-        4242,
+        &named("job_4242"),
     )
     .unwrap();
     let no_proc = TestCgroup::new();
@@ -882,10 +848,10 @@ fn gone_v1_and_v2() {
     let tmp = TestCgroup::new();
     copy_tree(Path::new(V1_FIXTURE), &tmp.path().join("v1"));
     let root = tmp.path().join("v1");
-    let cg = locate_job(
+    let cg = locate(
         &fixture_text(V1_FIXTURE, "proc-self-cgroup.extern.txt"),
         &root,
-        1,
+        &named("job_1"),
     )
     .unwrap();
     assert!(!cg.read(&root.join("proc")).gone);
@@ -907,10 +873,10 @@ fn gone_v1_and_v2() {
 
     copy_tree(Path::new(V2_FIXTURE), &tmp.path().join("v2"));
     let root = tmp.path().join("v2");
-    let cg = locate_job(
+    let cg = locate(
         &fixture_text(V2_FIXTURE, "proc-self-cgroup.task.txt"),
         &root,
-        4242,
+        &named("job_4242"),
     )
     .unwrap();
     let mut reader = cg.reader(&root);
@@ -926,10 +892,10 @@ fn gone_v1_and_v2() {
 fn malformed_file_in_full_read_loses_only_its_field() {
     let tmp = TestCgroup::new();
     copy_tree(Path::new(V1_FIXTURE), tmp.path());
-    let cg = locate_job(
+    let cg = locate(
         &fixture_text(V1_FIXTURE, "proc-self-cgroup.extern.txt"),
         tmp.path(),
-        1,
+        &named("job_1"),
     )
     .unwrap();
     let stat = cg.memory_dir.join("memory.stat");
@@ -978,7 +944,7 @@ mod never_panic {
         let _ = parse_io_stat_v2(s);
         let _ = parse_pressure(s);
         let _ = parse_proc_cgroup(s);
-        let _ = locate_job(s, Path::new("/nonexistent-cgroup-root"), 1);
+        let _ = locate(s, Path::new("/nonexistent-cgroup-root"), &named("job_1"));
     }
 
     proptest! {
@@ -1009,10 +975,10 @@ mod never_panic {
 #[test]
 fn reader_v2_fixture_gives_the_one_shot_reading_every_sample() {
     let root = Path::new(V2_FIXTURE);
-    let cg = locate_job(
+    let cg = locate(
         &fixture_text(V2_FIXTURE, "proc-self-cgroup.task.txt"),
         root,
-        4242,
+        &named("job_4242"),
     )
     .unwrap();
     let no_proc = TestCgroup::new();
@@ -1031,10 +997,10 @@ fn reader_v2_fixture_gives_the_one_shot_reading_every_sample() {
 fn reader_reads_kept_descriptors_not_paths() {
     let tmp = TestCgroup::new();
     copy_tree(Path::new(V2_FIXTURE), tmp.path());
-    let cg = locate_job(
+    let cg = locate(
         &fixture_text(V2_FIXTURE, "proc-self-cgroup.task.txt"),
         tmp.path(),
-        4242,
+        &named("job_4242"),
     )
     .unwrap();
     let mut reader = cg.reader(tmp.path());
@@ -1056,10 +1022,10 @@ fn reader_reads_kept_descriptors_not_paths() {
 fn reader_v1_gone_after_both_controllers_are_removed() {
     let tmp = TestCgroup::new();
     copy_tree(Path::new(V1_FIXTURE), tmp.path());
-    let cg = locate_job(
+    let cg = locate(
         &fixture_text(V1_FIXTURE, "proc-self-cgroup.extern.txt"),
         tmp.path(),
-        1,
+        &named("job_1"),
     )
     .unwrap();
     let mut reader = cg.reader(&tmp.path().join("proc"));
@@ -1087,10 +1053,10 @@ fn reader_follows_steps_and_processes_that_come_and_go() {
     let tmp = TestCgroup::new();
     copy_tree(Path::new(V1_FIXTURE), tmp.path());
     let proc_root = tmp.path().join("proc");
-    let cg = locate_job(
+    let cg = locate(
         &fixture_text(V1_FIXTURE, "proc-self-cgroup.extern.txt"),
         tmp.path(),
-        1,
+        &named("job_1"),
     )
     .unwrap();
     let mut reader = cg.reader(&proc_root);
@@ -1188,7 +1154,6 @@ impl RealV1Job {
                 version: CgroupVersion::V1,
                 cpu_dir: root.join("cpuacct").join(&name),
                 memory_dir: root.join("memory").join(&name),
-                node_from_path: None,
             },
         };
         for base in [&job.cgroup.cpu_dir, &job.cgroup.memory_dir] {
@@ -1300,10 +1265,10 @@ fn reader_v1_pid_lists_see_new_processes_at_both_paces() {
 fn reader_v1_fixture_keeps_pid_lists_open() {
     let tmp = TestCgroup::new();
     copy_tree(Path::new(V1_FIXTURE), tmp.path());
-    let cg = locate_job(
+    let cg = locate(
         &fixture_text(V1_FIXTURE, "proc-self-cgroup.extern.txt"),
         tmp.path(),
-        1,
+        &named("job_1"),
     )
     .unwrap();
     let mut reader = cg.reader(&tmp.path().join("proc"));

@@ -1,10 +1,10 @@
 //! cgroup v1 readers: one typed function per control file, each taking the cgroup directory.
 //!
 //! Kernel docs: Documentation/admin-guide/cgroup-v1/cpuacct.rst and memory.rst.
-//! SLURM 22.05 layout (Debian, `--enable-multiple-slurmd`; plain `slurm/` otherwise):
-//! `/sys/fs/cgroup/{memory,cpuacct}/slurm_<node>/uid_<uid>/job_<id>/step_<s>/task_<n>`.
-//! There is no blkio/pids/cpu job cgroup, so I/O comes from `/proc/<pid>/io` (see
-//! [`crate::procio`]) and throttling/PSI are not available.
+//! A job's cgroup lives in the memory and cpuacct hierarchies (`<mnt>/{memory,cpuacct}/<rel>`,
+//! found by [`super::locate`]; SLURM's layout is described in `plugin/src/scope.rs`). There is no
+//! blkio/pids/cpu job cgroup, so I/O comes from `/proc/<pid>/io` (see [`crate::procio`]) and
+//! throttling/PSI are not available.
 use super::parse::{self, MemStatV1, OomControlV1};
 use super::{read_keyed, read_single, Error, Lenient};
 use std::path::Path;

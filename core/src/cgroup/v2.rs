@@ -1,11 +1,10 @@
 //! cgroup v2 readers: one typed function per control file, each taking the cgroup directory.
 //!
 //! Kernel doc: Documentation/admin-guide/cgroup-v2.rst (sections "Core Interface Files", "CPU",
-//! "Memory", "IO", "PID", "PSI"). SLURM cgroup/v2 layout:
-//! `<mnt>/system.slice/slurmstepd.scope/job_<id>/step_<s>/{slurm,user/task_<n>}`
-//! (`<node>_slurmstepd.scope` with multiple slurmd; `<mnt>` is `/sys/fs/cgroup`, or
-//! `/sys/fs/cgroup/unified` on hybrid hosts). v2 files are hierarchical: the job directory covers
-//! all steps, including slurmstepd itself (`step_*/slurm`).
+//! "Memory", "IO", "PID", "PSI"). A job's cgroup is one directory `<mnt>/<rel>` (found by
+//! [`super::locate`]; `<mnt>` is `/sys/fs/cgroup`, or `/sys/fs/cgroup/unified` on hybrid hosts;
+//! SLURM's layout is described in `plugin/src/scope.rs`). v2 files are hierarchical: the job
+//! directory covers all its sub-cgroups, including one the scheduler's own process may sit in.
 use super::parse::{self, CpuStatV2, IoStatV2, MemEventsV2, MemStatV2, Pressure};
 use super::{read_keyed, read_single, Error, Lenient};
 use std::path::Path;
