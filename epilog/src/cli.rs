@@ -18,8 +18,10 @@ use std::path::PathBuf;
 )]
 struct Cli {
     /// Configuration file.
-    #[arg(long, global = true, default_value = DEFAULT_CONFIG_PATH)]
-    config: PathBuf,
+    /// Configuration file [default: /etc/jobscope/jobscope.toml, which may be absent]. A file
+    /// named here must exist and parse.
+    #[arg(long, global = true)]
+    config: Option<PathBuf>,
     #[command(subcommand)]
     cmd: Cmd,
 }
@@ -132,8 +134,14 @@ fn caller_uid() -> u32 {
     unsafe { libc::getuid() }
 }
 
-fn load_config(path: &std::path::Path) -> Result<Config> {
-    Config::load(path).map_err(|e| anyhow::anyhow!("{e}"))
+/// The configuration: a file someone named must exist and parse; the default path may be absent
+/// (then the defaults apply, as on a node without a config).
+fn load_config(named: &Option<PathBuf>) -> Result<Config> {
+    match named {
+        Some(p) => Config::load_named(p),
+        None => Config::load(std::path::Path::new(DEFAULT_CONFIG_PATH)),
+    }
+    .map_err(|e| anyhow::anyhow!("configuration: {e}"))
 }
 
 fn use_color() -> bool {
@@ -309,7 +317,7 @@ fn real_main() -> Result<()> {
             Ok(())
         }
         Cmd::Summarize { dir, json } => {
-            let cfg = load_config(&cli.config).unwrap_or_default();
+            let cfg = load_config(&cli.config)?;
             let (s, problems) = pipeline::summarize_dir(&dir, &cfg).map_err(anyhow::Error::msg)?;
             for p in problems {
                 eprintln!("jobscope: {p}");
@@ -404,14 +412,12 @@ pub fn epilog_main() -> i32 {
         return rc;
     }
     let result = std::panic::catch_unwind(|| {
-        let cfg_path = std::env::var_os("JOBSCOPE_CONFIG")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| PathBuf::from(DEFAULT_CONFIG_PATH));
-        let cfg = match Config::load(&cfg_path) {
+        let named = std::env::var_os("JOBSCOPE_CONFIG").map(PathBuf::from);
+        let cfg = match load_config(&named) {
             Ok(c) => c,
             Err(e) => {
                 let c = Config::default();
-                run::append_log(&c.paths.log_file, &format!("config: {e}; using defaults"));
+                run::append_log(&c.paths.log_file, &format!("{e}; using defaults"));
                 c
             }
         };
