@@ -613,7 +613,7 @@ impl Queue {
                 let why = format!(
                     "undelivered after {} attempt(s) over {}; last error: {}",
                     meta.attempts,
-                    crate::render::fmt_duration(age as f64),
+                    crate::present::fmt_duration(age as f64),
                     meta.last_error.as_deref().unwrap_or("none")
                 );
                 match self.bury(&id, Some(meta), &why, now) {

@@ -196,7 +196,12 @@ pub struct JobSummary {
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub user_options: std::collections::BTreeMap<String, String>,
     /// Analysis added by the report layer (scalability, classification, advice…).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Read leniently ([`analysis::deserialize_lenient`]): an older, untyped analysis reads as absent.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "analysis::deserialize_lenient"
+    )]
     pub analysis: Option<analysis::Analysis>,
 }
 
