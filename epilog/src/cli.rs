@@ -17,7 +17,6 @@ use std::path::PathBuf;
     about = "How well did a SLURM job use what it asked for?"
 )]
 struct Cli {
-    /// Configuration file.
     /// Configuration file [default: /etc/jobscope/jobscope.toml, which may be absent]. A file
     /// named here must exist and parse.
     #[arg(long, global = true)]

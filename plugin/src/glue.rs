@@ -12,7 +12,7 @@ use jobscope_core::slurm::{cpulist_count, step_name, STEP_BATCH, STEP_EXTERN};
 use jobscope_core::spool::Handover;
 use slurm_spank::{Context, Plugin, SpankHandle, SpankOption, SPANK_PLUGIN};
 use std::error::Error;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Once;
 use std::time::{Duration, Instant};
 
@@ -73,11 +73,13 @@ impl Jobscope {
     }
 
     fn config(args: &Args) -> Config {
-        let path = args
-            .config
-            .clone()
-            .unwrap_or_else(|| PathBuf::from(DEFAULT_CONFIG_PATH));
-        Config::load(&path).unwrap_or_else(|e| {
+        // A file named on the plugstack line must exist (the log says so when it does not); the
+        // default path may be absent. Either way the job runs, with the defaults if need be.
+        let loaded = match &args.config {
+            Some(p) => Config::load_named(p),
+            None => Config::load(Path::new(DEFAULT_CONFIG_PATH)),
+        };
+        loaded.unwrap_or_else(|e| {
             crate::log_error(&format!("config: {e}; using defaults"));
             Config::default()
         })
