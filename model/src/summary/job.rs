@@ -298,8 +298,12 @@ mod tests {
             proptest::prop_assert_eq!(s.samples, 5 * nodes.len() as u64);
             let cores: u32 = nodes.iter().map(|n| n.3).sum();
             proptest::prop_assert_eq!(s.alloc.cores, Some(cores));
+            // Expected figures from the inputs alone: every node ran `elapsed` s (to the ms), from 0.
+            let elapsed_ms = (elapsed * 1000.0) as u64;
+            let elapsed_s = elapsed_ms as f64 / 1000.0;
+            proptest::prop_assert_eq!(s.elapsed_s, elapsed_s);
             let eff = s.efficiency.cpu_pct.unwrap();
-            let want = 100.0 * cpu / (cores as f64 * s.elapsed_s);
+            let want = 100.0 * cpu / (cores as f64 * elapsed_s);
             proptest::prop_assert!((eff - want).abs() <= 1e-6 * want.max(1.0), "{} vs {}", eff, want);
             proptest::prop_assert!(!s.partial);
         }
