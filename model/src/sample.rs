@@ -91,6 +91,17 @@ reading_fields! {
     psi_mem_full_usec,
     /// PSI `io.pressure some total` (µs).
     psi_io_some_usec,
+    /// Step readings only (never in buckets): `read_bytes` of the step's slurmstepd that came
+    /// from the children it reaped, i.e. the step's tasks and everything they reaped, recursively
+    /// (`jobscope_core::procio::reaped_io`). Cumulative: a step's figure is its exit value minus
+    /// its start value. Exact even for processes that lived between two samples.
+    reaped_read_bytes,
+    /// Step readings only: the same for `write_bytes`.
+    reaped_write_bytes,
+    /// Step readings only: the same for `syscr`.
+    reaped_read_ops,
+    /// Step readings only: the same for `syscw`.
+    reaped_write_ops,
 }
 
 /// Rate per second of a counter between two readings taken `dt_ms` apart.

@@ -715,6 +715,11 @@ fn read_v1_captured_job() {
         psi_mem_some_usec: None,
         psi_mem_full_usec: None,
         psi_io_some_usec: None,
+        // slurmstepd's reaped I/O: step readings only (plugin/src/steps.rs), never a cgroup's.
+        reaped_read_bytes: None,
+        reaped_write_bytes: None,
+        reaped_read_ops: None,
+        reaped_write_ops: None,
     };
     assert_eq!(snap.reading, expected);
     assert_eq!(snap.percpu_ns, Some(vec![17730021, 3310141141])); // C/cpuacct.usage_percpu
@@ -799,6 +804,11 @@ fn read_v2_fixture_job() {
         psi_mem_some_usec: Some(413077),       // memory.pressure some total
         psi_mem_full_usec: Some(395810),       // memory.pressure full total
         psi_io_some_usec: Some(95874),         // io.pressure some total
+        // slurmstepd's reaped I/O: step readings only (plugin/src/steps.rs), never a cgroup's.
+        reaped_read_bytes: None,
+        reaped_write_bytes: None,
+        reaped_read_ops: None,
+        reaped_write_ops: None,
     };
     assert_eq!(snap.reading, expected);
 }
