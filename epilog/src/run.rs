@@ -697,9 +697,11 @@ pub(crate) mod tests {
         let mut log = |_: &str| {};
         run_epilog(&c, &env(78, "a", "a,b"), &down(), &mut log).unwrap();
         let slurm = FakeSlurm::up();
-        let early = reap(&c, "a", now_unix_ms(), &slurm, &mut log).unwrap();
+        // The wait runs from the job's end on node a: its batch step's exit in the fixture.
+        let end_a = 1_700_001_149_000;
+        let early = reap(&c, "a", end_a + 1_000, &slurm, &mut log).unwrap();
         assert!(early.partial.is_empty(), "must wait node_wait_s first");
-        let later = reap(&c, "a", now_unix_ms() + 61_000, &slurm, &mut log).unwrap();
+        let later = reap(&c, "a", end_a + 61_000, &slurm, &mut log).unwrap();
         assert_eq!(
             later.partial,
             vec![ReapedJob {

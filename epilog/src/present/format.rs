@@ -41,6 +41,16 @@ pub fn fmt_duration(s: f64) -> String {
     }
 }
 
+/// A job's or step's elapsed time: [`fmt_duration`], with tenths under a minute (`12.0s`, `0.3s`),
+/// where a whole second is a large share of the figure (a 0.3 s job does not read `0s`).
+pub fn fmt_elapsed(s: f64) -> String {
+    if s.is_finite() && s < 59.95 {
+        format!("{:.1}s", s.max(0.0))
+    } else {
+        fmt_duration(s)
+    }
+}
+
 /// [`fmt_duration`] without the seconds once it reaches hours (`3h12m`): the subject line.
 pub fn short_duration(s: f64) -> String {
     let d = fmt_duration(s);
@@ -164,6 +174,10 @@ mod tests {
         assert_eq!(fmt_duration(3725.0), "1h02m05s");
         assert_eq!(fmt_duration(59.6), "1m00s");
         assert_eq!(fmt_duration(90_000.0), "1d01h00m");
+        assert_eq!(fmt_elapsed(12.0), "12.0s");
+        assert_eq!(fmt_elapsed(0.296), "0.3s");
+        assert_eq!(fmt_elapsed(59.96), "1m00s");
+        assert_eq!(fmt_elapsed(3725.0), "1h02m05s");
         assert_eq!(short_duration(42.0), "42s");
         assert_eq!(short_duration(725.0), "12m05s");
         assert_eq!(short_duration(11_520.0), "3h12m");

@@ -252,7 +252,7 @@ fn head(s: &JobSummary) -> View {
             .map(words::end_reason)
             .map(|r| clean(&r, 200))
             .unwrap_or_default(),
-        elapsed: fmt_duration(s.elapsed_s),
+        elapsed: fmt_elapsed(s.elapsed_s),
         time_limit: s
             .alloc
             .time_limit_s
@@ -328,7 +328,7 @@ fn node_view(n: &NodeSummary) -> NodeView {
             .take(200)
             .map(|st| StepView {
                 name: clean(&st.step, 32),
-                elapsed: or_na(st.elapsed_s.map(fmt_duration)),
+                elapsed: or_na(st.elapsed_s.map(fmt_elapsed)),
                 cpu_time: fmt_secs(st.cpu_s),
                 mem_peak: fmt_bytes(st.mem_peak_bytes),
                 exit: or_na(st.exit_status.map(|e| e.to_string())),

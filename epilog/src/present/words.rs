@@ -478,7 +478,7 @@ pub fn no_advice(a: &Analysis) -> String {
         }
         Some(AdviceWithheld::ShortJob { elapsed_s, min_s }) => format!(
             "No advice: the job ran {}, under the {} needed to judge its use.",
-            fmt_duration(*elapsed_s),
+            fmt_elapsed(*elapsed_s),
             fmt_duration(*min_s as f64)
         ),
         None => "Advice: none, the job used its request well.".into(),
@@ -492,7 +492,7 @@ pub fn advice_note(a: &Analysis) -> Option<String> {
             Some(format!(
                 "CPU, memory and time use are judged only from {} on; the job ran {}.",
                 fmt_duration(*min_s as f64),
-                fmt_duration(*elapsed_s)
+                fmt_elapsed(*elapsed_s)
             ))
         }
         _ => None,

@@ -38,6 +38,34 @@ fn max_opt<T: Copy + PartialOrd>(vals: impl Iterator<Item = Option<T>>) -> Optio
     })
 }
 
+/// How far before SLURM's start second a node's first record may lie and still be the job's start:
+/// the controller's and the node's clocks differ by NTP's error, well under a second.
+const CLOCK_SKEW_MS: u64 = 1_000;
+/// How long after SLURM's start second a node's first record may lie and still be the job's start:
+/// the launch (the controller's RPC, a prolog, slurmstepd forking the step) takes milliseconds to
+/// a few seconds. A first record later than that means jobscope missed the start (a sampler series
+/// lost, only a later step recorded): then SLURM's second is the truer start.
+const LAUNCH_SLACK_MS: u64 = 5_000;
+
+/// The job's start, from the best source. SLURM gives whole seconds (truncated: up to 1 s early,
+/// which made a 12.0 s job read 12.5-13.1 s); jobscope's nodes stamp their first record in
+/// milliseconds when the job's first process exists, on the same clock as the node's end. So the
+/// nodes' earliest start wins when it lies within SLURM's start second or just after it
+/// ([`CLOCK_SKEW_MS`] before to [`LAUNCH_SLACK_MS`] after); SLURM's second when it does not, or
+/// when jobscope has nothing; jobscope's alone when SLURM gave no start.
+pub fn best_start_ms(slurm_ms: Option<u64>, measured_ms: Option<u64>) -> Option<u64> {
+    match (slurm_ms, measured_ms) {
+        (Some(s), Some(m))
+            if m.saturating_add(CLOCK_SKEW_MS) >= s
+                && m < s.saturating_add(1_000 + LAUNCH_SLACK_MS) =>
+        {
+            Some(m)
+        }
+        (Some(s), _) => Some(s),
+        (None, m) => m,
+    }
+}
+
 /// Assembles the job's summary (without analysis). `expected_nodes` are the allocation's nodes;
 /// those without a summary are named as missing and still count in the allocation.
 pub fn assemble(
@@ -61,16 +89,23 @@ pub fn assemble(
             .iter()
             .filter(|n| n.quality.samples > 0 || !n.steps.is_empty())
     };
-    let start_unix_ms = facts
-        .start_unix_s
-        .map(|t| t.saturating_mul(1000))
-        .or_else(|| measured().map(|n| n.start_unix_ms).min())
+    let slurm_start_ms = facts.start_unix_s.map(|t| t.saturating_mul(1000));
+    let start_unix_ms = best_start_ms(slurm_start_ms, measured().map(|n| n.start_unix_ms).min())
         .or_else(|| nodes.iter().map(|n| n.start_unix_ms).max())
         .unwrap_or(0);
-    let end_unix_ms = nodes
+    let nodes_end_ms = nodes.iter().map(|n| n.end_unix_ms).max();
+    // A batch job ends when its batch script does (SLURM takes its end time then): the batch step's
+    // exit on its node. The other nodes' ends (their extern step's, once SLURM tells them) come a
+    // round trip later. Without a batch step (salloc, srun alone) the last node's end is the job's.
+    let batch_end_ms = nodes
         .iter()
-        .map(|n| n.end_unix_ms)
+        .flat_map(|n| n.steps.iter())
+        .filter(|st| st.step == "batch")
+        .filter_map(|st| st.end_unix_ms)
         .max()
+        .filter(|&t| t >= start_unix_ms && nodes_end_ms.is_some_and(|e| t <= e));
+    let end_unix_ms = batch_end_ms
+        .or(nodes_end_ms)
         .unwrap_or(start_unix_ms)
         .max(start_unix_ms);
     let elapsed_s = end_unix_ms.saturating_sub(start_unix_ms) as f64 / 1000.0;
@@ -146,7 +181,9 @@ pub fn assemble(
 
     let evidence = EndEvidence {
         oom_kills: nodes.iter().filter_map(|n| n.mem.oom_kill_events).sum(),
-        elapsed_s,
+        // The time limit is SLURM's, enforced from its own start second: judge it against that.
+        elapsed_s: slurm_start_ms
+            .map_or(elapsed_s, |s| end_unix_ms.saturating_sub(s) as f64 / 1000.0),
     };
     let end = decide(facts, &evidence);
     let mut partial_reasons = Vec::new();
@@ -355,13 +392,11 @@ mod tests {
         f.start_unix_s = Some(0);
         let mut n = node("a", 800.0, 1 << 30);
         n.alloc_mem_bytes = None;
+        n.start_unix_ms = 0;
         n.end_unix_ms = 200_000;
         let s = assemble(&f, vec![n], &["a".to_string()], "t", &completed);
         assert_eq!((s.alloc.nodes, s.alloc.cores), (3, Some(16)));
-        assert_eq!(
-            s.elapsed_s, 200.0,
-            "start from the scheduler, end from the node"
-        );
+        assert_eq!(s.elapsed_s, 200.0, "start and end from the node");
         // 800 / (16 × 200) = 25 %
         assert_eq!(s.efficiency.cpu_pct, Some(25.0));
         assert_eq!(s.efficiency.time_pct, Some(50.0));
@@ -370,6 +405,58 @@ mod tests {
             "no allocation known: no percentage"
         );
         assert_eq!(s.io.read_bytes, None);
+    }
+
+    #[test]
+    fn the_start_is_the_nodes_millisecond_record_when_it_fits_slurms_second() {
+        let s = 1_700_000_000_000u64;
+        // Within SLURM's (truncated) start second, or a launch after it: the node's record.
+        assert_eq!(best_start_ms(Some(s), Some(s + 700)), Some(s + 700));
+        assert_eq!(best_start_ms(Some(s), Some(s + 4_200)), Some(s + 4_200));
+        // The node's clock a little behind the controller's.
+        assert_eq!(best_start_ms(Some(s), Some(s - 300)), Some(s - 300));
+        // Far after: jobscope missed the start (its first record is a later step): SLURM's second.
+        assert_eq!(best_start_ms(Some(s), Some(s + 60_000)), Some(s));
+        // Far before: not this job's start.
+        assert_eq!(best_start_ms(Some(s), Some(s - 5_000)), Some(s));
+        assert_eq!(best_start_ms(Some(s), None), Some(s));
+        assert_eq!(best_start_ms(None, Some(s + 1)), Some(s + 1));
+        assert_eq!(best_start_ms(None, None), None);
+    }
+
+    #[test]
+    fn the_batch_steps_exit_ends_the_job_and_the_limit_is_judged_from_slurms_start() {
+        // SLURM: started in second 1000, limit 60 s. Node a (batch) ran from 1000.8 s to 1060.6 s;
+        // node b's extern step ended 0.3 s later, when SLURM told it.
+        let mut f = facts();
+        f.start_unix_s = Some(1_000);
+        f.time_limit_s = Some(60);
+        let mut a = node("a", 1.0, 1);
+        a.start_unix_ms = 1_000_800;
+        a.end_unix_ms = 1_060_600;
+        a.steps = vec![StepSummary {
+            step: "batch".into(),
+            start_unix_ms: Some(1_000_800),
+            end_unix_ms: Some(1_060_600),
+            elapsed_s: Some(59.8),
+            cpu_s: Some(1.0),
+            mem_peak_bytes: None,
+            exit_status: Some(0),
+        }];
+        let mut b = node("b", 1.0, 1);
+        b.start_unix_ms = 1_000_850;
+        b.end_unix_ms = 1_060_900;
+        let seen = std::cell::Cell::new(None);
+        let decide = |_: &JobFacts, e: &EndEvidence| {
+            seen.set(Some(*e));
+            completed(&facts(), e)
+        };
+        let names = ["a".to_string(), "b".to_string()];
+        let s = assemble(&f, vec![a, b], &names, "t", &decide);
+        assert_eq!((s.start_unix_ms, s.end_unix_ms), (1_000_800, 1_060_600));
+        assert!((s.elapsed_s - 59.8).abs() < 1e-9, "{}", s.elapsed_s);
+        // SLURM enforces its limit from its own start second: 60.6 s by that clock.
+        assert!((seen.get().unwrap().elapsed_s - 60.6).abs() < 1e-9);
     }
 
     #[test]

@@ -165,14 +165,45 @@ fn secs(ns: Option<u64>) -> Option<f64> {
     ns.map(|v| v as f64 / 1e9)
 }
 
-/// Builds the node summary. `end_unix_ms` is when the job ended on this node (the caller knows: the
-/// epilog runs right after). `node` is used when no spool file names it.
+/// When the job ended on this node as its own records tell, to the millisecond:
+/// - the batch step's exit (`step_exit`, written by its slurmstepd once the batch script and its
+///   tasks are gone: the moment SLURM's own end time is taken for a batch job);
+/// - else the sampler's end record when the plugin stopped it (`stopped`: the extern step's exit,
+///   i.e. the end of the allocation on this node; or the batch step's when there is no extern step).
+///
+/// A sampler that ended on its own (`cgroup_gone`) noticed the end only at its next scheduled
+/// sample, up to one cadence late: that is no end time. `None`: the caller's bound is all there is.
+fn recorded_end_ms(series: Option<&SpoolFile>, steps: &[SpoolFile]) -> Option<u64> {
+    let batch_exit = steps
+        .iter()
+        .filter(|f| f.header.series == "batch")
+        .flat_map(|f| f.events.iter())
+        .filter(|e| e.kind == "step_exit")
+        .map(|e| e.t_ms)
+        .max();
+    batch_exit.or_else(|| {
+        series
+            .and_then(|s| s.end.as_ref())
+            .filter(|e| e.reason == "stopped")
+            .map(|e| e.t_ms)
+    })
+}
+
+/// Builds the node summary. `node` is used when no spool file names it.
+///
+/// Start and end come from the node's own millisecond clock, so the two are read on one clock:
+/// - start: the earliest spool header (each is stamped in the plugin's first `task_post_fork` of its
+///   step, when the step's first process exists: the extern step's at the allocation's start);
+/// - end: [`recorded_end_ms`] when the spool has it, never after `end_unix_ms`, the latest the job
+///   can have ended (the Epilog's "now", which runs a few ms, or with a slow Epilog seconds, after
+///   the job; or, collected later, the spool's last record). Without a recorded end, `end_unix_ms`.
 pub fn summarize_node(
     series: Option<&SpoolFile>,
     steps: &[SpoolFile],
     node: &str,
     end_unix_ms: u64,
 ) -> NodeSummary {
+    let bound_ms = end_unix_ms;
     let headers: Vec<&crate::spool::Header> = series
         .iter()
         .map(|s| &s.header)
@@ -182,7 +213,10 @@ pub fn summarize_node(
         .iter()
         .map(|h| h.start_unix_ms)
         .min()
-        .unwrap_or(end_unix_ms);
+        .unwrap_or(bound_ms);
+    let end_unix_ms = recorded_end_ms(series, steps)
+        .filter(|&t| t >= start_unix_ms && t <= bound_ms)
+        .unwrap_or(bound_ms);
     let first = headers.first();
     let rs = job_readings(series, steps);
 
@@ -585,6 +619,98 @@ mod tests {
         assert_eq!(
             only_steps.header().map(|h| h.series.as_str()),
             Some("batch")
+        );
+    }
+
+    /// A 12.000 s job on 2 cores keeping one busy, whose SLURM start second (truncated) lies 0.7 s
+    /// before its first record, and whose Epilog runs 90 ms after the batch step's exit.
+    #[test]
+    fn a_12_s_job_reads_12_s_and_50_pct_from_its_own_millisecond_records() {
+        let slurm_s = 1_700_000_000u64;
+        let t0 = slurm_s * 1000 + 700;
+        let job_reading = |cpu_ms: u64| Reading {
+            cpu_usage_ns: Some(cpu_ms * 1_000_000),
+            ..Default::default()
+        };
+        let mut b0 = bucket(t0, 0, 1 << 20);
+        b0.last.cpu_usage_ns = Some(0);
+        let mut b1 = bucket(t0 + 10_000, 10, 1 << 20);
+        b1.last.cpu_usage_ns = Some(10_000_000_000);
+        let series = SpoolFile {
+            header: header("job", t0),
+            buckets: vec![b0, b1],
+            events: vec![],
+            end: Some(End {
+                t_ms: t0 + 12_060,
+                reason: "stopped".into(),
+                samples_taken: 2,
+                samples_missed: 0,
+            }),
+            torn: false,
+            valid_bytes: 0,
+        };
+        let mut start = step_event(t0 + 20, "step_start");
+        start.step_reading = Some(job_reading(0));
+        let mut exit = step_event(t0 + 12_000, "step_exit");
+        exit.job = Some(job_reading(12_000));
+        exit.exit_status = Some(0);
+        let batch = SpoolFile {
+            header: header("batch", t0 + 20),
+            buckets: vec![],
+            events: vec![start, exit],
+            end: None,
+            torn: false,
+            valid_bytes: 0,
+        };
+        let epilog_now = t0 + 12_090;
+        let n = summarize_node(Some(&series), &[batch], "vm", epilog_now);
+        assert_eq!((n.start_unix_ms, n.end_unix_ms), (t0, t0 + 12_000));
+        assert!((n.cpu_efficiency_pct.unwrap() - 50.0).abs() < 0.5);
+
+        let facts = crate::job::JobFacts {
+            job_id: 9,
+            start_unix_s: Some(slurm_s),
+            cpus: Some(2),
+            ..Default::default()
+        };
+        let decide = |_: &crate::job::JobFacts, _: &crate::job::EndEvidence| crate::job::JobEnd {
+            state: crate::job::JobState::Completed,
+            reason: None,
+        };
+        let s = crate::summary::job::assemble(&facts, vec![n], &["vm".into()], "t", &decide);
+        assert!((s.elapsed_s - 12.0).abs() <= 0.05, "{}", s.elapsed_s);
+        let eff = s.efficiency.cpu_pct.unwrap();
+        assert!((eff - 50.0).abs() <= 0.5, "{eff}");
+    }
+
+    #[test]
+    fn without_a_recorded_end_the_callers_bound_is_the_end() {
+        // The sampler ended on its own (it noticed the cgroup gone at a later sample): no end time.
+        let series = SpoolFile {
+            header: header("job", 1_000),
+            buckets: vec![bucket(1_000, 0, 1), bucket(31_000, 1, 1)],
+            events: vec![],
+            end: Some(End {
+                t_ms: 61_000,
+                reason: "cgroup_gone".into(),
+                samples_taken: 2,
+                samples_missed: 0,
+            }),
+            torn: false,
+            valid_bytes: 0,
+        };
+        let n = summarize_node(Some(&series), &[], "vm", 45_000);
+        assert_eq!((n.start_unix_ms, n.end_unix_ms), (1_000, 45_000));
+        // A plugin-stopped sampler's end is the end; a record past the bound is not believed.
+        let mut stopped = series.clone();
+        stopped.end.as_mut().unwrap().reason = "stopped".into();
+        assert_eq!(
+            summarize_node(Some(&stopped), &[], "vm", 70_000).end_unix_ms,
+            61_000
+        );
+        assert_eq!(
+            summarize_node(Some(&stopped), &[], "vm", 45_000).end_unix_ms,
+            45_000
         );
     }
 
