@@ -230,7 +230,7 @@ fn gpu_utilization_is_attributed_by_device_identity() -> Result<()> {
             gpus_section(&text).with_context(|| format!("job {id}: no GPUs section:\n{text}"))?;
         ensure!(
             section.contains(&format!(
-                "{node} GPU {gres} (Fake GPU minor {minor}) [{uuid}]"
+                "{node}: GPU {gres} (Fake GPU minor {minor}, {uuid})"
             )) && section.contains(&format!("max {hi:.1} %"))
                 && !text.contains(other_uuid),
             "job {id}: GPUs section:\n{section}"
