@@ -159,7 +159,9 @@ impl Key {
     pub fn of(s: &JobSummary) -> Key {
         Key {
             job_id: s.job_id,
-            start_unix_s: s.start_unix_ms / 1000,
+            // SLURM's start second (what sacct shows); the summary's start may be a node's
+            // millisecond record a little later (model/src/summary/job.rs `best_start_ms`).
+            start_unix_s: s.scheduler_start_unix_s.unwrap_or(s.start_unix_ms / 1000),
             cluster: s.cluster.as_deref().and_then(cluster_label),
         }
     }

@@ -361,6 +361,7 @@ mod tests {
             quality: Quality::default(),
             user_options: Default::default(),
             gpus: Vec::new(),
+            pressure: None,
         }
     }
 

@@ -22,6 +22,9 @@ pub struct Report {
     pub min_elapsed_for_advice_s: u64,
     /// A stretch of near-zero CPU at least this long is reported as an idle phase.
     pub idle_phase_min_s: u64,
+    /// A node whose tasks were stalled on CPU, memory or I/O (cgroup v2 pressure stall
+    /// information, `some`) for at least this share of its wall time gets a finding (percent).
+    pub stall_warn_pct: f64,
 }
 
 impl Default for Report {
@@ -35,6 +38,7 @@ impl Default for Report {
             near_oom_pct: 90.0,
             min_elapsed_for_advice_s: 60,
             idle_phase_min_s: 600,
+            stall_warn_pct: 20.0,
         }
     }
 }

@@ -418,6 +418,7 @@ pub(crate) mod tests {
             },
             user_options: Default::default(),
             gpus: Vec::new(),
+            pressure: None,
         };
         JobSummary {
             schema_version: SCHEMA_VERSION,
@@ -439,6 +440,7 @@ pub(crate) mod tests {
             start_unix_ms: 1_795_305_466_000,
             end_unix_ms: 1_795_305_466_000 + 11_520_000,
             elapsed_s: 11_520.0,
+            scheduler_start_unix_s: None,
             alloc: Allocation {
                 nodes: 2,
                 cores: Some(8),
@@ -451,6 +453,7 @@ pub(crate) mod tests {
                 user_s: Some(40_000.0),
                 system_s: Some(1_472.0),
                 throttled_s: None,
+                throttled_periods: None,
             },
             mem: MemTotals {
                 peak_bytes: Some(11 << 29),
@@ -458,6 +461,7 @@ pub(crate) mod tests {
                 ..Default::default()
             },
             io: IoTotals::default(),
+            pressure: None,
             efficiency: Efficiency {
                 cpu_pct: Some(45.0),
                 mem_pct: Some(23.4),

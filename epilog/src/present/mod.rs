@@ -94,6 +94,10 @@ pub struct Report {
     pub io_read: String,
     pub io_write: String,
     pub io_peak: String,
+    /// Share of wall time stalled on CPU, memory and I/O (cgroup v2 pressure); empty on v1.
+    pub stalls: String,
+    /// CPU quota throttling (cgroup v2 `cpu.stat`); empty where the kernel does not count it.
+    pub throttling: String,
     pub samples: u64,
     /// Set when there are no samples: what to say instead of figures.
     pub no_data: String,
@@ -417,6 +421,12 @@ fn report(s: &JobSummary) -> Report {
             s.io.peak_bytes_per_s
                 .map(|r| format!("{}/s", fmt_bytes(Some(r as u64)))),
         ),
+        stalls: s
+            .pressure
+            .as_ref()
+            .and_then(words::stalls)
+            .unwrap_or_default(),
+        throttling: words::throttling(&s.cpu).unwrap_or_default(),
         samples: s.samples,
         no_data: if no_data {
             words::NO_DATA.into()

@@ -390,3 +390,53 @@ fn histogram_counts_everything() {
     assert_eq!(h.iter().map(|r| r.count).collect::<Vec<_>>(), vec![3, 0, 1]);
     assert_eq!((h[0].from.as_str(), h[2].to.as_str()), ("1.0", "10.0"));
 }
+
+/// Pressure on cgroup v2: a "Stalls" line in text and HTML and a finding in the same words; on v1
+/// (no pressure figures) neither, and no throttling line.
+#[test]
+fn stalls_are_reported_on_v2_and_absent_on_v1() {
+    let t = Templates::builtin();
+    let mut v1 = summary();
+    v1.analysis = Some(analyze(&v1, &Thresholds::default()));
+    let text = render_text(&v1, false).unwrap();
+    let html = html_text(&t.render_html(&job_view(&v1), &mut vec![]).unwrap());
+    for view in [&text, &html] {
+        assert!(
+            !view.contains("Stalls") && !view.contains("stalled"),
+            "{view}"
+        );
+        assert!(!view.contains("Throttled"), "{view}");
+    }
+
+    let mut v2 = summary();
+    let p = jobscope_core::summary::Pressure {
+        window_s: 3600.0,
+        cpu_some_pct: Some(2.0),
+        mem_some_pct: Some(0.5),
+        mem_full_pct: Some(0.1),
+        io_some_pct: Some(41.0),
+    };
+    v2.nodes[0].pressure = Some(p.clone());
+    v2.pressure = Some(p);
+    v2.cpu.throttled_s = Some(3.25);
+    v2.cpu.throttled_periods = Some(120);
+    v2.analysis = Some(analyze(&v2, &Thresholds::default()));
+    let text = render_text(&v2, false).unwrap();
+    let html = html_text(&t.render_html(&job_view(&v2), &mut vec![]).unwrap());
+    let node = &v2.nodes[0].node;
+    for view in [&text, &html] {
+        assert!(
+            view.contains("stalled on CPU 2.0 %, memory 0.5 % (all tasks at once 0.1 %), I/O 41.0 % of the time (over 1h00m00s)"),
+            "{view}"
+        );
+        assert!(
+            view.contains(&format!("node {node}: stalled on I/O 41 % of the time")),
+            "{view}"
+        );
+        assert!(
+            !view.contains("stalled on CPU 2 %"),
+            "under the threshold: {view}"
+        );
+        assert!(view.contains("3.2 s in 120 quota period(s)"), "{view}");
+    }
+}

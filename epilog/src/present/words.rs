@@ -10,7 +10,7 @@ use jobscope_core::job::{EndReason, JobState};
 use jobscope_core::sample::CgroupVersion;
 use jobscope_core::summary::analysis::{
     AdviceReason, AdviceWithheld, Analysis, Evidence, FindingKind, JobClass, Scalability, Severity,
-    Verdict,
+    StallResource, Verdict,
 };
 use jobscope_core::summary::JobSummary;
 
@@ -328,6 +328,14 @@ pub fn finding(s: &JobSummary, f: &FindingKind) -> String {
             Some(l) => format!("the job was killed at its time limit ({})", fmt_slurm_time(*l)),
             None => "the job was killed at its time limit".into(),
         },
+        FindingKind::Stalled {
+            node, resource, pct, ..
+        } => format!(
+            "node {}: stalled on {} {} of the time (tasks waiting for it: kernel pressure stall information)",
+            clean(node, 64),
+            stall_resource(*resource),
+            fmt_pct0(Some(*pct))
+        ),
         FindingKind::Gpu { gpu, finding } => {
             let label = match find_gpu(s, gpu) {
                 Some(g) => gpu_label(g),
@@ -335,6 +343,52 @@ pub fn finding(s: &JobSummary, f: &FindingKind) -> String {
             };
             gpu_finding(&label, finding)
         }
+    }
+}
+
+pub fn stall_resource(r: StallResource) -> &'static str {
+    match r {
+        StallResource::Cpu => "CPU",
+        StallResource::Memory => "memory",
+        StallResource::Io => "I/O",
+    }
+}
+
+/// The stalls line: the share of wall time the job's tasks waited for CPU, memory and I/O (only
+/// the resources the kernel gave figures for). `None` without pressure figures (cgroup v1).
+pub fn stalls(p: &jobscope_core::summary::Pressure) -> Option<String> {
+    let mut parts = Vec::new();
+    if let Some(c) = p.cpu_some_pct {
+        parts.push(format!("CPU {}", fmt_pct(Some(c))));
+    }
+    match (p.mem_some_pct, p.mem_full_pct) {
+        (Some(m), Some(f)) => parts.push(format!(
+            "memory {} (all tasks at once {})",
+            fmt_pct(Some(m)),
+            fmt_pct(Some(f))
+        )),
+        (Some(m), None) => parts.push(format!("memory {}", fmt_pct(Some(m)))),
+        _ => {}
+    }
+    if let Some(i) = p.io_some_pct {
+        parts.push(format!("I/O {}", fmt_pct(Some(i))));
+    }
+    (!parts.is_empty()).then(|| {
+        format!(
+            "stalled on {} of the time (over {})",
+            parts.join(", "),
+            fmt_elapsed(p.window_s)
+        )
+    })
+}
+
+/// CPU quota throttling, when the kernel counts it (cgroup v2 `cpu.stat`).
+pub fn throttling(cpu: &jobscope_core::summary::CpuTotals) -> Option<String> {
+    match (cpu.throttled_s, cpu.throttled_periods) {
+        (Some(s), Some(n)) => Some(format!("{} in {n} quota period(s)", fmt_secs(Some(s)))),
+        (Some(s), None) => Some(fmt_secs(Some(s))),
+        (None, Some(n)) => Some(format!("in {n} quota period(s)")),
+        (None, None) => None,
     }
 }
 

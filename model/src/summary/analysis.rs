@@ -210,6 +210,23 @@ pub enum FindingKind {
     Timeout { limit_s: Option<u64> },
     /// A finding about one GPU (see [`GpuFinding`]).
     Gpu { gpu: GpuRef, finding: GpuFinding },
+    /// The node's tasks were stalled waiting for `resource` for `pct` % of its wall time (cgroup v2
+    /// pressure stall information, `some`), at or above `threshold_pct` (`stall_warn_pct`).
+    Stalled {
+        node: String,
+        resource: StallResource,
+        pct: f64,
+        threshold_pct: f64,
+    },
+}
+
+/// What a job's tasks waited for (the three pressure files of cgroup v2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum StallResource {
+    Cpu,
+    Memory,
+    Io,
 }
 
 /// A resubmit-ready `#SBATCH` option.
@@ -649,6 +666,25 @@ pub fn anomalies(s: &JobSummary, cfg: &Report) -> Vec<Finding> {
                 });
             }
         }
+        if let Some(p) = &n.pressure {
+            for (resource, pct) in [
+                (StallResource::Cpu, p.cpu_some_pct),
+                (StallResource::Memory, p.mem_some_pct),
+                (StallResource::Io, p.io_some_pct),
+            ] {
+                if let Some(pct) = pct.filter(|&x| x >= cfg.stall_warn_pct) {
+                    f.push(Finding {
+                        severity: Severity::Warning,
+                        what: FindingKind::Stalled {
+                            node: n.node.clone(),
+                            resource,
+                            pct,
+                            threshold_pct: cfg.stall_warn_pct,
+                        },
+                    });
+                }
+            }
+        }
         if let Some(k) = n.mem.oom_kill_events.filter(|&k| k > 0) {
             f.push(Finding {
                 severity: Severity::Critical,
@@ -1037,6 +1073,7 @@ mod tests {
             },
             user_options: Default::default(),
             gpus: Vec::new(),
+            pressure: None,
         }
     }
 
@@ -1066,6 +1103,7 @@ mod tests {
             start_unix_ms: 0,
             end_unix_ms: (elapsed * 1000.0) as u64,
             elapsed_s: elapsed,
+            scheduler_start_unix_s: None,
             alloc: Allocation {
                 nodes: nodes.len() as u32,
                 cores: Some(cores),
@@ -1082,6 +1120,7 @@ mod tests {
                 ..Default::default()
             },
             io: IoTotals::default(),
+            pressure: None,
             efficiency: Efficiency {
                 cpu_pct: Some(100.0 * cpu / (cores as f64 * elapsed)),
                 mem_pct: peak.map(|p| 100.0 * p as f64 / (4u64 << 30) as f64),

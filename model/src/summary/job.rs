@@ -38,6 +38,29 @@ fn max_opt<T: Copy + PartialOrd>(vals: impl Iterator<Item = Option<T>>) -> Optio
     })
 }
 
+/// The job's stalls: each node's share weighted by its window (node-time stalled ÷ node-time
+/// measured), over the nodes that have the figure; `None` when no node has pressure figures.
+fn job_pressure(nodes: &[NodeSummary]) -> Option<Pressure> {
+    let with: Vec<&Pressure> = nodes.iter().filter_map(|n| n.pressure.as_ref()).collect();
+    if with.is_empty() {
+        return None;
+    }
+    let share = |f: fn(&Pressure) -> Option<f64>| {
+        let (stalled, window) = with
+            .iter()
+            .filter_map(|p| f(p).map(|pct| (pct * p.window_s, p.window_s)))
+            .fold((0.0, 0.0), |(a, b), (x, y)| (a + x, b + y));
+        (window > 0.0).then(|| stalled / window)
+    };
+    Some(Pressure {
+        window_s: with.iter().map(|p| p.window_s).sum(),
+        cpu_some_pct: share(|p| p.cpu_some_pct),
+        mem_some_pct: share(|p| p.mem_some_pct),
+        mem_full_pct: share(|p| p.mem_full_pct),
+        io_some_pct: share(|p| p.io_some_pct),
+    })
+}
+
 /// How far before SLURM's start second a node's first record may lie and still be the job's start:
 /// the controller's and the node's clocks differ by NTP's error, well under a second.
 const CLOCK_SKEW_MS: u64 = 1_000;
@@ -115,6 +138,7 @@ pub fn assemble(
         user_s: sum_opt(nodes.iter().map(|n| n.cpu.user_s)),
         system_s: sum_opt(nodes.iter().map(|n| n.cpu.system_s)),
         throttled_s: sum_opt(nodes.iter().map(|n| n.cpu.throttled_s)),
+        throttled_periods: sum_opt(nodes.iter().map(|n| n.cpu.throttled_periods)),
     };
     let mem = MemTotals {
         peak_bytes: max_opt(nodes.iter().map(|n| n.mem.peak_bytes)),
@@ -136,6 +160,8 @@ pub fn assemble(
         peak_bytes_per_s: max_opt(nodes.iter().map(|n| n.io.peak_bytes_per_s)),
         source: nodes.iter().find_map(|n| n.io.source.clone()),
     };
+
+    let pressure = job_pressure(&nodes);
 
     // The allocation has at least the nodes expected and the nodes that reported.
     let n_nodes = facts
@@ -228,10 +254,12 @@ pub fn assemble(
         start_unix_ms,
         end_unix_ms,
         elapsed_s,
+        scheduler_start_unix_s: facts.start_unix_s,
         alloc,
         cpu,
         mem,
         io,
+        pressure,
         efficiency,
         nodes,
         partial: !partial_reasons.is_empty(),
@@ -281,6 +309,7 @@ mod tests {
             },
             user_options: Default::default(),
             gpus: Vec::new(),
+            pressure: None,
         }
     }
 
@@ -454,6 +483,11 @@ mod tests {
         let names = ["a".to_string(), "b".to_string()];
         let s = assemble(&f, vec![a, b], &names, "t", &decide);
         assert_eq!((s.start_unix_ms, s.end_unix_ms), (1_000_800, 1_060_600));
+        assert_eq!(
+            s.scheduler_start_unix_s,
+            Some(1_000),
+            "kept for the archive's key"
+        );
         assert!((s.elapsed_s - 59.8).abs() < 1e-9, "{}", s.elapsed_s);
         // SLURM enforces its limit from its own start second: 60.6 s by that clock.
         assert!((seen.get().unwrap().elapsed_s - 60.6).abs() < 1e-9);

@@ -34,7 +34,30 @@ pub struct CpuTotals {
     pub usage_s: Option<f64>,
     pub user_s: Option<f64>,
     pub system_s: Option<f64>,
+    /// CFS quota throttling (v2 `cpu.stat throttled_usec`): wall time the job's cgroup was held off
+    /// the CPU by its quota. `None` where the kernel gives nothing (no cpu job cgroup on v1).
     pub throttled_s: Option<f64>,
+    /// Quota periods in which the job's cgroup was throttled (v2 `cpu.stat nr_throttled`).
+    #[serde(default)]
+    pub throttled_periods: Option<u64>,
+}
+
+/// Pressure stall information (cgroup v2 `cpu.pressure`, `memory.pressure`, `io.pressure`): the
+/// share of wall time the job's tasks were stalled waiting for a resource. Absent where the kernel
+/// gives none (cgroup v1, PSI off): never 0 for "unknown".
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Pressure {
+    /// Wall time the shares are measured over: from the first to the last reading with pressure
+    /// figures (on a job, summed over its nodes).
+    pub window_s: f64,
+    /// At least one task waited for a CPU (`cpu.pressure some`), percent of wall time.
+    pub cpu_some_pct: Option<f64>,
+    /// At least one task waited for memory (reclaim, swap-in, refaults; `memory.pressure some`).
+    pub mem_some_pct: Option<f64>,
+    /// All non-idle tasks waited for memory at once (`memory.pressure full`).
+    pub mem_full_pct: Option<f64>,
+    /// At least one task waited for I/O (`io.pressure some`).
+    pub io_some_pct: Option<f64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, schemars::JsonSchema)]
@@ -122,6 +145,9 @@ pub struct NodeSummary {
     /// The job's GPUs on this node (empty: none allocated, or GPU sampling off).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub gpus: Vec<crate::gpu::GpuSummary>,
+    /// Stalls on CPU, memory and I/O (cgroup v2 only; absent on v1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pressure: Option<Pressure>,
 }
 
 /// Efficiency figures, each in percent of what was allocated.
@@ -177,13 +203,23 @@ pub struct JobSummary {
     )]
     pub end_reason: Option<crate::job::EndReason>,
     pub exit_code: Option<i32>,
+    /// The job's start from the best source (`job::best_start_ms`): a node's millisecond record
+    /// when it fits SLURM's start second, else SLURM's.
     pub start_unix_ms: u64,
     pub end_unix_ms: u64,
     pub elapsed_s: f64,
+    /// SLURM's own start time (whole seconds), as the scheduler gave it; absent when it gave none.
+    /// The archive keys runs by it (`epilog/src/archive.rs` `Key::of`), as users know it from sacct.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scheduler_start_unix_s: Option<u64>,
     pub alloc: Allocation,
     pub cpu: CpuTotals,
     pub mem: MemTotals,
     pub io: IoTotals,
+    /// Stalls on CPU, memory and I/O over all nodes that reported them (weighted by each node's
+    /// window); absent when no node did (cgroup v1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pressure: Option<Pressure>,
     pub efficiency: Efficiency,
     pub nodes: Vec<NodeSummary>,
     /// Nodes of the allocation whose data never arrived.

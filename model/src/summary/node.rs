@@ -161,6 +161,39 @@ fn final_io(sampled: Option<u64>, reaped: Option<u64>) -> Option<u64> {
     sampled.max(reaped)
 }
 
+/// The share of wall time (percent) a cumulative PSI counter (µs) grew by, from the first to the
+/// last reading that has it, and that window in seconds. `None` without two readings apart in time
+/// (v1, no PSI) or when the counter went backwards (a recreated cgroup). At most 100 %: a stall
+/// read a little after its reading's timestamp could otherwise show as 100.1 %.
+fn stall_share(rs: &[(u64, &Reading)], f: impl Fn(&Reading) -> Option<u64>) -> Option<(f64, f64)> {
+    let mut with = rs.iter().filter_map(|(t, r)| f(r).map(|v| (*t, v)));
+    let (t0, v0) = with.next()?;
+    let (t1, v1) = with.last()?;
+    if t1 <= t0 || v1 < v0 {
+        return None;
+    }
+    let window_ms = (t1 - t0) as f64;
+    let pct = (100.0 * (v1 - v0) as f64 / 1000.0 / window_ms).min(100.0);
+    Some((pct, window_ms / 1000.0))
+}
+
+/// The node's stalls from its PSI counters; `None` when the kernel gave none.
+fn pressure(rs: &[(u64, &Reading)]) -> Option<Pressure> {
+    let cpu = stall_share(rs, |r| r.psi_cpu_some_usec);
+    let mem = stall_share(rs, |r| r.psi_mem_some_usec);
+    let mem_full = stall_share(rs, |r| r.psi_mem_full_usec);
+    let io = stall_share(rs, |r| r.psi_io_some_usec);
+    let all = [cpu, mem, mem_full, io];
+    let window_s = all.iter().flatten().map(|(_, w)| *w).reduce(f64::max)?;
+    Some(Pressure {
+        window_s,
+        cpu_some_pct: cpu.map(|x| x.0),
+        mem_some_pct: mem.map(|x| x.0),
+        mem_full_pct: mem_full.map(|x| x.0),
+        io_some_pct: io.map(|x| x.0),
+    })
+}
+
 fn secs(ns: Option<u64>) -> Option<f64> {
     ns.map(|v| v as f64 / 1e9)
 }
@@ -227,6 +260,7 @@ pub fn summarize_node(
         user_s: secs(max_of(&rs, |r| r.cpu_user_ns)),
         system_s: secs(max_of(&rs, |r| r.cpu_system_ns)),
         throttled_s: max_of(&rs, |r| r.cpu_throttled_usec).map(|u| u as f64 / 1e6),
+        throttled_periods: max_of(&rs, |r| r.cpu_nr_throttled),
     };
     let gauge_max = |g: GaugeId| {
         series.and_then(|s| {
@@ -453,6 +487,7 @@ pub fn summarize_node(
             .find_map(|h| h.handover.as_ref().map(|x| x.options.clone()))
             .unwrap_or_default(),
         gpus: Vec::new(),
+        pressure: pressure(&rs),
     }
 }
 
@@ -712,6 +747,81 @@ mod tests {
             summarize_node(Some(&stopped), &[], "vm", 45_000).end_unix_ms,
             45_000
         );
+    }
+
+    /// A v2 node over 100 s whose PSI counters rose by 41 s on I/O, 2 s on CPU and not on memory;
+    /// the same job on v1 (no PSI, no cpu.stat throttling).
+    #[test]
+    fn pressure_is_the_share_of_wall_time_stalled_and_absent_on_v1() {
+        let psi = |t: u64, io_s: u64, cpu_ms: u64| {
+            let mut b = bucket(t, t / 1000, 1 << 20);
+            b.last.psi_io_some_usec = Some(io_s * 1_000_000);
+            b.last.psi_cpu_some_usec = Some(cpu_ms * 1000);
+            b.last.psi_mem_some_usec = Some(7);
+            b.last.psi_mem_full_usec = Some(7);
+            b.last.cpu_throttled_usec = Some(0);
+            b.last.cpu_nr_throttled = Some(0);
+            b
+        };
+        let mut h = header("job", 0);
+        h.cgroup_version = Some(CgroupVersion::V2);
+        let v2 = SpoolFile {
+            header: h,
+            // The counters start where the cgroup's life began: only the rise counts.
+            buckets: vec![
+                psi(0, 3, 500),
+                psi(30_000, 15, 1_100),
+                psi(60_000, 30, 2_000),
+                psi(100_000, 44, 2_500),
+            ],
+            events: vec![],
+            end: None,
+            torn: false,
+            valid_bytes: 0,
+        };
+        let n = summarize_node(Some(&v2), &[], "vm", 100_000);
+        let p = n.pressure.clone().expect("v2 gives pressure");
+        assert_eq!(p.window_s, 100.0);
+        assert!((p.io_some_pct.unwrap() - 41.0).abs() < 1e-9, "{p:?}");
+        assert!((p.cpu_some_pct.unwrap() - 2.0).abs() < 1e-9, "{p:?}");
+        assert_eq!((p.mem_some_pct, p.mem_full_pct), (Some(0.0), Some(0.0)));
+        assert_eq!(
+            (n.cpu.throttled_s, n.cpu.throttled_periods),
+            (Some(0.0), Some(0))
+        );
+        let decide = |_: &crate::job::JobFacts, _: &crate::job::EndEvidence| crate::job::JobEnd {
+            state: crate::job::JobState::Completed,
+            reason: None,
+        };
+        let facts = crate::job::JobFacts::default();
+        let job = crate::summary::job::assemble(&facts, vec![n], &["vm".into()], "t", &decide);
+        assert_eq!(job.pressure, Some(p));
+        let a = crate::summary::analysis::analyze(&job, &Default::default());
+        let stalls: Vec<_> = a
+            .anomalies
+            .iter()
+            .filter_map(|f| match &f.what {
+                crate::summary::analysis::FindingKind::Stalled { resource, pct, .. } => {
+                    Some((*resource, *pct))
+                }
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            stalls,
+            vec![(crate::summary::analysis::StallResource::Io, 41.0)],
+            "I/O over the 20 % threshold, CPU (2 %) and memory (0 %) under it"
+        );
+
+        let v1 = SpoolFile {
+            buckets: vec![bucket(0, 0, 1), bucket(30_000, 1, 1), bucket(60_000, 2, 1)],
+            ..v2
+        };
+        let n1 = summarize_node(Some(&v1), &[], "vm", 60_000);
+        assert_eq!(n1.pressure, None, "no PSI: absent, not 0");
+        assert_eq!((n1.cpu.throttled_s, n1.cpu.throttled_periods), (None, None));
+        let job1 = crate::summary::job::assemble(&facts, vec![n1], &["vm".into()], "t", &decide);
+        assert_eq!(job1.pressure, None);
     }
 
     #[test]
