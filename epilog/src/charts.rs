@@ -386,6 +386,84 @@ mod tests {
         (info.width, info.height)
     }
 
+    /// Decodes `bytes` as an RGB(A) PNG: (width, height, rows of RGB pixels).
+    fn png_rgb(bytes: &[u8]) -> (u32, u32, Vec<Vec<[u8; 3]>>) {
+        let dec = png::Decoder::new(std::io::Cursor::new(bytes));
+        let mut reader = dec.read_info().expect("a PNG header");
+        let mut buf = vec![0; reader.output_buffer_size().expect("buffer size")];
+        let info = reader.next_frame(&mut buf).expect("a whole frame");
+        let px = info.color_type.samples();
+        assert!(px >= 3, "{:?}", info.color_type);
+        let rows = buf[..info.buffer_size()]
+            .chunks(info.line_size)
+            .map(|row| {
+                row.chunks(px)
+                    .take(info.width as usize)
+                    .map(|p| [p[0], p[1], p[2]])
+                    .collect()
+            })
+            .collect();
+        (info.width, info.height, rows)
+    }
+
+    /// The mean line's colour in [`draw`].
+    const LINE: [u8; 3] = [33, 113, 181];
+
+    /// Per pixel column, the lowest row (largest y) drawn in `color`, if any.
+    fn lowest_in_columns(rows: &[Vec<[u8; 3]>], width: u32, color: [u8; 3]) -> Vec<Option<usize>> {
+        (0..width as usize)
+            .map(|x| (0..rows.len()).rev().find(|&y| rows[y][x] == color))
+            .collect()
+    }
+
+    /// A timeline that rises from 0.5 to `top` at its middle and falls back (61 points over 1 h).
+    fn peak_in_the_middle(top: f64) -> Vec<Point> {
+        (0..=60)
+            .map(|i| {
+                let rise = 1.0 - (i as f64 - 30.0).abs() / 30.0;
+                let v = 0.5 + (top - 0.5) * rise;
+                point(
+                    i as f64 * 60.0,
+                    Some(v),
+                    Some((v * (1u64 << 30) as f64) as u64),
+                )
+            })
+            .collect()
+    }
+
+    /// The plotted data is in the picture: the mean line's colour runs across most of the width,
+    /// and where the series peaks (the middle) it is drawn far higher than at its two ends.
+    #[test]
+    fn the_series_is_drawn_where_its_data_says() {
+        let n = node(peak_in_the_middle(6.0));
+        for png in [
+            busy_cores_png(&n, 640, 240).unwrap(),
+            memory_png(&n, 640, 240).unwrap(),
+        ] {
+            let (w, h, rows) = png_rgb(&png);
+            let low = lowest_in_columns(&rows, w, LINE);
+            let cols: Vec<usize> = (0..w as usize).filter(|&x| low[x].is_some()).collect();
+            assert!(
+                cols.len() > w as usize / 2,
+                "the line covers {} of {w} columns",
+                cols.len()
+            );
+            let (first, last) = (cols[0], *cols.last().unwrap());
+            let mid = (first + last) / 2;
+            let y_at = |x: usize| low[x].unwrap_or_else(|| panic!("no line in column {x}"));
+            // Rows grow downwards: the peak is at a smaller y than both ends, by a good share of
+            // the picture (0.5 -> 6 of a 0..8.8 or 0..17.6 axis).
+            for end in [first + 2, last - 2] {
+                assert!(
+                    y_at(mid) + h as usize / 6 < y_at(end),
+                    "middle y {} vs end y {} (column {end})",
+                    y_at(mid),
+                    y_at(end)
+                );
+            }
+        }
+    }
+
     fn ramp(n: usize) -> Vec<Point> {
         (0..n)
             .map(|i| {
