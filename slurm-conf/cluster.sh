@@ -227,6 +227,7 @@ write_slurm_conf() {
   install -m 0644 "$TPL/cgroup.conf" "$ETC/cgroup.conf"
   install -m 0644 "$TPL/gres.conf" "$ETC/gres.conf"
   install -m 0755 "$TPL/mailprog.sh" "$ETC/jobscope-test-mailprog.sh"
+  install -m 0755 "$TPL/prolog.sh" "$ETC/jobscope-test-prolog.sh"
   ensure_plugstack_include
   log "wrote $ETC/slurm.conf ($mode node(s) x $cpus CPUs, RealMemory=$realmem MB each)"
 }

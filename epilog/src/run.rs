@@ -58,6 +58,56 @@ pub fn stored_nodes(cfg: &Config, job_id: u32) -> Vec<NodeSummary> {
     out
 }
 
+/// A requeued job runs again under the same id, and its state directory still holds the first
+/// run's `archived` marker, which would make this run's Epilog skip its report. When this node's
+/// spool started well after the archived run's start (the requeue's hold-off is a minute or more;
+/// one run's spool starts within seconds of SLURM's start), this is a later run: the earlier run's
+/// state moves to `<job>.run<start_s>` and this run proceeds. Returns whether it did.
+fn set_aside_earlier_run(
+    cfg: &Config,
+    job_id: u32,
+    spool: &Path,
+    log: &mut dyn FnMut(&str),
+) -> bool {
+    const LATER_RUN_S: u64 = 10;
+    let state = job_state_dir(cfg, job_id);
+    // The marker holds the archived record's path: `<job>-<start_s>[-<cluster>].json`.
+    let Some(archived_start_s) = read_limited(&state.join("archived"), 4096)
+        .ok()
+        .and_then(|b| {
+            let p = PathBuf::from(String::from_utf8_lossy(&b).trim());
+            let name = p.file_stem()?.to_string_lossy().into_owned();
+            name.split('-').nth(1)?.parse::<u64>().ok()
+        })
+    else {
+        return false;
+    };
+    let Some(spool_start_s) = pipeline::read_node_dir(spool)
+        .header()
+        .map(|h| h.start_unix_ms / 1000)
+    else {
+        return false;
+    };
+    if spool_start_s <= archived_start_s + LATER_RUN_S {
+        return false;
+    }
+    let aside = cfg
+        .paths
+        .state_dir
+        .join(format!("{job_id}.run{archived_start_s}"));
+    match std::fs::rename(&state, &aside) {
+        Ok(()) => {
+            log(&format!(
+                "job {job_id}: a later run (requeued): the run of {archived_start_s} is archived, its state kept in {}",
+                aside.display()
+            ));
+            true
+        }
+        // Another node of the job did it first.
+        Err(_) => !is_archived(cfg, job_id),
+    }
+}
+
 pub fn is_archived(cfg: &Config, job_id: u32) -> bool {
     job_state_dir(cfg, job_id).join("archived").exists()
 }
@@ -172,11 +222,11 @@ pub fn run_epilog(
     slurm: &dyn Slurm,
     log: &mut dyn FnMut(&str),
 ) -> Result<Outcome> {
-    if is_archived(cfg, env.job_id) {
+    let dir = job_dir(&cfg.paths.spool_dir, env.job_id, &env.node);
+    if is_archived(cfg, env.job_id) && !set_aside_earlier_run(cfg, env.job_id, &dir, log) {
         remove_spool(cfg, env.job_id, &env.node, log);
         return Ok(Outcome::AlreadyArchived);
     }
-    let dir = job_dir(&cfg.paths.spool_dir, env.job_id, &env.node);
     let out = pipeline::node(
         &pipeline::read_node_dir(&dir),
         &env.node,
@@ -504,7 +554,9 @@ fn prune_state(cfg: &Config, now_ms: u64, log: &mut dyn FnMut(&str)) {
             }
             false
         } else {
-            name.parse::<u32>().is_ok() && old(&e.path().join("archived"))
+            // `<job>` and the state of an earlier run set aside, `<job>.run<start_s>`.
+            let job = name.split_once(".run").map_or(name.as_str(), |(j, _)| j);
+            job.parse::<u32>().is_ok() && old(&e.path().join("archived"))
         };
         if done {
             if let Err(err) = std::fs::remove_dir_all(e.path()) {
@@ -851,5 +903,51 @@ pub(crate) mod tests {
              job 9: archived as a partial report; no data from n2\n"
         );
         assert_eq!(ReapReport::default().describe(), "nothing to reap\n");
+    }
+
+    /// A requeued job: the same id runs again; the second run's Epilog finds the first run's
+    /// `archived` marker, sets that state aside, and archives its own report.
+    #[test]
+    fn a_requeued_jobs_second_run_gets_its_own_report() {
+        let d = tempfile::tempdir().unwrap();
+        let c = cfg(d.path());
+        let slurm = FakeSlurm::up();
+        let mut log = |_: &str| {};
+        make_spool(&c, 90, "a", false);
+        let first = run_epilog(&c, &env(90, "a", "a"), &slurm, &mut log).unwrap();
+        assert!(matches!(first, Outcome::Archived { .. }), "{first:?}");
+        // The second run's spool starts five minutes later.
+        let dir = job_dir(&c.paths.spool_dir, 90, "a");
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut h = header(90, "a", "job");
+        h.start_unix_ms += 300_000;
+        let mut w = SeriesWriter::create(&dir, "job.jsc", h, Limits::default()).unwrap();
+        w.push(Bucket {
+            t_first_ms: 1_700_001_300_000,
+            t_last_ms: 1_700_001_300_000,
+            n: 1,
+            last: Reading {
+                cpu_usage_ns: Some(1),
+                ..Default::default()
+            },
+            gauges: Default::default(),
+        })
+        .unwrap();
+        w.end(&End {
+            t_ms: 1_700_001_330_000,
+            reason: "stopped".into(),
+            samples_taken: 1,
+            samples_missed: 0,
+        })
+        .unwrap();
+        let second = run_epilog(&c, &env(90, "a", "a"), &slurm, &mut log).unwrap();
+        assert!(matches!(second, Outcome::Archived { .. }), "{second:?}");
+        let runs = archive::Store::new(&c.paths.archive_dir, &c.archive.admin_group)
+            .runs(90, 0)
+            .unwrap();
+        assert_eq!(runs.len(), 2, "{runs:?}");
+        // Epilogs of the same run later (another node, a retry) still see it archived.
+        let again = run_epilog(&c, &env(90, "a", "a"), &slurm, &mut log).unwrap();
+        assert!(matches!(again, Outcome::AlreadyArchived), "{again:?}");
     }
 }

@@ -180,6 +180,16 @@ pub enum EndReason {
     Signal { signal: i32 },
     /// Ended with a non-zero exit code.
     ExitCode { code: i32 },
+    /// The batch script exited 0 but a step failed (SLURM's derived exit code): `step` names it
+    /// when jobscope saw its exit.
+    StepFailed { code: i32, step: Option<String> },
+    /// A job of a higher-priority partition took this job's resources.
+    Preempted,
+    /// The job ended while its prolog was still running: none of its programs started.
+    EndedInProlog,
+    /// The job was put back in the queue; it runs again under the same id (that run gets its own
+    /// report).
+    Requeued,
     /// Neither the scheduler nor the job's exit status said how the job ended.
     Unknown,
     /// A reason archived as words by schema version 1 (read back, never written).
@@ -210,10 +220,12 @@ pub struct JobEnd {
 }
 
 /// What jobscope itself measured that bears on how the job ended.
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct EndEvidence {
     /// OOM kills counted in the job's cgroups, over all nodes.
     pub oom_kills: u64,
+    /// The first batch/srun step jobscope saw exit non-zero, by name.
+    pub failed_step: Option<String>,
     /// Job elapsed time as jobscope measured it.
     pub elapsed_s: f64,
 }
@@ -259,6 +271,12 @@ pub struct JobFacts {
     /// The job's exit code and the signal that ended it, decoded.
     pub exit_code: Option<i32>,
     pub exit_signal: Option<i32>,
+    /// The highest exit code of the job's steps (SLURM's derived exit code), decoded.
+    pub derived_exit_code: Option<i32>,
+    /// The scheduler preempted the job.
+    pub preempted: bool,
+    /// The scheduler requeued the job: this run is over, the job will run again.
+    pub requeued: bool,
     /// The scheduler reported that its memory enforcement killed the job.
     pub scheduler_oom: bool,
     pub mail_user: Option<String>,

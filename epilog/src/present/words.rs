@@ -33,6 +33,16 @@ pub fn end_reason(r: &EndReason) -> String {
         ),
         EndReason::Signal { signal } => format!("terminated by signal {signal}"),
         EndReason::ExitCode { code } => format!("exit code {code}"),
+        EndReason::StepFailed { code, step } => match step {
+            Some(step) => format!(
+                "step {} failed with exit code {code} although the batch script exited 0",
+                clean(step, 40)
+            ),
+            None => format!("a step failed with exit code {code} although the batch script exited 0"),
+        },
+        EndReason::EndedInProlog => "cancelled while its prolog was running: none of its programs started".into(),
+        EndReason::Preempted => "preempted: a job of a higher-priority partition needed its resources".into(),
+        EndReason::Requeued => "requeued: this run ended and the job runs again under the same id (that run has its own report)".into(),
         EndReason::Unknown => "neither SLURM nor the job's exit status said how it ended".into(),
         EndReason::Legacy { text } => clean(text, 200),
     }

@@ -59,6 +59,21 @@ pub fn decide_end(f: &JobFacts, ev: &EndEvidence) -> JobEnd {
     if f.scheduler_oom || said == JobState::OutOfMemory {
         return end(JobState::OutOfMemory, Some(EndReason::SchedulerOom));
     }
+    // During the Epilog the scheduler still says COMPLETING; these marks say why the run ended
+    // before its final state shows (a preempted job is also signalled, a requeued one too).
+    if f.preempted {
+        return end(JobState::Preempted, Some(EndReason::Preempted));
+    }
+    if f.requeued || said == JobState::Requeued {
+        return end(JobState::Requeued, Some(EndReason::Requeued));
+    }
+    // Ended while the prolog still ran (scancel then): the job never started, and the Epilog's
+    // exit status is an untouched 0:0.
+    if matches!(said, JobState::Completing | JobState::Unknown)
+        && f.scheduler_reason.as_deref() == Some("Prolog")
+    {
+        return end(JobState::Cancelled, Some(EndReason::EndedInProlog));
+    }
     if said.is_final() && said != JobState::Completed {
         return end(said, Some(EndReason::SchedulerSays { state: said }));
     }
@@ -88,6 +103,17 @@ pub fn decide_end(f: &JobFacts, ev: &EndEvidence) -> JobEnd {
     }
     if let Some(code) = code {
         return end(JobState::Failed, Some(EndReason::ExitCode { code }));
+    }
+    // The script succeeded but a step failed: SLURM calls the job COMPLETED and keeps the step's
+    // code as the derived exit code. Reporting COMPLETED would hide a failed program.
+    if let Some(code) = f.derived_exit_code.filter(|&c| c != 0) {
+        return end(
+            JobState::Failed,
+            Some(EndReason::StepFailed {
+                code,
+                step: ev.failed_step.clone(),
+            }),
+        );
     }
     if said == JobState::Completed || f.exit_code == Some(0) {
         return end(JobState::Completed, None);
@@ -164,6 +190,7 @@ mod tests {
         use EndReason as R;
         use JobState as S;
         let ev = |oom_kills, elapsed_s| EndEvidence {
+            failed_step: None,
             oom_kills,
             elapsed_s,
         };
@@ -198,6 +225,11 @@ mod tests {
             ("exit code", facts(completing, Some((3, 0))), ev(0, 10.0), S::Failed, Some(R::ExitCode { code: 3 })),
             ("exit 0 while COMPLETING", facts(completing, Some((0, 0))), ev(0, 10.0), S::Completed, None),
             ("scheduler COMPLETED, no exit status", facts(Some(S::Completed), None), ev(0, 10.0), S::Completed, None),
+            ("preempted while COMPLETING (signalled too)", JobFacts { preempted: true, ..facts(completing, Some((0, 15))) }, ev(0, 10.0), S::Preempted, Some(R::Preempted)),
+            ("requeued while COMPLETING", JobFacts { requeued: true, ..facts(completing, Some((0, 0))) }, ev(0, 10.0), S::Requeued, Some(R::Requeued)),
+            ("batch exit 0, a step failed", JobFacts { derived_exit_code: Some(4), ..facts(completing, Some((0, 0))) }, EndEvidence { failed_step: Some("0".into()), ..ev(0, 10.0) }, S::Failed, Some(R::StepFailed { code: 4, step: Some("0".into()) })),
+            ("a failed step does not hide the job's own exit code", JobFacts { derived_exit_code: Some(4), ..facts(completing, Some((3, 0))) }, ev(0, 10.0), S::Failed, Some(R::ExitCode { code: 3 })),
+            ("cancelled in its prolog", JobFacts { scheduler_reason: Some("Prolog".into()), ..facts(completing, Some((0, 0))) }, ev(0, 0.0), S::Cancelled, Some(R::EndedInProlog)),
             ("nobody says", facts(None, None), ev(0, 10.0), S::Unknown, Some(R::Unknown)),
             ("only COMPLETING", facts(completing, None), ev(0, 10.0), S::Unknown, Some(R::Unknown)),
         ];

@@ -36,6 +36,8 @@ pub struct EpilogEnv {
     pub cluster: Option<String>,
     /// `SLURM_JOB_EXIT_CODE2`, e.g. `0:0` or `1:0` or `0:9`.
     pub exit_code2: Option<String>,
+    /// `SLURM_JOB_DERIVED_EC`: the highest step exit status, as a wait status (`1024` = code 4).
+    pub derived_ec: Option<String>,
     pub gpus: Option<String>,
 }
 
@@ -58,6 +60,7 @@ impl EpilogEnv {
             partition: get("SLURM_JOB_PARTITION"),
             cluster: get("SLURM_CLUSTER_NAME"),
             exit_code2: get("SLURM_JOB_EXIT_CODE2"),
+            derived_ec: get("SLURM_JOB_DERIVED_EC"),
             gpus: get("SLURM_JOB_GPUS"),
         })
     }
@@ -97,6 +100,11 @@ impl EpilogEnv {
             // SIG_OOM is not a signal the job got: it is the scheduler's OOM report.
             exit_signal: if oom { Some(0) } else { signal },
             scheduler_oom: oom,
+            derived_exit_code: self
+                .derived_ec
+                .as_deref()
+                .and_then(|v| v.trim().parse::<i32>().ok())
+                .map(|status| (status >> 8) & 0xff),
             ..Default::default()
         }
     }
@@ -121,8 +129,12 @@ impl EpilogEnv {
                 c.nodes
             },
             gpus: env.gpus.or(c.gpus),
-            exit_code: env.exit_code,
-            exit_signal: env.exit_signal,
+            // The environment's exit status is the job's own, but a job cancelled while running
+            // (scancel, preemption) reaches the Epilog as `0:0`: the controller's record then
+            // holds the signal that ended it.
+            exit_code: nonzero_or(env.exit_code, c.exit_code),
+            exit_signal: nonzero_or(env.exit_signal, c.exit_signal),
+            derived_exit_code: env.derived_exit_code.or(c.derived_exit_code),
             scheduler_oom: env.scheduler_oom || c.scheduler_oom,
             ..c
         }
@@ -130,6 +142,87 @@ impl EpilogEnv {
 }
 
 /// `SLURM_JOB_EXIT_CODE2` (`<exit code>:<signal>`) → (exit code, signal).
+/// `a` unless it is absent or 0 and `b` is not.
+fn nonzero_or(a: Option<i32>, b: Option<i32>) -> Option<i32> {
+    match (a, b) {
+        (None | Some(0), Some(x)) if x != 0 => Some(x),
+        (a, b) => a.or(b),
+    }
+}
+
+/// What `scontrol show job -o` tells about how a run ended that `squeue --json` does not while
+/// the job is COMPLETING (both say COMPLETING then): the controller's exit status, preemption,
+/// and a requeue.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ScontrolEnd {
+    /// The controller's state word, when it is not COMPLETING (e.g. NODE_FAIL shows at once).
+    pub state: Option<JobState>,
+    /// The controller's reason word (e.g. `Prolog`, `NodeDown`).
+    pub reason: Option<String>,
+    pub exit_code: Option<i32>,
+    pub exit_signal: Option<i32>,
+    pub scheduler_oom: bool,
+    pub preempted: bool,
+    pub requeued: bool,
+}
+
+/// The value of the one run of fields `before KEY=VALUE after` in a `scontrol show job -o` record.
+/// The record is one line of `Key=Value` pairs, but free text (job name, comment, work dir) can hold
+/// anything, including a forged `ExitCode=0:0`: so the field is taken only with the fields SLURM
+/// prints around it, and only when that run occurs exactly once (a forged copy makes it ambiguous,
+/// and then nothing is believed).
+fn unique_field<'a>(record: &'a str, before: &str, key: &str, after: &str) -> Option<&'a str> {
+    let pat = format!(" {key}=");
+    let mut found = None;
+    for (i, _) in record.match_indices(&pat) {
+        let head = &record[..i];
+        let value_start = i + pat.len();
+        let rest = &record[value_start..];
+        let value_end = rest.find(' ').unwrap_or(rest.len());
+        let tail = &rest[value_end..];
+        // The preceding field must be `before=<one token>`; the next must start with `after=`.
+        let prev_ok = head
+            .rfind(' ')
+            .is_some_and(|j| head[j + 1..].starts_with(&format!("{before}=")));
+        if prev_ok && tail.starts_with(&format!(" {after}=")) {
+            if found.is_some() {
+                return None;
+            }
+            found = Some(&rest[..value_end]);
+        }
+    }
+    found
+}
+
+/// Parses how a run ended from a `scontrol show job -o` record (SLURM 22.05's field order).
+pub fn parse_scontrol_end(record: &str) -> ScontrolEnd {
+    let (code, mut signal) = unique_field(record, "Reboot", "ExitCode", "RunTime")
+        .map(decode_exit_code2)
+        .unwrap_or((None, None));
+    let oom = signal == Some(SIG_OOM_IN_EXIT_CODE2);
+    if oom {
+        signal = Some(0);
+    }
+    ScontrolEnd {
+        state: unique_field(record, "QOS", "JobState", "Reason")
+            .map(JobState::from_name)
+            .filter(|s| *s != JobState::Completing && *s != JobState::Unknown),
+        reason: unique_field(record, "JobState", "Reason", "Dependency")
+            .filter(|r| *r != "None")
+            .map(str::to_string),
+        exit_code: code,
+        exit_signal: signal,
+        scheduler_oom: oom,
+        // `PreemptTime` is printed for preemptable jobs: a time once the job was preempted.
+        preempted: unique_field(record, "PreemptEligibleTime", "PreemptTime", "SuspendTime")
+            .is_some_and(|t| t != "None" && t != "Unknown"),
+        // A run that has ended (its Epilog is running) but whose end the controller has
+        // forgotten: the job was reset for its next run, i.e. requeued.
+        requeued: unique_field(record, "StartTime", "EndTime", "Deadline")
+            .is_some_and(|t| t == "Unknown"),
+    }
+}
+
 pub fn decode_exit_code2(s: &str) -> (Option<i32>, Option<i32>) {
     s.split_once(':')
         .map(|(a, b)| (a.trim().parse().ok(), b.trim().parse().ok()))
@@ -222,6 +315,9 @@ pub fn parse_squeue_json(text: &str, job_id: u32) -> Option<JobFacts> {
         gpus: None,
         tres: s(job, "tres_alloc_str"),
         scheduler_state: state(job),
+        derived_exit_code: None,
+        preempted: false,
+        requeued: false,
         scheduler_reason: s(job, "state_reason").filter(|r| r != "None"),
         submit_unix_s: n(job, "submit_time").filter(|&t| t > 0),
         start_unix_s: n(job, "start_time").filter(|&t| t > 0),
@@ -361,15 +457,29 @@ impl Slurm2205 {
 impl Slurm for Slurm2205 {
     fn job_facts(&self, job_id: u32) -> Option<JobFacts> {
         let mut f = parse_squeue_json(&self.squeue(job_id)?, job_id)?;
-        if f.mail_user.is_none() && f.mail_types.is_empty() {
-            // 22.05's squeue has no mail fields: ask scontrol.
-            if let Some(out) = run_bounded(
-                &self.scontrol,
-                &["show", "job", "-o", &job_id.to_string()],
-                COMMAND_LIMIT,
-            ) {
+        // 22.05's squeue has no mail fields, and during the Epilog it says only COMPLETING with
+        // exit code 0: scontrol's record says how the run ended.
+        if let Some(out) = run_bounded(
+            &self.scontrol,
+            &["show", "job", "-o", &job_id.to_string()],
+            COMMAND_LIMIT,
+        ) {
+            if f.mail_user.is_none() && f.mail_types.is_empty() {
                 (f.mail_user, f.mail_types) = parse_scontrol_mail(&out);
             }
+            let end = parse_scontrol_end(&out);
+            if end.state.is_some() && matches!(f.scheduler_state, None | Some(JobState::Completing))
+            {
+                f.scheduler_state = end.state;
+            }
+            if f.scheduler_reason.is_none() {
+                f.scheduler_reason = end.reason;
+            }
+            f.exit_code = end.exit_code;
+            f.exit_signal = end.exit_signal;
+            f.scheduler_oom |= end.scheduler_oom;
+            f.preempted = end.preempted;
+            f.requeued = end.requeued;
         }
         Some(f)
     }
@@ -577,5 +687,78 @@ mod tests {
             scontrol: "/nonexistent/scontrol".into(),
         };
         assert!(s.job_facts(1).is_none() && s.array_tasks(1).is_none() && !s.ping());
+    }
+
+    /// Records captured by the test cluster's Epilog (first 600 characters): how each run ended,
+    /// as only scontrol says it while the job is COMPLETING.
+    #[test]
+    fn scontrol_says_how_a_run_ended() {
+        let cancelled = parse_scontrol_end(&testdata("scontrol-22.05-epilog-cancelled.txt"));
+        assert_eq!(
+            (cancelled.state, cancelled.exit_code, cancelled.exit_signal),
+            (None, Some(0), Some(15)),
+            "scancel: COMPLETING, signal 15"
+        );
+        assert!(!cancelled.preempted && !cancelled.requeued);
+        let requeued = parse_scontrol_end(&testdata("scontrol-22.05-epilog-requeued.txt"));
+        assert!(requeued.requeued && !requeued.preempted, "{requeued:?}");
+        let node = parse_scontrol_end(&testdata("scontrol-22.05-epilog-node-fail.txt"));
+        assert_eq!(node.state, Some(JobState::NodeFail));
+        let preempted = testdata("scontrol-22.05-epilog-cancelled.txt")
+            .replace("PreemptTime=None", "PreemptTime=2026-11-22T19:27:02");
+        assert!(parse_scontrol_end(&preempted).preempted);
+        let prolog = parse_scontrol_end(&testdata("scontrol-22.05-epilog-in-prolog.txt"));
+        assert_eq!(
+            (
+                prolog.reason.as_deref(),
+                prolog.exit_code,
+                prolog.exit_signal
+            ),
+            (Some("Prolog"), Some(0), Some(0))
+        );
+    }
+
+    /// A job name or comment holding a copy of the fields cannot decide the state: the run of
+    /// fields must be unique, else nothing in it is believed.
+    #[test]
+    fn forged_fields_in_free_text_are_not_believed() {
+        let real = testdata("scontrol-22.05-epilog-cancelled.txt");
+        let forged = real.replacen(
+            "JobName=wrap",
+            "JobName=x Reboot=0 ExitCode=0:0 RunTime=00:00:01 QOS=x JobState=COMPLETED Reason=None",
+            1,
+        );
+        let e = parse_scontrol_end(&forged);
+        assert_eq!(
+            (e.state, e.exit_code, e.exit_signal),
+            (None, None, None),
+            "{e:?}"
+        );
+    }
+
+    /// The controller's signal fills in for the Epilog's `0:0`; a real exit status is kept.
+    #[test]
+    fn the_controllers_exit_status_completes_a_zero_environment() {
+        let env = EpilogEnv {
+            job_id: 70,
+            exit_code2: Some("0:0".into()),
+            derived_ec: Some("1024".into()),
+            ..Default::default()
+        };
+        let ctl = JobFacts {
+            exit_code: Some(0),
+            exit_signal: Some(15),
+            ..Default::default()
+        };
+        let f = env.facts_with(Some(ctl.clone()));
+        assert_eq!(
+            (f.exit_code, f.exit_signal, f.derived_exit_code),
+            (Some(0), Some(15), Some(4))
+        );
+        let env3 = EpilogEnv {
+            exit_code2: Some("3:0".into()),
+            ..env
+        };
+        assert_eq!(env3.facts_with(Some(ctl)).exit_code, Some(3));
     }
 }

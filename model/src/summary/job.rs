@@ -207,6 +207,11 @@ pub fn assemble(
 
     let evidence = EndEvidence {
         oom_kills: nodes.iter().filter_map(|n| n.mem.oom_kill_events).sum(),
+        failed_step: nodes
+            .iter()
+            .flat_map(|n| n.steps.iter())
+            .find(|st| st.exit_status.is_some_and(|e| e != 0) && st.step != "extern")
+            .map(|st| st.step.clone()),
         // The time limit is SLURM's, enforced from its own start second: judge it against that.
         elapsed_s: slurm_start_ms
             .map_or(elapsed_s, |s| end_unix_ms.saturating_sub(s) as f64 / 1000.0),
@@ -475,9 +480,9 @@ mod tests {
         let mut b = node("b", 1.0, 1);
         b.start_unix_ms = 1_000_850;
         b.end_unix_ms = 1_060_900;
-        let seen = std::cell::Cell::new(None);
+        let seen = std::cell::RefCell::new(None);
         let decide = |_: &JobFacts, e: &EndEvidence| {
-            seen.set(Some(*e));
+            *seen.borrow_mut() = Some(e.clone());
             completed(&facts(), e)
         };
         let names = ["a".to_string(), "b".to_string()];
@@ -490,7 +495,7 @@ mod tests {
         );
         assert!((s.elapsed_s - 59.8).abs() < 1e-9, "{}", s.elapsed_s);
         // SLURM enforces its limit from its own start second: 60.6 s by that clock.
-        assert!((seen.get().unwrap().elapsed_s - 60.6).abs() < 1e-9);
+        assert!((seen.borrow().as_ref().unwrap().elapsed_s - 60.6).abs() < 1e-9);
     }
 
     #[test]
@@ -499,9 +504,9 @@ mod tests {
         a.mem.oom_kill_events = Some(2);
         let mut b = node("b", 1.0, 1);
         b.mem.oom_kill_events = Some(1);
-        let seen = std::cell::Cell::new(None);
+        let seen = std::cell::RefCell::new(None);
         let decide = |_: &JobFacts, e: &EndEvidence| {
-            seen.set(Some(*e));
+            *seen.borrow_mut() = Some(e.clone());
             JobEnd {
                 state: JobState::OutOfMemory,
                 reason: Some(EndReason::OomKills { kills: e.oom_kills }),
@@ -509,7 +514,7 @@ mod tests {
         };
         let names = ["a".to_string(), "b".to_string()];
         let s = assemble(&facts(), vec![a, b], &names, "t", &decide);
-        let e = seen.get().unwrap();
+        let e = seen.borrow().clone().unwrap();
         assert_eq!((e.oom_kills, e.elapsed_s), (3, 100.0));
         assert_eq!(s.state, JobState::OutOfMemory);
         assert_eq!(s.end_reason, Some(EndReason::OomKills { kills: 3 }));
