@@ -40,7 +40,10 @@ impl Rng {
         (self.next() % n.max(1) as u64) as usize
     }
     fn chance(&mut self, one_in: u64) -> bool {
-        self.next() % one_in == 0
+        // (`is_multiple_of` needs Rust 1.87; the workspace builds with 1.85.)
+        #[allow(clippy::manual_is_multiple_of)]
+        let hit = self.next() % one_in == 0;
+        hit
     }
     /// A value from the places arithmetic breaks: zero, small, the bounds of each integer width.
     fn extreme(&mut self) -> u64 {

@@ -488,7 +488,7 @@ pub(crate) mod tests {
 
     fn build(s: &JobSummary) -> Mail {
         let to = parse_address("alice@example.org").unwrap();
-        build_mail(s, &job_view(s), &to, "end", &opts(), &Templates::builtin()).unwrap()
+        build_mail(s, &job_view(s), &to, "end", &opts(), Templates::builtin()).unwrap()
     }
 
     #[test]
@@ -556,13 +556,13 @@ pub(crate) mod tests {
         let to = parse_address("alice@example.org").unwrap();
         let mut o = opts();
         o.max_chart_nodes = 1;
-        let mail = build_mail(&s, &job_view(&s), &to, "end", &o, &Templates::builtin()).unwrap();
+        let mail = build_mail(&s, &job_view(&s), &to, "end", &o, Templates::builtin()).unwrap();
         let raw = mail.message.formatted();
         let m = MessageParser::default().parse(&raw).unwrap();
         assert_eq!(m.attachments().count(), 2);
         assert!(m.body_html(0).unwrap().contains("first 1 of 2 nodes"));
         o.max_chart_nodes = 0;
-        let mail = build_mail(&s, &job_view(&s), &to, "end", &o, &Templates::builtin()).unwrap();
+        let mail = build_mail(&s, &job_view(&s), &to, "end", &o, Templates::builtin()).unwrap();
         let raw = mail.message.formatted();
         let m = MessageParser::default().parse(&raw).unwrap();
         assert_eq!(m.attachments().count(), 0);
@@ -570,7 +570,7 @@ pub(crate) mod tests {
         // A chart size out of range: the mail still goes, without charts, with warnings.
         o.max_chart_nodes = 8;
         o.chart_width = 1;
-        let mail = build_mail(&s, &job_view(&s), &to, "end", &o, &Templates::builtin()).unwrap();
+        let mail = build_mail(&s, &job_view(&s), &to, "end", &o, Templates::builtin()).unwrap();
         assert_eq!(mail.warnings.len(), 4, "{:?}", mail.warnings);
         let raw = mail.message.formatted();
         let m = MessageParser::default().parse(&raw).unwrap();
@@ -650,7 +650,7 @@ pub(crate) mod tests {
         }];
         let view = crate::present::digest_view(&s, 1234, Some("<b>sweep</b>"), &rows);
         let to = parse_address("alice@example.org").unwrap();
-        let mail = build_mail(&s, &view, &to, DIGEST_KIND, &opts(), &Templates::builtin()).unwrap();
+        let mail = build_mail(&s, &view, &to, DIGEST_KIND, &opts(), Templates::builtin()).unwrap();
         let raw = mail.message.formatted();
         let m = MessageParser::default().parse(&raw).unwrap();
         assert_eq!(m.attachments().count(), 0);

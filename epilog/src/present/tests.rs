@@ -262,15 +262,7 @@ fn a_hostile_name_is_clean_in_every_view() {
 
     // The mail: subject (decoded), text part, HTML part.
     let to = parse_address("alice@example.org").unwrap();
-    let mail = build_mail(
-        &s,
-        &job_view(&s),
-        &to,
-        "end",
-        &opts(),
-        &Templates::builtin(),
-    )
-    .unwrap();
+    let mail = build_mail(&s, &job_view(&s), &to, "end", &opts(), Templates::builtin()).unwrap();
     let raw = mail.message.formatted();
     let m = MessageParser::default().parse(&raw).unwrap();
     let subject = m.subject().unwrap();
@@ -301,7 +293,7 @@ fn a_hostile_name_is_clean_in_every_view() {
         "digest HTML",
         &html_text(&t.render_html(&view, &mut vec![]).unwrap()),
     );
-    let mail = build_mail(&s, &view, &to, DIGEST_KIND, &opts(), &t).unwrap();
+    let mail = build_mail(&s, &view, &to, DIGEST_KIND, &opts(), t).unwrap();
     let raw = mail.message.formatted();
     let m = MessageParser::default().parse(&raw).unwrap();
     assert!(!m.subject().unwrap().chars().any(clean::is_hidden));
