@@ -1019,6 +1019,43 @@ mod tests {
         assert_eq!(end.samples_taken, 2);
     }
 
+    /// GPU energy used after the last regular sample (work in the job's last seconds) is still
+    /// counted: the stop takes one last reading of the energy counter.
+    #[test]
+    fn gpu_energy_at_the_very_end_is_counted() {
+        let d = tempfile::tempdir().unwrap();
+        let b = ScriptedBackend::new(vec![id(GpuKind::Nvidia, 0, "GPU-x")], |n, _| {
+            vec![Some(DeviceSample {
+                util_gpu_pct: Some(if n == 0 { 0 } else { 90 }),
+                // 1000 J on the counter at the first reading; 500 J more by the stop's.
+                energy_mj: Some(if n == 0 { 1_000_000 } else { 1_500_000 }),
+                ..Default::default()
+            })]
+        });
+        // The next regular sample is due only after a minute: the job ends before it.
+        let m = GpuMonitor::start_with(
+            GpuSelection::of([GpuRef::NvidiaMinor(0)]),
+            vec![Box::new(b)],
+            opts(d.path(), 60_000),
+            Box::new(Vec::new),
+            quiet(),
+        )
+        .unwrap();
+        wait_for(&m, 1);
+        assert!(m.stop(Duration::from_secs(2)), "finished within the wait");
+        let s = read_gpu_file(&d.path().join(GPU_FILE_NAME)).unwrap();
+        let used_mj: u64 = s
+            .buckets
+            .iter()
+            .flat_map(|b| b.devices.iter())
+            .filter_map(|dev| dev.energy_mj)
+            .sum();
+        assert_eq!(used_mj, 500_000, "{:?}", s.buckets);
+        let g = &crate::gpu::summarize_gpus(&s, 1.0)[0];
+        let kwh = g.energy_kwh.expect("energy");
+        assert!((kwh - 500_000.0 / 3.6e9).abs() < 1e-12, "{kwh}");
+    }
+
     #[test]
     fn gpu_backends_for_selection() {
         let cfg = BackendConfig::default();
