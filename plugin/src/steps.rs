@@ -3,7 +3,7 @@
 use crate::args::Args;
 use jobscope_core::cgroup::JobCgroup;
 use jobscope_core::config::Config;
-use jobscope_core::fsutil::{ensure_dir, free_bytes};
+use jobscope_core::fsutil::{ensure_dir, free_bytes, write_atomic};
 use jobscope_core::gpu::assign::select_for_job;
 use jobscope_core::gpu::monitor::cgroup_pid_source;
 use jobscope_core::gpu::{BackendConfig, GpuMonitor, JobGpuEnv, LogLevel as GpuLogLevel};
@@ -89,15 +89,28 @@ impl JobCtx {
     fn ensure_job_dir(&self) -> Result<PathBuf, String> {
         let spool = self.spool_dir();
         ensure_dir(&spool, 0o700, 0, 0).map_err(|e| e.to_string())?;
+        let dir = job_dir(&spool, self.job_id, self.node());
         if let Some(free) = free_bytes(&spool) {
             if free < self.cfg.sampler.min_free_bytes {
-                return Err(format!(
-                    "{}: only {free} bytes free, not spooling",
-                    spool.display()
-                ));
+                let why = format!(
+                    "{}: only {free} bytes free, under sampler.min_free_bytes ({}); not spooling",
+                    spool.display(),
+                    self.cfg.sampler.min_free_bytes
+                );
+                // One small line, so the report can say why it has no data (the floor leaves
+                // room; this is a few hundred bytes). Best effort: the job goes on either way.
+                if ensure_dir(&dir, 0o700, 0, 0).is_ok() {
+                    let _ = write_atomic(
+                        &dir,
+                        jobscope_core::spool::read::NOT_SPOOLED_FILE,
+                        format!("{why}\n").as_bytes(),
+                        0o600,
+                        None,
+                    );
+                }
+                return Err(why);
             }
         }
-        let dir = job_dir(&spool, self.job_id, self.node());
         ensure_dir(&dir, 0o700, 0, 0).map_err(|e| e.to_string())?;
         Ok(dir)
     }

@@ -11,6 +11,10 @@ pub use jobscope_model::summary::node::NodeSpool;
 /// Files read from one spool directory at most (a directory is per job and node: a few steps).
 const MAX_FILES: usize = 4096;
 
+/// Left in a node's spool directory by the plugin when it did not spool at all (the free-space
+/// floor): one line saying why, so the report's data notes give the reason, not only slurmd's log.
+pub const NOT_SPOOLED_FILE: &str = "not-spooled.txt";
+
 /// Reads and decodes one spool file (refusing symlinks and oversized files).
 pub fn read_spool_file(path: &Path) -> Result<SpoolFile, SpoolError> {
     let bytes =
@@ -46,6 +50,18 @@ pub fn read_node_dir(dir: &Path) -> NodeSpool {
         })
         .unwrap_or_default();
     names.sort();
+    if names.iter().any(|n| n == NOT_SPOOLED_FILE) {
+        if let Ok(b) = crate::fsutil::read_limited(&dir.join(NOT_SPOOLED_FILE), 4096) {
+            let why: String = String::from_utf8_lossy(&b)
+                .chars()
+                .filter(|c| !c.is_control())
+                .take(300)
+                .collect();
+            spool
+                .problems
+                .push(format!("not sampled on this node: {why}"));
+        }
+    }
     for name in names.iter().take(MAX_FILES) {
         if !name.ends_with(".jsc") || name.starts_with('.') {
             continue;
@@ -103,6 +119,22 @@ mod tests {
         assert!(s.gpu.is_none());
         // step_0 (garbage), step_1 (symlink) and gpu.jsc (garbage) are reported.
         assert_eq!(s.problems.len(), 3, "{:?}", s.problems);
+    }
+
+    #[test]
+    fn the_reason_nothing_was_spooled_becomes_a_problem() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(
+            d.path().join(NOT_SPOOLED_FILE),
+            "/var/spool/jobscope: only 100 bytes free\n",
+        )
+        .unwrap();
+        let s = read_node_dir(d.path());
+        assert!(s.series.is_none());
+        assert_eq!(
+            s.problems,
+            vec!["not sampled on this node: /var/spool/jobscope: only 100 bytes free".to_string()]
+        );
     }
 
     #[test]

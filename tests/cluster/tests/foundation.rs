@@ -229,6 +229,42 @@ fn unwritable_spool_directory_harms_nothing() -> Result<()> {
     Ok(())
 }
 
+/// The spool's free-space floor stops spooling: the job runs untouched, and its report says it has
+/// no data, why (the floor, in the data notes, not only in slurmd's log), and claims nothing.
+#[test]
+fn below_the_free_space_floor_the_report_says_why_it_has_no_data() -> Result<()> {
+    let _c = ClusterGuard::acquire()?;
+    // A floor above any disk's free space.
+    let _cfg = ConfigSectionGuard::set_section(
+        "sampler",
+        "cadence_s = 5\nmin_free_bytes = 1000000000000000000\n",
+    )?;
+    let id = submit(
+        "alice",
+        &["--job-name=floor", "-c", "2"],
+        "#!/bin/bash\necho start\nsleep 3\necho done\n",
+    )?;
+    completed(id)?;
+    ensure!(job_output(id)? == "start\ndone\n", "job {id}: output");
+    let s = summary(id)?;
+    ensure!(
+        f64_at(&s, "/samples")? == 0.0
+            && s["analysis"]["classification"]["class"] == "insufficient_data",
+        "job {id}: samples {} class {}",
+        s["samples"],
+        s["analysis"]["classification"]["class"]
+    );
+    let text = report_text(id)?;
+    ensure!(
+        text.contains("No samples")
+            && text.contains("under sampler.min_free_bytes")
+            && !text.contains("#SBATCH")
+            && !text.contains("used its request well"),
+        "job {id}:\n{text}"
+    );
+    Ok(())
+}
+
 #[test]
 fn missing_job_cgroup_harms_nothing() -> Result<()> {
     let _c = ClusterGuard::acquire()?;
