@@ -71,13 +71,15 @@ fn set_aside_earlier_run(
 ) -> bool {
     const LATER_RUN_S: u64 = 10;
     let state = job_state_dir(cfg, job_id);
-    // The marker holds the archived record's path: `<job>-<start_s>[-<cluster>].json`.
+    // The marker holds the archived record's path; its name is the run's key.
     let Some(archived_start_s) = read_limited(&state.join("archived"), 4096)
         .ok()
         .and_then(|b| {
             let p = PathBuf::from(String::from_utf8_lossy(&b).trim());
-            let name = p.file_stem()?.to_string_lossy().into_owned();
-            name.split('-').nth(1)?.parse::<u64>().ok()
+            match archive::RecordName::parse(&p.file_name()?.to_string_lossy())? {
+                archive::RecordName::Keyed(k) => Some(k.start_unix_s),
+                archive::RecordName::Legacy(_) => None,
+            }
         })
     else {
         return false;
