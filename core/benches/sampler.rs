@@ -29,7 +29,7 @@ use jobscope_core::cgroup::{locate, JobCgroup, JobCgroupReader};
 use jobscope_core::procio::kfile::{open_file, ReadBuf};
 use jobscope_core::sampler::{Faults, Sampler};
 use jobscope_core::spool::writer::{Limits, SeriesWriter};
-use jobscope_core::spool::{Header, FORMAT_VERSION};
+use jobscope_core::spool::Header;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
@@ -274,22 +274,9 @@ fn measure_paced(name: &str, cg: &JobCgroup, proc_root: &Path, rounds: usize) ->
 
 fn header() -> Header {
     Header {
-        format_version: FORMAT_VERSION,
-        job_id: 1,
-        node: "bench".into(),
-        series: "job".into(),
-        uid: 0,
-        gid: 0,
-        cgroup_version: None,
-        cgroup_path: None,
-        boot_id: None,
-        boot_time_s: None,
-        start_unix_ms: 0,
-        cadence_s: 30,
         plugin_version: "bench".into(),
         alloc_cores: Some(2),
-        alloc_mem_bytes: None,
-        handover: None,
+        ..Header::new(1, "bench", "job", 0)
     }
 }
 

@@ -60,27 +60,14 @@ pub fn short_hostname() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::spool::FORMAT_VERSION;
     use std::path::PathBuf;
 
     fn header() -> Header {
         Header {
-            format_version: FORMAT_VERSION,
-            job_id: 9,
-            node: "before".into(),
-            series: "job".into(),
             uid: 1,
             gid: 1,
-            cgroup_version: None,
-            cgroup_path: None,
-            boot_id: None,
-            boot_time_s: None,
-            start_unix_ms: 0,
-            cadence_s: 30,
             plugin_version: "t".into(),
-            alloc_cores: None,
-            alloc_mem_bytes: None,
-            handover: None,
+            ..Header::new(9, "before", "job", 0)
         }
     }
 

@@ -13,7 +13,7 @@ use jobscope_core::config::{Config, MailPolicy, MailTransportKind};
 use jobscope_core::job::{JobFacts, JobState};
 use jobscope_core::sample::Reading;
 use jobscope_core::spool::writer::{Limits, SeriesWriter, StepWriter};
-use jobscope_core::spool::{job_dir, Bucket, End, Event, Header, FORMAT_VERSION};
+use jobscope_core::spool::{job_dir, Bucket, End, Event, Header};
 use jobscope_epilog::mail::queue::{FlushMode, FlushOptions, Queue, RetryPolicy, RELAY_DOWN_FILE};
 use jobscope_epilog::run::run_epilog;
 use jobscope_epilog::slurm::{EpilogEnv, FakeSlurm};
@@ -23,22 +23,12 @@ const T0: u64 = 1_700_000_000_000;
 
 fn header(job: u32, series: &str) -> Header {
     Header {
-        format_version: FORMAT_VERSION,
-        job_id: job,
-        node: "n1".into(),
-        series: series.into(),
         uid: 1001,
         gid: 1001,
-        cgroup_version: None,
-        cgroup_path: None,
-        boot_id: None,
-        boot_time_s: None,
-        start_unix_ms: T0,
-        cadence_s: 30,
         plugin_version: "bench".into(),
         alloc_cores: Some(2),
         alloc_mem_bytes: Some(1 << 30),
-        handover: None,
+        ..Header::new(job, "n1", series, T0)
     }
 }
 

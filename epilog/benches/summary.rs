@@ -11,7 +11,7 @@ use jobscope_core::job::JobFacts;
 use jobscope_core::sample::Reading;
 use jobscope_core::spool::codec::{bucket_frame, end_frame, file_start};
 use jobscope_core::spool::writer::{read_spool_file, Limits, SeriesWriter};
-use jobscope_core::spool::{Bucket, End, Gauge, GaugeId, Header, FORMAT_VERSION, N_GAUGES};
+use jobscope_core::spool::{Bucket, End, Gauge, GaugeId, Header, N_GAUGES};
 use jobscope_epilog::pipeline::{self, NodeEnd};
 use jobscope_epilog::present::render_text;
 use std::path::Path;
@@ -19,22 +19,13 @@ use std::time::Instant;
 
 fn header(node: &str) -> Header {
     Header {
-        format_version: FORMAT_VERSION,
-        job_id: 4242,
-        node: node.into(),
-        series: "job".into(),
         uid: 1001,
         gid: 1001,
         cgroup_version: Some(jobscope_core::cgroup::CgroupVersion::V1),
-        cgroup_path: None,
-        boot_id: None,
-        boot_time_s: None,
-        start_unix_ms: 1_700_000_000_000,
-        cadence_s: 30,
         plugin_version: "bench".into(),
         alloc_cores: Some(64),
         alloc_mem_bytes: Some(256 << 30),
-        handover: None,
+        ..Header::new(4242, node, "job", 1_700_000_000_000)
     }
 }
 

@@ -615,7 +615,7 @@ pub(crate) mod tests {
     use jobscope_core::cgroup::CgroupVersion;
     use jobscope_core::sample::Reading;
     use jobscope_core::spool::writer::{Limits, SeriesWriter, StepWriter};
-    use jobscope_core::spool::{Bucket, End, Event, Header, FORMAT_VERSION};
+    use jobscope_core::spool::{Bucket, End, Event, Header};
 
     fn cfg(root: &Path) -> Config {
         let mut c = Config::default();
@@ -630,22 +630,13 @@ pub(crate) mod tests {
     /// A spool header as the plugin writes it (also used by `crate::pipeline`'s tests).
     pub(crate) fn header(job: u32, node: &str, series: &str) -> Header {
         Header {
-            format_version: FORMAT_VERSION,
-            job_id: job,
-            node: node.into(),
-            series: series.into(),
             uid: 4242,
             gid: 4242,
             cgroup_version: Some(CgroupVersion::V1),
-            cgroup_path: None,
-            boot_id: None,
-            boot_time_s: None,
-            start_unix_ms: 1_700_001_000_000,
-            cadence_s: 30,
             plugin_version: "t".into(),
             alloc_cores: Some(2),
             alloc_mem_bytes: Some(1 << 30),
-            handover: None,
+            ..Header::new(job, node, series, 1_700_001_000_000)
         }
     }
 

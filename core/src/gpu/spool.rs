@@ -106,29 +106,16 @@ mod tests {
     use crate::spool::codec::file_start;
     use crate::spool::codec::put_varint;
     use crate::spool::Gauge;
-    use crate::spool::FORMAT_VERSION;
     use proptest::prelude::*;
 
     use crate::spool::writer::tests::T0;
 
     pub(crate) fn header() -> Header {
         Header {
-            format_version: FORMAT_VERSION,
-            job_id: 42,
-            node: "gpu01".into(),
-            series: "job".into(),
             uid: 1001,
             gid: 1001,
-            cgroup_version: None,
-            cgroup_path: None,
-            boot_id: None,
-            boot_time_s: None,
-            start_unix_ms: T0 + 1_000,
-            cadence_s: 30,
             plugin_version: "t".into(),
-            alloc_cores: None,
-            alloc_mem_bytes: None,
-            handover: None,
+            ..Header::new(42, "gpu01", "job", T0 + 1_000)
         }
     }
 

@@ -231,22 +231,8 @@ pub(crate) mod tests {
     /// A job series header for tests (also used by `super::read`'s tests).
     pub(crate) fn header() -> Header {
         Header {
-            format_version: FORMAT_VERSION,
-            job_id: 7,
-            node: "n".into(),
-            series: "job".into(),
-            uid: 0,
-            gid: 0,
-            cgroup_version: None,
-            cgroup_path: None,
-            boot_id: None,
-            boot_time_s: None,
-            start_unix_ms: T0,
-            cadence_s: 30,
             plugin_version: "t".into(),
-            alloc_cores: None,
-            alloc_mem_bytes: None,
-            handover: None,
+            ..Header::new(7, "n", "job", T0)
         }
     }
 

@@ -615,29 +615,18 @@ pub fn gpu_advice_with(gpus: &[GpuSummary], p: &GpuSummaryParams) -> Vec<GpuAdvi
 mod tests {
     use super::*;
     use crate::gpu::spool::{thin, GpuBucket, GpuInfo};
-    use crate::spool::{Event, Gauge, Header, FORMAT_VERSION};
+    use crate::spool::{Event, Gauge, Header};
 
     const GIB: u64 = 1 << 30;
     const T0: u64 = 1_800_000_000_000;
 
     fn header() -> Header {
         Header {
-            format_version: FORMAT_VERSION,
-            job_id: 9,
-            node: "gpu01".into(),
-            series: "gpu".into(),
             uid: 1,
             gid: 1,
-            cgroup_version: None,
-            cgroup_path: None,
-            boot_id: None,
-            boot_time_s: None,
-            start_unix_ms: T0,
             cadence_s: 60,
             plugin_version: "t".into(),
-            alloc_cores: None,
-            alloc_mem_bytes: None,
-            handover: None,
+            ..Header::new(9, "gpu01", "gpu", T0)
         }
     }
 

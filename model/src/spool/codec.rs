@@ -304,22 +304,16 @@ mod tests {
 
     pub(crate) fn header() -> Header {
         Header {
-            format_version: FORMAT_VERSION,
-            job_id: 42,
-            node: "vm".into(),
-            series: "job".into(),
             uid: 1001,
             gid: 1001,
             cgroup_version: Some(CgroupVersion::V1),
             cgroup_path: Some("/sys/fs/cgroup/memory/slurm_vm/uid_1001/job_42".into()),
             boot_id: Some("b".into()),
             boot_time_s: Some(1),
-            start_unix_ms: T0 + 1_000,
-            cadence_s: 30,
             plugin_version: "0.1.0".into(),
             alloc_cores: Some(2),
             alloc_mem_bytes: Some(1 << 30),
-            handover: None,
+            ..Header::new(42, "vm", "job", T0 + 1_000)
         }
     }
 

@@ -69,6 +69,32 @@ pub struct Header {
     pub handover: Option<Handover>,
 }
 
+impl Header {
+    /// A header of this format version for `series` of `job_id` on `node`, started at
+    /// `start_unix_ms`, with the default cadence (30 s) and nothing else known: callers set what
+    /// they know with struct update syntax.
+    pub fn new(job_id: u32, node: &str, series: &str, start_unix_ms: u64) -> Header {
+        Header {
+            format_version: FORMAT_VERSION,
+            job_id,
+            node: node.into(),
+            series: series.into(),
+            uid: 0,
+            gid: 0,
+            cgroup_version: None,
+            cgroup_path: None,
+            boot_id: None,
+            boot_time_s: None,
+            start_unix_ms,
+            cadence_s: 30,
+            plugin_version: String::new(),
+            alloc_cores: None,
+            alloc_mem_bytes: None,
+            handover: None,
+        }
+    }
+}
+
 /// What `job_prolog` sees and the extern step does not: user SPANK options and GPU variables.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Handover {

@@ -111,22 +111,10 @@ mod tests {
 
     fn header(start: u64) -> Header {
         Header {
-            format_version: super::super::FORMAT_VERSION,
-            job_id: 1,
-            node: "n".into(),
-            series: "job".into(),
             uid: 1,
             gid: 1,
-            cgroup_version: None,
-            cgroup_path: None,
-            boot_id: None,
-            boot_time_s: None,
-            start_unix_ms: start,
-            cadence_s: 30,
             plugin_version: "t".into(),
-            alloc_cores: None,
-            alloc_mem_bytes: None,
-            handover: None,
+            ..Header::new(1, "n", "job", start)
         }
     }
 

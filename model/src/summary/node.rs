@@ -553,26 +553,17 @@ pub fn summarize_node_spool(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::spool::{Bucket, End, Event, Gauge, Header, FORMAT_VERSION, N_GAUGES};
+    use crate::spool::{Bucket, End, Event, Gauge, Header, N_GAUGES};
 
     fn header(series: &str, start: u64) -> Header {
         Header {
-            format_version: FORMAT_VERSION,
-            job_id: 9,
-            node: "vm".into(),
-            series: series.into(),
             uid: 1001,
             gid: 1001,
             cgroup_version: Some(CgroupVersion::V1),
-            cgroup_path: None,
-            boot_id: None,
-            boot_time_s: None,
-            start_unix_ms: start,
-            cadence_s: 30,
             plugin_version: "t".into(),
             alloc_cores: Some(2),
             alloc_mem_bytes: Some(2 << 30),
-            handover: None,
+            ..Header::new(9, "vm", series, start)
         }
     }
 
