@@ -1,7 +1,8 @@
 #!/bin/bash
 # Install what the jobscope test cluster and the build need on Debian 12 (bookworm), as root:
 # SLURM 22.05 (slurmctld, slurmd, client, headers), munge, libclang (bindgen for slurm-spank),
-# mailutils, bc, python3, python3-aiosmtpd (the SMTP sink of the mail tests), a local MTA for the
+# mailutils, bc, python3, python3-aiosmtpd (the SMTP sink of the mail tests), postgresql (the
+# server slurm-conf/postgres.sh runs for the PostgreSQL tests; Debian's own cluster is not started), a local MTA for the
 # sendmail transport (exim4-daemon-light, configured "local delivery only" through a debconf
 # preseed; skipped when another MTA already provides /usr/sbin/sendmail); and create the test
 # users alice and bob.
@@ -16,7 +17,8 @@
 set -euo pipefail
 
 PKGS=(slurmctld slurmd slurm-client munge libslurm-dev slurm-wlm-basic-plugins-dev
-      libclang-dev mailutils bc python3 python3-aiosmtpd)
+      libclang-dev mailutils bc python3 python3-aiosmtpd
+      postgresql)  # the PostgreSQL sink's tests and demo: slurm-conf/postgres.sh starts its own server
 TEST_USERS=(alice bob)
 # The MTA behind `mail.transport = "sendmail"` in the mail tests. exim4 conflicts with every other
 # MTA, so it is only installed where none is: apt must never swap out a host's own MTA.
