@@ -134,6 +134,15 @@ mod tests {
             energy_counter_mj: Some(1_000_000 + util as u64),
             mem_total_bytes: Some(80 << 30),
             throttle_reasons: Some(1 << util.min(20)),
+            job_util_gpu_pct: Some(Gauge {
+                min: 0,
+                max: util as u64 / 2,
+                sum: util as u64 * 30,
+                count: 150,
+            }),
+            job_util_mem_pct: None,
+            util_flags: Some(jobscope_model::gpu::fold::UTIL_FROM_BUFFER),
+            util_covered_ms: Some(29_800),
         }
     }
 
@@ -256,6 +265,39 @@ mod tests {
         assert_eq!(d.devices[1].samples, 1);
     }
 
+    /// A file written before the utilization fold (no job share, no flags: mask bits 11-14
+    /// unset) decodes as it did, the new fields `None`; the bytes below are such a device entry.
+    #[test]
+    fn pre_fold_bucket_decodes_with_the_new_fields_absent() {
+        let mut p = Vec::new();
+        for v in [5u64, 0, 1, 1] {
+            put_varint(&mut p, v); // t_first, t_last - t_first, n, one device
+        }
+        let mut body = Vec::new();
+        // slot 0, 1 sample, mask: util_gpu_pct (bit 0) and energy_counter_mj (bit 8).
+        for v in [0u64, 1, 1 | 1 << 8, 42, 0, 42, 1, 7_000] {
+            put_varint(&mut body, v);
+        }
+        put_varint(&mut p, body.len() as u64);
+        p.extend(&body);
+        let b = decode_gpu_bucket(&p).unwrap();
+        let d = &b.devices[0];
+        assert_eq!(d.util_gpu_pct, Some(Gauge::one(42)));
+        assert_eq!(d.energy_counter_mj, Some(7_000));
+        assert_eq!(
+            (d.job_util_gpu_pct, d.util_flags, d.util_covered_ms),
+            (None, None, None)
+        );
+        assert!(gpu_bucket_ok(&b));
+    }
+
+    #[test]
+    fn a_job_share_over_100_pct_is_refused() {
+        let mut b = bucket(0, &[10]);
+        b.devices[0].job_util_gpu_pct = Some(Gauge::one(101));
+        assert!(!gpu_bucket_ok(&b));
+    }
+
     #[test]
     fn a_long_job_stays_under_the_cap_and_keeps_its_peak() {
         let d = tempfile::tempdir().unwrap();
@@ -303,8 +345,8 @@ mod tests {
         (
             0u32..16,
             1u32..10,
-            proptest::collection::vec(arb_gauge(), N_DEV_GAUGES),
-            proptest::collection::vec(proptest::option::of(any::<u64>()), 4),
+            proptest::collection::vec(arb_gauge(), N_DEV_GAUGES + 2),
+            proptest::collection::vec(proptest::option::of(any::<u64>()), 6),
         )
             .prop_map(|(slot, samples, g, s)| {
                 let mut d = DeviceBucket {
@@ -319,6 +361,8 @@ mod tests {
                     d.mem_total_bytes,
                     d.throttle_reasons,
                 ] = [s[0], s[1], s[2], s[3]];
+                [d.job_util_gpu_pct, d.job_util_mem_pct] = [g[7], g[8]];
+                [d.util_flags, d.util_covered_ms] = [s[4], s[5]];
                 d
             })
     }

@@ -2,6 +2,7 @@
 //! ([`spool`]), and the per-GPU summary and advice ([`summary`]). Pure: the sampling backends, the
 //! monitor thread and the writer are in `jobscope_core::gpu`.
 
+pub mod fold;
 pub mod spool;
 pub mod summary;
 

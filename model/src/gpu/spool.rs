@@ -17,7 +17,14 @@
 //!     job_processes, job_mem_bytes, other_processes): varint min, varint (max - min), varint sum, varint count
 //!   bit 7 energy_mj (energy over the bucket), bit 8 energy_counter_mj (last), bit 9 mem_total_bytes
 //!   (last), bit 10 throttle_reasons (OR over the bucket): one varint each
+//!   then (format additions, after the fields above, in bit order):
+//!   bits 11, 12 (gauges: job_util_gpu_pct, job_util_mem_pct): as the gauges above
+//!   bit 13 util_flags (OR over the bucket), bit 14 util_covered_ms (sum): one varint each
 //! ```
+//! Since the utilization fold ([`super::fold`]), `util_gpu_pct`/`util_mem_pct` hold one value per
+//! driver sample of the interval (200 ms apart on an H100) where the driver's sample buffer is
+//! supported, one per point read where not (`util_flags` says which); older files hold point reads
+//! and no flags.
 //! The per-device length lets a reader skip fields a newer writer added. Gauges keep min/max/sum/
 //! count, so thinning (see [`thin`]) never loses a peak or changes a mean. About 30 bytes per GPU
 //! per sample; the file is capped at [`DEFAULT_MAX_GPU_FILE_BYTES`].
@@ -79,9 +86,25 @@ pub struct DeviceBucket {
     pub mem_total_bytes: Option<u64>,
     /// Throttle reasons seen in the bucket (bitwise OR).
     pub throttle_reasons: Option<u64>,
+    /// The job's own share of the GPU (SM) utilization, from per-process samples
+    /// ([`super::fold`]): one value per driver sample, like `util_gpu_pct`.
+    pub job_util_gpu_pct: Option<Gauge>,
+    /// The job's own share of the memory-controller utilization.
+    pub job_util_mem_pct: Option<Gauge>,
+    /// Where the utilization came from and whether others were active ([`super::fold`]'s
+    /// `UTIL_*` bits, OR over the bucket); `None` in files written before the fold.
+    pub util_flags: Option<u64>,
+    /// Time covered by the driver's samples in the bucket, milliseconds (sum).
+    pub util_covered_ms: Option<u64>,
 }
 
 pub const N_DEV_GAUGES: usize = 7;
+/// Gauges added after the first format (mask bits 11 and 12).
+const N_NEW_GAUGES: usize = 2;
+/// Mask bit of the first scalar (`energy_mj`); four scalars follow it.
+const SCALARS_BIT: usize = N_DEV_GAUGES;
+const NEW_GAUGES_BIT: usize = SCALARS_BIT + 4;
+const NEW_SCALARS_BIT: usize = NEW_GAUGES_BIT + N_NEW_GAUGES;
 
 impl DeviceBucket {
     fn gauges(&self) -> [Option<Gauge>; N_DEV_GAUGES] {
@@ -115,6 +138,16 @@ impl DeviceBucket {
             merged[i] = Gauge::merge(mine[i], theirs[i]);
         }
         self.set_gauges(merged);
+        self.job_util_gpu_pct = Gauge::merge(self.job_util_gpu_pct, b.job_util_gpu_pct);
+        self.job_util_mem_pct = Gauge::merge(self.job_util_mem_pct, b.job_util_mem_pct);
+        self.util_flags = match (self.util_flags, b.util_flags) {
+            (Some(x), Some(y)) => Some(x | y),
+            (x, y) => x.or(y),
+        };
+        self.util_covered_ms = match (self.util_covered_ms, b.util_covered_ms) {
+            (Some(x), Some(y)) => Some(x.saturating_add(y)),
+            (x, y) => x.or(y),
+        };
         self.energy_mj = match (self.energy_mj, b.energy_mj) {
             (Some(x), Some(y)) => Some(x.saturating_add(y)),
             (x, y) => x.or(y),
@@ -215,7 +248,19 @@ pub fn encode_gpu_bucket(b: &GpuBucket) -> Vec<u8> {
         }
         for (i, s) in scalars.iter().enumerate() {
             if s.is_some() {
-                mask |= 1 << (N_DEV_GAUGES + i);
+                mask |= 1 << (SCALARS_BIT + i);
+            }
+        }
+        let new_gauges = [d.job_util_gpu_pct, d.job_util_mem_pct];
+        let new_scalars = [d.util_flags, d.util_covered_ms];
+        for (i, g) in new_gauges.iter().enumerate() {
+            if g.is_some() {
+                mask |= 1 << (NEW_GAUGES_BIT + i);
+            }
+        }
+        for (i, s) in new_scalars.iter().enumerate() {
+            if s.is_some() {
+                mask |= 1 << (NEW_SCALARS_BIT + i);
             }
         }
         put_varint(&mut body, mask);
@@ -223,6 +268,12 @@ pub fn encode_gpu_bucket(b: &GpuBucket) -> Vec<u8> {
             put_gauge(&mut body, g);
         }
         for s in scalars.iter().flatten() {
+            put_varint(&mut body, *s);
+        }
+        for g in new_gauges.iter().flatten() {
+            put_gauge(&mut body, g);
+        }
+        for s in new_scalars.iter().flatten() {
             put_varint(&mut body, *s);
         }
         put_varint(&mut out, body.len() as u64);
@@ -262,7 +313,7 @@ pub fn decode_gpu_bucket(p: &[u8]) -> Option<GpuBucket> {
         d.set_gauges(gauges);
         let mut scalars = [None; 4];
         for (i, s) in scalars.iter_mut().enumerate() {
-            if mask & (1 << (N_DEV_GAUGES + i)) != 0 {
+            if mask & (1 << (SCALARS_BIT + i)) != 0 {
                 *s = Some(get_varint(body, &mut q)?);
             }
         }
@@ -272,6 +323,20 @@ pub fn decode_gpu_bucket(p: &[u8]) -> Option<GpuBucket> {
             d.mem_total_bytes,
             d.throttle_reasons,
         ] = scalars;
+        let mut new_gauges = [None; N_NEW_GAUGES];
+        for (i, g) in new_gauges.iter_mut().enumerate() {
+            if mask & (1 << (NEW_GAUGES_BIT + i)) != 0 {
+                *g = Some(get_gauge(body, &mut q)?);
+            }
+        }
+        [d.job_util_gpu_pct, d.job_util_mem_pct] = new_gauges;
+        let mut new_scalars = [None; 2];
+        for (i, s) in new_scalars.iter_mut().enumerate() {
+            if mask & (1 << (NEW_SCALARS_BIT + i)) != 0 {
+                *s = Some(get_varint(body, &mut q)?);
+            }
+        }
+        [d.util_flags, d.util_covered_ms] = new_scalars;
         // Fields of a newer writer (higher mask bits) are skipped with the rest of `body`.
         devices.push(d);
     }
@@ -325,7 +390,15 @@ pub fn gpu_bucket_ok(b: &GpuBucket) -> bool {
                 && d.gauges().iter().flatten().all(validate::gauge_ok)
                 && pct(&d.util_gpu_pct)
                 && pct(&d.util_mem_pct)
-                && [d.energy_mj, d.energy_counter_mj, d.mem_total_bytes]
+                && [d.job_util_gpu_pct, d.job_util_mem_pct]
+                    .iter()
+                    .all(|g| g.as_ref().is_none_or(validate::gauge_ok) && pct(g))
+                && [
+                    d.energy_mj,
+                    d.energy_counter_mj,
+                    d.mem_total_bytes,
+                    d.util_covered_ms,
+                ]
                     .into_iter()
                     .flatten()
                     .all(validate::value_ok)

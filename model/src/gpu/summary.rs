@@ -7,8 +7,14 @@
 //! GPU's utilization never rose above [`GpuSummaryParams::idle_util_pct`] in it (the bucket's *max*,
 //! so thinning cannot hide activity); where utilization is unknown (MIG) the job having no process
 //! on the device counts as idle; where both are unknown the interval is unknown.
+//!
+//! Utilization is the bucket's interval figure where the driver's sample buffer was drained
+//! ([`super::fold`]): its max is the busiest 200 ms of the interval, so a GPU busy only in bursts
+//! between two reads is not idle, nor "never used". On a GPU shared with other processes the
+//! job's own share (per-process samples) decides idleness, never the device's total.
 
 use super::event_slot;
+use super::fold::{UTIL_FROM_BUFFER, UTIL_FROM_POINT_READS, UTIL_OTHERS_ACTIVE};
 use super::spool::{DeviceBucket, GpuSeries};
 use super::{GpuIdentity, GpuKind};
 use serde::{Deserialize, Serialize};
@@ -59,6 +65,18 @@ pub enum GpuClass {
     Mixed,
 }
 
+/// Where a GPU's utilization figures come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum GpuUtilSource {
+    /// The driver's sample buffer, drained: every 200 ms of the interval (NVIDIA).
+    DriverBuffer,
+    /// Point reads (AMD; NVIDIA without the buffer): bursts between reads can be missed.
+    PointReads,
+    /// Some intervals from the buffer, some from point reads.
+    Mixed,
+}
+
 /// A stretch of at least [`GpuSummaryParams::idle_min_s`] in which the GPU was idle.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct IdlePeriod {
@@ -90,6 +108,21 @@ pub struct GpuSummary {
     pub util_mean_pct: Option<f64>,
     pub util_max_pct: Option<f64>,
     pub mem_util_mean_pct: Option<f64>,
+    /// Where `util_*` come from (`None`: a spool written before jobscope said so).
+    #[serde(default)]
+    pub util_source: Option<GpuUtilSource>,
+    /// Share of the buffer-sampled intervals the driver's samples covered (below 1 when drains
+    /// came too late for the buffer).
+    #[serde(default)]
+    pub util_coverage_share: Option<f64>,
+    /// The job's own share of the GPU's utilization, from its processes' samples (on a GPU shared
+    /// with other jobs it is less than `util_mean_pct`).
+    #[serde(default)]
+    pub job_util_mean_pct: Option<f64>,
+    #[serde(default)]
+    pub job_util_max_pct: Option<f64>,
+    #[serde(default)]
+    pub job_mem_util_mean_pct: Option<f64>,
     /// The device never reported utilization (MIG instances: NVML answers NOT_SUPPORTED).
     pub utilization_unknown: bool,
     pub mem_peak_bytes: Option<u64>,
@@ -97,7 +130,7 @@ pub struct GpuSummary {
     /// Peak of the memory used by the job's own processes.
     pub job_mem_peak_bytes: Option<u64>,
     pub job_processes_max: Option<u64>,
-    /// Someone else's processes ran on this GPU during the job.
+    /// Someone else's processes ran (or had utilization) on this GPU during the job.
     pub other_processes_seen: bool,
     pub power_mean_w: Option<f64>,
     pub power_max_w: Option<f64>,
@@ -279,6 +312,33 @@ fn summarize_one(
     };
     let util = sum_gauge(|d| d.util_gpu_pct);
     let mem_util = sum_gauge(|d| d.util_mem_pct);
+    let job_util = sum_gauge(|d| d.job_util_gpu_pct);
+    let job_mem_util = sum_gauge(|d| d.job_util_mem_pct);
+    let flags = points
+        .iter()
+        .filter_map(|(_, _, d)| d.util_flags)
+        .fold(None, |a: Option<u64>, f| Some(a.unwrap_or(0) | f));
+    let util_source = flags.and_then(|f| {
+        match (f & UTIL_FROM_BUFFER != 0, f & UTIL_FROM_POINT_READS != 0) {
+            (true, false) => Some(GpuUtilSource::DriverBuffer),
+            (false, true) => Some(GpuUtilSource::PointReads),
+            (true, true) => Some(GpuUtilSource::Mixed),
+            (false, false) => None,
+        }
+    });
+    // Coverage: the buffer's time over the length of the intervals it sampled.
+    let (covered_ms, buffered_ms) = points
+        .iter()
+        .filter(|(_, _, d)| d.util_flags.is_some_and(|f| f & UTIL_FROM_BUFFER != 0))
+        .fold((0u64, 0u64), |(c, l), (from, to, d)| {
+            (
+                c.saturating_add(d.util_covered_ms.unwrap_or(0)),
+                l.saturating_add(to.saturating_sub(*from)),
+            )
+        });
+    let util_coverage_share =
+        (buffered_ms > 0).then(|| (covered_ms as f64 / buffered_ms as f64).min(1.0));
+    let others_active = flags.is_some_and(|f| f & UTIL_OTHERS_ACTIVE != 0);
     let power = sum_gauge(|d| d.power_mw);
     let max_of = |f: fn(&DeviceBucket) -> Option<crate::spool::Gauge>| {
         points
@@ -290,7 +350,7 @@ fn summarize_one(
     let mem_peak = max_of(|d| d.mem_used_bytes);
     let job_mem_peak = max_of(|d| d.job_mem_bytes);
     let procs_max = max_of(|d| d.job_processes);
-    let others = max_of(|d| d.other_processes).is_some_and(|m| m > 0);
+    let others = max_of(|d| d.other_processes).is_some_and(|m| m > 0) || others_active;
     let mem_total = points
         .iter()
         .rev()
@@ -322,9 +382,12 @@ fn summarize_one(
         }
     };
 
+    // The utilization that is the job's: its own share where known (a shared GPU), else the
+    // device's.
+    let job_gauge = |d: &DeviceBucket| d.job_util_gpu_pct.or(d.util_gpu_pct);
     // Idle state per interval: Some(true) idle, Some(false) busy, None unknown.
     let state = |d: &DeviceBucket| -> Option<bool> {
-        if let Some(u) = d.util_gpu_pct {
+        if let Some(u) = job_gauge(d) {
             return Some(u.max as f64 <= p.idle_util_pct);
         }
         d.job_processes.map(|g| g.max == 0)
@@ -371,7 +434,12 @@ fn summarize_one(
     close(&mut run, &mut periods);
 
     let utilization_unknown = util.is_none();
-    let ever_busy = util.is_some_and(|(_, max)| max as f64 > p.idle_util_pct);
+    let ever_busy = points
+        .iter()
+        .filter_map(|(_, _, d)| job_gauge(d))
+        .any(|g| g.max as f64 > p.idle_util_pct);
+    // The mean that is the job's, for the classification.
+    let job_mean = job_util.or(util).map(|(m, _)| m);
     let ever_proc = procs_max.is_some_and(|m| m > 0);
     let never_used = any_state && !ever_busy && !ever_proc;
 
@@ -400,11 +468,11 @@ fn summarize_one(
     let classification = if !any_state {
         None
     } else if never_used
-        || util.is_some_and(|(m, _)| m < p.idle_class_util_pct)
+        || job_mean.is_some_and(|m| m < p.idle_class_util_pct)
         || idle_share.is_some_and(|s| s >= 0.8)
     {
         Some(GpuClass::GpuIdle)
-    } else if util.is_some_and(|(m, _)| m >= p.bound_util_pct) {
+    } else if job_mean.is_some_and(|m| m >= p.bound_util_pct) {
         Some(GpuClass::GpuBound)
     } else {
         Some(GpuClass::Mixed)
@@ -472,6 +540,11 @@ fn summarize_one(
         util_mean_pct: util.map(|(m, _)| m),
         util_max_pct: util.map(|(_, x)| x as f64),
         mem_util_mean_pct: mem_util.map(|(m, _)| m),
+        util_source,
+        util_coverage_share,
+        job_util_mean_pct: job_util.map(|(m, _)| m),
+        job_util_max_pct: job_util.map(|(_, x)| x as f64),
+        job_mem_util_mean_pct: job_mem_util.map(|(m, _)| m),
         utilization_unknown,
         mem_peak_bytes: mem_peak,
         mem_total_bytes: mem_total,
@@ -512,6 +585,46 @@ pub fn gpu_quality_notes(series: &GpuSeries) -> Vec<String> {
     }
     if series.torn {
         v.push("a torn GPU spool record was dropped".to_string());
+    }
+    // Utilization that is not interval data, or interval data with holes, said per device.
+    for (slot, id) in series.devices().iter().enumerate() {
+        let mut flags = 0u64;
+        let (mut covered_ms, mut buffered_ms) = (0u64, 0u64);
+        let mut prev_end: Option<u64> = None;
+        for b in &series.buckets {
+            let from = prev_end.unwrap_or(b.t_first_ms).min(b.t_last_ms);
+            prev_end = Some(b.t_last_ms);
+            let Some(d) = b.device(slot as u32) else {
+                continue;
+            };
+            let f = d.util_flags.unwrap_or(0);
+            flags |= f;
+            if f & UTIL_FROM_BUFFER != 0 {
+                covered_ms = covered_ms.saturating_add(d.util_covered_ms.unwrap_or(0));
+                buffered_ms = buffered_ms.saturating_add(b.t_last_ms.saturating_sub(from));
+            }
+        }
+        if flags & UTIL_FROM_POINT_READS != 0 {
+            v.push(format!(
+                "{}: utilization is from point reads{} (the driver keeps no sample buffer for it): \
+                 bursts between reads can be missed",
+                id.label(),
+                if flags & UTIL_FROM_BUFFER != 0 {
+                    " for part of the job"
+                } else {
+                    ""
+                }
+            ));
+        }
+        // Below 90 %: the monitor's drains fell behind the buffer (a slow driver).
+        if buffered_ms > 0 && (covered_ms as f64) < 0.9 * buffered_ms as f64 {
+            v.push(format!(
+                "{}: the driver's utilization samples cover {:.0} % of the time (some were \
+                 overwritten before they were read)",
+                id.label(),
+                100.0 * covered_ms as f64 / buffered_ms as f64
+            ));
+        }
     }
     if series.end.is_none() {
         v.push("the GPU monitor did not write its end record".to_string());
