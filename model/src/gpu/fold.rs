@@ -394,7 +394,11 @@ mod tests {
             &[1],
         );
         let j = f.take().job_util_gpu_pct.unwrap();
-        assert_eq!((j.max, j.count), (0, 2), "an idle device: the job was idle too");
+        assert_eq!(
+            (j.max, j.count),
+            (0, 2),
+            "an idle device: the job was idle too"
+        );
     }
 
     #[test]

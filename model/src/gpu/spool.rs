@@ -399,9 +399,9 @@ pub fn gpu_bucket_ok(b: &GpuBucket) -> bool {
                     d.mem_total_bytes,
                     d.util_covered_ms,
                 ]
-                    .into_iter()
-                    .flatten()
-                    .all(validate::value_ok)
+                .into_iter()
+                .flatten()
+                .all(validate::value_ok)
         })
 }
 

@@ -318,14 +318,15 @@ fn summarize_one(
         .iter()
         .filter_map(|(_, _, d)| d.util_flags)
         .fold(None, |a: Option<u64>, f| Some(a.unwrap_or(0) | f));
-    let util_source = flags.and_then(|f| {
-        match (f & UTIL_FROM_BUFFER != 0, f & UTIL_FROM_POINT_READS != 0) {
-            (true, false) => Some(GpuUtilSource::DriverBuffer),
-            (false, true) => Some(GpuUtilSource::PointReads),
-            (true, true) => Some(GpuUtilSource::Mixed),
-            (false, false) => None,
-        }
-    });
+    let util_source =
+        flags.and_then(
+            |f| match (f & UTIL_FROM_BUFFER != 0, f & UTIL_FROM_POINT_READS != 0) {
+                (true, false) => Some(GpuUtilSource::DriverBuffer),
+                (false, true) => Some(GpuUtilSource::PointReads),
+                (true, true) => Some(GpuUtilSource::Mixed),
+                (false, false) => None,
+            },
+        );
     // Coverage: the buffer's time over the length of the intervals it sampled.
     let (covered_ms, buffered_ms) = points
         .iter()

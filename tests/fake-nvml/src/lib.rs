@@ -29,6 +29,26 @@
 //!       "mig_mode": [1, 1],                              // or "NOT_SUPPORTED" (the default)
 //!       "mig": [ { "uuid": "MIG-…", "name": "…", "memory_total": …, … } ] } ] }
 //! ```
+//! Driver-buffer keys of a device (see [`buffer`]; without them `nvmlDeviceGetSamples` and
+//! `nvmlDeviceGetProcessUtilization` answer `NOT_SUPPORTED`, as on a GPU without the buffer):
+//! ```json
+//!   "busy": {"period_ms": 7000, "busy_share": 0.3, "phase_ms": 0},   // or {"step_ms": …, "values": […]}
+//!   "process_busy": {"4242": {"period_ms": 2000, "busy_share": 0.5}}, // per pid; without "busy"
+//!                                                                    // the device is their sum
+//!   "mem_ratio": 0.5,            // memory-controller utilization = SM utilization × this
+//!   "samples": "NOT_SUPPORTED"   // force the buffer off (also "process_utilization")
+//! ```
+//! Without a `utilization` series, a device with a busy pattern answers point reads
+//! (`nvmlDeviceGetUtilizationRates`) with the buffer's newest sample, like the driver.
+//!
+//! Per-call costs, top level: `"cost_ms": {"nvmlDeviceGetTotalEnergyConsumption": 3,
+//! "nvmlDeviceGetSamples": [0.2, 0.3, 100]}`: a number is every call's cost, a list is cycled
+//! through call by call (one pathological 100 ms call in three above). Every per-sample and
+//! per-drain entry point pays its cost before answering.
+//!
+//! `nvmlInit*`/`nvmlShutdown` are counted like the driver's: the state lives until the last
+//! shutdown, so two monitors (two jobs) can share one library instance.
+//!
 //! An *answer* is a value, an error name (`"NOT_SUPPORTED"`, `"GPU_IS_LOST"`, `"UNKNOWN"`,
 //! `"NO_PERMISSION"`, `"TIMEOUT"`, `"DRIVER_NOT_LOADED"`, `"NOT_FOUND"`), or
 //! `{"sleep_ms": N, "then": answer}`. A series holds its last answer once exhausted. A missing key
@@ -38,6 +58,9 @@
 //! Every entry point catches panics (a panic must not cross the C boundary) and answers `UNKNOWN`.
 #![allow(non_snake_case, clippy::missing_safety_doc)]
 
+pub mod buffer;
+
+use buffer::Pattern;
 use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::ffi::{CStr, CString};
@@ -112,7 +135,13 @@ pub struct ProcessInfo {
 struct State {
     script: Value,
     t0: Instant,
+    /// The driver's clock at `t0`, microseconds since the epoch (NVML's sample timestamps).
+    base_us: u64,
     counters: HashMap<(usize, &'static str), u64>,
+    /// Calls so far per entry point (for cycled costs).
+    calls: HashMap<&'static str, u64>,
+    /// `nvmlInit*` calls not yet matched by `nvmlShutdown`.
+    refs: u32,
 }
 
 static STATE: Mutex<Option<State>> = Mutex::new(None);
@@ -194,6 +223,91 @@ fn guard(f: impl FnOnce() -> u32) -> u32 {
 fn with_state<T>(f: impl FnOnce(&mut State) -> T) -> Option<T> {
     let mut g = STATE.lock().unwrap_or_else(|e| e.into_inner());
     g.as_mut().map(f)
+}
+
+/// Pays the scripted cost of one call of `name` (outside the lock: other threads go on).
+fn cost(name: &'static str) {
+    let ms = with_state(|st| {
+        let c = st.script.get("cost_ms")?.get(name)?;
+        let n = st.calls.entry(name).or_insert(0);
+        let i = *n;
+        *n += 1;
+        match c {
+            Value::Array(l) if !l.is_empty() => l[(i % l.len() as u64) as usize].as_f64(),
+            v => v.as_f64(),
+        }
+    })
+    .flatten();
+    if let Some(ms) = ms.filter(|m| *m > 0.0) {
+        std::thread::sleep(Duration::from_secs_f64(ms / 1000.0));
+    }
+}
+
+/// Milliseconds since init and the driver clock's base (µs).
+fn clock() -> Option<(u64, u64)> {
+    with_state(|st| (st.t0.elapsed().as_millis() as u64, st.base_us))
+}
+
+/// The device's busy pattern (`busy`), and its processes' (`process_busy`), parsed.
+struct Busy {
+    device: Option<Pattern>,
+    procs: Vec<(u32, Pattern)>,
+    mem_ratio: f64,
+}
+
+impl Busy {
+    fn of(dev: &Value) -> Busy {
+        let procs = dev
+            .get("process_busy")
+            .and_then(Value::as_object)
+            .map(|m| {
+                m.iter()
+                    .filter_map(|(pid, p)| Some((pid.parse().ok()?, Pattern::from_json(p)?)))
+                    .collect()
+            })
+            .unwrap_or_default();
+        Busy {
+            device: dev.get("busy").and_then(Pattern::from_json),
+            procs,
+            mem_ratio: dev.get("mem_ratio").and_then(Value::as_f64).unwrap_or(0.5),
+        }
+    }
+    fn scripted(&self) -> bool {
+        self.device.is_some() || !self.procs.is_empty()
+    }
+    /// The device's sample at `t_ms`: its own pattern, else its processes' sum.
+    fn sample_at(&self, t_ms: u64) -> u32 {
+        match &self.device {
+            Some(p) => p.sample_at(t_ms),
+            None => self
+                .procs
+                .iter()
+                .map(|(_, p)| p.sample_at(t_ms))
+                .sum::<u32>()
+                .min(100),
+        }
+    }
+    fn mem(&self, sm: u32) -> u32 {
+        ((sm as f64 * self.mem_ratio).round() as u32).min(100)
+    }
+}
+
+/// The busy script of `h`, or the error its buffer answers (`samples`/`process_utilization` set
+/// to an error name, or no busy pattern at all: NOT_SUPPORTED).
+fn busy_of(h: usize, switch: &str) -> Result<Busy, u32> {
+    with_state(|st| {
+        let d = device_of(&st.script, h).ok_or(ERROR_INVALID_ARGUMENT)?;
+        if let Some(Value::String(e)) = d.get(switch) {
+            return Err(error_code(e).unwrap_or(ERROR_UNKNOWN));
+        }
+        let b = Busy::of(d);
+        if b.scripted() {
+            Ok(b)
+        } else {
+            Err(ERROR_NOT_SUPPORTED)
+        }
+    })
+    .unwrap_or(Err(ERROR_UNINITIALIZED))
 }
 
 /// The device object of `handle` (a GPU or one of its MIG devices).
@@ -336,10 +450,21 @@ fn do_init() -> u32 {
         }
     }
     let mut g = STATE.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(st) = g.as_mut() {
+        // Already initialised (another user of this instance): counted, state kept.
+        st.refs += 1;
+        return SUCCESS;
+    }
+    let base_us = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64);
     *g = Some(State {
         script,
         t0: Instant::now(),
+        base_us,
         counters: HashMap::new(),
+        calls: HashMap::new(),
+        refs: 1,
     });
     SUCCESS
 }
@@ -359,7 +484,11 @@ pub extern "C" fn nvmlInitWithFlags(_flags: c_uint) -> u32 {
 pub extern "C" fn nvmlShutdown() -> u32 {
     guard(|| {
         let mut g = STATE.lock().unwrap_or_else(|e| e.into_inner());
-        *g = None;
+        match g.as_mut() {
+            Some(st) if st.refs > 1 => st.refs -= 1,
+            Some(_) => *g = None,
+            None => return ERROR_UNINITIALIZED,
+        }
         SUCCESS
     })
 }
@@ -569,6 +698,27 @@ pub unsafe extern "C" fn nvmlDeviceGetPciInfo_v2(h: usize, out: *mut PciInfo) ->
 
 #[no_mangle]
 pub unsafe extern "C" fn nvmlDeviceGetUtilizationRates(h: usize, u: *mut Utilization) -> u32 {
+    cost("nvmlDeviceGetUtilizationRates");
+    let has_series = field(h, "utilization").is_ok();
+    if !has_series {
+        if let (Ok(b), Some((now_ms, _))) = (busy_of(h, "point_reads"), clock()) {
+            // Like the driver: the newest sample of the buffer.
+            return guard(|| {
+                if u.is_null() {
+                    return ERROR_INVALID_ARGUMENT;
+                }
+                let k = now_ms / buffer::SAMPLE_SPACING_MS;
+                let sm = if k == 0 {
+                    0
+                } else {
+                    b.sample_at(k * buffer::SAMPLE_SPACING_MS)
+                };
+                (*u).gpu = sm;
+                (*u).memory = b.mem(sm);
+                SUCCESS
+            });
+        }
+    }
     guard(|| match answer(h, "utilization", true) {
         Answer::Error(e) => e,
         Answer::Value(v) => {
@@ -611,6 +761,7 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo(h: usize, m: *mut Memory) -> u3
 
 #[no_mangle]
 pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(h: usize, m: *mut MemoryV2) -> u32 {
+    cost("nvmlDeviceGetMemoryInfo_v2");
     guard(|| match memory(h) {
         Ok((total, used)) if !m.is_null() => {
             (*m).total = total;
@@ -633,6 +784,7 @@ unsafe fn u64_answer(h: usize, key: &'static str) -> Result<u64, u32> {
 
 #[no_mangle]
 pub unsafe extern "C" fn nvmlDeviceGetPowerUsage(h: usize, p: *mut c_uint) -> u32 {
+    cost("nvmlDeviceGetPowerUsage");
     guard(|| match u64_answer(h, "power_mw") {
         Ok(v) if !p.is_null() => {
             *p = v as c_uint;
@@ -645,6 +797,7 @@ pub unsafe extern "C" fn nvmlDeviceGetPowerUsage(h: usize, p: *mut c_uint) -> u3
 
 #[no_mangle]
 pub unsafe extern "C" fn nvmlDeviceGetTotalEnergyConsumption(h: usize, e: *mut c_ulonglong) -> u32 {
+    cost("nvmlDeviceGetTotalEnergyConsumption");
     guard(|| match u64_answer(h, "energy_mj") {
         Ok(v) if !e.is_null() => {
             *e = v;
@@ -660,6 +813,7 @@ pub unsafe extern "C" fn nvmlDeviceGetCurrentClocksThrottleReasons(
     h: usize,
     r: *mut c_ulonglong,
 ) -> u32 {
+    cost("nvmlDeviceGetCurrentClocksThrottleReasons");
     guard(|| match u64_answer(h, "throttle") {
         Ok(v) if !r.is_null() => {
             *r = v;
@@ -687,6 +841,7 @@ pub unsafe extern "C" fn nvmlDeviceGetComputeRunningProcesses_v3(
     count: *mut c_uint,
     infos: *mut ProcessInfo,
 ) -> u32 {
+    cost("nvmlDeviceGetComputeRunningProcesses_v3");
     guard(|| {
         if count.is_null() {
             return ERROR_INVALID_ARGUMENT;
@@ -715,6 +870,137 @@ pub unsafe extern "C" fn nvmlDeviceGetComputeRunningProcesses_v3(
                 used_gpu_memory: mem,
                 gpu_instance_id: if mig { 1 } else { u32::MAX },
                 compute_instance_id: if mig { 0 } else { u32::MAX },
+            };
+        }
+        *count = n as c_uint;
+        SUCCESS
+    })
+}
+
+/// `nvmlSample_t`.
+#[repr(C)]
+pub struct Sample {
+    time_stamp: c_ulonglong,
+    /// `nvmlValue_t` (a union of 8 bytes); utilization is `uiVal`, answered as UNSIGNED_INT.
+    value: c_ulonglong,
+}
+
+/// `nvmlProcessUtilizationSample_t`.
+#[repr(C)]
+pub struct ProcessUtilizationSample {
+    pid: c_uint,
+    time_stamp: c_ulonglong,
+    sm_util: c_uint,
+    mem_util: c_uint,
+    enc_util: c_uint,
+    dec_util: c_uint,
+}
+
+pub const SAMPLING_GPU_UTILIZATION: u32 = 1;
+pub const SAMPLING_MEMORY_UTILIZATION: u32 = 2;
+pub const VALUE_TYPE_UNSIGNED_INT: u32 = 1;
+
+/// The driver's sample buffer ([`buffer`]). No buffer → `samples == NULL` answers the count
+/// (`SUCCESS`), none newer than `last_seen` → `NOT_FOUND`; a buffer too small gets the oldest
+/// samples that fit (a later call gets the rest).
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetSamples(
+    h: usize,
+    kind: u32,
+    last_seen: c_ulonglong,
+    value_type: *mut u32,
+    count: *mut c_uint,
+    samples: *mut Sample,
+) -> u32 {
+    cost("nvmlDeviceGetSamples");
+    guard(|| {
+        if count.is_null() || value_type.is_null() {
+            return ERROR_INVALID_ARGUMENT;
+        }
+        if kind != SAMPLING_GPU_UTILIZATION && kind != SAMPLING_MEMORY_UTILIZATION {
+            return ERROR_NOT_SUPPORTED;
+        }
+        let b = match busy_of(h, "samples") {
+            Ok(b) => b,
+            Err(e) => return e,
+        };
+        let Some((now_ms, base_us)) = clock() else {
+            return ERROR_UNINITIALIZED;
+        };
+        let list: Vec<(u64, u32)> = buffer::buffered_times(now_ms)
+            .map(|t| (buffer::timestamp_us(base_us, t), b.sample_at(t)))
+            .filter(|(ts, _)| *ts > last_seen)
+            .map(|(ts, sm)| {
+                (
+                    ts,
+                    if kind == SAMPLING_GPU_UTILIZATION {
+                        sm
+                    } else {
+                        b.mem(sm)
+                    },
+                )
+            })
+            .collect();
+        *value_type = VALUE_TYPE_UNSIGNED_INT;
+        if list.is_empty() {
+            return ERROR_NOT_FOUND;
+        }
+        if samples.is_null() {
+            *count = list.len() as c_uint;
+            return SUCCESS;
+        }
+        let n = list.len().min(*count as usize);
+        for (i, (ts, v)) in list.iter().take(n).enumerate() {
+            *samples.add(i) = Sample {
+                time_stamp: *ts,
+                value: *v as c_ulonglong,
+            };
+        }
+        *count = n as c_uint;
+        SUCCESS
+    })
+}
+
+/// Per-process utilization samples ([`buffer::process_samples_since`]): the two-call protocol
+/// (`utilization == NULL`: the count, `INSUFFICIENT_SIZE`), `NOT_FOUND` when no process had
+/// utilization since `last_seen`.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetProcessUtilization(
+    h: usize,
+    utilization: *mut ProcessUtilizationSample,
+    count: *mut c_uint,
+    last_seen: c_ulonglong,
+) -> u32 {
+    cost("nvmlDeviceGetProcessUtilization");
+    guard(|| {
+        if count.is_null() {
+            return ERROR_INVALID_ARGUMENT;
+        }
+        let b = match busy_of(h, "process_utilization") {
+            Ok(b) if !b.procs.is_empty() => b,
+            Ok(_) => return ERROR_NOT_SUPPORTED,
+            Err(e) => return e,
+        };
+        let Some((now_ms, base_us)) = clock() else {
+            return ERROR_UNINITIALIZED;
+        };
+        let list = buffer::process_samples_since(&b.procs, base_us, now_ms, last_seen);
+        if list.is_empty() {
+            return ERROR_NOT_FOUND;
+        }
+        if utilization.is_null() {
+            *count = list.len() as c_uint;
+            return ERROR_INSUFFICIENT_SIZE;
+        }
+        let n = list.len().min(*count as usize);
+        for (i, (pid, ts, sm)) in list.iter().take(n).enumerate() {
+            *utilization.add(i) = ProcessUtilizationSample {
+                pid: *pid,
+                time_stamp: *ts,
+                sm_util: *sm,
+                mem_util: b.mem(*sm),
+                enc_util: 0,
+                dec_util: 0,
             };
         }
         *count = n as c_uint;
