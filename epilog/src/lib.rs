@@ -12,8 +12,10 @@
 //!   how a job ended).
 //! - [`mail`]: the end-of-job mail (message, transports, a durable queue); [`charts`]: its PNG charts.
 //! - [`notify`]: mail policy, the end-of-job mail, array digests, the report in the work dir.
+//! - [`audit`]: `jobscope audit` (flat rows, queries, engines); [`index`]: the Parquet index it reads.
 //! - [`manifest`]: the archive's per-day hash-chained manifest (tamper evidence).
 pub mod archive;
+pub mod audit;
 pub mod charts;
 pub mod cli;
 pub mod mail;

@@ -1,0 +1,687 @@
+//! The reference evaluation of a [`Query`] over Arrow record batches of job rows: the Parquet
+//! engine reads only the columns a query needs into batches and calls [`evaluate`]; [`MemEngine`]
+//! does the same over rows in memory (tests, small archives). Typed column access, no per-row serde.
+
+use super::arrow::job_batch;
+use super::query::{time_keys, Engine, GroupKey, Query, Report, Result, JOB_COLUMNS};
+use super::row::JobRow;
+use super::table::{ColType, Table, Value};
+use arrow_array::{Array, BooleanArray, Float64Array, Int64Array, RecordBatch, StringArray};
+use std::collections::HashMap;
+
+/// The columns a query reads (the projection handed to the Parquet reader).
+pub fn needed_columns(q: &Query) -> Vec<&'static str> {
+    let mut c: Vec<&'static str> = vec!["end_unix_ms"];
+    let f = &q.filters;
+    let mut add = |n: &'static str| {
+        if !c.contains(&n) {
+            c.push(n)
+        }
+    };
+    if f.uid.is_some() {
+        add("uid");
+    }
+    for (list, col) in [
+        (&f.users, "user"),
+        (&f.groups, "group"),
+        (&f.accounts, "account"),
+        (&f.partitions, "partition"),
+        (&f.qos, "qos"),
+        (&f.nodes, "node_list"),
+        (&f.states, "state"),
+        (&f.classes, "class"),
+    ] {
+        if !list.is_empty() {
+            add(col);
+        }
+    }
+    if f.min_elapsed_s.is_some() {
+        add("elapsed_s");
+    }
+    if f.gpu.is_some() {
+        add("alloc_gpus");
+    }
+    for k in q.keys() {
+        add(match k {
+            GroupKey::Node => "node_list",
+            GroupKey::HourOfDay | GroupKey::DayOfWeek | GroupKey::Day | GroupKey::Month => {
+                "start_unix_ms"
+            }
+            other => other.column(),
+        });
+        if k == GroupKey::Node {
+            add("node_list");
+        }
+    }
+    match q.report {
+        Report::Usage | Report::TopWasters { .. } => {
+            for n in USAGE_INPUTS {
+                add(n);
+            }
+        }
+        Report::Heatmap => {
+            add("start_unix_ms");
+            add("alloc_cores");
+        }
+        Report::Jobs | Report::GpuIdle | Report::CpuOnlyOnGpu { .. } => {
+            for n in JOB_INPUTS {
+                add(n);
+            }
+            if q.report == Report::GpuIdle {
+                add("gpus_idle");
+                add("gpus_never_used");
+                add("gpu_util_mean_pct");
+            }
+        }
+    }
+    c
+}
+
+const USAGE_INPUTS: &[&str] = &[
+    "core_hours_alloc",
+    "core_hours_used",
+    "core_hours_wasted",
+    "mem_gb_hours_alloc",
+    "mem_gb_hours_used",
+    "mem_gb_hours_wasted",
+    "gpu_hours_alloc",
+    "gpu_hours_used",
+    "gpu_hours_wasted",
+    "gpu_energy_kwh",
+];
+
+const JOB_INPUTS: &[&str] = &[
+    "cluster",
+    "job_id",
+    "array_job_id",
+    "array_task_id",
+    "user",
+    "account",
+    "partition",
+    "state",
+    "start_unix_ms",
+    "end_unix_ms",
+    "elapsed_s",
+    "node_count",
+    "alloc_cores",
+    "alloc_gpus",
+    "cpu_eff_pct",
+    "mem_peak_bytes",
+    "mem_eff_pct",
+    "core_hours_alloc",
+    "core_hours_wasted",
+    "gpu_hours_wasted",
+    "class",
+];
+
+/// Typed access to one batch's columns by name.
+struct View<'a> {
+    b: &'a RecordBatch,
+}
+
+impl<'a> View<'a> {
+    fn col<T: 'static>(&self, name: &str) -> Result<&'a T> {
+        let a = self
+            .b
+            .column_by_name(name)
+            .ok_or_else(|| anyhow::anyhow!("the index has no column {name}"))?;
+        a.as_any()
+            .downcast_ref::<T>()
+            .ok_or_else(|| anyhow::anyhow!("column {name} has type {}", a.data_type()))
+    }
+    fn s(&self, n: &str) -> Result<&'a StringArray> {
+        self.col(n)
+    }
+    fn i(&self, n: &str) -> Result<&'a Int64Array> {
+        self.col(n)
+    }
+    fn f(&self, n: &str) -> Result<&'a Float64Array> {
+        self.col(n)
+    }
+}
+
+fn os(a: &StringArray, i: usize) -> Option<&str> {
+    (!a.is_null(i)).then(|| a.value(i))
+}
+fn oi(a: &Int64Array, i: usize) -> Option<i64> {
+    (!a.is_null(i)).then(|| a.value(i))
+}
+fn of(a: &Float64Array, i: usize) -> Option<f64> {
+    (!a.is_null(i)).then(|| a.value(i))
+}
+
+/// The rows of a batch that pass the window and the filters.
+fn matching(q: &Query, b: &RecordBatch) -> Result<Vec<usize>> {
+    let v = View { b };
+    let end = v.i("end_unix_ms")?;
+    let f = &q.filters;
+    let mut keep: Vec<usize> = (0..b.num_rows())
+        .filter(|&i| oi(end, i).is_some_and(|e| q.window.contains_end_ms(e)))
+        .collect();
+    if let Some(uid) = f.uid {
+        let a = v.i("uid")?;
+        keep.retain(|&i| oi(a, i) == Some(i64::from(uid)));
+    }
+    for (list, col) in [
+        (&f.users, "user"),
+        (&f.groups, "group"),
+        (&f.accounts, "account"),
+        (&f.partitions, "partition"),
+        (&f.qos, "qos"),
+        (&f.states, "state"),
+        (&f.classes, "class"),
+    ] {
+        if !list.is_empty() {
+            let a = v.s(col)?;
+            keep.retain(|&i| os(a, i).is_some_and(|x| list.iter().any(|w| w == x)));
+        }
+    }
+    if !f.nodes.is_empty() {
+        let a = v.s("node_list")?;
+        keep.retain(|&i| {
+            os(a, i).is_some_and(|l| l.split(',').any(|n| f.nodes.iter().any(|w| w == n)))
+        });
+    }
+    if let Some(min) = f.min_elapsed_s {
+        let a = v.f("elapsed_s")?;
+        keep.retain(|&i| of(a, i).is_some_and(|e| e >= min));
+    }
+    if let Some(want) = f.gpu {
+        let a = v.i("alloc_gpus")?;
+        keep.retain(|&i| oi(a, i).is_some_and(|g| g > 0) == want);
+    }
+    Ok(keep)
+}
+
+/// A group key's value while grouping (borrowed text; time keys as numbers, worded at the end).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+enum Key<'a> {
+    Null,
+    Int(i64),
+    Str(&'a str),
+    Day(i64),
+    Month(i64),
+}
+
+impl Key<'_> {
+    fn value(&self) -> Value {
+        match self {
+            Key::Null => Value::Null,
+            Key::Int(i) => Value::Int(*i),
+            Key::Str(s) => Value::Text(s.to_string()),
+            Key::Day(d) => Value::Text(time_keys(d * 86_400_000).2),
+            Key::Month(m) => Value::Text(format!(
+                "{:04}-{:02}",
+                m.div_euclid(12),
+                m.rem_euclid(12) + 1
+            )),
+        }
+    }
+}
+
+/// Σ used, Σ alloc over the rows with both, for one weighted efficiency.
+#[derive(Debug, Clone, Copy, Default)]
+struct Ratio {
+    used: f64,
+    alloc: f64,
+}
+
+#[derive(Debug, Clone, Default)]
+struct Acc {
+    jobs: i64,
+    /// USAGE_INPUTS order.
+    sums: [Option<f64>; 10],
+    eff: [Ratio; 3],
+}
+
+impl Acc {
+    fn add(&mut self, vals: &[Option<f64>; 10], share: f64) {
+        self.jobs += 1;
+        for (s, v) in self.sums.iter_mut().zip(vals) {
+            if let Some(v) = v {
+                *s = Some(s.unwrap_or(0.0) + v * share);
+            }
+        }
+        for (e, (u, a)) in self.eff.iter_mut().zip([(1, 0), (4, 3), (7, 6)]) {
+            if let (Some(u), Some(a)) = (vals[u], vals[a]) {
+                e.used += u * share;
+                e.alloc += a * share;
+            }
+        }
+    }
+
+    fn values(&self) -> Vec<Value> {
+        let f = |x: Option<f64>| x.map_or(Value::Null, Value::Float);
+        let eff = |r: Ratio| {
+            if r.alloc > 0.0 {
+                Value::Float(100.0 * r.used / r.alloc)
+            } else {
+                Value::Null
+            }
+        };
+        let s = &self.sums;
+        vec![
+            Value::Int(self.jobs),
+            f(s[0]),
+            f(s[1]),
+            f(s[2]),
+            eff(self.eff[0]),
+            f(s[3]),
+            f(s[4]),
+            f(s[5]),
+            eff(self.eff[1]),
+            f(s[6]),
+            f(s[7]),
+            f(s[8]),
+            eff(self.eff[2]),
+            f(s[9]),
+        ]
+    }
+}
+
+fn usage(q: &Query, batches: &[RecordBatch]) -> Result<Table> {
+    let keys = q.keys();
+    let mut groups: HashMap<Vec<Key>, Acc> = HashMap::new();
+    for b in batches {
+        let rows = matching(q, b)?;
+        let v = View { b };
+        let inputs: Vec<&Float64Array> =
+            USAGE_INPUTS.iter().map(|n| v.f(n)).collect::<Result<_>>()?;
+        enum Src<'a> {
+            S(&'a StringArray),
+            T(&'a Int64Array, GroupKey),
+            Node(&'a StringArray),
+        }
+        let srcs: Vec<Src> = keys
+            .iter()
+            .map(|&k| {
+                Ok(match k {
+                    GroupKey::Node => Src::Node(v.s("node_list")?),
+                    GroupKey::HourOfDay | GroupKey::DayOfWeek | GroupKey::Day | GroupKey::Month => {
+                        Src::T(v.i("start_unix_ms")?, k)
+                    }
+                    other => Src::S(v.s(other.column())?),
+                })
+            })
+            .collect::<Result<_>>()?;
+        let off_ms = i64::from(q.tz_offset_s) * 1000;
+        for i in rows {
+            let mut vals = [None; 10];
+            for (x, a) in vals.iter_mut().zip(&inputs) {
+                *x = of(a, i);
+            }
+            // Keys; a node key fans out to each node of the job with an equal share.
+            let mut key: Vec<Key> = Vec::with_capacity(srcs.len());
+            let mut nodes: Option<Vec<&str>> = None;
+            let mut node_pos = 0;
+            for (p, s) in srcs.iter().enumerate() {
+                key.push(match s {
+                    Src::S(a) => os(a, i).map_or(Key::Null, Key::Str),
+                    Src::T(a, k) => match oi(a, i) {
+                        None => Key::Null,
+                        Some(ms) => {
+                            let l = ms + off_ms;
+                            let secs = l.div_euclid(1000);
+                            let days = secs.div_euclid(86_400);
+                            match k {
+                                GroupKey::HourOfDay => Key::Int(secs.rem_euclid(86_400) / 3600),
+                                GroupKey::DayOfWeek => Key::Int((days + 3).rem_euclid(7) + 1),
+                                GroupKey::Day => Key::Day(days),
+                                _ => {
+                                    let (y, m, _) = super::query::civil_from_days(days);
+                                    Key::Month(y * 12 + i64::from(m) - 1)
+                                }
+                            }
+                        }
+                    },
+                    Src::Node(a) => {
+                        nodes = Some(
+                            os(a, i)
+                                .map(|l| l.split(',').filter(|x| !x.is_empty()).collect())
+                                .unwrap_or_default(),
+                        );
+                        node_pos = p;
+                        Key::Null
+                    }
+                });
+            }
+            match nodes {
+                Some(list) if !list.is_empty() => {
+                    let share = 1.0 / list.len() as f64;
+                    for n in list {
+                        key[node_pos] = Key::Str(n);
+                        groups.entry(key.clone()).or_default().add(&vals, share);
+                    }
+                }
+                _ => groups.entry(key).or_default().add(&vals, 1.0),
+            }
+        }
+    }
+    if keys.is_empty() && groups.is_empty() {
+        groups.insert(Vec::new(), Acc::default());
+    }
+    let mut list: Vec<(Vec<Key>, Acc)> = groups.into_iter().collect();
+    list.sort_by(|a, b| a.0.cmp(&b.0));
+    if let Report::TopWasters { metric, n } = q.report {
+        let col = match metric {
+            super::query::WasteMetric::CoreHours => 2,
+            super::query::WasteMetric::MemGbHours => 5,
+            super::query::WasteMetric::GpuHours => 8,
+        };
+        // Stable sort: ties keep the keys' ascending order.
+        list.sort_by(|a, b| match (a.1.sums[col], b.1.sums[col]) {
+            (Some(x), Some(y)) => y.total_cmp(&x),
+            (Some(_), None) => std::cmp::Ordering::Less,
+            (None, Some(_)) => std::cmp::Ordering::Greater,
+            (None, None) => std::cmp::Ordering::Equal,
+        });
+        list.truncate(n);
+    }
+    let mut t = q.empty_table();
+    for (k, acc) in list {
+        let mut row: Vec<Value> = k.iter().map(Key::value).collect();
+        row.extend(acc.values());
+        t.rows.push(row);
+    }
+    Ok(t)
+}
+
+/// One matching job, for the job reports: where it is and its sort fields.
+struct JobRef {
+    batch: usize,
+    row: usize,
+    end_ms: i64,
+    job_id: i64,
+}
+
+fn job_values(b: &RecordBatch, i: usize) -> Result<Vec<Value>> {
+    let v = View { b };
+    JOB_COLUMNS
+        .iter()
+        .map(|(name, kind)| {
+            Ok(match *name {
+                "start_unix_s" | "end_unix_s" => {
+                    let src = if *name == "start_unix_s" {
+                        "start_unix_ms"
+                    } else {
+                        "end_unix_ms"
+                    };
+                    oi(v.i(src)?, i).map_or(Value::Null, |ms| Value::Int(ms.div_euclid(1000)))
+                }
+                _ => cell(&v, name, *kind, i)?,
+            })
+        })
+        .collect()
+}
+
+fn cell(v: &View, name: &str, kind: ColType, i: usize) -> Result<Value> {
+    Ok(match kind {
+        ColType::Int => oi(v.i(name)?, i).map_or(Value::Null, Value::Int),
+        ColType::Float => of(v.f(name)?, i).map_or(Value::Null, Value::Float),
+        ColType::Text => os(v.s(name)?, i).map_or(Value::Null, |s| Value::Text(s.to_string())),
+        ColType::Bool => {
+            let a: &BooleanArray = v.col(name)?;
+            if a.is_null(i) {
+                Value::Null
+            } else {
+                Value::Bool(a.value(i))
+            }
+        }
+    })
+}
+
+fn desc_nulls_last(a: Option<f64>, b: Option<f64>) -> std::cmp::Ordering {
+    match (a, b) {
+        (Some(x), Some(y)) => y.total_cmp(&x),
+        (Some(_), None) => std::cmp::Ordering::Less,
+        (None, Some(_)) => std::cmp::Ordering::Greater,
+        (None, None) => std::cmp::Ordering::Equal,
+    }
+}
+
+fn job_refs(
+    q: &Query,
+    batches: &[RecordBatch],
+    extra: impl Fn(&View, usize) -> Result<bool>,
+) -> Result<Vec<JobRef>> {
+    let mut out = Vec::new();
+    for (bi, b) in batches.iter().enumerate() {
+        let v = View { b };
+        let end = v.i("end_unix_ms")?;
+        let id = v.i("job_id")?;
+        for i in matching(q, b)? {
+            if extra(&v, i)? {
+                out.push(JobRef {
+                    batch: bi,
+                    row: i,
+                    end_ms: end.value(i),
+                    job_id: oi(id, i).unwrap_or(0),
+                });
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn jobs(q: &Query, batches: &[RecordBatch]) -> Result<Table> {
+    let mut refs = job_refs(q, batches, |_, _| Ok(true))?;
+    refs.sort_by_key(|r| (r.end_ms, r.job_id));
+    let mut t = q.empty_table();
+    for r in refs.iter().take(q.limit.unwrap_or(usize::MAX)) {
+        t.rows.push(job_values(&batches[r.batch], r.row)?);
+    }
+    Ok(t)
+}
+
+fn gpu_idle(q: &Query, batches: &[RecordBatch]) -> Result<Table> {
+    let mut refs = job_refs(q, batches, |v, i| {
+        Ok(oi(v.i("gpus_idle")?, i).is_some_and(|n| n > 0)
+            || oi(v.i("gpus_never_used")?, i).is_some_and(|n| n > 0))
+    })?;
+    let wasted = |r: &JobRef| -> Option<f64> {
+        View {
+            b: &batches[r.batch],
+        }
+        .f("gpu_hours_wasted")
+        .ok()
+        .and_then(|a| of(a, r.row))
+    };
+    refs.sort_by(|a, b| {
+        desc_nulls_last(wasted(a), wasted(b)).then((a.end_ms, a.job_id).cmp(&(b.end_ms, b.job_id)))
+    });
+    let mut t = q.empty_table();
+    for r in refs.iter().take(q.limit.unwrap_or(usize::MAX)) {
+        let b = &batches[r.batch];
+        let v = View { b };
+        let mut row = job_values(b, r.row)?;
+        row.push(cell(&v, "gpus_idle", ColType::Int, r.row)?);
+        row.push(cell(&v, "gpus_never_used", ColType::Int, r.row)?);
+        row.push(cell(&v, "gpu_util_mean_pct", ColType::Float, r.row)?);
+        t.rows.push(row);
+    }
+    Ok(t)
+}
+
+fn cpu_only_on_gpu(q: &Query, batches: &[RecordBatch], busy_pct: f64) -> Result<Table> {
+    // Partition figures come from every job of the window the caller may see (the uid rule only),
+    // not from the other filters: how busy a partition was does not depend on whose jobs are listed.
+    let mut scope = q.clone();
+    scope.filters = super::query::Filters {
+        uid: q.filters.uid,
+        ..Default::default()
+    };
+    // (partition) → [(start, end, cores, is_gpu)]
+    let mut parts: HashMap<String, Vec<(i64, i64, i64)>> = HashMap::new();
+    let mut gpu_parts: std::collections::HashSet<String> = Default::default();
+    for b in batches {
+        let v = View { b };
+        let (p, s, e, c, g) = (
+            v.s("partition")?,
+            v.i("start_unix_ms")?,
+            v.i("end_unix_ms")?,
+            v.i("alloc_cores")?,
+            v.i("alloc_gpus")?,
+        );
+        for i in matching(&scope, b)? {
+            let Some(part) = os(p, i) else { continue };
+            if oi(g, i).is_some_and(|n| n > 0) {
+                gpu_parts.insert(part.to_string());
+            }
+            if let (Some(s), Some(e)) = (oi(s, i), oi(e, i)) {
+                parts
+                    .entry(part.to_string())
+                    .or_default()
+                    .push((s, e, oi(c, i).unwrap_or(0)));
+            }
+        }
+    }
+    // Per partition: cores allocated at each job start; the largest is the observed capacity.
+    let mut at_start: HashMap<(String, i64), i64> = HashMap::new();
+    let mut capacity: HashMap<String, i64> = HashMap::new();
+    for (part, mut jobs) in parts {
+        if !gpu_parts.contains(&part) {
+            continue;
+        }
+        jobs.sort_unstable();
+        let mut running: std::collections::BinaryHeap<std::cmp::Reverse<(i64, i64)>> =
+            Default::default();
+        let mut sum = 0i64;
+        let mut cap = 0i64;
+        let mut k = 0;
+        while k < jobs.len() {
+            let t = jobs[k].0;
+            while let Some(std::cmp::Reverse((end, cores))) = running.peek().copied() {
+                if end <= t {
+                    running.pop();
+                    sum -= cores;
+                } else {
+                    break;
+                }
+            }
+            while k < jobs.len() && jobs[k].0 == t {
+                let (_, e, c) = jobs[k];
+                if e > t {
+                    running.push(std::cmp::Reverse((e, c)));
+                    sum += c;
+                }
+                k += 1;
+            }
+            at_start.insert((part.clone(), t), sum);
+            cap = cap.max(sum);
+        }
+        capacity.insert(part, cap);
+    }
+    let mut refs = job_refs(q, batches, |v, i| {
+        Ok(!oi(v.i("alloc_gpus")?, i).is_some_and(|n| n > 0)
+            && os(v.s("partition")?, i).is_some_and(|p| gpu_parts.contains(p)))
+    })?;
+    let alloc = |r: &JobRef| {
+        View {
+            b: &batches[r.batch],
+        }
+        .f("core_hours_alloc")
+        .ok()
+        .and_then(|a| of(a, r.row))
+    };
+    refs.sort_by(|a, b| {
+        desc_nulls_last(alloc(a), alloc(b)).then((a.end_ms, a.job_id).cmp(&(b.end_ms, b.job_id)))
+    });
+    let mut t = q.empty_table();
+    for r in refs.iter().take(q.limit.unwrap_or(usize::MAX)) {
+        let b = &batches[r.batch];
+        let v = View { b };
+        let part = os(v.s("partition")?, r.row).unwrap_or_default().to_string();
+        let start = oi(v.i("start_unix_ms")?, r.row);
+        let pct = match (start, capacity.get(&part)) {
+            (Some(s), Some(&cap)) if cap > 0 => at_start
+                .get(&(part.clone(), s))
+                .map(|&n| 100.0 * n as f64 / cap as f64),
+            _ => None,
+        };
+        let mut row = job_values(b, r.row)?;
+        row.push(pct.map_or(Value::Null, Value::Float));
+        row.push(Value::Bool(pct.is_some_and(|p| p >= busy_pct)));
+        t.rows.push(row);
+    }
+    Ok(t)
+}
+
+fn heatmap(q: &Query, batches: &[RecordBatch]) -> Result<Table> {
+    const WEEK_S: f64 = 7.0 * 86_400.0;
+    let mut cells = [[0.0f64; 24]; 7];
+    let off = f64::from(q.tz_offset_s);
+    for b in batches {
+        let v = View { b };
+        let (s, e, c) = (
+            v.i("start_unix_ms")?,
+            v.i("end_unix_ms")?,
+            v.i("alloc_cores")?,
+        );
+        for i in matching(q, b)? {
+            let (Some(s), Some(e), Some(cores)) = (oi(s, i), oi(e, i), oi(c, i)) else {
+                continue;
+            };
+            let cores = cores as f64;
+            let mut t = s as f64 / 1000.0 + off;
+            let end = e as f64 / 1000.0 + off;
+            if end <= t {
+                continue;
+            }
+            let weeks = ((end - t) / WEEK_S).floor();
+            if weeks >= 1.0 {
+                for row in cells.iter_mut() {
+                    for x in row.iter_mut() {
+                        *x += weeks * cores;
+                    }
+                }
+                t += weeks * WEEK_S;
+            }
+            while t < end {
+                let hour_start = (t / 3600.0).floor() * 3600.0;
+                let next = (hour_start + 3600.0).min(end);
+                let days = (hour_start / 86_400.0).floor() as i64;
+                let dow = (days + 3).rem_euclid(7) as usize;
+                let h = ((hour_start as i64).rem_euclid(86_400) / 3600) as usize;
+                cells[dow][h] += cores * (next - t) / 3600.0;
+                t = next;
+            }
+        }
+    }
+    let mut t = q.empty_table();
+    for (d, row) in cells.iter().enumerate() {
+        let mut r = vec![Value::Int(d as i64 + 1)];
+        r.extend(row.iter().map(|&x| Value::Float(x)));
+        t.rows.push(r);
+    }
+    Ok(t)
+}
+
+/// Answers `q` over batches of job rows (any column subset that includes [`needed_columns`]).
+pub fn evaluate(q: &Query, batches: &[RecordBatch]) -> Result<Table> {
+    match &q.report {
+        Report::Usage | Report::TopWasters { .. } => usage(q, batches),
+        Report::Jobs => jobs(q, batches),
+        Report::GpuIdle => gpu_idle(q, batches),
+        Report::CpuOnlyOnGpu { busy_pct } => cpu_only_on_gpu(q, batches, *busy_pct),
+        Report::Heatmap => heatmap(q, batches),
+    }
+}
+
+/// An engine over rows held in memory (tests; the reference the other engines are compared with).
+pub struct MemEngine {
+    batch: RecordBatch,
+}
+
+impl MemEngine {
+    pub fn new(rows: &[JobRow]) -> Result<MemEngine> {
+        Ok(MemEngine {
+            batch: job_batch(rows)?,
+        })
+    }
+}
+
+impl Engine for MemEngine {
+    fn run(&self, q: &Query) -> Result<Table> {
+        evaluate(q, std::slice::from_ref(&self.batch))
+    }
+}

@@ -1,0 +1,114 @@
+//! The result of an audit query, independent of the engine that computed it: typed columns and
+//! rows of values. Renderers (aligned text, CSV, JSON, Parquet) and the engine-comparison test
+//! work on this alone.
+
+use serde::Serialize;
+
+/// A column's type. Integers are 64-bit; floats are f64; text is UTF-8.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ColType {
+    Int,
+    Float,
+    Text,
+    Bool,
+}
+
+/// One cell. `Null` is "not known" (never written as 0).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum Value {
+    Null,
+    Int(i64),
+    Float(f64),
+    Text(String),
+    Bool(bool),
+}
+
+impl Value {
+    pub fn as_f64(&self) -> Option<f64> {
+        match self {
+            Value::Int(i) => Some(*i as f64),
+            Value::Float(f) => Some(*f),
+            _ => None,
+        }
+    }
+    pub fn as_str(&self) -> Option<&str> {
+        match self {
+            Value::Text(s) => Some(s),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Column {
+    /// Machine name with its unit (`core_hours_alloc`, `cpu_eff_pct`).
+    pub name: String,
+    pub kind: ColType,
+}
+
+impl Column {
+    pub fn new(name: &str, kind: ColType) -> Column {
+        Column {
+            name: name.to_string(),
+            kind,
+        }
+    }
+}
+
+/// An audit answer. Rows are in the report's defined order (see [`super::query::Report`]).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Table {
+    pub columns: Vec<Column>,
+    pub rows: Vec<Vec<Value>>,
+}
+
+impl Table {
+    pub fn new(columns: Vec<Column>) -> Table {
+        Table {
+            columns,
+            rows: Vec::new(),
+        }
+    }
+
+    pub fn column(&self, name: &str) -> Option<usize> {
+        self.columns.iter().position(|c| c.name == name)
+    }
+
+    /// The same answer, allowing floats to differ by a relative `rel` (engines sum in different
+    /// orders). Column names, types, row order, nulls, integers and text must be identical.
+    /// `Err` says where the first difference is.
+    pub fn same_as(&self, other: &Table, rel: f64) -> Result<(), String> {
+        if self.columns != other.columns {
+            return Err(format!(
+                "columns differ: {:?} vs {:?}",
+                self.columns, other.columns
+            ));
+        }
+        if self.rows.len() != other.rows.len() {
+            return Err(format!(
+                "row counts differ: {} vs {}",
+                self.rows.len(),
+                other.rows.len()
+            ));
+        }
+        for (r, (a, b)) in self.rows.iter().zip(&other.rows).enumerate() {
+            for (c, (x, y)) in a.iter().zip(b).enumerate() {
+                let same = match (x, y) {
+                    (Value::Float(x), Value::Float(y)) => {
+                        (x - y).abs() <= rel * x.abs().max(y.abs()).max(1e-12)
+                    }
+                    _ => x == y,
+                };
+                if !same {
+                    return Err(format!(
+                        "row {r} column {}: {x:?} vs {y:?}",
+                        self.columns[c].name
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}
