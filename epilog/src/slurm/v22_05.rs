@@ -1,9 +1,19 @@
-//! SLURM 22.05: the Epilog environment, `squeue --json`, `scontrol show job -o` (for mail settings)
-//! and `scontrol ping`, each run with a cleared environment, a time limit and a cap on its output.
-//! 22.05 has no `scontrol --json`, and `scontrol show job -o` cannot be split safely when a job name
-//! has spaces, so squeue's JSON is the main source. Captured outputs are the test fixtures
-//! (`epilog/testdata/squeue-22.05-job.json`, `epilog/testdata/scontrol-22.05-job.txt`, and the
-//! recorded jobs' `squeue.json` under `epilog/testdata/recorded/`).
+//! SLURM 22.05: the Epilog environment, `scontrol show job -o` (the one question about a job),
+//! `squeue` (an array's tasks) and `scontrol ping`, each run with a cleared environment, a time
+//! limit and a cap on its output.
+//!
+//! The Epilog asks slurmctld about its own job only, once: `scontrol show job -o ID` is a
+//! single-job request. 22.05's `squeue --json` ignores `-j` and `-t` and returns every job the
+//! controller holds (bench/epilog-query.sh measures both), and 22.05 has no `scontrol --json`. So the
+//! one record is text, one line of `Key=Value` fields in which free text (job name, comment, paths)
+//! can hold anything, including copies of other fields: every field is taken only with the fields
+//! SLURM prints around it, and only when that run of fields occurs once (see [`unique_field`]).
+//! Times are asked for as Unix seconds (`SLURM_TIME_FORMAT=%s`). An array's tasks come from
+//! `squeue -h -r -t all -j ID -o %A|%F|%K|%T`, which prints no free text.
+//!
+//! Captured outputs are the test fixtures (`epilog/testdata/scontrol-22.05-*.txt`,
+//! `epilog/testdata/squeue-22.05-array-tasks.txt`); `parse_squeue_json` stays for the recorded jobs'
+//! `squeue.json` under `epilog/testdata/recorded/` and newer releases' JSON.
 //!
 //! Everything here is untrusted text from users (names, comments, paths): it is only ever stored and
 //! rendered through escaping templates.
@@ -172,8 +182,17 @@ pub struct ScontrolEnd {
 /// prints around it, and only when that run occurs exactly once (a forged copy makes it ambiguous,
 /// and then nothing is believed).
 fn unique_field<'a>(record: &'a str, before: &str, key: &str, after: &str) -> Option<&'a str> {
+    match runs(record, before, key, after)[..] {
+        [one] => Some(one),
+        _ => None,
+    }
+}
+
+/// Every value of `KEY` found in a run `before=<one token> KEY=<value> after=` (see
+/// [`unique_field`]).
+fn runs<'a>(record: &'a str, before: &str, key: &str, after: &str) -> Vec<&'a str> {
     let pat = format!(" {key}=");
-    let mut found = None;
+    let mut found = Vec::new();
     for (i, _) in record.match_indices(&pat) {
         let head = &record[..i];
         let value_start = i + pat.len();
@@ -185,10 +204,7 @@ fn unique_field<'a>(record: &'a str, before: &str, key: &str, after: &str) -> Op
             .rfind(' ')
             .is_some_and(|j| head[j + 1..].starts_with(&format!("{before}=")));
         if prev_ok && tail.starts_with(&format!(" {after}=")) {
-            if found.is_some() {
-                return None;
-            }
-            found = Some(&rest[..value_end]);
+            found.push(&rest[..value_end]);
         }
     }
     found
@@ -221,6 +237,251 @@ pub fn parse_scontrol_end(record: &str) -> ScontrolEnd {
         requeued: unique_field(record, "StartTime", "EndTime", "Deadline")
             .is_some_and(|t| t == "Unknown"),
     }
+}
+
+/// [`unique_field`] with several possible neighbours (SLURM leaves some fields out, e.g.
+/// `Scheduler=` for a job never scheduled): the value when all pairings together find exactly one
+/// run (a forged run under any pairing makes the field ambiguous).
+fn field<'a>(record: &'a str, before: &[&str], key: &str, after: &[&str]) -> Option<&'a str> {
+    let mut found: Vec<&'a str> = Vec::new();
+    for b in before {
+        for a in after {
+            for v in runs(record, b, key, a) {
+                // The same run found through two pairings is one run.
+                if !found.iter().any(|f| std::ptr::eq(*f, v)) {
+                    found.push(v);
+                }
+            }
+        }
+    }
+    match found[..] {
+        [one] => Some(one),
+        _ => None,
+    }
+}
+
+/// `(null)`, `N/A` and the empty string are SLURM's "not set".
+fn set(v: Option<&str>) -> Option<String> {
+    v.filter(|v| !v.is_empty() && *v != "(null)" && *v != "N/A")
+        .map(str::to_string)
+}
+
+/// The one record of job `job_id` in `scontrol show job -o` output. Asked about an array's own
+/// id, scontrol prints every task of the array, one record per line; a job name may hold a line
+/// break, so records are cut only where a line starts with `JobId=`, and the job's record must be
+/// the only one that starts `JobId=<job_id> ` (a name forging one makes it ambiguous: `None`).
+pub fn own_record(text: &str, job_id: u32) -> Option<&str> {
+    let mut starts: Vec<usize> = text.match_indices("\nJobId=").map(|(i, _)| i + 1).collect();
+    if text.starts_with("JobId=") {
+        starts.insert(0, 0);
+    }
+    let head = format!("JobId={job_id} ");
+    let mut mine = None;
+    for (k, &at) in starts.iter().enumerate() {
+        let end = starts.get(k + 1).map_or(text.len(), |&n| n - 1);
+        let rec = &text[at..end];
+        if rec.starts_with(&head) {
+            if mine.is_some() {
+                return None;
+            }
+            mine = Some(rec.trim_end_matches(['\n', ' ']));
+        }
+    }
+    mine
+}
+
+/// The owner and group run, `UserId=<name>(<uid>) GroupId=<name>(<gid>) MCS_label=`, right after
+/// the job name: its position and values when it occurs exactly once (a name holding a copy makes
+/// it ambiguous, and then neither the name nor the owner is believed).
+fn identity(record: &str) -> Option<(usize, &str, u32, &str, u32)> {
+    fn name_id(v: &str) -> Option<(&str, u32)> {
+        let (name, id) = v.strip_suffix(')')?.split_once('(')?;
+        Some((name, id.parse().ok()?))
+    }
+    let mut found = None;
+    for (i, _) in record.match_indices(" UserId=") {
+        let rest = &record[i + " UserId=".len()..];
+        let mut it = rest.splitn(3, ' ');
+        let (Some(u), Some(g), Some(tail)) = (it.next(), it.next(), it.next()) else {
+            continue;
+        };
+        let (Some((user, uid)), Some((group, gid))) =
+            (name_id(u), g.strip_prefix("GroupId=").and_then(name_id))
+        else {
+            continue;
+        };
+        if !tail.starts_with("MCS_label=") {
+            continue;
+        }
+        if found.is_some() {
+            return None;
+        }
+        found = Some((i, user, uid, group, gid));
+    }
+    found
+}
+
+/// Free text that runs from ` KEY=` to the nearest of the `ends` fields after it: only when
+/// ` KEY=` occurs once in the record (a copy in other free text makes it ambiguous).
+fn free_text<'a>(record: &'a str, key: &str, ends: &[&str]) -> Option<&'a str> {
+    let pat = format!(" {key}=");
+    let mut hits = record.match_indices(&pat);
+    let (at, _) = hits.next()?;
+    if hits.next().is_some() {
+        return None;
+    }
+    let rest = &record[at + pat.len()..];
+    let end = ends
+        .iter()
+        .filter_map(|e| rest.find(&format!(" {e}=")))
+        .min()
+        .unwrap_or(rest.len());
+    Some(&rest[..end])
+}
+
+/// A time limit as scontrol prints it (`[days-]hours:minutes:seconds`, `UNLIMITED`) in seconds.
+fn limit_s(v: &str) -> Option<u64> {
+    let (days, hms) = match v.split_once('-') {
+        Some((d, rest)) => (d.parse::<u64>().ok()?, rest),
+        None => (0, v),
+    };
+    let parts: Vec<u64> = hms
+        .split(':')
+        .map(|p| p.parse().ok())
+        .collect::<Option<_>>()?;
+    let s = match parts[..] {
+        [h, m, s] => h * 3600 + m * 60 + s,
+        [m, s] => m * 60 + s,
+        _ => return None,
+    };
+    Some(days * 86_400 + s).filter(|&s| s > 0)
+}
+
+/// A memory size as scontrol prints it (`300M`, `2G`; megabytes without a suffix) in bytes; 0 is
+/// "not set".
+fn mem_bytes(v: &str) -> Option<u64> {
+    let (num, unit) = match v.char_indices().find(|(_, c)| c.is_ascii_alphabetic()) {
+        Some((i, _)) => (&v[..i], &v[i..]),
+        None => (v, "M"),
+    };
+    let shift = match unit {
+        "K" => 10,
+        "M" => 20,
+        "G" => 30,
+        "T" => 40,
+        "P" => 50,
+        _ => return None,
+    };
+    let n: f64 = num.parse().ok()?;
+    (n.is_finite() && n > 0.0).then(|| (n * (1u64 << shift) as f64).round() as u64)
+}
+
+/// What the controller knows about job `job_id`, from `scontrol show job -o` output run with
+/// `SLURM_TIME_FORMAT=%s` (SLURM 22.05's field order; `epilog/testdata/scontrol-22.05-*.txt`).
+/// `None` when the output holds no record of the job, or more than one.
+pub fn parse_scontrol_job(text: &str, job_id: u32) -> Option<JobFacts> {
+    let rec = own_record(text, job_id)?;
+    // Nothing a user chooses comes before the name: the first ` JobName=` is SLURM's, and the
+    // fields before it (array ids) are SLURM's too.
+    let name_at = rec.find(" JobName=")?;
+    let prefix: HashMap<&str, &str> = rec[..name_at]
+        .split(' ')
+        .filter_map(|kv| kv.split_once('='))
+        .collect();
+    let who = identity(rec).filter(|w| w.0 >= name_at);
+    let name = who
+        .map(|w| &rec[name_at + " JobName=".len()..w.0])
+        .filter(|n| !n.is_empty())
+        .map(str::to_string);
+    let num = |v: Option<&str>| v.and_then(|v| v.parse::<u64>().ok());
+    let time = |b: &[&str], k, a: &[&str]| num(field(rec, b, k, a)).filter(|&t| t > 0);
+    let end = parse_scontrol_end(rec);
+    let (mail_user, mail_types) = parse_scontrol_mail(rec);
+    let mem = |k| field(rec, &["MinCPUsNode"], k, &["MinTmpDiskNode"]).and_then(mem_bytes);
+    Some(JobFacts {
+        job_id,
+        name,
+        user: who.map(|w| w.1.to_string()),
+        uid: who.map(|w| w.2),
+        gid: who.map(|w| w.4),
+        group: who.map(|w| w.3.to_string()),
+        account: set(field(rec, &["Nice"], "Account", &["QOS"])),
+        partition: set(field(
+            rec,
+            &["Scheduler", "LastSchedEval", "SecsPreSuspend"],
+            "Partition",
+            &["AllocNode:Sid"],
+        )),
+        qos: set(field(rec, &["Account"], "QOS", &["JobState"])),
+        cluster: None,
+        array_job_id: num(prefix.get("ArrayJobId").copied())
+            .filter(|&a| a > 0)
+            .map(|a| a as u32),
+        array_task_id: num(prefix.get("ArrayTaskId").copied())
+            .filter(|&a| a < u32::MAX as u64 - 1)
+            .map(|a| a as u32),
+        time_limit_s: field(rec, &["RunTime"], "TimeLimit", &["TimeMin"]).and_then(limit_s),
+        cpus: num(field(rec, &["NumNodes"], "NumCPUs", &["NumTasks"])).map(|x| x as u32),
+        node_count: num(field(
+            rec,
+            &["BatchHost", "NodeList"],
+            "NumNodes",
+            &["NumCPUs"],
+        ))
+        .map(|x| x as u32),
+        nodes: set(field(
+            rec,
+            &["ExcNodeList"],
+            "NodeList",
+            &["BatchHost", "NumNodes"],
+        ))
+        .as_deref()
+        .and_then(expand_hostlist)
+        .unwrap_or_default(),
+        mem_per_node_bytes: mem("MinMemoryNode"),
+        mem_per_cpu_bytes: mem("MinMemoryCPU"),
+        gpus: None,
+        tres: set(field(rec, &["ReqB:S:C:T"], "TRES", &["Socks/Node"])),
+        scheduler_state: field(rec, &["QOS"], "JobState", &["Reason"]).map(JobState::from_name),
+        derived_exit_code: None,
+        preempted: end.preempted,
+        requeued: end.requeued,
+        scheduler_reason: end.reason,
+        submit_unix_s: time(&["TimeMin"], "SubmitTime", &["EligibleTime"]),
+        start_unix_s: time(&["AccrueTime", "EligibleTime"], "StartTime", &["EndTime"]),
+        end_unix_s: time(&["StartTime"], "EndTime", &["Deadline"]),
+        exit_code: end.exit_code,
+        exit_signal: end.exit_signal,
+        scheduler_oom: end.scheduler_oom,
+        mail_user,
+        mail_types,
+        work_dir: free_text(rec, "WorkDir", &["Comment", "StdErr", "StdIn", "StdOut"])
+            .filter(|d| d.starts_with('/'))
+            .map(str::to_string),
+        comment: free_text(rec, "Comment", &["StdErr", "StdIn", "StdOut", "Power"])
+            .map(str::trim_end)
+            .filter(|c| !c.is_empty())
+            .map(str::to_string),
+    })
+}
+
+/// The tasks of array `array_id` from `squeue -h -r -t all -j <array_id> -o %A|%F|%K|%T` (job id,
+/// array id, task index, state: no free text). Lines of other shapes are skipped.
+pub fn parse_array_task_lines(text: &str, array_id: u32) -> Vec<ArrayTask> {
+    text.lines()
+        .filter_map(|line| {
+            let f: Vec<&str> = line.trim().split('|').collect();
+            let [job, array, task, state] = f[..] else {
+                return None;
+            };
+            (array.parse::<u32>().ok()? == array_id).then_some(())?;
+            Some(ArrayTask {
+                job_id: job.parse().ok()?,
+                task_id: task.parse().ok(),
+                state: JobState::from_name(state),
+            })
+        })
+        .collect()
 }
 
 pub fn decode_exit_code2(s: &str) -> (Option<i32>, Option<i32>) {
@@ -390,10 +651,21 @@ pub fn parse_scontrol_mail(record: &str) -> (Option<String>, Vec<String>) {
 
 /// Runs a command with a hard time limit; `None` on failure or timeout (the epilog must never hang).
 pub fn run_bounded(program: &str, args: &[&str], limit: Duration) -> Option<String> {
+    run_bounded_env(program, args, &[], limit)
+}
+
+/// [`run_bounded`] with these variables added to the cleared environment.
+pub fn run_bounded_env(
+    program: &str,
+    args: &[&str],
+    vars: &[(&str, &str)],
+    limit: Duration,
+) -> Option<String> {
     let mut child = Command::new(program)
         .args(args)
         .env_clear()
         .env("PATH", "/usr/bin:/bin:/usr/sbin:/sbin")
+        .envs(vars.iter().copied())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -443,49 +715,26 @@ impl Default for Slurm2205 {
     }
 }
 
-impl Slurm2205 {
-    fn squeue(&self, id: u32) -> Option<String> {
-        let id = id.to_string();
-        run_bounded(
-            &self.squeue,
-            &["--json", "-t", "all", "-j", &id],
-            COMMAND_LIMIT,
-        )
-    }
-}
-
 impl Slurm for Slurm2205 {
+    /// One single-job request to slurmctld (see the module's notes).
     fn job_facts(&self, job_id: u32) -> Option<JobFacts> {
-        let mut f = parse_squeue_json(&self.squeue(job_id)?, job_id)?;
-        // 22.05's squeue has no mail fields, and during the Epilog it says only COMPLETING with
-        // exit code 0: scontrol's record says how the run ended.
-        if let Some(out) = run_bounded(
+        let out = run_bounded_env(
             &self.scontrol,
             &["show", "job", "-o", &job_id.to_string()],
+            &[("SLURM_TIME_FORMAT", "%s")],
             COMMAND_LIMIT,
-        ) {
-            if f.mail_user.is_none() && f.mail_types.is_empty() {
-                (f.mail_user, f.mail_types) = parse_scontrol_mail(&out);
-            }
-            let end = parse_scontrol_end(&out);
-            if end.state.is_some() && matches!(f.scheduler_state, None | Some(JobState::Completing))
-            {
-                f.scheduler_state = end.state;
-            }
-            if f.scheduler_reason.is_none() {
-                f.scheduler_reason = end.reason;
-            }
-            f.exit_code = end.exit_code;
-            f.exit_signal = end.exit_signal;
-            f.scheduler_oom |= end.scheduler_oom;
-            f.preempted = end.preempted;
-            f.requeued = end.requeued;
-        }
-        Some(f)
+        )?;
+        parse_scontrol_job(&out, job_id)
     }
 
     fn array_tasks(&self, array_id: u32) -> Option<Vec<ArrayTask>> {
-        parse_array_tasks(&self.squeue(array_id)?, array_id)
+        let id = array_id.to_string();
+        let out = run_bounded(
+            &self.squeue,
+            &["-h", "-r", "-t", "all", "-j", &id, "-o", "%A|%F|%K|%T"],
+            COMMAND_LIMIT,
+        )?;
+        Some(parse_array_task_lines(&out, array_id))
     }
 
     fn ping(&self) -> bool {
@@ -733,6 +982,170 @@ mod tests {
             (e.state, e.exit_code, e.exit_signal),
             (None, None, None),
             "{e:?}"
+        );
+    }
+
+    /// A whole 22.05 record (`sbatch -J 'burn <b>&"x' --comment 'c JobState=COMPLETED Reason=None
+    /// ExitCode=0:0' -t 5 --mem=300M --mail-type=END,FAIL --mail-user=bob@localhost`, captured
+    /// with SLURM_TIME_FORMAT=%s after the job completed).
+    #[test]
+    fn scontrol_record_gives_the_job_facts() {
+        let j = parse_scontrol_job(&testdata("scontrol-22.05-hostile-comment.txt"), 243).unwrap();
+        assert_eq!(j.name.as_deref(), Some("burn <b>&\"x"));
+        assert_eq!((j.user.as_deref(), j.uid), (Some("alice"), Some(1001)));
+        assert_eq!((j.group.as_deref(), j.gid), (Some("alice"), Some(1001)));
+        assert_eq!(
+            (j.account.as_deref(), j.qos.as_deref()),
+            (None, None),
+            "(null)"
+        );
+        assert_eq!(j.partition.as_deref(), Some("debug"));
+        assert_eq!(j.scheduler_state, Some(JobState::Completed));
+        assert_eq!(j.scheduler_reason, None, "\"None\" is no reason");
+        assert_eq!((j.exit_code, j.exit_signal), (Some(0), Some(0)));
+        assert_eq!(j.time_limit_s, Some(5 * 60));
+        assert_eq!(j.mem_per_node_bytes, Some(300 * MIB));
+        assert_eq!(j.mem_per_cpu_bytes, None);
+        assert_eq!((j.cpus, j.node_count), (Some(1), Some(1)));
+        assert_eq!(j.nodes, vec!["vm"]);
+        assert_eq!(j.tres.as_deref(), Some("cpu=1,mem=300M,node=1,billing=1"));
+        assert_eq!(
+            (j.submit_unix_s, j.start_unix_s, j.end_unix_s),
+            (
+                Some(1_795_381_558),
+                Some(1_795_381_558),
+                Some(1_795_381_561)
+            )
+        );
+        assert_eq!((j.array_job_id, j.array_task_id), (None, None));
+        assert_eq!(j.mail_user.as_deref(), Some("bob@localhost"));
+        assert_eq!(j.mail_types, vec!["END", "FAIL"]);
+        assert_eq!(j.work_dir.as_deref(), Some("/tmp/pkgcap"));
+        assert_eq!(
+            j.comment.as_deref(),
+            Some("c JobState=COMPLETED Reason=None ExitCode=0:0")
+        );
+        assert!(!j.preempted && !j.requeued && !j.scheduler_oom);
+        assert!(parse_scontrol_job(&testdata("scontrol-22.05-hostile-comment.txt"), 24).is_none());
+        assert!(
+            parse_scontrol_job("slurm_load_jobs error: Invalid job id specified\n", 243).is_none()
+        );
+    }
+
+    /// During the Epilog (`--wrap 'sleep 3; kill -TERM $$'`, `-t 1-02:03:00 --mem-per-cpu=1500M`):
+    /// COMPLETING, with the signal in the controller's exit status.
+    #[test]
+    fn scontrol_record_while_completing() {
+        let j = parse_scontrol_job(&testdata("scontrol-22.05-completing.txt"), 248).unwrap();
+        assert_eq!(j.name.as_deref(), Some("run ning"));
+        assert_eq!(j.scheduler_state, Some(JobState::Completing));
+        assert_eq!((j.exit_code, j.exit_signal), (Some(0), Some(15)));
+        assert_eq!(j.scheduler_reason.as_deref(), Some("JobLaunchFailure"));
+        assert_eq!(j.time_limit_s, Some(86_400 + 2 * 3600 + 3 * 60));
+        assert_eq!(j.mem_per_cpu_bytes, Some(1500 * MIB));
+        let running = parse_scontrol_job(&testdata("scontrol-22.05-running.txt"), 248).unwrap();
+        assert_eq!(running.scheduler_state, Some(JobState::Running));
+        assert_eq!(
+            running.end_unix_s,
+            Some(1_795_381_646 + 93_780),
+            "the limit's end"
+        );
+    }
+
+    /// A name holding a line break and a copy of the owner fields (`UserId=root(0)`): the owner
+    /// run is ambiguous, so neither the name nor the owner is believed; the rest is read.
+    #[test]
+    fn a_name_forging_the_owner_is_not_believed() {
+        let j = parse_scontrol_job(&testdata("scontrol-22.05-newline-name.txt"), 244).unwrap();
+        assert_eq!((j.name, j.user, j.uid, j.gid), (None, None, None, None));
+        assert_eq!(j.scheduler_state, Some(JobState::Failed));
+        assert_eq!((j.exit_code, j.exit_signal), (Some(3), Some(0)));
+        assert_eq!((j.cpus, j.time_limit_s), (Some(2), None), "UNLIMITED");
+        assert_eq!(j.mem_per_cpu_bytes, Some(1000 * MIB));
+        // The same name without the copy is read whole, line break included.
+        let plain = testdata("scontrol-22.05-newline-name.txt").replace(
+            " UserId=root(0) GroupId=root(0) MCS_label=N/A Priority=1",
+            "",
+        );
+        let j = parse_scontrol_job(&plain, 244).unwrap();
+        assert_eq!(j.name.as_deref(), Some("two\nlines"));
+        assert_eq!(j.uid, Some(1001));
+    }
+
+    /// Asked about an array's own id, scontrol prints every task: the job's own record is the one
+    /// that starts with its id; a name that forges a record start makes it ambiguous.
+    #[test]
+    fn an_array_tasks_own_record_is_picked() {
+        let text = testdata("scontrol-22.05-array.txt");
+        let last = parse_scontrol_job(&text, 245).unwrap();
+        assert_eq!(
+            (last.array_job_id, last.array_task_id),
+            (Some(245), Some(3))
+        );
+        assert_eq!(last.name.as_deref(), Some("arr"));
+        let second = parse_scontrol_job(&text, 247).unwrap();
+        assert_eq!(second.array_task_id, Some(2));
+        assert!(parse_scontrol_job(&text, 999).is_none());
+        let forged = text.replacen("JobName=arr", "JobName=x\nJobId=245 JobName=y", 1);
+        assert!(parse_scontrol_job(&forged, 245).is_none());
+        assert_eq!(
+            parse_scontrol_job(&forged, 247).unwrap().array_task_id,
+            Some(2),
+            "the other tasks' records are untouched"
+        );
+    }
+
+    /// A field SLURM prints with one of several neighbours: a forged run under any of them makes
+    /// it ambiguous (a copy under one neighbour must not hide the real run under another).
+    #[test]
+    fn a_forged_run_under_another_neighbour_is_not_believed() {
+        let real = testdata("scontrol-22.05-hostile-comment.txt");
+        let forged = real.replacen(
+            "JobName=burn",
+            "JobName=x Scheduler=x Partition=evil AllocNode:Sid=x LastSchedEval=1 Partition=evil AllocNode:Sid=x",
+            1,
+        );
+        assert_eq!(parse_scontrol_job(&forged, 243).unwrap().partition, None);
+        assert_eq!(
+            parse_scontrol_job(&real, 243).unwrap().partition.as_deref(),
+            Some("debug")
+        );
+    }
+
+    #[test]
+    fn limits_and_sizes_as_scontrol_prints_them() {
+        assert_eq!(limit_s("00:05:00"), Some(300));
+        assert_eq!(limit_s("2-00:00:01"), Some(172_801));
+        assert_eq!(limit_s("UNLIMITED"), None);
+        assert_eq!(limit_s("Partition_Limit"), None);
+        assert_eq!(mem_bytes("300M"), Some(300 * MIB));
+        assert_eq!(mem_bytes("2G"), Some(2048 * MIB));
+        assert_eq!(mem_bytes("0"), None, "0 is not set");
+        assert_eq!(mem_bytes("12X"), None);
+    }
+
+    /// `squeue -h -r -t all -j 245 -o %A|%F|%K|%T` as captured.
+    #[test]
+    fn array_task_lines() {
+        let t = parse_array_task_lines(&testdata("squeue-22.05-array-tasks.txt"), 245);
+        assert_eq!(
+            t.iter()
+                .map(|t| (t.job_id, t.task_id, t.state))
+                .collect::<Vec<_>>(),
+            vec![
+                (245, Some(3), JobState::Completed),
+                (247, Some(2), JobState::Completed),
+                (246, Some(1), JobState::Completed)
+            ]
+        );
+        let odd = "80|80|N/A|PENDING\n81|99|1|RUNNING\ngarbage\n";
+        assert_eq!(
+            parse_array_task_lines(odd, 80),
+            vec![ArrayTask {
+                job_id: 80,
+                task_id: None,
+                state: JobState::Pending
+            }]
         );
     }
 
