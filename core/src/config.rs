@@ -17,9 +17,40 @@ pub struct Config {
     pub paths: Paths,
     pub sampler: Sampler,
     pub archive: Archive,
+    pub audit: Audit,
     pub report: Report,
     pub mail: Mail,
     pub gpu: Gpu,
+    pub postgres: Postgres,
+    pub run: Run,
+}
+
+/// `[postgres]`: the optional PostgreSQL sink and engine (`jobscope pg sync`, `jobscope audit
+/// --engine postgres`; docs/postgres.md). Unset `conninfo`: PostgreSQL is not used.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Postgres {
+    /// libpq key=value connection string WITHOUT the password, e.g.
+    /// `host=db.example.org port=5432 user=jobscope dbname=jobscope`.
+    pub conninfo: Option<String>,
+    /// File holding the password (first line), readable by root only.
+    pub password_file: Option<PathBuf>,
+    /// Connecting gives up after this many seconds.
+    pub connect_timeout_s: u64,
+    /// Name of this archive's sync checkpoint in the database: one per archive that pushes into
+    /// the same database (one per cluster, usually).
+    pub source: String,
+}
+
+impl Default for Postgres {
+    fn default() -> Self {
+        Postgres {
+            conninfo: None,
+            password_file: None,
+            connect_timeout_s: 10,
+            source: "default".into(),
+        }
+    }
 }
 
 /// GPU sampling (see docs/configuration.md). A node without GPUs or without a driver is normal.
@@ -39,6 +70,9 @@ pub struct Gpu {
     pub constrained_devices: bool,
     /// Deadline of one GPU sample (a slow driver call misses that sample, nothing else).
     pub sample_timeout_s: u64,
+    /// How often the GPU monitor drains the driver's utilization sample buffer between two
+    /// samples; below the 14 s the buffer holds on an H100, so no sample is lost (docs/gpu.md).
+    pub drain_interval_s: u64,
     /// At or below this utilization a GPU counts as idle.
     pub idle_util_pct: f64,
     /// Shortest idle period listed in the report.
@@ -55,6 +89,7 @@ impl Default for Gpu {
             gres_conf: "/etc/slurm/gres.conf".into(),
             constrained_devices: false,
             sample_timeout_s: 5,
+            drain_interval_s: 5,
             idle_util_pct: 5.0,
             idle_min_s: 600,
         }
@@ -230,6 +265,30 @@ pub struct Paths {
     pub archive_dir: PathBuf,
     /// Where the epilog logs (it has no terminal; SLURM discards its output).
     pub log_file: PathBuf,
+    /// Node-local live snapshots of running jobs (tmpfs): root's directory, one file per job and
+    /// node that only the job's owner can read (`jobscope show`/`top` on a running job;
+    /// core/src/snapshot.rs).
+    pub live_dir: PathBuf,
+}
+
+/// `[run]`: `jobscope run -- CMD` outside SLURM (docs/run.md).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Run {
+    /// The cluster name runs are archived under (`--archive`), apart from SLURM's clusters.
+    pub cluster: String,
+    /// The first job id of local runs: ids from here up never clash with SLURM's (at most
+    /// 67,108,863 by SLURM's MaxJobId).
+    pub first_job_id: u32,
+}
+
+impl Default for Run {
+    fn default() -> Self {
+        Run {
+            cluster: "local".into(),
+            first_job_id: 3_000_000_000,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -259,6 +318,58 @@ pub struct Archive {
     pub keep_spools_dir: Option<PathBuf>,
 }
 
+/// `[audit]`: the Parquet index, `jobscope audit`, the peer percentile, history-based advice and
+/// the OpenMetrics textfile (docs/audit.md).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Audit {
+    /// Where the Parquet index lives; unset: `<archive_dir>/index`.
+    pub index_dir: Option<PathBuf>,
+    /// A month of the index with more part files than this is compacted into one.
+    pub compact_parts: usize,
+    /// An index lock older than this is taken over (its writer died on another host).
+    pub lock_stale_s: u64,
+    /// A CPU-only job on a GPU partition is marked when the partition had at least this share of
+    /// its (observed) cores allocated at the job's start.
+    pub busy_pct: f64,
+    /// The peer percentile compares a job with its partition's jobs of the last this many days…
+    pub peer_window_days: u32,
+    /// …and only when at least this many jobs are there (no percentile on thin history).
+    pub peer_min_jobs: u32,
+    /// History-based advice needs at least this many earlier runs of the same job name.
+    pub history_min_runs: u32,
+    /// The OpenMetrics textfile written after each index update (node_exporter's textfile
+    /// collector); unset: none.
+    pub metrics_file: Option<PathBuf>,
+    /// Add a `user` label to the metrics (off: only cluster and partition).
+    pub metrics_user_label: bool,
+}
+
+impl Default for Audit {
+    fn default() -> Self {
+        Audit {
+            index_dir: None,
+            compact_parts: 16,
+            lock_stale_s: 900,
+            busy_pct: 80.0,
+            peer_window_days: 30,
+            peer_min_jobs: 20,
+            history_min_runs: 3,
+            metrics_file: None,
+            metrics_user_label: false,
+        }
+    }
+}
+
+impl Audit {
+    /// The index directory for an archive at `archive_dir`.
+    pub fn index_dir(&self, archive_dir: &Path) -> PathBuf {
+        self.index_dir
+            .clone()
+            .unwrap_or_else(|| archive_dir.join("index"))
+    }
+}
+
 impl Default for Paths {
     fn default() -> Self {
         Paths {
@@ -267,6 +378,7 @@ impl Default for Paths {
             state_dir: "/var/lib/jobscope/state".into(),
             archive_dir: "/var/lib/jobscope/archive".into(),
             log_file: "/var/log/jobscope/epilog.log".into(),
+            live_dir: "/run/jobscope-live".into(),
         }
     }
 }
@@ -368,6 +480,18 @@ impl Config {
     }
 
     fn validate(&self) -> Result<(), String> {
+        let c = &self.run.cluster;
+        if c.is_empty()
+            || c.len() > 64
+            || !c
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+        {
+            return Err(format!(
+                "run.cluster = {:?}: 1 to 64 of A-Z a-z 0-9 _ -",
+                self.run.cluster
+            ));
+        }
         let s = &self.sampler;
         if !(1..=3600).contains(&s.cadence_s) {
             return Err(format!(
@@ -390,6 +514,7 @@ impl Config {
             ("state_dir", &self.paths.state_dir),
             ("archive_dir", &self.paths.archive_dir),
             ("log_file", &self.paths.log_file),
+            ("live_dir", &self.paths.live_dir),
         ] {
             if !p.is_absolute()
                 || p.components()
@@ -400,6 +525,48 @@ impl Config {
                     p.display()
                 ));
             }
+        }
+        let a = &self.audit;
+        for (name, p) in [
+            ("index_dir", &a.index_dir),
+            ("metrics_file", &a.metrics_file),
+        ] {
+            if let Some(p) = p {
+                if !p.is_absolute()
+                    || p.components()
+                        .any(|c| matches!(c, std::path::Component::ParentDir))
+                {
+                    return Err(format!(
+                        "audit.{name} must be an absolute path without '..': {}",
+                        p.display()
+                    ));
+                }
+            }
+        }
+        if !(1..=10_000).contains(&a.compact_parts) {
+            return Err(format!(
+                "audit.compact_parts = {} is outside 1..=10000",
+                a.compact_parts
+            ));
+        }
+        if !(a.busy_pct > 0.0 && a.busy_pct <= 100.0) {
+            return Err(format!(
+                "audit.busy_pct = {} is outside (0, 100]",
+                a.busy_pct
+            ));
+        }
+        if !(1..=3650).contains(&a.peer_window_days) || a.history_min_runs == 0 {
+            return Err(
+                "audit.peer_window_days must be 1..=3650 and audit.history_min_runs at least 1"
+                    .into(),
+            );
+        }
+        // The H100's buffer holds 14 s of samples: a drain at least every 13 s loses none.
+        if !(1..=13).contains(&self.gpu.drain_interval_s) {
+            return Err(format!(
+                "gpu.drain_interval_s = {} is outside 1..=13 (the driver's buffer holds about 14 s)",
+                self.gpu.drain_interval_s
+            ));
         }
         let r = &self.report;
         for (name, v) in [
@@ -424,6 +591,28 @@ impl Config {
             return Err(format!(
                 "archive.admin_group {:?} is not a valid group name",
                 self.archive.admin_group
+            ));
+        }
+        let pg = &self.postgres;
+        if pg.password_file.as_ref().is_some_and(|p| !p.is_absolute()) {
+            return Err("postgres.password_file must be an absolute path".into());
+        }
+        if !(1..=300).contains(&pg.connect_timeout_s) {
+            return Err(format!(
+                "postgres.connect_timeout_s = {} is outside 1..=300",
+                pg.connect_timeout_s
+            ));
+        }
+        if pg.source.is_empty()
+            || pg.source.len() > 64
+            || !pg
+                .source
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "_-.".contains(c))
+        {
+            return Err(format!(
+                "postgres.source {:?}: 1-64 characters of A-Z a-z 0-9 _ - .",
+                pg.source
             ));
         }
         Ok(())

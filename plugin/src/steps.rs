@@ -202,6 +202,38 @@ impl JobCtx {
 }
 
 impl JobCtx {
+    /// The live snapshot of this node for the job's owner, written after every sample
+    /// (`core/src/snapshot.rs`). Whatever goes wrong is logged once and never stops sampling.
+    pub fn live_snapshot(&self) -> jobscope_core::sampler::AfterSample {
+        let dir = job_dir(&self.spool_dir(), self.job_id, self.node());
+        let live_dir = self.cfg.paths.live_dir.clone();
+        let (job_id, node, uid, gid) = (self.job_id, self.node().to_string(), self.uid, self.gid);
+        let gpu = jobscope_core::snapshot::gpu_params(&self.cfg);
+        let mut logged = false;
+        Box::new(move || {
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                let snap = jobscope_core::snapshot::from_spool(&dir, job_id, &node, uid, &gpu);
+                jobscope_core::snapshot::write(&live_dir, &snap, gid)
+            }));
+            let problem = match r {
+                Ok(Ok(_)) => return,
+                Ok(Err(e)) => e.to_string(),
+                Err(_) => "panicked (caught)".to_string(),
+            };
+            if !logged {
+                logged = true;
+                crate::log_error(&format!(
+                    "live snapshot not written (logged once, sampling continues): {problem}"
+                ));
+            }
+        })
+    }
+
+    /// Removes this node's live snapshot (the job ended here).
+    pub fn remove_live_snapshot(&self) {
+        jobscope_core::snapshot::remove(&self.cfg.paths.live_dir, self.job_id, self.node());
+    }
+
     /// Starts the job's GPU monitor (its own thread and `gpu.jsc`, so a slow driver never stalls the
     /// cgroup sampler). `None` when GPU sampling is off or the job has no GPUs.
     pub fn gpu_monitor(
@@ -244,6 +276,7 @@ impl JobCtx {
             amd: g.amd,
             sample_timeout: Duration::from_secs(g.sample_timeout_s),
             max_file_bytes: GPU_FILE_BUDGET_BYTES,
+            drain_interval: Duration::from_secs(g.drain_interval_s),
             ..BackendConfig::default()
         };
         let dir = self.ensure_job_dir().ok()?;

@@ -259,6 +259,8 @@ impl AmdBackend {
             job_processes: None,
             job_mem_bytes: None,
             other_processes: None,
+            // amdgpu keeps no sample buffer: `gpu_busy_percent` is all there is.
+            drain: None,
         }
     }
 }

@@ -25,8 +25,11 @@ pub mod testing;
 
 #[cfg(test)]
 mod fake_nvml_tests;
+#[cfg(test)]
+mod interval_tests;
 
 pub use assign::{GpuRef, GpuSelection, JobGpuEnv, SelectionSource, Wanted};
+pub use jobscope_model::gpu::fold::{DeviceDrain, IntervalFold, ProcessUtil, UtilSource};
 pub use jobscope_model::gpu::summary;
 pub use jobscope_model::gpu::{
     gpu_advice, summarize_gpus, GpuAdvice, GpuFinding, GpuIdentity, GpuKind, GpuSummary,
@@ -58,6 +61,10 @@ pub struct DeviceSample {
     pub job_mem_bytes: Option<u64>,
     /// Processes of someone else on this device (shared node or a leak of SLURM's isolation).
     pub other_processes: Option<u32>,
+    /// The driver's utilization samples since the last drain (NVML), drained with this sample
+    /// so the bucket it closes covers the interval up to now (`None`: the backend keeps no
+    /// buffer; the point read above is all there is).
+    pub drain: Option<DeviceDrain>,
 }
 
 /// Something that happened to a device or a backend, recorded in the spool as an event.
@@ -90,6 +97,14 @@ pub struct BackendSample {
     /// One entry per opened device, in slot order; `None` when the device could not be read this
     /// time (deadline overrun, lost GPU, backend given up).
     pub devices: Vec<Option<DeviceSample>>,
+    pub events: Vec<GpuEvent>,
+}
+
+/// One drain of all the backend's devices (see [`GpuBackend::drain`]).
+#[derive(Debug, Clone, Default)]
+pub struct BackendDrain {
+    /// One entry per opened device, in slot order; `None`: not read this time.
+    pub devices: Vec<Option<DeviceDrain>>,
     pub events: Vec<GpuEvent>,
 }
 
@@ -142,6 +157,12 @@ pub trait GpuBackend: Send {
     fn open(&mut self, wanted: &[Wanted], deadline: Instant) -> OpenResult;
     /// Reads every opened device. `job_pids` is sorted and deduplicated.
     fn sample(&mut self, job_pids: &[u32], deadline: Instant) -> BackendSample;
+    /// Drains the driver's utilization sample buffers between two samples, so a bucket's
+    /// utilization covers its whole interval (see `jobscope_model::gpu::fold`). `None`: this
+    /// backend keeps no buffer (the default), and the monitor does not wake up for it.
+    fn drain(&mut self, _deadline: Instant) -> Option<BackendDrain> {
+        None
+    }
     /// The monitor's [`Cutoff`], given before `open`: a backend that waits (on a driver thread)
     /// stops waiting at it as at its deadline. Backends that never wait ignore it.
     fn set_cutoff(&mut self, _cutoff: Cutoff) {}

@@ -8,17 +8,24 @@
 //!
 //! ```text
 //! start ─ create gpu.jsc (header) ─ open backends (≤ open_timeout) ─ info frame
-//!       ─ every schedule slot: pids = pid_source(); sample (≤ sample_timeout) ─ bucket frame
+//!       ─ every drain_interval between slots: drain the driver's utilization buffers (≤ sample_timeout)
+//!       ─ every schedule slot: pids = pid_source(); drain + sample (≤ sample_timeout) ─ bucket frame
 //! stop  ─ one last sample (≤ what is left of the stop's wait) ─ end frame
 //! ```
+//!
+//! The drains are what makes a bucket's utilization cover its interval: NVML's buffer holds 14 s
+//! of 200 ms samples on an H100, so read once per 30 s slot it would cover the last 14 s only.
+//! Each device's drains are folded ([`IntervalFold`]) into the bucket of the next slot; a
+//! backend without a buffer (`GpuBackend::drain` answers `None`) is never woken for it.
 
 use super::amd::AmdBackend;
 use super::assign::{GpuRef, GpuSelection, Wanted};
 use super::nvml::{NvmlBackend, NvmlConfig};
 use super::spool::{DeviceBucket, GpuBucket, GpuInfo, GpuLimits, GpuWriter, GPU_FILE_NAME};
-use super::{Cutoff, DeviceSample, GpuBackend, GpuEvent, GpuIdentity};
+use super::{Cutoff, DeviceSample, GpuBackend, GpuEvent, GpuIdentity, IntervalFold};
 use crate::sampler::{now_unix_ms, Schedule};
 use crate::spool::{End, Event, Gauge, Header};
+use jobscope_model::gpu::fold::UTIL_FROM_POINT_READS;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -59,7 +66,13 @@ pub struct BackendConfig {
     pub give_up_after: Duration,
     /// Cap of `gpu.jsc`.
     pub max_file_bytes: u64,
+    /// How often the driver's utilization buffers are drained between two samples (more often
+    /// than the buffer fills: 14 s on an H100).
+    pub drain_interval: Duration,
 }
+
+/// Default of [`BackendConfig::drain_interval`] (`gpu.drain_interval_s`).
+pub const DEFAULT_DRAIN_INTERVAL: Duration = Duration::from_secs(5);
 
 impl Default for BackendConfig {
     fn default() -> Self {
@@ -72,6 +85,7 @@ impl Default for BackendConfig {
             sample_timeout: Duration::from_secs(5),
             give_up_after: Duration::from_secs(120),
             max_file_bytes: super::spool::DEFAULT_MAX_GPU_FILE_BYTES,
+            drain_interval: DEFAULT_DRAIN_INTERVAL,
         }
     }
 }
@@ -120,6 +134,8 @@ pub struct MonitorOptions {
     pub open_timeout: Duration,
     pub sample_timeout: Duration,
     pub limits: GpuLimits,
+    /// See [`BackendConfig::drain_interval`].
+    pub drain_interval: Duration,
 }
 
 /// What a sample in progress at `stop` leaves of the stop's wait for the last sample and the end
@@ -137,6 +153,8 @@ pub struct Progress {
     pub samples_taken: u64,
     /// Schedule slots skipped or samples in which no device answered.
     pub samples_missed: u64,
+    /// Drains of the driver's buffers between samples.
+    pub drains: u64,
     /// Why no GPU is sampled, when none is.
     pub unavailable: Option<String>,
 }
@@ -177,6 +195,7 @@ impl GpuMonitor {
                 max_bytes: backend.max_file_bytes,
                 ..GpuLimits::default()
             },
+            drain_interval: backend.drain_interval,
         };
         Self::start_with(selection, backends, opts, pids, log)
     }
@@ -226,6 +245,8 @@ impl GpuMonitor {
                         slot_offsets: vec![],
                         identities: vec![],
                         prev_energy: vec![],
+                        folds: vec![],
+                        drains: 0,
                         logged_write_error: false,
                         timeouts_seen: 0,
                     };
@@ -315,6 +336,9 @@ struct Run {
     identities: Vec<GpuIdentity>,
     /// Last energy counter per slot (deltas are taken between consecutive samples).
     prev_energy: Vec<Option<u64>>,
+    /// Per slot: the drains of the bucket in progress.
+    folds: Vec<IntervalFold>,
+    drains: u64,
     logged_write_error: bool,
     /// `nvml_timeout` events so far: only the first is logged above debug level (a driver
     /// that is slow on every call must not write a log line per sample for the whole job).
@@ -393,9 +417,8 @@ impl Run {
                 i += 1;
                 next = self.opts.schedule.offset(i);
             }
-            match stop.recv_timeout((start + next).saturating_duration_since(Instant::now())) {
-                Err(RecvTimeoutError::Timeout) => continue,
-                _ => break,
+            if !self.wait_draining(stop, start + next) {
+                break;
             }
         }
         // The last sample closes the energy and utilization series at the job's end. Backends
@@ -410,6 +433,70 @@ impl Run {
             p.samples_missed = missed;
         });
         self.finish("stopped", taken, missed);
+    }
+
+    /// Waits for the slot due at `slot`, draining the buffers every `drain_interval` meanwhile.
+    /// False when the monitor was told to stop.
+    fn wait_draining(&mut self, stop: &std::sync::mpsc::Receiver<()>, slot: Instant) -> bool {
+        let mut drains_wanted = true;
+        loop {
+            let now = Instant::now();
+            let until = if drains_wanted {
+                slot.min(now + self.opts.drain_interval)
+            } else {
+                slot
+            };
+            match stop.recv_timeout(until.saturating_duration_since(now)) {
+                Err(RecvTimeoutError::Timeout) => {}
+                _ => return false,
+            }
+            // A drain right before the slot is the slot's own (it drains too).
+            if Instant::now() + self.opts.drain_interval / 4 >= slot {
+                return true;
+            }
+            drains_wanted = self.drain_once(Instant::now() + self.opts.sample_timeout);
+        }
+    }
+
+    /// Drains every backend that keeps a buffer into the folds. False when none does.
+    fn drain_once(&mut self, deadline: Instant) -> bool {
+        let t_ms = now_unix_ms();
+        let mut any = false;
+        let mut pids: Option<Vec<u32>> = None;
+        let mut events = Vec::new();
+        let mut backends = std::mem::take(&mut self.backends);
+        for (bi, b) in backends.iter_mut().enumerate() {
+            let base = self.slot_offsets.get(bi).copied().unwrap_or(0);
+            let Some(d) = b.drain(deadline) else {
+                continue;
+            };
+            any = true;
+            // The job's processes, for its share (asked once per drain, only when needed).
+            let pids = pids.get_or_insert_with(|| {
+                let mut p = (self.pids)();
+                p.sort_unstable();
+                p.dedup();
+                p
+            });
+            for (k, dd) in d.devices.into_iter().enumerate() {
+                if let (Some(dd), Some(f)) = (dd, self.folds.get_mut(base + k)) {
+                    f.add(&dd, pids);
+                }
+            }
+            for e in d.events {
+                events.push((e.slot.map(|s| base + s), e));
+            }
+        }
+        self.backends = backends;
+        for (slot, e) in events {
+            self.record(t_ms, slot, e);
+        }
+        if any {
+            self.drains += 1;
+            let n = self.drains;
+            self.update(|p| p.drains = n);
+        }
+        any
     }
 
     fn open(&mut self) {
@@ -483,6 +570,7 @@ impl Run {
         }
         info.devices = self.identities.clone();
         self.prev_energy = vec![None; self.identities.len()];
+        self.folds = vec![IntervalFold::default(); self.identities.len()];
         let n = self.identities.len();
         let unavailable = (n == 0).then(|| {
             if info.notes.is_empty() {
@@ -563,11 +651,19 @@ impl Run {
                     break;
                 }
                 if let Some(d) = d {
-                    bucket.devices.push(device_bucket(
-                        slot as u32,
-                        &d,
-                        &mut self.prev_energy[slot],
-                    ));
+                    let mut db = device_bucket(slot as u32, &d, &mut self.prev_energy[slot]);
+                    if let Some(dr) = &d.drain {
+                        self.folds[slot].add(dr, &pids);
+                    }
+                    // The interval's figures where drains gave any; else the point read, said
+                    // to be one. (A device that misses this sample keeps its fold for the next.)
+                    let fig = self.folds[slot].take();
+                    if !fig.is_empty() {
+                        fig.apply(&mut db);
+                    } else if db.util_gpu_pct.is_some() {
+                        db.util_flags = Some(UTIL_FROM_POINT_READS);
+                    }
+                    bucket.devices.push(db);
                 }
             }
             for e in s.events {
@@ -629,6 +725,11 @@ pub fn device_bucket(slot: u32, d: &DeviceSample, prev_energy: &mut Option<u64>)
         energy_counter_mj: d.energy_mj,
         mem_total_bytes: d.mem_total_bytes,
         throttle_reasons: d.throttle_reasons,
+        // Set from the interval's drains by the monitor.
+        job_util_gpu_pct: None,
+        job_util_mem_pct: None,
+        util_flags: None,
+        util_covered_ms: None,
     }
 }
 
@@ -714,6 +815,7 @@ mod tests {
             open_timeout: Duration::from_secs(5),
             sample_timeout: Duration::from_secs(1),
             limits: GpuLimits::default(),
+            drain_interval: DEFAULT_DRAIN_INTERVAL,
         }
     }
 

@@ -30,17 +30,28 @@
 //! - per sample: `nvmlDeviceGetUtilizationRates`, `nvmlDeviceGetMemoryInfo_v2`,
 //!   `nvmlDeviceGetPowerUsage` (mW), `nvmlDeviceGetTotalEnergyConsumption` (mJ since driver load),
 //!   `nvmlDeviceGetCurrentClocksThrottleReasons`, `nvmlDeviceGetComputeRunningProcesses_v3`
-//!   (called twice: count, then fill).
+//!   (called twice: count, then fill);
+//! - per sample and per drain (every [`super::monitor::BackendConfig::drain_interval`] between
+//!   samples): `nvmlDeviceGetSamples` for `NVML_GPU_UTILIZATION_SAMPLES` and
+//!   `NVML_MEMORY_UTILIZATION_SAMPLES` and `nvmlDeviceGetProcessUtilization`, each since the
+//!   newest timestamp it answered before (each called twice: count, then fill). The driver keeps
+//!   one utilization sample per 200 ms, 71 of them on an H100 (docs/gpu.md), so a drain every 5 s
+//!   misses none. Right after discovery one drain is thrown away: what the buffer held then
+//!   predates the job. A device whose buffer answers NOT_SUPPORTED is drained with
+//!   `nvmlDeviceGetUtilizationRates` instead (a point read, flagged as such in the bucket); one
+//!   whose per-process call does has no job share (`None`). `NOT_FOUND` means no new sample.
 //!
 //! `NOT_SUPPORTED` (MIG utilization, old GPUs' energy) → `None`. `GPU_IS_LOST` → the device is
 //! `None` from then on and a `gpu_lost` event is recorded. Any other error → `None` and one
 //! `nvml_error` event per device and call.
 
 use super::assign::{resolve, InventoryDevice, Wanted};
+use super::{BackendDrain, DeviceDrain, ProcessUtil, UtilSource};
 use super::{
     BackendSample, Cutoff, DeviceSample, GpuBackend, GpuEvent, GpuIdentity, GpuKind, OpenResult,
 };
-use nvml_wrapper::enums::device::UsedGpuMemory;
+use nvml_wrapper::enum_wrappers::device::Sampling;
+use nvml_wrapper::enums::device::{SampleValue, UsedGpuMemory};
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::{Device, Nvml};
 use std::collections::HashSet;
@@ -71,6 +82,7 @@ impl Default for NvmlConfig {
 
 enum Request {
     Sample { seq: u64, pids: Vec<u32> },
+    Drain { seq: u64 },
 }
 
 enum Response {
@@ -80,6 +92,20 @@ enum Response {
         devices: Vec<Option<DeviceSample>>,
         events: Vec<GpuEvent>,
     },
+    Drained {
+        seq: u64,
+        devices: Vec<Option<DeviceDrain>>,
+        events: Vec<GpuEvent>,
+    },
+}
+
+impl Response {
+    fn seq(&self) -> Option<u64> {
+        match self {
+            Response::Opened(_) => None,
+            Response::Sampled { seq, .. } | Response::Drained { seq, .. } => Some(*seq),
+        }
+    }
 }
 
 struct Link {
@@ -201,7 +227,8 @@ impl GpuBackend for NvmlBackend {
                 quiet,
                 ..Default::default()
             },
-            Ok(Response::Sampled { .. }) | Err(RecvTimeoutError::Disconnected) => {
+            Ok(Response::Sampled { .. } | Response::Drained { .. })
+            | Err(RecvTimeoutError::Disconnected) => {
                 self.gave_up = true;
                 OpenResult {
                     unavailable: Some("NVML worker died during init".into()),
@@ -232,80 +259,105 @@ impl GpuBackend for NvmlBackend {
     }
 
     fn sample(&mut self, job_pids: &[u32], deadline: Instant) -> BackendSample {
+        let pids = job_pids.to_vec();
+        match self.roundtrip(|seq| Request::Sample { seq, pids }, deadline, "sample") {
+            Ok(Response::Sampled {
+                devices, events, ..
+            }) => BackendSample { devices, events },
+            Ok(_) => self.missing(vec![]),
+            Err(events) => self.missing(events),
+        }
+    }
+
+    fn drain(&mut self, deadline: Instant) -> Option<BackendDrain> {
+        // Given up (or never opened): nothing to drain, and no reason to wake up for it.
+        self.link.as_ref()?;
+        Some(
+            match self.roundtrip(|seq| Request::Drain { seq }, deadline, "drain") {
+                Ok(Response::Drained {
+                    devices, events, ..
+                }) => BackendDrain { devices, events },
+                Ok(_) => BackendDrain {
+                    devices: vec![None; self.n_devices],
+                    events: vec![],
+                },
+                Err(events) => BackendDrain {
+                    devices: vec![None; self.n_devices],
+                    events,
+                },
+            },
+        )
+    }
+}
+
+impl NvmlBackend {
+    /// Sends one request to the worker and waits for its answer until `deadline` (or the
+    /// cutoff). `Err`: no answer (the events say why, if anything is worth saying).
+    fn roundtrip(
+        &mut self,
+        make: impl FnOnce(u64) -> Request,
+        deadline: Instant,
+        what: &str,
+    ) -> Result<Response, Vec<GpuEvent>> {
         let give_up_after = self.cfg.give_up_after;
         let cutoff = self.cutoff.clone();
         let Some(link) = self.link.as_mut() else {
-            return self.missing(vec![]);
+            return Err(vec![]);
         };
         // Late answers: the worker is free again; their values are stale and dropped.
         loop {
             match link.rx.try_recv() {
-                Ok(Response::Sampled { seq, .. }) => {
-                    if link.stuck.is_some_and(|(s, _)| s == seq) {
-                        link.stuck = None;
+                Ok(r) => {
+                    if let (Some(seq), Some((s, _))) = (r.seq(), link.stuck) {
+                        if s == seq {
+                            link.stuck = None;
+                        }
                     }
                 }
-                Ok(Response::Opened(_)) => {}
                 Err(TryRecvError::Empty) => break,
                 Err(TryRecvError::Disconnected) => {
-                    let ev = self.give_up("the NVML worker thread died".into());
-                    return self.missing(vec![ev]);
+                    return Err(vec![self.give_up("the NVML worker thread died".into())]);
                 }
             }
         }
         if let Some((_, since)) = link.stuck {
             if since.elapsed() >= give_up_after {
-                let ev = self.give_up(format!(
-                    "an NVML call has not returned for {} s; GPU sampling stopped for this job",
-                    since.elapsed().as_secs()
-                ));
-                return self.missing(vec![ev]);
+                let secs = since.elapsed().as_secs();
+                return Err(vec![self.give_up(format!(
+                    "an NVML call has not returned for {secs} s; GPU sampling stopped for this job"
+                ))]);
             }
-            return self.missing(vec![]);
+            return Err(vec![]);
         }
         let seq = link.next_seq;
         link.next_seq += 1;
         let sent = Instant::now();
-        if link
-            .tx
-            .send(Request::Sample {
-                seq,
-                pids: job_pids.to_vec(),
-            })
-            .is_err()
-        {
-            let ev = self.give_up("the NVML worker thread died".into());
-            return self.missing(vec![ev]);
+        if link.tx.send(make(seq)).is_err() {
+            return Err(vec![self.give_up("the NVML worker thread died".into())]);
         }
         loop {
             // In slices: the job's end (the cutoff) may come while the driver is slow.
             match link.rx.recv_timeout(cutoff.slice(deadline)) {
-                Ok(Response::Sampled {
-                    seq: s,
-                    devices,
-                    events,
-                }) if s == seq => return BackendSample { devices, events },
+                Ok(r) if r.seq() == Some(seq) => return Ok(r),
                 Ok(_) => continue,
                 Err(RecvTimeoutError::Timeout) if !cutoff.passed(deadline) => continue,
                 Err(RecvTimeoutError::Timeout) => {
                     link.stuck = Some((seq, sent));
-                    let ev = GpuEvent {
+                    return Err(vec![GpuEvent {
                         kind: "nvml_timeout".into(),
                         slot: None,
                         message: format!(
-                            "NVML did not answer within {:.1} s; sample skipped",
+                            "NVML did not answer within {:.1} s; {what} skipped",
                             // The monitor set the deadline just before `sent`: 1.999 s reads 2.0 s.
                             cutoff
                                 .bound(deadline)
                                 .saturating_duration_since(sent)
                                 .as_secs_f64()
                         ),
-                    };
-                    return self.missing(vec![ev]);
+                    }]);
                 }
                 Err(RecvTimeoutError::Disconnected) => {
-                    let ev = self.give_up("the NVML worker thread died".into());
-                    return self.missing(vec![ev]);
+                    return Err(vec![self.give_up("the NVML worker thread died".into())]);
                 }
             }
         }
@@ -328,26 +380,40 @@ fn worker(lib: Option<PathBuf>, wanted: Vec<Wanted>, rx: Receiver<Request>, tx: 
     {
         let (devices, opened) = discover(&nvml, &wanted);
         let n = devices.len();
+        let mut st = WorkerState {
+            lost: vec![false; n],
+            reported: HashSet::new(),
+            buffers: vec![BufferState::default(); n],
+        };
+        // What the buffers hold now predates the job: read only to start after it.
+        let mut ignored = Vec::new();
+        for (slot, d) in devices.iter().enumerate() {
+            drain_device(d, slot, true, &mut st, &mut ignored);
+        }
         if tx.send(Response::Opened(Ok(opened))).is_ok() {
-            let mut st = WorkerState {
-                lost: vec![false; n],
-                reported: HashSet::new(),
-            };
-            while let Ok(Request::Sample { seq, pids }) = rx.recv() {
+            while let Ok(req) = rx.recv() {
                 let mut events = Vec::new();
-                let samples = devices
-                    .iter()
-                    .enumerate()
-                    .map(|(slot, d)| sample_device(d, slot, &pids, &mut st, &mut events))
-                    .collect();
-                if tx
-                    .send(Response::Sampled {
+                let resp = match req {
+                    Request::Sample { seq, pids } => Response::Sampled {
                         seq,
-                        devices: samples,
+                        devices: devices
+                            .iter()
+                            .enumerate()
+                            .map(|(slot, d)| sample_device(d, slot, &pids, &mut st, &mut events))
+                            .collect(),
                         events,
-                    })
-                    .is_err()
-                {
+                    },
+                    Request::Drain { seq } => Response::Drained {
+                        seq,
+                        devices: devices
+                            .iter()
+                            .enumerate()
+                            .map(|(slot, d)| drain_device(d, slot, false, &mut st, &mut events))
+                            .collect(),
+                        events,
+                    },
+                };
+                if tx.send(resp).is_err() {
                     break;
                 }
             }
@@ -432,6 +498,179 @@ struct WorkerState {
     lost: Vec<bool>,
     /// (slot, call) pairs whose unexpected error was already reported.
     reported: HashSet<(usize, &'static str)>,
+    buffers: Vec<BufferState>,
+}
+
+/// Per device: what its buffers support and the newest timestamp each answered (the next drain
+/// asks for samples after it).
+#[derive(Debug, Clone, Copy)]
+struct BufferState {
+    util_supported: bool,
+    procs_supported: bool,
+    last_gpu_us: u64,
+    last_mem_us: u64,
+    last_proc_us: u64,
+}
+
+impl Default for BufferState {
+    fn default() -> Self {
+        BufferState {
+            util_supported: true,
+            procs_supported: true,
+            last_gpu_us: 0,
+            last_mem_us: 0,
+            last_proc_us: 0,
+        }
+    }
+}
+
+/// A utilization sample's value as a percent (NVML answers utilization as an unsigned int; the
+/// other union members are handled in case a driver answers with them).
+fn sample_pct(v: &SampleValue) -> u32 {
+    match *v {
+        SampleValue::U32(x) => x,
+        SampleValue::U64(x) => x.min(u64::from(u32::MAX)) as u32,
+        SampleValue::I64(x) => x.clamp(0, i64::from(u32::MAX)) as u32,
+        SampleValue::F64(x) if x.is_finite() => x.clamp(0.0, f64::from(u32::MAX)).round() as u32,
+        SampleValue::F64(_) => 0,
+    }
+}
+
+/// Whether an error means "this device does not have it" (a library without the symbol too).
+fn unsupported(e: &NvmlError) -> bool {
+    matches!(
+        e,
+        NvmlError::NotSupported | NvmlError::FailedToLoadSymbol(_)
+    )
+}
+
+/// One drain of one device (see the module doc). `None`: the device is lost. `skip`: the drain
+/// at open, only to learn the buffers' newest timestamps (no point read: nothing is kept).
+fn drain_device(
+    d: &Device<'_>,
+    slot: usize,
+    skip: bool,
+    st: &mut WorkerState,
+    events: &mut Vec<GpuEvent>,
+) -> Option<DeviceDrain> {
+    if st.lost[slot] {
+        return None;
+    }
+    let mut lost = false;
+    let mut out = DeviceDrain::default();
+    let mut b = st.buffers[slot];
+    // One sampling type since its last timestamp; `Err(())`: not supported.
+    let read = |kind: Sampling,
+                call: &'static str,
+                last: &mut u64,
+                st: &mut WorkerState,
+                events: &mut Vec<GpuEvent>,
+                lost: &mut bool|
+     -> Result<Vec<(u64, u32)>, ()> {
+        match d.samples(kind, *last) {
+            Ok(v) => {
+                let v: Vec<(u64, u32)> = v
+                    .iter()
+                    .filter(|s| s.timestamp > *last)
+                    .map(|s| (s.timestamp, sample_pct(&s.value)))
+                    .collect();
+                if let Some(newest) = v.iter().map(|x| x.0).max() {
+                    *last = newest;
+                }
+                Ok(v)
+            }
+            Err(NvmlError::NotFound) => Ok(vec![]),
+            Err(e) if unsupported(&e) => Err(()),
+            Err(e) => {
+                value::<()>(Err(e), call, slot, st, events, lost);
+                Ok(vec![])
+            }
+        }
+    };
+    if b.util_supported {
+        match read(
+            Sampling::GpuUtilization,
+            "nvmlDeviceGetSamples",
+            &mut b.last_gpu_us,
+            st,
+            events,
+            &mut lost,
+        ) {
+            Ok(v) => {
+                out.util_gpu = v;
+                out.util_mem = read(
+                    Sampling::MemoryUtilization,
+                    "nvmlDeviceGetSamples",
+                    &mut b.last_mem_us,
+                    st,
+                    events,
+                    &mut lost,
+                )
+                .unwrap_or_default();
+            }
+            Err(()) => b.util_supported = false,
+        }
+    }
+    if !b.util_supported && !lost && !skip {
+        out.source = UtilSource::Point;
+        if let Some(u) = value(
+            d.utilization_rates(),
+            "nvmlDeviceGetUtilizationRates",
+            slot,
+            st,
+            events,
+            &mut lost,
+        ) {
+            out.util_gpu = vec![(0, u.gpu)];
+            out.util_mem = vec![(0, u.memory)];
+        }
+    }
+    if b.procs_supported && !lost {
+        match d.process_utilization_stats(b.last_proc_us) {
+            Ok(v) => {
+                let v: Vec<ProcessUtil> = v
+                    .iter()
+                    .filter(|p| p.timestamp > b.last_proc_us)
+                    .map(|p| ProcessUtil {
+                        pid: p.pid,
+                        timestamp_us: p.timestamp,
+                        sm_pct: p.sm_util,
+                        mem_pct: p.mem_util,
+                    })
+                    .collect();
+                if let Some(newest) = v.iter().map(|p| p.timestamp_us).max() {
+                    b.last_proc_us = newest;
+                }
+                out.processes = Some(v);
+            }
+            Err(NvmlError::NotFound) => out.processes = Some(vec![]),
+            Err(e) if unsupported(&e) => b.procs_supported = false,
+            // More samples arrived between the count and the fill: none this time (the next
+            // drain asks again from the same timestamp).
+            Err(NvmlError::InsufficientSize(_)) => {}
+            Err(e) => {
+                value::<()>(
+                    Err(e),
+                    "nvmlDeviceGetProcessUtilization",
+                    slot,
+                    st,
+                    events,
+                    &mut lost,
+                );
+            }
+        }
+    }
+    st.buffers[slot] = b;
+    if lost {
+        st.lost[slot] = true;
+        events.push(GpuEvent {
+            kind: "gpu_lost".into(),
+            slot: Some(slot),
+            message: "NVML: GPU is lost (fell off the bus or is otherwise inaccessible)".into(),
+        });
+        return None;
+    }
+    Some(out)
 }
 
 /// `Ok` → `Some`; `NOT_SUPPORTED` → `None`; `GPU_IS_LOST` → `None` and `lost`; anything else →
@@ -474,6 +713,9 @@ fn sample_device(
     if st.lost[slot] {
         return None;
     }
+    // The buffers first: the bucket this sample closes covers the interval up to now. A device
+    // lost meanwhile is `None` (the drain recorded the event).
+    let drain = drain_device(d, slot, false, st, events)?;
     let mut lost = false;
     let mut s = DeviceSample::default();
     macro_rules! call {
@@ -485,10 +727,11 @@ fn sample_device(
             }
         };
     }
-    if let Some(u) = call!("nvmlDeviceGetUtilizationRates", d.utilization_rates()) {
-        s.util_gpu_pct = Some(u.gpu);
-        s.util_mem_pct = Some(u.memory);
-    }
+    // The instantaneous figures: the drain's point read, else the buffer's newest sample (no
+    // second call for what the drain already read).
+    s.util_gpu_pct = drain.util_gpu.last().map(|x| x.1);
+    s.util_mem_pct = drain.util_mem.last().map(|x| x.1);
+    s.drain = Some(drain);
     if let Some(m) = call!("nvmlDeviceGetMemoryInfo_v2", d.memory_info()) {
         s.mem_used_bytes = Some(m.used);
         s.mem_total_bytes = Some(m.total);

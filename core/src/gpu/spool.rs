@@ -136,7 +136,7 @@ mod tests {
             throttle_reasons: Some(1 << util.min(20)),
             job_util_gpu_pct: Some(Gauge {
                 min: 0,
-                max: util as u64 / 2,
+                max: util as u64,
                 sum: util as u64 * 30,
                 count: 150,
             }),
