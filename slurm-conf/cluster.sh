@@ -6,6 +6,8 @@
 #   slurm-conf/cluster.sh status                       mode, daemons, nodes, installed bits
 #   slurm-conf/cluster.sh install                      install target/release/* + config + plugstack line
 #                                                      (+ the fake NVML library, test cluster only)
+#   slurm-conf/cluster.sh install --packages DIR       the same from the .debs in DIR (apt install; the
+#                                                      /usr/local paths become links to the packaged files)
 #
 # up --nodes 1 (default): one slurmd named `hostname -s`, Debian's standard paths
 #   (/etc/slurm, /run/slurmctld.pid, /run/slurmd.pid, /var/lib/slurm/{slurmctld,slurmd}).
@@ -441,19 +443,57 @@ cmd_status() {
 }
 
 # ---------------------------------------------------------------- install
+# The packaged files (packaging/build-debs.sh, plugin/Cargo.toml and epilog/Cargo.toml [package.metadata.deb]).
+PKG_PLUGIN_SO=/usr/lib/x86_64-linux-gnu/slurm-wlm/jobscope_spank.so
+PKG_CLI_BIN=/usr/bin/jobscope
+PKG_EPILOG_BIN=/usr/sbin/jobscope-epilog
+
+# install_packages DIR: apt installs DIR's jobscope .debs and points the test cluster's paths
+# (slurm.conf's Epilog=, the plugstack line, the tests' binaries) at the packaged files, so the
+# cluster tests run what the packages installed. Conffiles the test cluster rewrites
+# (jobscope.toml, the plugstack line) are kept on upgrade (confold).
+install_packages() {
+  local dir=$1 debs=() d
+  for d in "$dir"/jobscope_*.deb "$dir"/jobscope-spank-slurm*.deb; do
+    [ -f "$d" ] && debs+=("$(cd "$(dirname "$d")" && pwd)/$(basename "$d")")
+  done
+  [ "${#debs[@]}" -eq 2 ] || die "expected the jobscope and jobscope-spank-slurm .debs in $dir (found ${#debs[@]}): run packaging/build-debs.sh"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --reinstall --allow-downgrades \
+    -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold "${debs[@]}" \
+    || die "apt-get install ${debs[*]} failed"
+  for f in "$PKG_PLUGIN_SO" "$PKG_CLI_BIN" "$PKG_EPILOG_BIN"; do
+    dpkg -S "$f" >/dev/null 2>&1 || die "$f is not from a package after the install"
+  done
+  install -d -m 0755 "$(dirname "$PLUGIN_SO")" "$(dirname "$CLI_BIN")" "$(dirname "$EPILOG_BIN")"
+  ln -sfn "$PKG_PLUGIN_SO" "$PLUGIN_SO"
+  ln -sfn "$PKG_CLI_BIN" "$CLI_BIN"
+  ln -sfn "$PKG_EPILOG_BIN" "$EPILOG_BIN"
+  log "installed ${debs[*]}; $PLUGIN_SO $CLI_BIN $EPILOG_BIN link to the packaged files"
+}
+
 cmd_install() {
   need_root
-  local rel f missing=() tmp
+  local rel f missing=() tmp packages=
+  case "${1:-}" in
+    --packages) [ -n "${2:-}" ] || die "install --packages needs a directory"; packages=$2 ;;
+    "") ;;
+    *) die "install takes no arguments but --packages DIR" ;;
+  esac
   rel=${CARGO_TARGET_DIR:-$REPO/target}/release
-  for f in libjobscope_spank.so jobscope jobscope-epilog; do
-    [ -f "$rel/$f" ] || missing+=("$rel/$f")
-  done
-  [ "${#missing[@]}" -eq 0 ] || die "not built: missing ${missing[*]} -- run: cargo build --release --workspace"
-  # `install` unlinks the target first: safe while slurmstepd has the old .so mapped (never cp over it)
-  install -D -m 0755 "$rel/libjobscope_spank.so" "$PLUGIN_SO"
-  install -D -m 0755 "$rel/jobscope" "$CLI_BIN"
-  install -D -m 0755 "$rel/jobscope-epilog" "$EPILOG_BIN"
-  log "installed $PLUGIN_SO $CLI_BIN $EPILOG_BIN"
+  if [ -n "$packages" ]; then
+    install_packages "$packages"
+  else
+    for f in libjobscope_spank.so jobscope jobscope-epilog; do
+      [ -f "$rel/$f" ] || missing+=("$rel/$f")
+    done
+    [ "${#missing[@]}" -eq 0 ] || die "not built: missing ${missing[*]} -- run: cargo build --release --workspace"
+    # `install` unlinks the target first (a link to a packaged file too): safe while slurmstepd has
+    # the old .so mapped (never cp over it)
+    install -D -m 0755 "$rel/libjobscope_spank.so" "$PLUGIN_SO"
+    install -D -m 0755 "$rel/jobscope" "$CLI_BIN"
+    install -D -m 0755 "$rel/jobscope-epilog" "$EPILOG_BIN"
+    log "installed $PLUGIN_SO $CLI_BIN $EPILOG_BIN"
+  fi
   # Test-only: the fake NVML of the GPU cluster tests, outside every production and linker path.
   if [ -f "$rel/libfake_nvml.so" ]; then
     install -D -m 0755 "$rel/libfake_nvml.so" "$FAKE_NVML_SO"
@@ -484,7 +524,7 @@ case "${1:-}" in
   up) shift; cmd_up "$@" ;;
   down) shift; [ $# -eq 0 ] || die "down takes no arguments"; cmd_down ;;
   status) shift; cmd_status ;;
-  install) shift; [ $# -eq 0 ] || die "install takes no arguments"; cmd_install ;;
+  install) shift; cmd_install "$@" ;;
   -h|--help|help) usage ;;
   *) usage >&2; exit 2 ;;
 esac

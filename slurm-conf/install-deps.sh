@@ -1,7 +1,8 @@
 #!/bin/bash
 # Install what the jobscope test cluster and the build need on Debian 12 (bookworm), as root:
 # SLURM 22.05 (slurmctld, slurmd, client, headers), munge, libclang (bindgen for slurm-spank),
-# mailutils, bc, python3, python3-aiosmtpd (the SMTP sink of the mail tests), postgresql (the
+# mailutils, bc, python3, python3-aiosmtpd (the SMTP sink of the mail tests), lintian and cargo-deb
+# (the .deb packages, packaging/build-debs.sh), postgresql (the
 # server slurm-conf/postgres.sh runs for the PostgreSQL tests; Debian's own cluster is not started), a local MTA for the
 # sendmail transport (exim4-daemon-light, configured "local delivery only" through a debconf
 # preseed; skipped when another MTA already provides /usr/sbin/sendmail); and create the test
@@ -18,7 +19,8 @@ set -euo pipefail
 
 PKGS=(slurmctld slurmd slurm-client munge libslurm-dev slurm-wlm-basic-plugins-dev
       libclang-dev mailutils bc python3 python3-aiosmtpd
-      postgresql)  # the PostgreSQL sink's tests and demo: slurm-conf/postgres.sh starts its own server
+      postgresql   # the PostgreSQL sink's tests and demo: slurm-conf/postgres.sh starts its own server
+      lintian)     # packaging/build-debs.sh checks the .debs with it
 TEST_USERS=(alice bob)
 # The MTA behind `mail.transport = "sendmail"` in the mail tests. exim4 conflicts with every other
 # MTA, so it is only installed where none is: apt must never swap out a host's own MTA.
@@ -101,6 +103,17 @@ if [ ! -s /etc/munge/munge.key ]; then
   dd if=/dev/urandom of=/etc/munge/munge.key bs=1024 count=1 status=none
   chown munge:munge /etc/munge/munge.key
   chmod 0400 /etc/munge/munge.key
+fi
+
+# cargo-deb builds the .deb packages (packaging/build-debs.sh); from crates.io, pinned by its lock file.
+if command -v cargo >/dev/null 2>&1 || [ -x "${CARGO_HOME:-$HOME/.cargo}/bin/cargo" ]; then
+  cargo_bin=$(command -v cargo || echo "${CARGO_HOME:-$HOME/.cargo}/bin/cargo")
+  if ! "$cargo_bin" deb --version >/dev/null 2>&1; then
+    log "installing cargo-deb (cargo install --locked cargo-deb, a few minutes)"
+    "$cargo_bin" install --locked --quiet cargo-deb || die "cargo install cargo-deb failed"
+  fi
+else
+  log "cargo not found: cargo-deb not installed (packaging/build-debs.sh needs it)"
 fi
 
 for u in "${TEST_USERS[@]}"; do

@@ -5,7 +5,8 @@
 #
 # Phases: deps (slurm-conf/install-deps.sh; no apt-get when all is installed) -> build
 # (cargo build --release --workspace) -> unit tests (whole workspace except the cluster tests)
-# -> the spool mutation test with overflow checks (dev profile) -> install (slurm-conf/cluster.sh install) -> 1-node cluster + cluster tests (all but
+# -> the spool mutation test with overflow checks (dev profile) -> .deb packages (packaging/build-debs.sh,
+# lintian) -> install them (slurm-conf/cluster.sh install --packages) -> 1-node cluster + cluster tests (all but
 # two_node_*) -> 2-node cluster + two_node_* tests -> cluster down (always, unless --keep-up).
 # Test phases all run even if an earlier one failed; the exit status is non-zero if any
 # phase failed. Uses cargo-nextest when installed, `cargo test` otherwise.
@@ -109,8 +110,18 @@ run_tests unit; end_phase $?
 phase "mutation test with overflow checks (dev profile)"
 cargo test -p jobscope-epilog --test mutation; end_phase $?
 
-phase "install: $CLUSTER install"
-bash "$CLUSTER" install; end_phase $? || abort "install failed"
+# The .deb packages are built from the release build (lintian must report no error) and installed
+# with apt; the cluster tests then run the packaged files (cluster.sh install --packages). If the
+# packages cannot be built, that phase fails and the cluster tests run on the build's files.
+phase "packages: packaging/build-debs.sh --no-build (lintian), apt install"
+bash packaging/build-debs.sh --no-build; pkg_rc=$?; end_phase $pkg_rc
+if [ "$pkg_rc" = 0 ]; then
+  phase "install: $CLUSTER install --packages (the installed .debs)"
+  bash "$CLUSTER" install --packages "${CARGO_TARGET_DIR:-$REPO/target}/debian"; end_phase $? || abort "install failed"
+else
+  phase "install: $CLUSTER install (from the build)"
+  bash "$CLUSTER" install; end_phase $? || abort "install failed"
+fi
 
 phase "cluster up (1 node)"
 CLUSTER_STARTED=1

@@ -84,6 +84,17 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// The Parquet index of the archive that `audit` reads (docs/audit.md): `update`, `rebuild`.
+    Index {
+        #[command(subcommand)]
+        cmd: crate::audit::cli::IndexCmd,
+    },
+    /// Usage, waste and job reports over the archive: root and the admin group see every job,
+    /// anyone else their own (docs/audit.md).
+    Audit {
+        #[command(subcommand)]
+        cmd: crate::audit::cli::AuditCmd,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -315,6 +326,8 @@ fn real_main() -> Result<()> {
             );
             Ok(())
         }
+        Cmd::Index { cmd } => crate::audit::cli::index_cmd(&load_config(&cli.config)?, cmd),
+        Cmd::Audit { cmd } => crate::audit::cli::audit_cmd(&load_config(&cli.config)?, cmd),
         Cmd::Summarize { dir, json } => {
             let cfg = load_config(&cli.config)?;
             let (s, problems) = pipeline::summarize_dir(&dir, &cfg).map_err(anyhow::Error::msg)?;

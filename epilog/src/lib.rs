@@ -18,6 +18,7 @@ pub mod archive;
 pub mod audit;
 pub mod charts;
 pub mod cli;
+pub mod index;
 pub mod mail;
 pub mod manifest;
 pub mod notify;

@@ -1,0 +1,617 @@
+//! The index against the archive it is built from. Expected figures are computed here from the
+//! archived JSON files themselves (serde_json values, the formulas of docs/audit.md), never from
+//! `JobRow::of` or the engine under test.
+
+use super::*;
+use crate::audit::eval::MemEngine;
+use crate::audit::query::{Filters, GroupKey, Report, WasteMetric, Window};
+use crate::audit::table::Value;
+use jobscope_core::summary::*;
+use serde_json::Value as J;
+
+const DAY_MS: u64 = 86_400_000;
+/// 2026-03-02 00:00 UTC, a Monday.
+const T0_MS: u64 = 1_772_409_600_000;
+
+struct Spec {
+    id: u32,
+    user: &'static str,
+    uid: u32,
+    part: &'static str,
+    nodes: &'static [&'static str],
+    cores: u32,
+    start_ms: u64,
+    elapsed_s: f64,
+    cpu_s: f64,
+    mem_alloc: u64,
+    peak: u64,
+    gpus: u32,
+    gpu_used: bool,
+}
+
+fn spec(id: u32, user: &'static str, uid: u32, part: &'static str, day: u64) -> Spec {
+    Spec {
+        id,
+        user,
+        uid,
+        part,
+        nodes: &["n1"],
+        cores: 4,
+        start_ms: T0_MS + day * DAY_MS + 3_600_000,
+        elapsed_s: 7200.0,
+        cpu_s: 3600.0 * f64::from(id % 4 + 1),
+        mem_alloc: 4 << 30,
+        peak: (1 << 30) + u64::from(id) * (1 << 20),
+        gpus: 0,
+        gpu_used: false,
+    }
+}
+
+fn gpu(node: &str, slot: u32, hours: f64, used: bool) -> jobscope_core::gpu::summary::GpuSummary {
+    serde_json::from_value(serde_json::json!({
+        "node": node, "slot": slot, "index": slot, "samples": 10,
+        "util_mean_pct": if used { 80.0 } else { 0.0 },
+        "utilization_unknown": false, "other_processes_seen": false, "energy_estimated": false,
+        "energy_kwh": 0.5, "idle_periods": [], "observed_s": hours * 3600.0,
+        "never_used": !used, "gpu_hours_allocated": hours,
+        "gpu_hours_wasted": if used { 0.0 } else { hours },
+        "classification": if used { "gpu_bound" } else { "gpu_idle" },
+        "throttle_reasons": [], "lost": false, "findings": []
+    }))
+    .expect("a GPU summary")
+}
+
+fn summary(s: &Spec) -> JobSummary {
+    let end_ms = s.start_ms + (s.elapsed_s * 1000.0) as u64;
+    let n = s.nodes.len() as u32;
+    let nodes: Vec<NodeSummary> = s
+        .nodes
+        .iter()
+        .map(|name| NodeSummary {
+            node: (*name).into(),
+            job_id: s.id,
+            uid: s.uid,
+            start_unix_ms: s.start_ms,
+            end_unix_ms: end_ms,
+            elapsed_s: s.elapsed_s,
+            alloc_cores: Some(s.cores / n),
+            alloc_mem_bytes: Some(s.mem_alloc),
+            cgroup_version: None,
+            cpu: CpuTotals {
+                usage_s: Some(s.cpu_s / f64::from(n)),
+                ..Default::default()
+            },
+            mem: MemTotals {
+                peak_bytes: Some(s.peak),
+                limit_bytes: Some(s.mem_alloc),
+                ..Default::default()
+            },
+            io: IoTotals::default(),
+            tasks_max: None,
+            threads_max: None,
+            cpu_efficiency_pct: None,
+            steps: vec![],
+            timeline: vec![],
+            quality: Quality {
+                samples: 10,
+                sampler_ended_cleanly: true,
+                final_counters: true,
+                ..Default::default()
+            },
+            user_options: Default::default(),
+            gpus: (0..s.gpus)
+                .map(|g| gpu(name, g, s.elapsed_s / 3600.0, s.gpu_used))
+                .collect(),
+            pressure: None,
+        })
+        .collect();
+    let mut j = JobSummary {
+        schema_version: SCHEMA_VERSION,
+        generator: "test".into(),
+        cluster: Some("c1".into()),
+        job_id: s.id,
+        array_job_id: None,
+        array_task_id: None,
+        name: Some(format!("job{}", s.id % 3)),
+        user: Some(s.user.into()),
+        uid: Some(s.uid),
+        gid: Some(s.uid),
+        group: Some(format!("g{}", s.uid % 2)),
+        account: Some(format!("acct{}", s.uid % 2)),
+        partition: Some(s.part.into()),
+        state: jobscope_core::job::JobState::Completed,
+        end_reason: None,
+        exit_code: Some(0),
+        start_unix_ms: s.start_ms,
+        end_unix_ms: end_ms,
+        elapsed_s: s.elapsed_s,
+        scheduler_start_unix_s: Some(s.start_ms / 1000),
+        alloc: Allocation {
+            nodes: n,
+            cores: Some(s.cores),
+            mem_per_node_bytes: Some(s.mem_alloc),
+            gpus: None,
+            time_limit_s: Some(86_400),
+        },
+        cpu: CpuTotals {
+            usage_s: Some(s.cpu_s),
+            ..Default::default()
+        },
+        mem: MemTotals {
+            peak_bytes: Some(s.peak),
+            ..Default::default()
+        },
+        io: IoTotals::default(),
+        pressure: None,
+        efficiency: Efficiency {
+            cpu_pct: Some(100.0 * s.cpu_s / (f64::from(s.cores) * s.elapsed_s)),
+            mem_pct: Some(100.0 * s.peak as f64 / s.mem_alloc as f64),
+            time_pct: None,
+        },
+        nodes,
+        missing_nodes: vec![],
+        partial: false,
+        partial_reasons: vec![],
+        samples: 10,
+        user_options: Default::default(),
+        analysis: None,
+    };
+    j.analysis = Some(jobscope_core::summary::analysis::analyze(
+        &j,
+        &jobscope_core::config::Report::default(),
+    ));
+    j
+}
+
+struct Fixture {
+    _dir: tempfile::TempDir,
+    store: Store,
+    settings: Settings,
+}
+
+fn fixture() -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::new(&dir.path().join("archive"), "root");
+    let settings = Settings {
+        dir: dir.path().join("archive/index"),
+        admin_gid: 0,
+        compact_parts: 16,
+        lock_stale_s: 600,
+        lock_wait_s: 5,
+        report: jobscope_core::config::Report::default(),
+    };
+    Fixture {
+        _dir: dir,
+        store,
+        settings,
+    }
+}
+
+impl Fixture {
+    fn index(&self) -> Index<'_> {
+        Index::new(&self.store, self.settings.clone())
+    }
+    fn write(&self, specs: &[Spec]) {
+        for s in specs {
+            self.store.write(&summary(s)).unwrap();
+        }
+    }
+    fn engine(&self) -> ParquetEngine {
+        ParquetEngine::open(&self.settings.dir).unwrap()
+    }
+    /// Every archived record (dated tree), as JSON values.
+    fn json_docs(&self) -> Vec<J> {
+        let mut out = Vec::new();
+        for d in self.store.days() {
+            for r in archive::list(&d.path).unwrap().records {
+                let b = std::fs::read(d.path.join(&r.file)).unwrap();
+                out.push(serde_json::from_slice(&b).unwrap());
+            }
+        }
+        out
+    }
+}
+
+fn mixed_jobs() -> Vec<Spec> {
+    let mut v = Vec::new();
+    let users = [("alice", 1001), ("bob", 1002), ("carol", 1003)];
+    for i in 0..12u32 {
+        let (u, uid) = users[(i % 3) as usize];
+        let part = if i % 2 == 0 { "debug" } else { "gpu" };
+        // Two months: days 0-3 in March, days 31-33 in April.
+        let day = if i < 7 {
+            u64::from(i % 4)
+        } else {
+            31 + u64::from(i % 3)
+        };
+        let mut s = spec(100 + i, u, uid, part, day);
+        if i == 5 {
+            s.gpus = 2;
+            s.gpu_used = false;
+            s.nodes = &["g1"];
+        }
+        if i == 9 {
+            s.gpus = 1;
+            s.gpu_used = true;
+            s.nodes = &["g1"];
+        }
+        if i == 11 {
+            s.nodes = &["n1", "n2"];
+        }
+        v.push(s);
+    }
+    v
+}
+
+fn f(v: &J, path: &[&str]) -> Option<f64> {
+    let mut x = v;
+    for p in path {
+        x = x.get(p)?;
+    }
+    x.as_f64()
+}
+
+/// Σ per user from the JSON documents: (jobs, core-h alloc, core-h used, mem GB-h alloc, GPU-h alloc).
+fn expected_by_user(docs: &[J]) -> BTreeMap<String, (i64, f64, f64, f64, f64)> {
+    let mut m: BTreeMap<String, (i64, f64, f64, f64, f64)> = BTreeMap::new();
+    for d in docs {
+        let h = f(d, &["elapsed_s"]).unwrap() / 3600.0;
+        let e = m
+            .entry(d["user"].as_str().unwrap().to_string())
+            .or_default();
+        e.0 += 1;
+        e.1 += f(d, &["alloc", "cores"]).unwrap() * h;
+        e.2 += f(d, &["cpu", "usage_s"]).unwrap() / 3600.0;
+        e.3 += f(d, &["alloc", "mem_per_node_bytes"]).unwrap() / (1u64 << 30) as f64
+            * f(d, &["alloc", "nodes"]).unwrap()
+            * h;
+        let gpus: f64 = d["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|n| n["gpus"].as_array().cloned().unwrap_or_default())
+            .map(|g| g["gpu_hours_allocated"].as_f64().unwrap())
+            .sum();
+        e.4 += gpus;
+    }
+    m
+}
+
+fn num(v: &Value) -> f64 {
+    v.as_f64().unwrap_or(f64::NAN)
+}
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() <= 1e-9 * a.abs().max(b.abs()).max(1.0)
+}
+
+#[test]
+fn usage_by_user_equals_the_sums_over_the_archived_json() {
+    let fx = fixture();
+    fx.write(&mixed_jobs());
+    let rep = fx.index().update(false).unwrap();
+    assert!(rep.rebuilt, "a missing index is built");
+    assert_eq!(rep.jobs_total, 12);
+    let mut q = Query::new(Report::Usage);
+    q.group_by = vec![GroupKey::User];
+    let t = fx.engine().run(&q).unwrap();
+    let want = expected_by_user(&fx.json_docs());
+    assert_eq!(t.rows.len(), want.len());
+    let c = |n: &str| t.column(n).unwrap();
+    for (row, (user, w)) in t.rows.iter().zip(&want) {
+        assert_eq!(row[0], Value::Text(user.clone()));
+        assert_eq!(row[c("jobs")], Value::Int(w.0), "{user}");
+        assert!(
+            close(num(&row[c("core_hours_alloc")]), w.1),
+            "{user}: {row:?} vs {w:?}"
+        );
+        assert!(close(num(&row[c("core_hours_used")]), w.2), "{user}");
+        assert!(close(num(&row[c("mem_gb_hours_alloc")]), w.3), "{user}");
+        let eff = num(&row[c("cpu_eff_pct")]);
+        assert!(close(eff, 100.0 * w.2 / w.1), "{user}: {eff}");
+        if w.4 > 0.0 {
+            assert!(close(num(&row[c("gpu_hours_alloc")]), w.4), "{user}");
+        } else {
+            assert_eq!(
+                row[c("gpu_hours_alloc")],
+                Value::Null,
+                "no GPU: unknown, not 0"
+            );
+        }
+    }
+}
+
+#[test]
+fn every_report_of_the_parquet_engine_equals_the_in_memory_engine() {
+    let fx = fixture();
+    let specs = mixed_jobs();
+    fx.write(&specs);
+    fx.index().update(false).unwrap();
+    let rows: Vec<JobRow> = specs.iter().map(|s| JobRow::of(&summary(s))).collect();
+    let mem = MemEngine::new(&rows).unwrap();
+    let pq = fx.engine();
+    let mut queries = Vec::new();
+    for report in [
+        Report::Usage,
+        Report::TopWasters {
+            metric: WasteMetric::CoreHours,
+            n: 2,
+        },
+        Report::GpuIdle,
+        Report::CpuOnlyOnGpu { busy_pct: 50.0 },
+        Report::Heatmap,
+        Report::Jobs,
+    ] {
+        for by in [
+            vec![],
+            vec![GroupKey::Partition, GroupKey::DayOfWeek],
+            vec![GroupKey::Node],
+            vec![GroupKey::Month, GroupKey::Account],
+        ] {
+            let mut q = Query::new(report.clone());
+            q.group_by = by;
+            queries.push(q.clone());
+            q.window = Window {
+                since_unix_s: Some(((T0_MS + 31 * DAY_MS) / 1000) as i64),
+                until_unix_s: None,
+            };
+            q.filters.users = vec!["alice".into(), "bob".into()];
+            queries.push(q);
+        }
+    }
+    for q in queries {
+        let a = pq.run(&q).unwrap();
+        let b = mem.run(&q).unwrap();
+        a.same_as(&b, 1e-12)
+            .unwrap_or_else(|e| panic!("{q:?}: {e}"));
+    }
+}
+
+#[test]
+fn a_window_selects_by_end_time_and_skips_other_months() {
+    let fx = fixture();
+    fx.write(&mixed_jobs());
+    fx.index().update(false).unwrap();
+    let docs = fx.json_docs();
+    let since = T0_MS + 31 * DAY_MS;
+    let want = docs
+        .iter()
+        .filter(|d| d["end_unix_ms"].as_u64().unwrap() >= since)
+        .count();
+    assert!(want > 0 && want < docs.len());
+    let mut q = Query::new(Report::Jobs);
+    q.window.since_unix_s = Some((since / 1000) as i64);
+    let eng = fx.engine();
+    let t = eng.run(&q).unwrap();
+    assert_eq!(t.rows.len(), want);
+    // Only April's part is read.
+    let batches = eng.scan(&q, &["end_unix_ms"]).unwrap();
+    let read: usize = batches.iter().map(|b| b.num_rows()).sum();
+    assert_eq!(read, want, "March's part is pruned by its end-time range");
+}
+
+#[test]
+fn updates_are_incremental_and_a_rewritten_record_rebuilds_its_month() {
+    let fx = fixture();
+    let specs = mixed_jobs();
+    let (first, rest) = specs.split_at(8);
+    fx.write(first);
+    fx.index().update(false).unwrap();
+    fx.write(rest);
+    let rep = fx.index().update(false).unwrap();
+    assert!(!rep.rebuilt);
+    assert_eq!(rep.jobs_added, 4);
+    assert_eq!(rep.jobs_total, 12);
+    assert!(rep.months_rebuilt.is_empty());
+    // Nothing new: no day is read.
+    let rep = fx.index().update(false).unwrap();
+    assert_eq!((rep.days_read, rep.jobs_added), (0, 0));
+    // The same run written again (a retried write) with other figures: its month is rebuilt, no
+    // duplicate row, the new figure counts.
+    let mut again = spec(100, "alice", 1001, "debug", 0);
+    again.cpu_s = 1.0;
+    fx.write(&[again]);
+    let rep = fx.index().update(false).unwrap();
+    assert_eq!(rep.months_rebuilt, vec!["2026-03".to_string()]);
+    assert_eq!(rep.jobs_total, 12);
+    let mut q = Query::new(Report::Jobs);
+    q.filters.users = vec!["alice".into()];
+    let t = fx.engine().run(&q).unwrap();
+    let id = t.column("job_id").unwrap();
+    let r = t.rows.iter().find(|r| r[id] == Value::Int(100)).unwrap();
+    let alloc = num(&r[t.column("core_hours_alloc").unwrap()]);
+    let wasted = num(&r[t.column("core_hours_wasted").unwrap()]);
+    assert!(close(wasted, alloc - 1.0 / 3600.0), "{wasted} {alloc}");
+    assert_eq!(
+        t.rows.iter().filter(|r| r[id] == Value::Int(100)).count(),
+        1
+    );
+}
+
+#[test]
+fn a_damaged_or_deleted_index_is_rebuilt_with_the_same_answers() {
+    let fx = fixture();
+    fx.write(&mixed_jobs());
+    fx.index().update(false).unwrap();
+    let mut q = Query::new(Report::Usage);
+    q.group_by = vec![GroupKey::Partition, GroupKey::User];
+    let before = fx.engine().run(&q).unwrap();
+    // A part cut short.
+    let st = load_state(&fx.settings.dir).unwrap();
+    let part = fx.settings.dir.join(&st.jobs[0].file);
+    let len = std::fs::metadata(&part).unwrap().len();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&part)
+        .unwrap()
+        .set_len(len / 2)
+        .unwrap();
+    assert!(ParquetEngine::open(&fx.settings.dir)
+        .and_then(|e| e.run(&q))
+        .is_err());
+    let rep = fx.index().update(false).unwrap();
+    assert!(rep.rebuilt, "{rep:?}");
+    assert!(rep.why.as_deref().unwrap().contains("damaged"), "{rep:?}");
+    before.same_as(&fx.engine().run(&q).unwrap(), 0.0).unwrap();
+    // state.json garbage.
+    std::fs::write(fx.settings.dir.join(STATE), b"{not json").unwrap();
+    assert!(fx.index().update(false).unwrap().rebuilt);
+    before.same_as(&fx.engine().run(&q).unwrap(), 0.0).unwrap();
+    // The whole index gone.
+    std::fs::remove_dir_all(&fx.settings.dir).unwrap();
+    assert!(fx.index().update(false).unwrap().rebuilt);
+    before.same_as(&fx.engine().run(&q).unwrap(), 0.0).unwrap();
+}
+
+#[test]
+fn compaction_merges_small_parts_and_keeps_every_row() {
+    let mut fx = fixture();
+    fx.settings.compact_parts = 2;
+    for i in 0..5u32 {
+        fx.write(&[spec(200 + i, "alice", 1001, "debug", 1)]);
+        fx.index().update(false).unwrap();
+    }
+    let st = load_state(&fx.settings.dir).unwrap();
+    assert!(st.jobs.len() <= 2, "{:?}", st.jobs);
+    let t = fx.engine().run(&Query::new(Report::Jobs)).unwrap();
+    let ids: Vec<&Value> = t.rows.iter().map(|r| &r[1]).collect();
+    assert_eq!(
+        ids,
+        (200..205)
+            .map(Value::Int)
+            .collect::<Vec<_>>()
+            .iter()
+            .collect::<Vec<_>>()
+    );
+    // Files the state does not list are gone.
+    let files = std::fs::read_dir(fx.settings.dir.join("jobs/2026-03"))
+        .unwrap()
+        .count();
+    assert_eq!(files, st.jobs.len());
+}
+
+#[test]
+fn heat_map_spreads_core_hours_over_the_hours_a_job_ran() {
+    // Monday 23:30 to Tuesday 01:00 UTC on 2 cores: Mon 23h 1.0 core-h, Tue 00h 2.0 core-h.
+    let mut s = spec(1, "alice", 1001, "debug", 0);
+    s.cores = 2;
+    s.start_ms = T0_MS + 23 * 3_600_000 + 1_800_000;
+    s.elapsed_s = 5400.0;
+    let mem = MemEngine::new(&[JobRow::of(&summary(&s))]).unwrap();
+    let t = mem.run(&Query::new(Report::Heatmap)).unwrap();
+    assert_eq!(t.rows.len(), 7);
+    assert_eq!(t.rows[0][24], Value::Float(1.0));
+    assert_eq!(t.rows[1][1], Value::Float(2.0));
+    let total: f64 = t.rows.iter().flat_map(|r| r[1..].iter()).map(num).sum();
+    assert!(close(total, 3.0));
+    // In UTC+2 the same job runs Tuesday 01:30-03:00.
+    let mut q = Query::new(Report::Heatmap);
+    q.tz_offset_s = 7200;
+    let t = mem.run(&q).unwrap();
+    assert_eq!(t.rows[1][2], Value::Float(1.0));
+    assert_eq!(t.rows[1][3], Value::Float(2.0));
+}
+
+#[test]
+fn cpu_only_jobs_on_a_gpu_partition_are_marked_when_it_was_busy() {
+    // gpu partition: a GPU job on 8 cores from 0 h to 4 h; CPU-only jobs: A (4 cores, 1-2 h),
+    // B (4 cores, 5-6 h). Capacity seen = 12 cores (at A's start); at A's start 12 of 12 are
+    // allocated (100 %), at B's start only B's 4 (33.3 %).
+    let mut g = spec(1, "alice", 1001, "gpu", 0);
+    g.cores = 8;
+    g.gpus = 1;
+    g.gpu_used = true;
+    g.start_ms = T0_MS;
+    g.elapsed_s = 4.0 * 3600.0;
+    let mut a = spec(2, "bob", 1002, "gpu", 0);
+    a.start_ms = T0_MS + 3_600_000;
+    a.elapsed_s = 3600.0;
+    let mut b = spec(3, "bob", 1002, "gpu", 0);
+    b.start_ms = T0_MS + 5 * 3_600_000;
+    b.elapsed_s = 3600.0;
+    let other = spec(4, "bob", 1002, "debug", 0);
+    let rows: Vec<JobRow> = [g, a, b, other]
+        .iter()
+        .map(|s| JobRow::of(&summary(s)))
+        .collect();
+    let t = MemEngine::new(&rows)
+        .unwrap()
+        .run(&Query::new(Report::CpuOnlyOnGpu { busy_pct: 80.0 }))
+        .unwrap();
+    let (id, pct, busy) = (
+        t.column("job_id").unwrap(),
+        t.column("partition_busy_pct").unwrap(),
+        t.column("busy").unwrap(),
+    );
+    let got: Vec<(Value, f64, Value)> = t
+        .rows
+        .iter()
+        .map(|r| (r[id].clone(), num(&r[pct]), r[busy].clone()))
+        .collect();
+    assert_eq!(
+        got.len(),
+        2,
+        "the GPU job and the debug job are not listed: {got:?}"
+    );
+    // Same core-hours: ordered by end time.
+    assert_eq!(got[0].0, Value::Int(2));
+    assert!(close(got[0].1, 100.0));
+    assert_eq!(got[0].2, Value::Bool(true));
+    assert_eq!(got[1].0, Value::Int(3));
+    assert!(close(got[1].1, 100.0 / 3.0));
+    assert_eq!(got[1].2, Value::Bool(false));
+}
+
+#[test]
+fn grouping_by_node_splits_a_job_among_its_nodes() {
+    let mut s = spec(1, "alice", 1001, "debug", 0);
+    s.nodes = &["n1", "n2"];
+    s.cores = 8;
+    let row = JobRow::of(&summary(&s));
+    let mut q = Query::new(Report::Usage);
+    q.group_by = vec![GroupKey::Node];
+    let t = MemEngine::new(&[row]).unwrap().run(&q).unwrap();
+    assert_eq!(t.rows.len(), 2);
+    // 8 cores × 2 h = 16 core-h, 8 on each node; the job counts on both.
+    for (r, n) in t.rows.iter().zip(["n1", "n2"]) {
+        assert_eq!(r[0], Value::Text(n.into()));
+        assert_eq!(r[1], Value::Int(1));
+        assert!(close(num(&r[2]), 8.0));
+    }
+}
+
+#[test]
+fn top_wasters_rank_by_wasted_hours_and_a_uid_filter_hides_everyone_else() {
+    let specs = mixed_jobs();
+    let rows: Vec<JobRow> = specs.iter().map(|s| JobRow::of(&summary(s))).collect();
+    let eng = MemEngine::new(&rows).unwrap();
+    let t = eng
+        .run(&Query::new(Report::TopWasters {
+            metric: WasteMetric::CoreHours,
+            n: 2,
+        }))
+        .unwrap();
+    // Wasted core-hours per user from the specs: 4 cores × 2 h − CPU hours.
+    let mut want: BTreeMap<&str, f64> = BTreeMap::new();
+    for s in &specs {
+        *want.entry(s.user).or_default() +=
+            f64::from(s.cores) * s.elapsed_s / 3600.0 - s.cpu_s / 3600.0;
+    }
+    let mut ranked: Vec<(&str, f64)> = want.into_iter().collect();
+    ranked.sort_by(|a, b| b.1.total_cmp(&a.1));
+    assert_eq!(t.rows.len(), 2);
+    let w = t.column("core_hours_wasted").unwrap();
+    for (r, (u, x)) in t.rows.iter().zip(&ranked) {
+        assert_eq!(r[0], Value::Text((*u).into()));
+        assert!(close(num(&r[w]), *x));
+    }
+    let mut q = Query::new(Report::Jobs);
+    q.filters = Filters {
+        uid: Some(1002),
+        ..Default::default()
+    };
+    let t = eng.run(&q).unwrap();
+    let u = t.column("user").unwrap();
+    assert_eq!(t.rows.len(), 4);
+    assert!(t.rows.iter().all(|r| r[u] == Value::Text("bob".into())));
+}
