@@ -20,7 +20,8 @@ set -euo pipefail
 PKGS=(slurmctld slurmd slurm-client munge libslurm-dev slurm-wlm-basic-plugins-dev
       libclang-dev mailutils bc python3 python3-aiosmtpd
       postgresql   # the PostgreSQL sink's tests and demo: slurm-conf/postgres.sh starts its own server
-      lintian)     # packaging/build-debs.sh checks the .debs with it
+      lintian      # packaging/build-debs.sh checks the .debs with it
+      python3-venv)  # /opt/jobscope-pyenv: pyarrow, to read back `jobscope audit --format parquet` in the tests
 TEST_USERS=(alice bob)
 # The MTA behind `mail.transport = "sendmail"` in the mail tests. exim4 conflicts with every other
 # MTA, so it is only installed where none is: apt must never swap out a host's own MTA.
@@ -114,6 +115,16 @@ if command -v cargo >/dev/null 2>&1 || [ -x "${CARGO_HOME:-$HOME/.cargo}/bin/car
   fi
 else
   log "cargo not found: cargo-deb not installed (packaging/build-debs.sh needs it)"
+fi
+
+# pyarrow (not packaged for bookworm) in a venv of its own, from PyPI: the audit cluster test reads
+# `jobscope audit --format parquet` back with it (tests/cluster/tests/audit.rs).
+PYENV=/opt/jobscope-pyenv
+if ! "$PYENV/bin/python" -c 'import pyarrow' >/dev/null 2>&1; then
+  log "creating $PYENV with pyarrow (pip, from PyPI)"
+  python3 -m venv "$PYENV" || die "python3 -m venv $PYENV failed"
+  "$PYENV/bin/pip" install --quiet --disable-pip-version-check 'pyarrow>=14' \
+    || die "pip install pyarrow failed"
 fi
 
 for u in "${TEST_USERS[@]}"; do
