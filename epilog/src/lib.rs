@@ -13,14 +13,15 @@
 //! - [`mail`]: the end-of-job mail (message, transports, a durable queue); [`charts`]: its PNG charts.
 //! - [`notify`]: mail policy, the end-of-job mail, array digests, the report in the work dir.
 //! - [`audit`]: `jobscope audit` (flat rows, queries, engines); [`index`]: the Parquet index it reads.
+//! - [`pg`]: the PostgreSQL sink and SQL engine (docs/postgres.md).
 //! - [`manifest`]: the archive's per-day hash-chained manifest (tamper evidence).
 pub mod archive;
 pub mod audit;
 pub mod charts;
 pub mod cli;
-pub mod index;
 pub mod mail;
 pub mod manifest;
+pub mod pg;
 pub mod notify;
 pub mod pipeline;
 pub mod present;

@@ -221,6 +221,37 @@ pub fn append(day_dir: &Path, file_name: &str, bytes: &[u8]) -> Result<Entry, Ma
     Ok(e)
 }
 
+/// The lines of `day_dir/MANIFEST` that parse, in file order, and the manifest's size in bytes (a
+/// reader that remembers the size can skip a day that did not grow). Read under a shared `flock`,
+/// so a line being appended is never half-read. No manifest: no lines, size 0. The chain is not
+/// checked here (that is [`verify_day`]'s job); a reader that trusts a file checks its SHA-256
+/// against the latest line naming it.
+pub fn read_entries(day_dir: &Path) -> Result<(Vec<Entry>, u64), ManifestError> {
+    let path = day_dir.join(MANIFEST);
+    let f = match std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(&path)
+    {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((Vec::new(), 0)),
+        Err(e) => return Err(io_err(&path)(e)),
+    };
+    flock(&f, libc::LOCK_SH, &path)?;
+    let mut b = Vec::new();
+    (&f).take(MAX_MANIFEST_BYTES + 1)
+        .read_to_end(&mut b)
+        .map_err(io_err(&path))?;
+    if b.len() as u64 > MAX_MANIFEST_BYTES {
+        return Err(ManifestError::Unsafe {
+            path,
+            why: format!("larger than {MAX_MANIFEST_BYTES} bytes"),
+        });
+    }
+    let text = String::from_utf8_lossy(&b);
+    Ok((text.lines().filter_map(Entry::parse).collect(), b.len() as u64))
+}
+
 /// A manifest line that does not fit.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Broken {
