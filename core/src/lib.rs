@@ -16,8 +16,10 @@ pub mod config;
 pub mod fsutil;
 pub mod gpu;
 pub mod procio;
+pub mod proctree;
 pub mod sampler;
 pub mod scope;
+pub mod snapshot;
 pub mod spool;
 
 // The pure stages live in jobscope-model; these names keep one path for the plugin and the epilog.

@@ -59,9 +59,21 @@ pub struct Faults {
     pub panic_after_samples: Option<u64>,
 }
 
-pub struct Sampler {
+/// What the sampler reads: the job's cgroup (always under SLURM), or, for a `jobscope run` that
+/// could get no cgroup, the launcher's process tree (`crate::proctree`).
+pub enum Source {
     /// Keeps the job cgroup's descriptors open from one sample to the next.
-    reader: JobCgroupReader,
+    Cgroup(JobCgroupReader),
+    ProcTree(crate::proctree::ProcTreeReader),
+}
+
+/// Called after each sample once the spool is flushed (the live snapshot, `crate::snapshot`).
+pub type AfterSample = Box<dyn FnMut() + Send>;
+
+pub struct Sampler {
+    reader: Source,
+    /// When set, the spool is flushed after every sample and this is called.
+    after_sample: Option<AfterSample>,
     pub writer: Option<SeriesWriter>,
     /// The previous sample: time, reading, and whether `prev_percpu_ns` holds its per-CPU times.
     prev: Option<(u64, Reading, bool)>,
@@ -89,8 +101,24 @@ impl Sampler {
         log: LogFn,
         faults: Faults,
     ) -> Self {
+        Self::with_source(
+            Source::Cgroup(JobCgroupReader::new(cgroup, proc_root)),
+            writer,
+            log,
+            faults,
+        )
+    }
+
+    /// A sampler of any [`Source`].
+    pub fn with_source(
+        reader: Source,
+        writer: Option<SeriesWriter>,
+        log: LogFn,
+        faults: Faults,
+    ) -> Self {
         Sampler {
-            reader: JobCgroupReader::new(cgroup, proc_root),
+            reader,
+            after_sample: None,
             writer,
             prev: None,
             prev_percpu_ns: Vec::new(),
@@ -103,8 +131,17 @@ impl Sampler {
         }
     }
 
-    pub fn cgroup(&self) -> &JobCgroup {
-        self.reader.cgroup()
+    /// The job's cgroup; `None` when following a process tree.
+    pub fn cgroup(&self) -> Option<&JobCgroup> {
+        match &self.reader {
+            Source::Cgroup(r) => Some(r.cgroup()),
+            Source::ProcTree(_) => None,
+        }
+    }
+
+    /// Flush the spool after every sample and then call `f` (see [`AfterSample`]).
+    pub fn set_after_sample(&mut self, f: AfterSample) {
+        self.after_sample = Some(f);
     }
 
     /// Reads the cgroup once and appends one bucket.
@@ -115,17 +152,34 @@ impl Sampler {
             }
         }
         let t_ms = now_unix_ms();
-        let mut snap = self.reader.sample();
+        let (mut snap, problem, percpu_ns) = match &mut self.reader {
+            Source::Cgroup(r) => {
+                let snap = r.sample();
+                (
+                    snap,
+                    r.problems().first().map(|e| e.to_string()),
+                    r.percpu_ns(),
+                )
+            }
+            Source::ProcTree(t) => {
+                let reading = t.sample();
+                let problem = t.problems().first().map(|e| e.to_string());
+                let snap = crate::cgroup::Snapshot {
+                    reading,
+                    ..Default::default()
+                };
+                (snap, problem, None)
+            }
+        };
         if snap.gone {
             return Outcome::Gone;
         }
-        if let (false, Some(e)) = (self.logged_read_problem, self.reader.problems().first()) {
+        if let (false, Some(e)) = (self.logged_read_problem, problem) {
             (self.log)(&format!(
                 "cgroup read problem (logged once, sampling continues): {e}"
             ));
             self.logged_read_problem = true;
         }
-        let percpu_ns = self.reader.percpu_ns();
         let mut gauges = [None; N_GAUGES];
         if let Some((t0, r0, had_percpu)) = &self.prev {
             let dt = t_ms.saturating_sub(*t0);
@@ -174,11 +228,14 @@ impl Sampler {
                     ));
                     self.logged_write_error = true;
                 }
-            } else if self.samples_taken % 4 == 0 {
+            } else if self.samples_taken % 4 == 0 || self.after_sample.is_some() {
                 let _ = w.flush();
             }
         }
         self.prev = Some((t_ms, snap.reading, had_percpu));
+        if let Some(f) = self.after_sample.as_mut() {
+            f();
+        }
         Outcome::Sampled
     }
 

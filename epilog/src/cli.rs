@@ -95,6 +95,57 @@ enum Cmd {
         #[command(subcommand)]
         cmd: crate::audit::cli::AuditCmd,
     },
+    /// PostgreSQL (root): `sync` pushes what the archive gained since the last sync, `init` sets
+    /// up tables, roles and row-level security, `map-role` lets a database role see one user's jobs.
+    Pg {
+        #[command(subcommand)]
+        cmd: crate::pg::cmd::PgCmd,
+    },
+    /// Run CMD in a cgroup of its own, sample it like a SLURM job and print its report (to
+    /// stderr, or --output) when it ends; exit with CMD's status (128+signal if killed).
+    Run {
+        /// Cores the run asked for (efficiency is measured against them) [default: this machine's].
+        #[arg(long)]
+        cores: Option<u32>,
+        /// Memory the run asked for: 512M, 4G… (powers of 1024) [default: this machine's].
+        #[arg(long, value_parser = parse_mem)]
+        mem: Option<u64>,
+        /// GPUs by identity: all, UUIDs (GPU-…), PCI bus ids, /dev/nvidia<N> [default: all
+        /// NVIDIA GPUs of the machine, if any].
+        #[arg(long)]
+        gpus: Option<String>,
+        /// Seconds between samples after the early ones [default: sampler.cadence_s].
+        #[arg(long)]
+        cadence: Option<u32>,
+        /// The job name in the report [default: CMD's file name].
+        #[arg(long)]
+        name: Option<String>,
+        /// Add the run to the archive (root), as a job of cluster run.cluster ("local").
+        #[arg(long)]
+        archive: bool,
+        /// Mail the report to the user (root; the site's mail settings).
+        #[arg(long)]
+        mail: bool,
+        /// Print the JSON summary instead of the text report.
+        #[arg(long)]
+        json: bool,
+        /// Write the report to this file (a new file) instead of stderr.
+        #[arg(long, short)]
+        output: Option<PathBuf>,
+        /// The command and its arguments (after `--`).
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true, num_args = 1..)]
+        cmd: Vec<std::ffi::OsString>,
+    },
+    /// A running job's figures per node, refreshed in place on a terminal (your own jobs; root:
+    /// any). One screen when not on a terminal, or with --once.
+    Top {
+        job_id: u32,
+        #[arg(long)]
+        once: bool,
+        /// Seconds between refreshes.
+        #[arg(long, default_value_t = 2)]
+        interval: u64,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -123,6 +174,16 @@ enum ArchiveCmd {
         #[arg(long)]
         verbose: bool,
     },
+}
+
+/// The `jobscope` command line as clap defines it, for the man page and shell completions
+/// (`packaging/xtask`).
+pub fn command() -> clap::Command {
+    <Cli as clap::CommandFactory>::command()
+}
+
+fn parse_mem(s: &str) -> std::result::Result<u64, String> {
+    crate::local::parse_size(s).ok_or_else(|| format!("{s:?}: a size like 512M or 4G"))
 }
 
 /// The environment as text. `std::env::vars()` panics on a value that is not UTF-8, and SLURM puts
@@ -155,7 +216,11 @@ fn load_config(named: &Option<PathBuf>) -> Result<Config> {
 }
 
 fn use_color() -> bool {
-    std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+    std::io::stdout().is_terminal() && no_color_unset()
+}
+
+fn no_color_unset() -> bool {
+    std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
 }
 
 fn print_summary(s: &JobSummary, json: bool) -> Result<()> {
@@ -178,6 +243,14 @@ fn real_main() -> Result<()> {
             cluster,
         } => {
             let cfg = load_config(&cli.config)?;
+            // A running job: its report so far (`crate::live`), marked running.
+            if !list && start.is_none() && cluster.is_none() {
+                if let Some(l) =
+                    crate::live::live(&cfg, &*crate::slurm::detect(), job_id, caller_uid())?
+                {
+                    return print_summary(&l.summary, json);
+                }
+            }
             let store = archive::Store::new(&cfg.paths.archive_dir, &cfg.archive.admin_group);
             if list {
                 let runs = store.runs(job_id, caller_uid())?;
@@ -325,6 +398,95 @@ fn real_main() -> Result<()> {
                 serde_json::to_string_pretty(&jobscope_core::summary::json_schema())?
             );
             Ok(())
+        }
+        Cmd::Run {
+            cores,
+            mem,
+            gpus,
+            cadence,
+            name,
+            archive,
+            mail,
+            json,
+            output,
+            cmd,
+        } => {
+            let cfg = load_config(&cli.config)?;
+            let opts = crate::local::RunOptions {
+                cores,
+                mem_bytes: mem,
+                gpus,
+                cadence_s: cadence,
+                name,
+                archive,
+                mail,
+                cmd,
+            };
+            // Made before the run: a report that cannot be written is known before CMD runs.
+            let mut out_file = match &output {
+                Some(p) => Some(
+                    std::fs::OpenOptions::new()
+                        .write(true)
+                        .create_new(true)
+                        .open(p)
+                        .map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))?,
+                ),
+                None => None,
+            };
+            let o = crate::local::run(&cfg, &opts, &mut |m| eprintln!("jobscope: {m}"))?;
+            for p in &o.problems {
+                eprintln!("jobscope: {p}");
+            }
+            let text = if json {
+                serde_json::to_string_pretty(&o.summary)? + "\n"
+            } else {
+                let tty = out_file.is_none() && std::io::stderr().is_terminal();
+                present::render_text(&o.summary, tty && no_color_unset())?
+            };
+            use std::io::Write;
+            match out_file.as_mut() {
+                Some(f) => f.write_all(text.as_bytes())?,
+                None => eprint!("{text}"),
+            }
+            if let Some(p) = &o.archived {
+                eprintln!(
+                    "jobscope: archived as job {} of cluster {}: {}",
+                    o.summary.job_id,
+                    cfg.run.cluster,
+                    p.display()
+                );
+            }
+            std::process::exit(o.exit_status);
+        }
+        Cmd::Top {
+            job_id,
+            once,
+            interval,
+        } => {
+            let cfg = load_config(&cli.config)?;
+            let tty = std::io::stdout().is_terminal();
+            let slurm = crate::slurm::detect();
+            let mut first = true;
+            loop {
+                let Some(l) = crate::live::live(&cfg, &*slurm, job_id, caller_uid())? else {
+                    if first {
+                        bail!("job {job_id} is not running; its report: jobscope show {job_id}");
+                    }
+                    println!("job {job_id} has ended; its report: jobscope show {job_id}");
+                    return Ok(());
+                };
+                let screen = crate::live::top::render(&l, use_color());
+                if once || !tty {
+                    print!("{screen}");
+                    return Ok(());
+                }
+                // Home and clear, then the screen: refreshed in place.
+                print!("\x1b[H\x1b[2J{screen}");
+                use std::io::Write;
+                let _ = std::io::stdout().flush();
+                first = false;
+                std::thread::sleep(std::time::Duration::from_secs(interval.max(1)));
+            }
         }
         Cmd::Index { cmd } => crate::audit::cli::index_cmd(&load_config(&cli.config)?, cmd),
         Cmd::Audit { cmd } => crate::audit::cli::audit_cmd(&load_config(&cli.config)?, cmd),

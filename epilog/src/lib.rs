@@ -14,11 +14,15 @@
 //! - [`notify`]: mail policy, the end-of-job mail, array digests, the report in the work dir.
 //! - [`audit`]: `jobscope audit` (flat rows, queries, engines); [`index`]: the Parquet index it reads.
 //! - [`pg`]: the PostgreSQL sink and SQL engine (docs/postgres.md).
+//! - [`local`]: `jobscope run -- CMD`, the same report without SLURM; [`live`]: `show` and `top`
+//!   on a running job.
 //! - [`manifest`]: the archive's per-day hash-chained manifest (tamper evidence).
 pub mod archive;
 pub mod audit;
 pub mod charts;
 pub mod cli;
+pub mod live;
+pub mod local;
 pub mod mail;
 pub mod manifest;
 pub mod pg;

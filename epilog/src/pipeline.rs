@@ -31,11 +31,8 @@ pub struct NodeOutput {
 
 /// The GPU thresholds of the site configuration.
 pub fn gpu_params(cfg: &Config) -> GpuSummaryParams {
-    GpuSummaryParams {
-        idle_util_pct: cfg.gpu.idle_util_pct,
-        idle_min_s: cfg.gpu.idle_min_s as f64,
-        ..Default::default()
-    }
+    // One definition, shared with the plugin's live snapshots.
+    jobscope_core::snapshot::gpu_params(cfg)
 }
 
 /// Summarises one node's spool (read by [`read_node_dir`]). `node` names the node when no spool

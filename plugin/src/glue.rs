@@ -36,6 +36,9 @@ pub struct Jobscope {
     step: Option<StepRecorder>,
     started: bool,
 }
+    /// This process's sampler writes the live snapshot (the extern step, or the batch step
+    /// without one); its `exit` removes it.
+    live_written: bool,
 
 static PANIC_HOOK: Once = Once::new();
 
@@ -134,12 +137,14 @@ impl Jobscope {
         // Threads may outlive `exit`'s bounded wait (a driver call that never returns): keep
         // the code they run mapped from now on.
         crate::resident::pin();
-        let (sampler, schedule) = ctx.sampler(handover.clone())?;
+        let (mut sampler, schedule) = ctx.sampler(handover.clone())?;
+        sampler.set_after_sample(ctx.live_snapshot());
         self.gpu = ctx.gpu_monitor(handover.as_ref(), schedule.clone());
         let h = spawn(sampler, schedule, Box::new(|m: &str| crate::log_error(m)))
             .map_err(|e| format!("cannot start sampler thread: {e}"))?;
         self.sampler = Some(h);
         Ok(())
+        self.live_written = true;
     }
 
     /// The first `task_post_fork` of a step: slurmstepd has forked its task(s) and sits in the job's cgroups.
@@ -293,6 +298,10 @@ unsafe impl Plugin for Jobscope {
                     handover::remove(&ctx.handover_dir(), ctx.job_id, ctx.node());
                 }
             }
+                // The sampler has stopped: the live view of this node ends with the job here.
+                if self.live_written {
+                    ctx.remove_live_snapshot();
+                }
             Ok(())
         });
         Ok(())

@@ -255,7 +255,7 @@ fn head(s: &JobSummary) -> View {
             .as_ref()
             .map(words::end_reason)
             .map(|r| clean(&r, 200))
-            .unwrap_or_default(),
+            .unwrap_or_else(|| words::running_note(s)),
         elapsed: fmt_elapsed(s.elapsed_s),
         time_limit: s
             .alloc

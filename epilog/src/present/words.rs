@@ -18,6 +18,18 @@ pub fn state(s: JobState) -> &'static str {
     s.as_str()
 }
 
+/// The marker of a running job's report (`jobscope show` on a running job, `epilog/src/live/`):
+/// its figures are those up to its last sample. Empty for a job that has ended.
+pub fn running_note(s: &JobSummary) -> String {
+    if s.state != JobState::Running {
+        return String::new();
+    }
+    format!(
+        "still running: figures up to the last sample, {}",
+        crate::archive::utc_time(s.end_unix_ms / 1000)
+    )
+}
+
 /// Why the job ended as it did (from the SLURM adapter's typed reason).
 pub fn end_reason(r: &EndReason) -> String {
     match r {
