@@ -353,11 +353,7 @@ fn gpu_view(g: &jobscope_core::gpu::GpuSummary) -> GpuView {
         util: if g.utilization_unknown {
             "unknown (MIG: NVML gives no per-instance utilization)".to_string()
         } else {
-            format!(
-                "mean {}, max {}",
-                fmt_pct(g.util_mean_pct),
-                fmt_pct(g.util_max_pct)
-            )
+            words::gpu_util(g)
         },
         mem: format!(
             "{} of {}",

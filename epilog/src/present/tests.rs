@@ -432,3 +432,45 @@ fn stalls_are_reported_on_v2_and_absent_on_v1() {
         assert!(view.contains("3.2 s in 120 quota period(s)"), "{view}");
     }
 }
+
+/// A GPU summary as the archive holds it, with `extra` fields set.
+fn gpu_summary(extra: serde_json::Value) -> jobscope_core::gpu::GpuSummary {
+    let mut v = serde_json::json!({
+        "node": "gpu01", "slot": 0, "gres_index": 1, "samples": 40,
+        "util_mean_pct": 75.0, "util_max_pct": 100.0,
+        "utilization_unknown": false, "other_processes_seen": false, "energy_estimated": false,
+        "idle_periods": [], "observed_s": 1200.0, "never_used": false,
+        "gpu_hours_allocated": 0.33, "throttle_reasons": [], "lost": false, "findings": []
+    });
+    for (k, x) in extra.as_object().unwrap() {
+        v[k] = x.clone();
+    }
+    serde_json::from_value(v).expect("a GPU summary")
+}
+
+#[test]
+fn a_shared_gpu_shows_the_device_and_the_jobs_share() {
+    let shared = gpu_summary(serde_json::json!({
+        "util_source": "driver_buffer", "other_processes_seen": true,
+        "job_util_mean_pct": 50.0, "job_util_max_pct": 100.0}));
+    assert_eq!(
+        words::gpu_util(&shared),
+        "device mean 75.0 %, max 100.0 %; this job's share mean 50.0 %, max 100.0 % \
+         (other processes used this GPU too)"
+    );
+    // Alone on its GPU: one figure (the job's share is the device's).
+    let alone = gpu_summary(serde_json::json!({
+        "util_source": "driver_buffer", "job_util_mean_pct": 75.0, "job_util_max_pct": 100.0}));
+    assert_eq!(words::gpu_util(&alone), "mean 75.0 %, max 100.0 %");
+    // Without the buffer: said, next to the data note.
+    let point = gpu_summary(serde_json::json!({"util_source": "point_reads"}));
+    assert_eq!(
+        words::gpu_util(&point),
+        "mean 75.0 %, max 100.0 % (point reads)"
+    );
+    // An archive from before the buffer (no source): as it was.
+    assert_eq!(
+        words::gpu_util(&gpu_summary(serde_json::json!({}))),
+        "mean 75.0 %, max 100.0 %"
+    );
+}

@@ -246,6 +246,31 @@ pub fn gpu_label(g: &GpuSummary) -> String {
     )
 }
 
+/// A GPU's utilization in words: the device's figures, where they come from when they are point
+/// reads, and the job's own share when other processes used the GPU too (both, so a user on a
+/// shared GPU sees what was theirs).
+pub fn gpu_util(g: &GpuSummary) -> String {
+    use jobscope_core::gpu::summary::GpuUtilSource;
+    let device = format!(
+        "mean {}, max {}",
+        fmt_pct(g.util_mean_pct),
+        fmt_pct(g.util_max_pct)
+    );
+    let source = match g.util_source {
+        Some(GpuUtilSource::PointReads) => " (point reads)",
+        Some(GpuUtilSource::Mixed) => " (partly point reads)",
+        _ => "",
+    };
+    match g.job_util_mean_pct {
+        Some(job) if g.other_processes_seen => format!(
+            "device {device}{source}; this job's share mean {}, max {} (other processes used this GPU too)",
+            fmt_pct(Some(job)),
+            fmt_pct(g.job_util_max_pct)
+        ),
+        _ => format!("{device}{source}"),
+    }
+}
+
 pub fn gpu_finding(label: &str, f: &GpuFinding) -> String {
     match f {
         GpuFinding::Lost => format!("{label} was lost during the job (fell off the bus)"),
