@@ -579,5 +579,163 @@ fn gpu_bench_function_measures_the_fake() {
     .unwrap();
     assert_eq!((c.devices, c.iterations), (2, 50));
     assert!(c.min <= c.per_sample && c.per_sample <= c.max);
+    assert!(c.drain.min <= c.drain.p50 && c.drain.p50 <= c.drain.max);
     eprintln!("NVML sample cost against the fake (2 GPUs): {c:?}");
+}
+
+/// The fake's per-call costs are paid: a cycled list makes one call in four pathological, and a
+/// sample waits for it (lower bounds only: a sleep lasts at least its time).
+#[test]
+fn gpu_fake_per_call_costs_are_paid() {
+    let mut script = two_gpus(json!([[10, 1]]), json!([[20, 1]]));
+    script["cost_ms"] = json!({"nvmlDeviceGetTotalEnergyConsumption": [3, 3, 3, 100],
+                               "nvmlDeviceGetSamples": 1});
+    script["devices"][0]["busy"] = json!({"period_ms": 1000, "busy_share": 0.5});
+    let f = Fake::new(script);
+    let c = super::bench::nvml_sample_cost(
+        Some(&f.lib),
+        &GpuSelection::of([GpuRef::NvidiaMinor(3)]),
+        &[4242],
+        8,
+    )
+    .unwrap();
+    assert!(c.sample.max >= Duration::from_millis(100), "{c:?}");
+    // Two sampling types, each asked at least for its count (NOT_FOUND right after the sample's
+    // own drain): two calls of 1 ms or more.
+    assert!(c.drain.min >= Duration::from_millis(2), "{c:?}");
+    // The sample drains too, then reads energy: 3 + 2 ms at least.
+    assert!(c.sample.min >= Duration::from_millis(5), "{c:?}");
+}
+
+/// Two jobs time-slice one GPU (the fake's per-process buffer: pid 4242 busy 50 %, pid 5151
+/// 25 %, never at once). Each job's monitor drains the same driver (one library instance, NVML
+/// initialised twice) between its samples: both see the device at 75 %, each its own share.
+#[test]
+fn gpu_monitors_of_two_jobs_on_a_shared_gpu_drain_the_buffer_and_get_their_own_share() {
+    let f = Fake::new(json!({
+        "devices": [{"uuid": UUID_A, "name": "NVIDIA H100 80GB HBM3", "minor": 0,
+            "pci_bus_id": "00000000:3B:00.0", "memory_total": 80 * GIB, "memory_used": GIB,
+            "power_mw": 300_000, "energy_mj": 1_000, "throttle": 0,
+            "processes": [[[4242, GIB], [5151, GIB]]],
+            "process_busy": {
+                "4242": {"period_ms": 400, "busy_share": 0.5, "phase_ms": 0},
+                "5151": {"period_ms": 400, "busy_share": 0.25, "phase_ms": 200}}}]
+    }));
+    let start = |pid: u32, dir: &std::path::Path| {
+        let cfg = BackendConfig {
+            nvml_lib_path: Some(f.lib.clone()),
+            amd: false,
+            drain_interval: Duration::from_millis(250),
+            ..Default::default()
+        };
+        GpuMonitor::start(
+            GpuSelection::of([GpuRef::NvidiaMinor(0)]),
+            &cfg,
+            dir,
+            header(),
+            Schedule {
+                early: vec![],
+                cadence: Duration::from_millis(1000),
+            },
+            Box::new(move || vec![pid]),
+            Box::new(|_, _| {}),
+        )
+        .unwrap()
+    };
+    let (da, db) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (a, b) = (start(4242, da.path()), start(5151, db.path()));
+    let t = Instant::now();
+    while (a.progress().samples_taken < 4 || b.progress().samples_taken < 4)
+        && t.elapsed() < Duration::from_secs(30)
+    {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(a.progress().drains >= 3, "{:?}", a.progress());
+    assert!(a.stop(Duration::from_secs(10)) && b.stop(Duration::from_secs(10)));
+    let sum = |dir: &std::path::Path| {
+        let s = read_gpu_file(&dir.join(GPU_FILE_NAME)).unwrap();
+        let elapsed_s = (s.end.as_ref().unwrap().t_ms - s.header.start_unix_ms) as f64 / 1000.0;
+        let notes = super::summary::gpu_quality_notes(&s);
+        (super::summarize_gpus(&s, elapsed_s)[0].clone(), s, notes)
+    };
+    let (ga, sa, notes) = sum(da.path());
+    let (gb, _, _) = sum(db.path());
+    for g in [&ga, &gb] {
+        assert_eq!(
+            g.util_source,
+            Some(super::summary::GpuUtilSource::DriverBuffer)
+        );
+        // Samples alternate 100/50: an odd count off by at most 25/n of an even one.
+        let m = g.util_mean_pct.unwrap();
+        assert!((m - 75.0).abs() <= 6.0, "device {m}");
+        assert!(g.other_processes_seen);
+        assert!(g.util_coverage_share.unwrap() > 0.9, "{g:?}");
+    }
+    let (ja, jb) = (ga.job_util_mean_pct.unwrap(), gb.job_util_mean_pct.unwrap());
+    assert!((ja - 50.0).abs() <= 6.0, "job A {ja}");
+    assert!((jb - 25.0).abs() <= 6.0, "job B {jb}");
+    // Every 200 ms sample once: no more than the time from the first to the last bucket holds.
+    let count: u64 = sa
+        .buckets
+        .iter()
+        .filter_map(|b| b.device(0)?.util_gpu_pct)
+        .map(|g| g.count as u64)
+        .sum();
+    let span_ms = sa.buckets.last().unwrap().t_last_ms - sa.header.start_unix_ms;
+    assert!(
+        count <= span_ms / 200 + 2,
+        "{count} samples in {span_ms} ms"
+    );
+    assert!(
+        !notes.iter().any(|n| n.contains("point reads")),
+        "{notes:?}"
+    );
+}
+
+/// A GPU whose driver answers NOT_SUPPORTED for the sample buffer (the fake without a busy
+/// pattern): the monitor falls back to point reads, and the report's data notes say so.
+#[test]
+fn gpu_without_buffer_support_falls_back_to_point_reads_and_says_so() {
+    let f = Fake::new(two_gpus(json!([[0, 0], [40, 5]]), json!([[0, 0]])));
+    let spool = tempfile::tempdir().unwrap();
+    let cfg = BackendConfig {
+        nvml_lib_path: Some(f.lib.clone()),
+        amd: false,
+        drain_interval: Duration::from_millis(100),
+        ..Default::default()
+    };
+    let m = GpuMonitor::start(
+        GpuSelection::of([GpuRef::NvidiaMinor(3)]),
+        &cfg,
+        spool.path(),
+        header(),
+        Schedule {
+            early: vec![],
+            cadence: Duration::from_millis(400),
+        },
+        Box::new(|| vec![4242]),
+        Box::new(|_, _| {}),
+    )
+    .unwrap();
+    let t = Instant::now();
+    while m.progress().samples_taken < 3 && t.elapsed() < Duration::from_secs(30) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(m.stop(Duration::from_secs(10)));
+    let s = read_gpu_file(&spool.path().join(GPU_FILE_NAME)).unwrap();
+    let g = &super::summarize_gpus(&s, 2.0)[0];
+    assert_eq!(
+        g.util_source,
+        Some(super::summary::GpuUtilSource::PointReads)
+    );
+    assert_eq!(g.util_max_pct, Some(40.0), "the point reads' values");
+    assert_eq!(g.util_coverage_share, None);
+    assert_eq!(g.job_util_mean_pct, None, "no per-process samples either");
+    let notes = super::summary::gpu_quality_notes(&s);
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.contains("point reads") && n.contains("GPU")),
+        "{notes:?}"
+    );
 }

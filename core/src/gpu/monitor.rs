@@ -438,11 +438,13 @@ impl Run {
     /// Waits for the slot due at `slot`, draining the buffers every `drain_interval` meanwhile.
     /// False when the monitor was told to stop.
     fn wait_draining(&mut self, stop: &std::sync::mpsc::Receiver<()>, slot: Instant) -> bool {
+        // Never a busy loop, whatever the options say.
+        let every = self.opts.drain_interval.max(Duration::from_millis(50));
         let mut drains_wanted = true;
         loop {
             let now = Instant::now();
             let until = if drains_wanted {
-                slot.min(now + self.opts.drain_interval)
+                slot.min(now + every)
             } else {
                 slot
             };
@@ -451,7 +453,7 @@ impl Run {
                 _ => return false,
             }
             // A drain right before the slot is the slot's own (it drains too).
-            if Instant::now() + self.opts.drain_interval / 4 >= slot {
+            if Instant::now() + every / 4 >= slot {
                 return true;
             }
             drains_wanted = self.drain_once(Instant::now() + self.opts.sample_timeout);

@@ -378,17 +378,17 @@ fn worker(lib: Option<PathBuf>, wanted: Vec<Wanted>, rx: Receiver<Request>, tx: 
         }
     };
     {
-        let (devices, opened) = discover(&nvml, &wanted);
+        let (devices, mut opened) = discover(&nvml, &wanted);
         let n = devices.len();
         let mut st = WorkerState {
             lost: vec![false; n],
             reported: HashSet::new(),
             buffers: vec![BufferState::default(); n],
         };
-        // What the buffers hold now predates the job: read only to start after it.
-        let mut ignored = Vec::new();
+        // What the buffers hold now predates the job: read only to start after it (its values
+        // are dropped; what went wrong, a lost GPU, is reported with the opening).
         for (slot, d) in devices.iter().enumerate() {
-            drain_device(d, slot, true, &mut st, &mut ignored);
+            drain_device(d, slot, true, &mut st, &mut opened.events);
         }
         if tx.send(Response::Opened(Ok(opened))).is_ok() {
             while let Ok(req) = rx.recv() {
