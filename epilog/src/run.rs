@@ -164,6 +164,9 @@ pub fn finish_job(
     if s.group.is_none() {
         s.group = s.gid.and_then(archive::group_name);
     }
+    // The peer percentile and advice from the user's earlier runs: two small files of the audit
+    // index (epilog/src/audit/history.rs), nothing when there is no index.
+    crate::audit::history::enrich(cfg, &mut s);
     let written = archive::Store::new(&cfg.paths.archive_dir, &cfg.archive.admin_group)
         .write(&s)
         .context("archive write failed")?;

@@ -4,13 +4,15 @@
 //! - [`query`]: what is asked (window, filters, group keys, report) and the [`query::Engine`] trait;
 //! - [`table`]: the engine-independent answer; [`render`]: for people and for scripts;
 //! - [`eval`]: the reference evaluation over Arrow batches ([`eval::MemEngine`] in memory);
-//! - [`peer`]: cohort distributions for the end-of-job peer percentile; [`metrics`]: OpenMetrics;
+//! - [`peer`]: cohort distributions for the end-of-job peer percentile; [`history`]: right-sizing
+//!   from a user's earlier runs (and what the Epilog reads of both); [`metrics`]: OpenMetrics;
 //! - [`cli`]: `jobscope index` and `jobscope audit`, and who may see what.
 //!
 //! The Parquet index that holds the rows is `crate::index`; the JSON archive stays the truth.
 pub mod arrow;
 pub mod cli;
 pub mod eval;
+pub mod history;
 pub mod metrics;
 pub mod peer;
 pub mod query;
@@ -183,6 +185,10 @@ pub fn after_update(cfg: &Config, idx: &Index) -> Vec<String> {
     match write_cohorts(cfg, idx) {
         Ok(n) => out.push(format!("peer distributions: {n} cohorts")),
         Err(e) => out.push(format!("peer distributions not written: {e:#}")),
+    }
+    match history::write_history(idx) {
+        Ok(n) => out.push(format!("job-name history: {n} users")),
+        Err(e) => out.push(format!("job-name history not written: {e:#}")),
     }
     if let Some(p) = &cfg.audit.metrics_file {
         match write_metrics(cfg, idx, p) {

@@ -4,6 +4,7 @@
 //! `audit.peer_window_days` and 101 quantiles (p0…p100) of their CPU and memory efficiency. The
 //! Epilog reads only that file: a bounded cost at job end, whatever the archive's size.
 
+use jobscope_core::summary::analysis::{PeerMetric, PeerRank};
 use serde::{Deserialize, Serialize};
 
 pub const COHORTS: &str = "cohorts.json";
@@ -67,18 +68,6 @@ pub struct Cohorts {
     pub cohorts: Vec<Cohort>,
 }
 
-/// A job's standing among its cohort, for the report (typed; the presenter words it).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct PeerRank {
-    pub metric: String,
-    pub value_pct: f64,
-    pub percentile: f64,
-    pub median_pct: f64,
-    pub partition: String,
-    pub cohort_jobs: u64,
-    pub window_days: u32,
-}
-
 impl Cohorts {
     /// The job's percentile in its cluster and partition, when the cohort has at least `min_jobs`.
     pub fn rank(
@@ -98,8 +87,8 @@ impl Cohorts {
         };
         let mut out = Vec::new();
         for (metric, d, v) in [
-            ("cpu_eff_pct", &c.cpu_eff_pct, cpu_eff_pct),
-            ("mem_eff_pct", &c.mem_eff_pct, mem_eff_pct),
+            (PeerMetric::CpuEfficiency, &c.cpu_eff_pct, cpu_eff_pct),
+            (PeerMetric::MemEfficiency, &c.mem_eff_pct, mem_eff_pct),
         ] {
             let (Some(v), Some(median)) = (v, d.median()) else {
                 continue;
@@ -109,7 +98,7 @@ impl Cohorts {
             }
             if let Some(p) = d.percentile(v) {
                 out.push(PeerRank {
-                    metric: metric.into(),
+                    metric,
                     value_pct: v,
                     percentile: p,
                     median_pct: median,

@@ -11,6 +11,7 @@
 
 pub mod clean;
 pub mod format;
+pub mod history;
 pub mod templates;
 pub mod words;
 
@@ -112,6 +113,11 @@ pub struct Report {
     pub no_advice: String,
     /// Said under the advice when some was withheld; empty otherwise.
     pub advice_note: String,
+    /// The job against its partition's recent jobs (audit index cohorts); empty without.
+    pub peers: Vec<String>,
+    /// `From your last 12 runs of "train":`, empty without history-based advice.
+    pub history_heading: String,
+    pub history: Vec<AdviceView>,
     pub gpus: Vec<GpuView>,
     pub notes: Vec<String>,
     pub nodes: Vec<NodeView>,
@@ -495,6 +501,17 @@ fn report(s: &JobSummary) -> Report {
             .collect(),
         no_advice: words::no_advice(&a),
         advice_note: words::advice_note(&a).unwrap_or_default(),
+        peers: a.peers.iter().map(|p| clean(&history::peer(p), 300)).collect(),
+        history_heading: a
+            .history
+            .as_ref()
+            .map(|h| clean(&history::history_heading(h), 300))
+            .unwrap_or_default(),
+        history: a
+            .history
+            .as_ref()
+            .map(history::history_lines)
+            .unwrap_or_default(),
         gpus: s
             .nodes
             .iter()

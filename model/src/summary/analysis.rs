@@ -26,6 +26,52 @@ pub struct Analysis {
     /// The job left no usable samples: nothing is claimed about its use.
     #[serde(default)]
     pub insufficient_data: bool,
+    /// How the job compares with its partition's recent jobs (the audit index's cohorts, read by
+    /// the Epilog); empty when there is no index or its history is thin.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub peers: Vec<PeerRank>,
+    /// What the user's earlier runs of the same job name ask for (the audit index's history);
+    /// absent with fewer runs than `audit.history_min_runs`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub history: Option<HistoryAdvice>,
+}
+
+/// The figure a peer percentile ranks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum PeerMetric {
+    CpuEfficiency,
+    MemEfficiency,
+}
+
+/// The job's standing among the jobs of its cluster and partition that ended in the last
+/// `window_days` days (`cohort_jobs` of them).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct PeerRank {
+    pub metric: PeerMetric,
+    /// The job's own figure, percent.
+    pub value_pct: f64,
+    /// Share of the cohort below the job's figure (ties count half), 0–100.
+    pub percentile: f64,
+    pub median_pct: f64,
+    pub partition: String,
+    pub cohort_jobs: u64,
+    pub window_days: u32,
+}
+
+/// Requests from all of a user's recent runs of the same job (same name), not one run: p95 of
+/// each figure over `runs` runs (this one included), with the report's headroom and margin.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct HistoryAdvice {
+    pub name: String,
+    pub runs: u32,
+    pub mem_peak_p95_bytes: Option<u64>,
+    pub mem_request: Option<Request>,
+    pub elapsed_p95_s: Option<f64>,
+    pub time_request: Option<Request>,
+    /// Mean busy cores (CPU time ÷ elapsed) at the 95th percentile of the runs.
+    pub busy_cores_p95: Option<f64>,
+    pub cpus_request: Option<Request>,
 }
 
 /// Why advice was (partly) withheld.
@@ -1005,6 +1051,8 @@ pub fn analyze(s: &JobSummary, cfg: &Report) -> Analysis {
             },
         ),
         insufficient_data: false,
+        peers: Vec::new(),
+        history: None,
     };
     add_gpus(s, &mut a);
     a

@@ -1,0 +1,121 @@
+//! Words for what the Epilog adds from the audit index: the peer percentile and the advice from a
+//! user's earlier runs (epilog/src/audit/history.rs).
+
+use super::format::{fmt_bytes, fmt_duration, fmt_pct};
+use super::AdviceView;
+use jobscope_core::summary::analysis::{HistoryAdvice, PeerMetric, PeerRank};
+
+/// `1st`, `2nd`, `3rd`, `4th`, `11th`, `12th`, `13th`, `21st`.
+pub fn ordinal(n: u32) -> String {
+    let suffix = match (n % 10, n % 100) {
+        (_, 11..=13) => "th",
+        (1, _) => "st",
+        (2, _) => "nd",
+        (3, _) => "rd",
+        _ => "th",
+    };
+    format!("{n}{suffix}")
+}
+
+/// "CPU efficiency 31.0 %: 12th percentile of debug-partition jobs in the last 30 days (median
+/// 54.0 %, 240 jobs)".
+pub fn peer(p: &PeerRank) -> String {
+    let what = match p.metric {
+        PeerMetric::CpuEfficiency => "CPU efficiency",
+        PeerMetric::MemEfficiency => "Memory efficiency",
+    };
+    format!(
+        "{what} {}: {} percentile of {}-partition jobs in the last {} days (median {}, {} jobs)",
+        fmt_pct(Some(p.value_pct)),
+        ordinal(p.percentile.round().clamp(0.0, 100.0) as u32),
+        p.partition,
+        p.window_days,
+        fmt_pct(Some(p.median_pct)),
+        p.cohort_jobs
+    )
+}
+
+/// The history heading: `From your last 12 runs of "train":`.
+pub fn history_heading(h: &HistoryAdvice) -> String {
+    format!("From your last {} runs of \"{}\":", h.runs, h.name)
+}
+
+/// One `#SBATCH` line per figure, with what it rests on.
+pub fn history_lines(h: &HistoryAdvice) -> Vec<AdviceView> {
+    let mut out = Vec::new();
+    if let (Some(r), Some(p)) = (h.mem_request, h.mem_peak_p95_bytes) {
+        out.push(AdviceView {
+            line: r.sbatch_line(),
+            reason: format!(
+                "p95 peak {} over {} runs, with headroom",
+                fmt_bytes(Some(p)),
+                h.runs
+            ),
+        });
+    }
+    if let (Some(r), Some(e)) = (h.time_request, h.elapsed_p95_s) {
+        out.push(AdviceView {
+            line: r.sbatch_line(),
+            reason: format!(
+                "p95 elapsed {} over {} runs, with a margin",
+                fmt_duration(e),
+                h.runs
+            ),
+        });
+    }
+    if let (Some(r), Some(b)) = (h.cpus_request, h.busy_cores_p95) {
+        out.push(AdviceView {
+            line: r.sbatch_line(),
+            reason: format!("p95 busy cores {b:.1} over {} runs", h.runs),
+        });
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use jobscope_core::summary::analysis::Request;
+
+    #[test]
+    fn ordinals() {
+        let got: Vec<String> = [1, 2, 3, 4, 11, 12, 13, 21, 22, 100].map(ordinal).to_vec();
+        assert_eq!(
+            got,
+            ["1st", "2nd", "3rd", "4th", "11th", "12th", "13th", "21st", "22nd", "100th"]
+        );
+    }
+
+    #[test]
+    fn peer_sentence_and_history_lines() {
+        let p = PeerRank {
+            metric: PeerMetric::CpuEfficiency,
+            value_pct: 31.0,
+            percentile: 12.4,
+            median_pct: 54.0,
+            partition: "debug".into(),
+            cohort_jobs: 240,
+            window_days: 30,
+        };
+        assert_eq!(
+            peer(&p),
+            "CPU efficiency 31.0 %: 12th percentile of debug-partition jobs in the last 30 days (median 54.0 %, 240 jobs)"
+        );
+        let h = HistoryAdvice {
+            name: "train".into(),
+            runs: 12,
+            mem_peak_p95_bytes: Some(3_328_599_655),
+            mem_request: Some(Request::MemMib(4096)),
+            elapsed_p95_s: None,
+            time_request: None,
+            busy_cores_p95: Some(1.4),
+            cpus_request: Some(Request::CpusPerTask(2)),
+        };
+        assert_eq!(history_heading(&h), "From your last 12 runs of \"train\":");
+        let l = history_lines(&h);
+        assert_eq!(l.len(), 2);
+        assert_eq!(l[0].line, "#SBATCH --mem=4G");
+        assert_eq!(l[0].reason, "p95 peak 3.1 GiB over 12 runs, with headroom");
+        assert_eq!(l[1].line, "#SBATCH --cpus-per-task=2");
+    }
+}
