@@ -490,6 +490,7 @@ fn real_main() -> Result<()> {
         }
         Cmd::Index { cmd } => crate::audit::cli::index_cmd(&load_config(&cli.config)?, cmd),
         Cmd::Audit { cmd } => crate::audit::cli::audit_cmd(&load_config(&cli.config)?, cmd),
+        Cmd::Pg { cmd } => crate::pg::cmd::run(cmd, &load_config(&cli.config)?),
         Cmd::Summarize { dir, json } => {
             let cfg = load_config(&cli.config)?;
             let (s, problems) = pipeline::summarize_dir(&dir, &cfg).map_err(anyhow::Error::msg)?;

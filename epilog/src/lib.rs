@@ -21,6 +21,7 @@ pub mod archive;
 pub mod audit;
 pub mod charts;
 pub mod cli;
+pub mod index;
 pub mod live;
 pub mod local;
 pub mod mail;

@@ -13,6 +13,7 @@ use jobscope_epilog::audit::eval::MemEngine;
 use jobscope_epilog::audit::{
     Engine, Filters, GroupKey, JobRow, Query, Report, WasteMetric, Window,
 };
+use jobscope_epilog::index::{Index, ParquetEngine, Settings};
 use jobscope_epilog::pg::{self, engine::PgEngine, schema, sink};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -595,7 +596,7 @@ fn row_level_security_a_mapped_role_sees_only_its_users_jobs() {
 
 #[test]
 #[ignore = "needs root and a real PostgreSQL: tests/run-all.sh runs it"]
-fn the_sql_engine_gives_the_reference_engines_answers_on_the_same_archive() {
+fn the_sql_engine_answers_like_the_parquet_index_and_the_reference_on_the_same_archive() {
     main_server();
     let cfg = fresh_db(MAIN_DIR, MAIN_PORT, "jobscope_t_engines");
     let (_d, store) = temp_store();
@@ -615,6 +616,19 @@ fn the_sql_engine_gives_the_reference_engines_answers_on_the_same_archive() {
     }
     assert_eq!(rows.len(), 400);
     let mem = MemEngine::new(&rows).unwrap();
+    // And the Parquet index of the same archive, as `jobscope audit` reads it.
+    let index_dir = _d.path().join("index");
+    let settings = Settings {
+        dir: index_dir.clone(),
+        admin_gid: 0,
+        compact_parts: 8,
+        lock_stale_s: 600,
+        lock_wait_s: 10,
+        report: Default::default(),
+    };
+    let rep = Index::new(&store, settings).update(false).unwrap();
+    assert!(rep.problems.is_empty(), "{:?}", rep.problems);
+    let parquet = ParquetEngine::open(&index_dir).unwrap();
 
     let month = Window {
         since_unix_s: Some(T0 as i64 + 20 * 86_400),
@@ -734,6 +748,14 @@ fn the_sql_engine_gives_the_reference_engines_answers_on_the_same_archive() {
                 "{q:?}\n{e}\nsql:       {:?}\nreference: {:?}",
                 got.rows.first(),
                 want.rows.first()
+            );
+        }
+        let pq = parquet.run(q).unwrap();
+        if let Err(e) = got.same_as(&pq, 1e-9) {
+            panic!(
+                "{q:?}\n{e}\nsql:     {:?}\nparquet: {:?}",
+                got.rows.first(),
+                pq.rows.first()
             );
         }
         if !want.rows.is_empty() {
