@@ -110,6 +110,18 @@ run_tests unit; end_phase $?
 phase "mutation test with overflow checks (dev profile)"
 cargo test -p jobscope-epilog --test mutation; end_phase $?
 
+# A real PostgreSQL (Debian's package) on 127.0.0.1:55432, started and stopped by the project's
+# script (the outage test runs a second one on 55433 itself): the sink, resume after an outage,
+# row-level security with real roles, the SQL engine equal to the Parquet engine. ~40 s.
+phase "PostgreSQL tests (slurm-conf/postgres.sh; epilog/tests/pg.rs --ignored)"
+if bash slurm-conf/postgres.sh up; then
+  cargo test -p jobscope-epilog --release --test pg -- --ignored; pg_rc=$?
+  bash slurm-conf/postgres.sh down || pg_rc=1
+  end_phase $pg_rc
+else
+  end_phase 1
+fi
+
 # The .deb packages are built from the release build (lintian must report no error) and installed
 # with apt; the cluster tests then run the packaged files (cluster.sh install --packages). If the
 # packages cannot be built, that phase fails and the cluster tests run on the build's files.
