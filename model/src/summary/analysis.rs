@@ -192,6 +192,7 @@ pub struct Evidence {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct GpuUse {
     pub gpu: GpuRef,
+    /// The GPU's mean utilization; on a GPU other processes used too, the job's own share.
     pub util_mean_pct: Option<f64>,
 }
 
@@ -972,7 +973,9 @@ fn add_gpus(s: &JobSummary, a: &mut Analysis) {
         .iter()
         .map(|g| GpuUse {
             gpu: GpuRef::of(g),
-            util_mean_pct: g.util_mean_pct,
+            // The job's own share on a GPU others used too (docs/gpu.md): the figure its
+            // GPU class rests on.
+            util_mean_pct: g.job_util_mean_pct.or(g.util_mean_pct),
         })
         .collect();
     a.classification.evidence.gpus_idle = idle as u32;
