@@ -482,6 +482,92 @@ impl<'a> Index<'a> {
     }
 }
 
+/// Writes an index made of `rows` alone (no archive behind it): the seeded generator and the
+/// benchmarks make indexes of millions of jobs this way, without millions of JSON files. `rows`
+/// must come in end-time order (they are written month by month as they arrive, so memory holds one
+/// month). `state.json` lists no archive days, so a later `update` against a real archive rebuilds
+/// it. Returns the number of jobs written.
+pub fn write_rows_only(settings: &Settings, rows: impl IntoIterator<Item = JobRow>) -> Result<u64> {
+    mkdir(&settings.dir, settings.admin_gid)?;
+    let mut state = State {
+        version: STATE_VERSION,
+        next_part: 1,
+        ..Default::default()
+    };
+    let mut n = 0;
+    let mut month = String::new();
+    let mut buf: Vec<JobRow> = Vec::new();
+    let mut last_end = 0u64;
+    let flush = |month: &str, buf: &mut Vec<JobRow>, state: &mut State| -> Result<()> {
+        if buf.is_empty() {
+            return Ok(());
+        }
+        buf.sort_by_key(|r| (r.end_unix_ms, r.job_id));
+        let seq = state.next_part;
+        state.next_part += 1;
+        state
+            .jobs
+            .push(write_part_slices(settings, "jobs", month, seq, buf)?);
+        buf.clear();
+        Ok(())
+    };
+    for r in rows {
+        if r.end_unix_ms < last_end {
+            bail!("write_rows_only: rows must come in end-time order");
+        }
+        last_end = r.end_unix_ms;
+        let m = crate::audit::query::time_keys(r.end_unix_ms as i64).3;
+        if m != month {
+            flush(&month, &mut buf, &mut state)?;
+            month = m;
+        }
+        n += 1;
+        buf.push(r);
+    }
+    flush(&month, &mut buf, &mut state)?;
+    let owner = is_root().then_some((0, settings.admin_gid));
+    jobscope_core::fsutil::write_atomic(
+        &settings.dir,
+        STATE,
+        &serde_json::to_vec(&state)?,
+        0o640,
+        owner,
+    )?;
+    Ok(n)
+}
+
+/// [`write_part`] for many rows: Arrow batches of [`ROW_GROUP_ROWS`] rows into one file.
+fn write_part_slices(
+    s: &Settings,
+    table: &str,
+    month: &str,
+    seq: u64,
+    rows: &[JobRow],
+) -> Result<Part> {
+    let rel_dir = format!("{table}/{month}");
+    let dir = s.dir.join(&rel_dir);
+    mkdir(&s.dir.join(table), s.admin_gid)?;
+    mkdir(&dir, s.admin_gid)?;
+    let name = format!("part-{seq:08}.parquet");
+    let tmp = dir.join(format!(".{name}.tmp.{}", std::process::id()));
+    let _ = std::fs::remove_file(&tmp);
+    let f = jobscope_core::fsutil::create_new(&tmp, 0o640)?;
+    let mut w = ArrowWriter::try_new(f.try_clone()?, job_schema(), Some(writer_props()))?;
+    for chunk in rows.chunks(ROW_GROUP_ROWS) {
+        w.write(&job_batch(chunk)?)?;
+    }
+    w.close()?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, dir.join(&name))?;
+    Ok(Part {
+        file: format!("{rel_dir}/{name}"),
+        month: month.to_string(),
+        rows: rows.len() as u64,
+        min_end_ms: rows.first().map(|r| r.end_unix_ms as i64),
+        max_end_ms: rows.last().map(|r| r.end_unix_ms as i64),
+    })
+}
+
 fn arrow_select_concat(
     schema: &arrow_schema::SchemaRef,
     batches: &[RecordBatch],

@@ -615,3 +615,79 @@ fn top_wasters_rank_by_wasted_hours_and_a_uid_filter_hides_everyone_else() {
     assert_eq!(t.rows.len(), 4);
     assert!(t.rows.iter().all(|r| r[u] == Value::Text("bob".into())));
 }
+
+#[test]
+fn after_an_update_the_epilog_gets_peers_and_history_and_metrics_count_the_archive() {
+    let fx = fixture();
+    let now_ms = jobscope_core::sampler::now_unix_ms();
+    // 24 recent jobs of alice named like `job0`/`job1`/`job2` on debug, all 2 days ago.
+    let specs: Vec<Spec> = (0..24u32)
+        .map(|i| {
+            let mut s = spec(300 + i, "alice", 1001, "debug", 0);
+            s.start_ms = now_ms - 2 * DAY_MS + u64::from(i) * 60_000;
+            s
+        })
+        .collect();
+    fx.write(&specs);
+    let idx = fx.index();
+    idx.update(false).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let mut cfg = jobscope_core::config::Config::default();
+    cfg.paths.archive_dir = fx.store.root().to_path_buf();
+    cfg.audit.index_dir = Some(fx.settings.dir.clone());
+    cfg.audit.metrics_file = Some(tmp.path().join("jobscope.prom"));
+    let notes = crate::audit::after_update(&cfg, &idx);
+    assert!(
+        notes.iter().all(|n| !n.contains("not written")),
+        "{notes:?}"
+    );
+
+    // The Epilog's view of one more run of `job0`.
+    let mut s = summary(&spec(999, "alice", 1001, "debug", 0));
+    s.name = Some("job0".into());
+    crate::audit::history::enrich(&cfg, &mut s);
+    let a = s.analysis.as_ref().unwrap();
+    assert_eq!(a.peers.len(), 2, "CPU and memory: {:?}", a.peers);
+    assert_eq!(a.peers[0].cohort_jobs, 24);
+    // job0 = ids 300, 303, …: 8 earlier runs + this one.
+    let h = a.history.as_ref().expect("history advice");
+    assert_eq!(h.runs, 9);
+    // CPU efficiency of the earlier runs from the JSON files, to check the median independently.
+    let mut effs: Vec<f64> = fx
+        .json_docs()
+        .iter()
+        .map(|d| f(d, &["efficiency", "cpu_pct"]).unwrap())
+        .collect();
+    effs.sort_by(f64::total_cmp);
+    assert_eq!(
+        a.peers[0].median_pct,
+        effs[((effs.len() - 1) as f64 * 0.5).round() as usize]
+    );
+
+    // Thin history: with a higher bar nothing is added.
+    cfg.audit.peer_min_jobs = 25;
+    cfg.audit.history_min_runs = 10;
+    let mut s2 = summary(&spec(998, "alice", 1001, "debug", 0));
+    s2.name = Some("job0".into());
+    crate::audit::history::enrich(&cfg, &mut s2);
+    let a2 = s2.analysis.as_ref().unwrap();
+    assert!(a2.peers.is_empty() && a2.history.is_none());
+
+    let prom = std::fs::read_to_string(tmp.path().join("jobscope.prom")).unwrap();
+    assert!(
+        prom.contains("jobscope_jobs_total{cluster=\"c1\",partition=\"debug\"} 24\n"),
+        "{prom}"
+    );
+    let want: f64 = fx
+        .json_docs()
+        .iter()
+        .map(|d| f(d, &["alloc", "cores"]).unwrap() * f(d, &["elapsed_s"]).unwrap() / 3600.0)
+        .sum();
+    let line = prom
+        .lines()
+        .find(|l| l.starts_with("jobscope_core_hours_allocated_total{"))
+        .unwrap();
+    let got: f64 = line.rsplit(' ').next().unwrap().parse().unwrap();
+    assert!(close(got, want), "{line} vs {want}");
+    assert!(!prom.contains("job_id") && !prom.contains("user="));
+}
