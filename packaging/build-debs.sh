@@ -45,8 +45,8 @@ rm -rf "$docs"
 gzip -9n "$docs"/man/*
 
 rm -f "$TARGET"/debian/jobscope_*.deb "$TARGET"/debian/jobscope-spank-slurm*.deb
-cargo deb -p jobscope-epilog --no-build
-cargo deb -p jobscope-plugin --no-build
+cargo deb -p jobscope-epilog --no-build --strip
+cargo deb -p jobscope-plugin --no-build --strip
 debs=("$TARGET"/debian/jobscope_*.deb "$TARGET"/debian/jobscope-spank-slurm22.05_*.deb)
 for d in "${debs[@]}"; do
   echo "== $d"

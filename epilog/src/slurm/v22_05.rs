@@ -704,6 +704,10 @@ pub fn run_bounded_env(
 pub struct Slurm2205 {
     pub squeue: String,
     pub scontrol: String,
+    /// Where the cluster's name is read (`ClusterName=`): the first file that names it. scontrol's
+    /// job record has no cluster, and asking slurmctld for its configuration would be a second
+    /// question; the Epilog's environment names it too (`SLURM_CLUSTER_NAME`), `reap` has only this.
+    pub slurm_conf: Vec<String>,
 }
 
 impl Default for Slurm2205 {
@@ -711,7 +715,34 @@ impl Default for Slurm2205 {
         Slurm2205 {
             squeue: "/usr/bin/squeue".into(),
             scontrol: "/usr/bin/scontrol".into(),
+            // slurmd's copy in configless mode, then the usual place.
+            slurm_conf: vec![
+                "/run/slurm/conf/slurm.conf".into(),
+                "/etc/slurm/slurm.conf".into(),
+            ],
         }
+    }
+}
+
+/// `ClusterName=` in slurm.conf text (keys are case-insensitive; `#` starts a comment).
+pub fn cluster_name_from_conf(text: &str) -> Option<String> {
+    text.lines().find_map(|line| {
+        let line = line.split('#').next().unwrap_or("").trim();
+        let (k, v) = line.split_once('=')?;
+        (k.trim().eq_ignore_ascii_case("ClusterName"))
+            .then(|| v.trim().to_string())
+            .filter(|v| !v.is_empty() && !v.contains(char::is_whitespace))
+    })
+}
+
+impl Slurm2205 {
+    fn cluster_name(&self) -> Option<String> {
+        self.slurm_conf.iter().find_map(|p| {
+            let f = std::fs::File::open(p).ok()?;
+            let mut text = String::new();
+            std::io::Read::read_to_string(&mut std::io::Read::take(f, 1 << 20), &mut text).ok()?;
+            cluster_name_from_conf(&text)
+        })
     }
 }
 
@@ -724,7 +755,9 @@ impl Slurm for Slurm2205 {
             &[("SLURM_TIME_FORMAT", "%s")],
             COMMAND_LIMIT,
         )?;
-        parse_scontrol_job(&out, job_id)
+        let mut f = parse_scontrol_job(&out, job_id)?;
+        f.cluster = self.cluster_name();
+        Some(f)
     }
 
     fn array_tasks(&self, array_id: u32) -> Option<Vec<ArrayTask>> {
@@ -934,6 +967,7 @@ mod tests {
         let s = Slurm2205 {
             squeue: "/nonexistent/squeue".into(),
             scontrol: "/nonexistent/scontrol".into(),
+            slurm_conf: vec!["/nonexistent/slurm.conf".into()],
         };
         assert!(s.job_facts(1).is_none() && s.array_tasks(1).is_none() && !s.ping());
     }
@@ -1110,6 +1144,14 @@ mod tests {
             parse_scontrol_job(&real, 243).unwrap().partition.as_deref(),
             Some("debug")
         );
+    }
+
+    #[test]
+    fn the_cluster_name_from_slurm_conf() {
+        let conf = "# ClusterName=commented\nSlurmctldHost=vm\nclustername = jobscope # ours\nClusterName=second\n";
+        assert_eq!(cluster_name_from_conf(conf).as_deref(), Some("jobscope"));
+        assert_eq!(cluster_name_from_conf("ClusterName=\n"), None);
+        assert_eq!(cluster_name_from_conf("PartitionName=x\n"), None);
     }
 
     #[test]

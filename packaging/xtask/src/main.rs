@@ -262,6 +262,7 @@ fn jobscope_toml_5(version: &str, md: &str) -> String {
     let mut out = th("jobscope.toml", "5", version, "jobscope manual");
     out.push_str(".SH NAME\njobscope.toml \\- jobscope's site configuration file\n");
     out.push_str(".SH SYNOPSIS\n\\fI/etc/jobscope/jobscope.toml\\fR\n");
+    out.push_str(".SH DESCRIPTION\n");
     let mut r = Roff::default();
     for ev in Parser::new_ext(md, Options::ENABLE_TABLES) {
         r.event(ev);
