@@ -130,6 +130,8 @@ bash packaging/build-debs.sh --no-build; pkg_rc=$?; end_phase $pkg_rc
 if [ "$pkg_rc" = 0 ]; then
   phase "install: $CLUSTER install --packages (the installed .debs)"
   bash "$CLUSTER" install --packages "${CARGO_TARGET_DIR:-$REPO/target}/debian"; end_phase $? || abort "install failed"
+  phase "packages: packaging/test-packages.sh (files, man pages, completions, postinst)"
+  bash packaging/test-packages.sh; end_phase $?
 else
   phase "install: $CLUSTER install (from the build)"
   bash "$CLUSTER" install; end_phase $? || abort "install failed"

@@ -1,0 +1,76 @@
+#!/bin/bash
+# Checks the installed jobscope packages on this host, as root (tests/run-all.sh runs it after
+# `cluster.sh install --packages`):
+#   1. both packages are installed and own the files docs/packaging.md lists;
+#   2. the man pages render without groff warnings and name every subcommand;
+#   3. the bash completion completes the subcommands and `mail`'s own;
+#   4. postinst makes the directories with the owners and modes of docs/packaging.md on a fresh
+#      node, and keeps the mode of one that exists (run in a private mount namespace on empty
+#      tmpfs mounts, so this host's directories are never touched).
+set -uo pipefail
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+fail=0
+ok() { echo "ok    $*"; }
+bad() { echo "FAIL  $*"; fail=1; }
+[ "$(id -u)" = 0 ] || { echo "test-packages: run as root" >&2; exit 1; }
+
+for f in /usr/bin/jobscope /usr/sbin/jobscope-epilog /etc/jobscope/jobscope.toml \
+  /lib/systemd/system/jobscope-reap.timer /lib/systemd/system/jobscope-reap.service \
+  /lib/systemd/system/jobscope-mail-flush.timer /lib/systemd/system/jobscope-mail-flush.service \
+  /usr/share/man/man1/jobscope.1.gz /usr/share/man/man8/jobscope-epilog.8.gz \
+  /usr/share/man/man5/jobscope.toml.5.gz /usr/share/bash-completion/completions/jobscope \
+  /usr/share/zsh/vendor-completions/_jobscope /usr/share/fish/vendor_completions.d/jobscope.fish; do
+  o=$(dpkg -S "$f" 2>/dev/null | cut -d: -f1)
+  [ "$o" = jobscope ] && ok "$f from jobscope" || bad "$f: owned by '${o:-nothing}', expected jobscope"
+done
+for f in /usr/lib/x86_64-linux-gnu/slurm-wlm/jobscope_spank.so /etc/slurm/plugstack.conf.d/jobscope.conf; do
+  o=$(dpkg -S "$f" 2>/dev/null | cut -d: -f1)
+  [ "$o" = jobscope-spank-slurm22.05 ] && ok "$f from jobscope-spank-slurm22.05" || bad "$f: owned by '${o:-nothing}'"
+done
+dpkg-query -W -f='${Conffiles}\n' jobscope | grep -q ' /etc/jobscope/jobscope.toml ' \
+  && ok "jobscope.toml is a conffile" || bad "jobscope.toml is not a conffile"
+
+for p in /usr/share/man/man1/jobscope.1.gz /usr/share/man/man8/jobscope-epilog.8.gz /usr/share/man/man5/jobscope.toml.5.gz; do
+  w=$(MANWIDTH=80 man --warnings -l "$p" 2>&1 >/dev/null)
+  [ -z "$w" ] && ok "man -l $p: no warnings" || bad "man -l $p: $w"
+done
+page=$(MANWIDTH=200 man -l /usr/share/man/man1/jobscope.1.gz 2>/dev/null)
+for sub in $(/usr/bin/jobscope --help | awk '/^Commands:/ { on = 1; next } on && NF { print $1 } !NF { on = 0 }' | grep -v '^help$'); do
+  grep -q "jobscope $sub" <<<"$page" && ok "jobscope(1) documents '$sub'" || bad "jobscope(1) lacks '$sub'"
+done
+
+complete_words() { # words...: what bash completion offers after them
+  bash -c 'source /usr/share/bash-completion/completions/jobscope
+    COMP_WORDS=("$@" ""); COMP_CWORD=$#; COMP_LINE="$* "; COMP_POINT=${#COMP_LINE}
+    _jobscope jobscope "" "${COMP_WORDS[COMP_CWORD-1]}"; printf "%s\n" "${COMPREPLY[@]}"' _ "$@"
+}
+c=$(complete_words jobscope)
+for w in show reap mail archive; do
+  grep -qx "$w" <<<"$c" && ok "bash completes 'jobscope $w'" || bad "bash does not complete 'jobscope $w' (got: $(echo $c))"
+done
+c=$(complete_words jobscope mail)
+grep -qx flush <<<"$c" && ok "bash completes 'jobscope mail flush'" || bad "no 'flush' after 'jobscope mail' (got: $(echo $c))"
+
+out=$(unshare -m bash -c '
+  set -e
+  for d in /var/lib /var/spool /var/log; do mount -t tmpfs none "$d"; done
+  sh "$1" configure >/dev/null 2>&1 || true
+  stat -c "%a %U:%G %n" /var/spool/jobscope /var/spool/jobscope/mail /var/lib/jobscope/archive /var/lib/jobscope/state /var/log/jobscope
+  chmod 0711 /var/lib/jobscope/state
+  sh "$1" configure 0.1.0-1 >/dev/null 2>&1 || true
+  stat -c "upgrade %a %n" /var/lib/jobscope/state
+' _ "$REPO/packaging/debian/jobscope/postinst")
+expected="700 root:root /var/spool/jobscope
+700 root:root /var/spool/jobscope/mail
+755 root:root /var/lib/jobscope/archive
+700 root:root /var/lib/jobscope/state
+750 root:adm /var/log/jobscope
+upgrade 711 /var/lib/jobscope/state"
+[ "$out" = "$expected" ] && ok "postinst: directories, owners and modes; an existing mode kept" \
+  || bad "postinst made:
+$out
+expected:
+$expected"
+
+[ "$fail" = 0 ] && echo "test-packages: all passed" || echo "test-packages: FAILED"
+exit "$fail"
