@@ -1,5 +1,131 @@
-// The plugin's SLURM symbols (slurm_error, spank_get_item…) are resolved by slurmstepd when it loads
-// the .so. Test binaries of this crate never call them, so let the linker leave them unresolved there.
+//! Builds the plugin for the SLURM release whose headers it is compiled against (one source for
+//! every release; docs/slurm-versions.md).
+//!
+//! - `JOBSCOPE_SLURM_INCLUDE` (default `/usr/include`): the directory holding `slurm/spank.h` and
+//!   `slurm/slurm_version.h`. `SLURM_VERSION_NUMBER` from there becomes the plugin's
+//!   `plugin_version` (SLURM loads a SPANK plugin only if its major.minor matches), written to
+//!   `$OUT_DIR/spank_plugin.rs` for plugin/src/glue.rs, because `SPANK_PLUGIN!` takes a literal.
+//! - The `slurm-spank` crate makes its bindings with bindgen from `<slurm/spank.h>` on the default
+//!   include path; for other headers it must be given the same directory through
+//!   `BINDGEN_EXTRA_CLANG_ARGS=-I<dir>`, which is checked here. Its build script does not rerun
+//!   when that variable changes, so each release needs its own target directory: a target
+//!   directory is stamped with the headers it was built for, and a build with other headers there
+//!   stops with an explanation instead of linking stale bindings.
+//!
+//! Also: the plugin's SLURM symbols (slurm_error, spank_get_item…) are resolved by slurmstepd when
+//! it loads the .so. Test binaries of this crate never call them, so the linker leaves them
+//! unresolved there.
+
+#[path = "src/slurm_version.rs"]
+#[allow(dead_code)]
+mod slurm_version;
+
+use std::env;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+fn fail(msg: String) -> ! {
+    eprintln!("jobscope-plugin build: {msg}");
+    panic!("{msg}");
+}
+
+/// The `-I` directories of BINDGEN_EXTRA_CLANG_ARGS (`-I dir` and `-Idir`), in order.
+fn bindgen_include_dirs(args: &str) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut words = args.split_whitespace();
+    while let Some(w) = words.next() {
+        if w == "-I" {
+            if let Some(d) = words.next() {
+                out.push(PathBuf::from(d));
+            }
+        } else if let Some(d) = w.strip_prefix("-I") {
+            out.push(PathBuf::from(d));
+        }
+    }
+    out
+}
+
+fn same_dir(a: &Path, b: &Path) -> bool {
+    match (fs::canonicalize(a), fs::canonicalize(b)) {
+        (Ok(x), Ok(y)) => x == y,
+        _ => a == b,
+    }
+}
+
 fn main() {
     println!("cargo:rustc-link-arg=-Wl,--unresolved-symbols=ignore-all");
+    println!("cargo:rerun-if-changed=build.rs");
+    println!("cargo:rerun-if-changed=src/slurm_version.rs");
+    println!("cargo:rerun-if-env-changed=JOBSCOPE_SLURM_INCLUDE");
+    println!("cargo:rerun-if-env-changed=BINDGEN_EXTRA_CLANG_ARGS");
+
+    let include = PathBuf::from(
+        env::var("JOBSCOPE_SLURM_INCLUDE").unwrap_or_else(|_| "/usr/include".to_string()),
+    );
+    let version_h = include.join("slurm/slurm_version.h");
+    println!("cargo:rerun-if-changed={}", version_h.display());
+    let text = fs::read_to_string(&version_h).unwrap_or_else(|e| {
+        fail(format!(
+            "cannot read {}: {e} (install libslurm-dev, or set JOBSCOPE_SLURM_INCLUDE to the \
+             directory holding slurm/slurm_version.h)",
+            version_h.display()
+        ))
+    });
+    let version = slurm_version::parse_slurm_version_h(&text)
+        .unwrap_or_else(|e| fail(format!("{}: {e}", version_h.display())));
+
+    // The headers bindgen sees first must be these.
+    let extra = env::var("BINDGEN_EXTRA_CLANG_ARGS").unwrap_or_default();
+    let bindgen_dir = bindgen_include_dirs(&extra)
+        .into_iter()
+        .find(|d| d.join("slurm/spank.h").is_file())
+        .unwrap_or_else(|| PathBuf::from("/usr/include"));
+    if !same_dir(&bindgen_dir, &include) {
+        fail(format!(
+            "slurm-spank's bindings come from {}/slurm/spank.h but the plugin version from {}: \
+             set BINDGEN_EXTRA_CLANG_ARGS=-I{} together with JOBSCOPE_SLURM_INCLUDE",
+            bindgen_dir.display(),
+            version_h.display(),
+            include.display()
+        ));
+    }
+
+    // OUT_DIR = <target>/<profile>/build/jobscope-plugin-<hash>/out: stamp <target>/<profile>.
+    let out = PathBuf::from(env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
+    if let Some(profile_dir) = out.ancestors().nth(3) {
+        let stamp = profile_dir.join("jobscope-slurm-headers");
+        let want = format!("{}\n", include.display());
+        match fs::read_to_string(&stamp) {
+            Ok(had) if had != want => fail(format!(
+                "{} was built against the SLURM headers in {}; slurm-spank's bindings there would \
+                 not match {} (its build script does not rerun): build each release in its own \
+                 target directory, e.g. CARGO_TARGET_DIR=target/slurm-{}",
+                profile_dir.display(),
+                had.trim(),
+                include.display(),
+                version.release()
+            )),
+            Ok(_) => {}
+            Err(_) => {
+                let _ = fs::write(&stamp, &want);
+            }
+        }
+    }
+
+    let generated = format!(
+        "// Generated by plugin/build.rs from {} (SLURM {}.{:02}.{}).\n\
+         SPANK_PLUGIN!(b\"jobscope\", {:#08x}, Jobscope);\n\
+         /// The SLURM release this plugin was built for (SLURM loads it only into the same major.minor).\n\
+         pub const BUILT_FOR_SLURM: &str = \"{}.{:02}.{}\";\n",
+        version_h.display(),
+        version.major(),
+        version.minor(),
+        version.micro(),
+        version.number,
+        version.major(),
+        version.minor(),
+        version.micro(),
+    );
+    fs::write(out.join("spank_plugin.rs"), generated)
+        .unwrap_or_else(|e| fail(format!("cannot write spank_plugin.rs: {e}")));
 }

@@ -1,7 +1,7 @@
 //! Command-line entry points of `jobscope` and `jobscope-epilog`.
 
 use crate::pipeline;
-use crate::slurm::{EpilogEnv, Slurm, Slurm2205};
+use crate::slurm::{EpilogEnv, Slurm};
 use crate::{archive, present, run};
 use anyhow::{bail, Result};
 use clap::{Parser, Subcommand};
@@ -298,7 +298,7 @@ fn real_main() -> Result<()> {
                 vars.insert("SLURM_NODELIST".into(), n);
             }
             let env = EpilogEnv::from_vars(&vars).map_err(anyhow::Error::msg)?;
-            let outcome = run::run_epilog(&cfg, &env, &Slurm2205::default(), &mut |m| {
+            let outcome = run::run_epilog(&cfg, &env, &*crate::slurm::detect(), &mut |m| {
                 eprintln!("jobscope: {m}")
             })?;
             if json {
@@ -310,7 +310,7 @@ fn real_main() -> Result<()> {
         }
         Cmd::Reap { node, json } => {
             let cfg = load_config(&cli.config)?;
-            let slurm = Slurm2205::default();
+            let slurm = crate::slurm::detect();
             // Without slurmctld we cannot tell a running job from a dead one: do nothing rather
             // than turn running jobs' spools into early partial reports.
             if !slurm.ping() {
@@ -607,7 +607,7 @@ pub fn epilog_main() -> i32 {
         };
         let t0 = std::time::Instant::now();
         let mut log = |m: &str| run::append_log(&log_path, m);
-        match run::run_epilog(&cfg, &env, &Slurm2205::default(), &mut log) {
+        match run::run_epilog(&cfg, &env, &*crate::slurm::detect(), &mut log) {
             Ok(o) => run::append_log(
                 &log_path,
                 // `tests/cluster/src/mail.rs` (`epilog_ms`) reads `job <id> node <n>: … in <ms> ms`.

@@ -16,9 +16,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Once;
 use std::time::{Duration, Instant};
 
-// SLURM refuses a SPANK plugin whose major.minor differs from its own. 0x160508 = 22.05.8 (Debian 12).
-// slurm-spank 0.2.2 wants a literal here.
-SPANK_PLUGIN!(b"jobscope", 0x160508, Jobscope);
+// SLURM refuses a SPANK plugin whose major.minor differs from its own. plugin/build.rs writes
+// `SPANK_PLUGIN!(b"jobscope", <SLURM_VERSION_NUMBER of the headers built against>, Jobscope)` and
+// `BUILT_FOR_SLURM` (slurm-spank 0.2.2's macro wants a literal, so it is generated, not a const).
+include!(concat!(env!("OUT_DIR"), "/spank_plugin.rs"));
 
 /// Values a user may give to `--jobscope-mail`.
 pub const MAIL_CHOICES: &[&str] = &["never", "fail", "end", "always"];

@@ -19,9 +19,13 @@ mod glue;
 mod handover;
 mod resident;
 mod scope;
+#[cfg(test)]
+mod slurm_version;
 mod steps;
 
 pub use args::Args;
+/// The SLURM release this build targets (from the headers, plugin/build.rs).
+pub use glue::BUILT_FOR_SLURM;
 
 /// Logs through SLURM's log (slurmd's log file for slurmstepd), prefixed "jobscope: error: ".
 ///

@@ -8,9 +8,11 @@
 //! - [`decide_end`]: how the job ended, from the facts and jobscope's own evidence.
 
 pub mod v22_05;
+pub mod v24_11;
 
 pub use jobscope_core::job::{EndEvidence, EndReason, JobEnd, JobFacts, JobState};
 pub use v22_05::{short_hostname, EpilogEnv, Slurm2205};
+pub use v24_11::Slurm2411;
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -119,6 +121,52 @@ pub fn decide_end(f: &JobFacts, ev: &EndEvidence) -> JobEnd {
         return end(JobState::Completed, None);
     }
     end(JobState::Unknown, Some(EndReason::Unknown))
+}
+
+/// The adapter [`detect`] chose, used wherever a `&dyn Slurm` is.
+impl<T: Slurm + ?Sized> Slurm for Box<T> {
+    fn job_facts(&self, job_id: u32) -> Option<JobFacts> {
+        (**self).job_facts(job_id)
+    }
+    fn array_tasks(&self, array_id: u32) -> Option<Vec<ArrayTask>> {
+        (**self).array_tasks(array_id)
+    }
+    fn ping(&self) -> bool {
+        (**self).ping()
+    }
+    fn decide_end(&self, facts: &JobFacts, evidence: &EndEvidence) -> JobEnd {
+        (**self).decide_end(facts, evidence)
+    }
+}
+
+/// The release `scontrol --version` names (`slurm 22.05.8`, `slurm-wlm 24.11.5`) as (major, minor).
+pub fn parse_release(version_output: &str) -> Option<(u32, u32)> {
+    let v = version_output.split_whitespace().nth(1)?;
+    let mut parts = v.split('.');
+    let major = parts.next()?.parse().ok()?;
+    let minor = parts.next()?.parse().ok()?;
+    Some((major, minor))
+}
+
+/// The adapter for a release: 24.11 and later ask `scontrol --json` (tested on 24.11, see
+/// docs/slurm-versions.md); anything older, or a release that could not be learned, gets the 22.05
+/// adapter, whose text commands every release understands.
+pub fn for_release(release: Option<(u32, u32)>) -> Box<dyn Slurm> {
+    match release {
+        Some(r) if r >= (24, 11) => Box::new(Slurm2411::default()),
+        _ => Box::new(Slurm2205::default()),
+    }
+}
+
+/// The adapter for the SLURM installed here. `scontrol --version` reads no controller: it costs one
+/// local exec, bounded like every other command.
+pub fn detect() -> Box<dyn Slurm> {
+    let out = v22_05::run_bounded(
+        "/usr/bin/scontrol",
+        &["--version"],
+        std::time::Duration::from_secs(5),
+    );
+    for_release(out.as_deref().and_then(parse_release))
 }
 
 /// A scheduler with canned answers, for tests: facts per job, array listings, and whether it answers.
@@ -237,6 +285,22 @@ mod tests {
             let got = decide_end(&f, &e);
             assert_eq!((got.state, got.reason), (state, reason), "{case}");
         }
+    }
+
+    /// `scontrol --version` as the two releases print it (epilog/testdata/slurm-24.11/version.txt
+    /// is 24.11's, captured; 22.05's is Debian 12's `slurm 22.05.8`).
+    #[test]
+    fn release_from_scontrol_version() {
+        let v2411 = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/testdata/slurm-24.11/version.txt"
+        ))
+        .unwrap();
+        assert_eq!(parse_release(&v2411), Some((24, 11)));
+        assert_eq!(parse_release("slurm 22.05.8\n"), Some((22, 5)));
+        assert_eq!(parse_release("slurm-wlm 25.05.0-0rc1"), Some((25, 5)));
+        assert_eq!(parse_release(""), None);
+        assert_eq!(parse_release("scontrol: command not found"), None);
     }
 
     #[test]
