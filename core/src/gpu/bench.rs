@@ -52,6 +52,8 @@ pub struct SampleCost {
 
 /// Opens NVML from `lib_path` (`None`: the system's `libnvidia-ml.so.1`), resolves `selection`
 /// and times `iterations` samples and as many drains, alternated, with `job_pids` as the job.
+/// `pause` passes before each drain (and each sample): at least one 200 ms driver sample, so a
+/// drain reads new samples as the monitor's do, not an empty buffer.
 /// With the fake library, set `FAKE_NVML_SCRIPT` (or put `fake-nvml.json` next to the `.so`) to
 /// choose the devices and the per-call costs.
 pub fn nvml_sample_cost(
@@ -59,6 +61,7 @@ pub fn nvml_sample_cost(
     selection: &GpuSelection,
     job_pids: &[u32],
     iterations: u32,
+    pause: Duration,
 ) -> Result<SampleCost, String> {
     let mut b = NvmlBackend::new(NvmlConfig {
         lib_path: lib_path.map(Path::to_path_buf),
@@ -78,12 +81,14 @@ pub fn nvml_sample_cost(
     pids.dedup();
     let (mut samples, mut drains) = (Vec::new(), Vec::new());
     for i in 0..iterations.max(1) {
+        std::thread::sleep(pause);
         let t = Instant::now();
         let s = b.sample(&pids, t + Duration::from_secs(10));
         samples.push(t.elapsed());
         if s.devices.iter().any(Option::is_none) {
             return Err(format!("sample {i} missed a device: {:?}", s.events));
         }
+        std::thread::sleep(pause);
         let t = Instant::now();
         let d = b.drain(t + Duration::from_secs(10));
         drains.push(t.elapsed());

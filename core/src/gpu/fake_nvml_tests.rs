@@ -575,6 +575,7 @@ fn gpu_bench_function_measures_the_fake() {
         &GpuSelection::of([GpuRef::AllAccessible]),
         &[4242],
         50,
+        Duration::ZERO,
     )
     .unwrap();
     assert_eq!((c.devices, c.iterations), (2, 50));
@@ -597,6 +598,7 @@ fn gpu_fake_per_call_costs_are_paid() {
         &GpuSelection::of([GpuRef::NvidiaMinor(3)]),
         &[4242],
         8,
+        Duration::ZERO,
     )
     .unwrap();
     assert!(c.sample.max >= Duration::from_millis(100), "{c:?}");
@@ -672,6 +674,14 @@ fn gpu_monitors_of_two_jobs_on_a_shared_gpu_drain_the_buffer_and_get_their_own_s
         assert!(g.util_coverage_share.unwrap() > 0.9, "{g:?}");
     }
     let (ja, jb) = (ga.job_util_mean_pct.unwrap(), gb.job_util_mean_pct.unwrap());
+    for (job, g) in [("A (pid 4242)", &ga), ("B (pid 5151)", &gb)] {
+        eprintln!(
+            "job {job}: device mean {:.1} %, job's share mean {:.1} %, coverage {:.2}",
+            g.util_mean_pct.unwrap_or(f64::NAN),
+            g.job_util_mean_pct.unwrap_or(f64::NAN),
+            g.util_coverage_share.unwrap_or(f64::NAN)
+        );
+    }
     assert!((ja - 50.0).abs() <= 6.0, "job A {ja}");
     assert!((jb - 25.0).abs() <= 6.0, "job B {jb}");
     // Every 200 ms sample once: no more than the time from the first to the last bucket holds.
