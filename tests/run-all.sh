@@ -7,7 +7,8 @@
 # (cargo build --release --workspace) -> unit tests (whole workspace except the cluster tests)
 # -> the spool mutation test with overflow checks (dev profile) -> .deb packages (packaging/build-debs.sh,
 # lintian) -> install them (slurm-conf/cluster.sh install --packages) -> 1-node cluster + cluster tests (all but
-# two_node_*) -> 2-node cluster + two_node_* tests -> cluster down (always, unless --keep-up).
+# two_node_*) -> 2-node cluster + two_node_* tests -> the same on SLURM 24.11 (slurm-conf/trixie/) ->
+# cluster down (always, unless --keep-up).
 # Test phases all run even if an earlier one failed; the exit status is non-zero if any
 # phase failed. Uses cargo-nextest when installed, `cargo test` otherwise.
 set -uo pipefail
@@ -67,6 +68,10 @@ summary() {
 finish() {
   local rc=$?
   trap - EXIT INT TERM
+  if [ "${TRIXIE_STARTED:-0}" = 1 ]; then
+    phase "24.11 cluster down"
+    bash slurm-conf/trixie/cluster.sh down; end_phase $?
+  fi
   if [ "$CLUSTER_STARTED" = 1 ] && [ "$keep_up" = 0 ]; then
     phase "cluster down"
     bash "$CLUSTER" down; end_phase $?
@@ -148,6 +153,29 @@ phase "cluster up --nodes 2"
 if bash "$CLUSTER" up --nodes 2; end_phase $?; then
   phase "cluster tests, 2 nodes (two_node_*)"
   run_tests two-node; end_phase $?
+fi
+
+# SLURM 24.11 (issue 11 §1): the same cluster tests against the daemons of a Debian 13 root
+# filesystem (slurm-conf/trixie/: built once per machine and cached), with the plugin built against
+# its headers, in place of the 22.05 daemons. docs/slurm-versions.md.
+TRIXIE=slurm-conf/trixie
+phase "24.11: rootfs (cached), build against its headers ($TRIXIE/cluster.sh build), install into it"
+if bash "$TRIXIE/rootfs.sh" build && bash "$TRIXIE/cluster.sh" build && bash "$TRIXIE/cluster.sh" install; end_phase $?; then
+  bash "$CLUSTER" down >/dev/null
+  TRIXIE_STARTED=1
+  phase "24.11 cluster up (1 node)"
+  if bash "$TRIXIE/cluster.sh" up; end_phase $?; then
+    phase "24.11 cluster tests, 1 node (all but two_node_*)"
+    JOBSCOPE_SLURM=24.11 run_tests one-node; end_phase $?
+  fi
+  phase "24.11 cluster up --nodes 2"
+  if bash "$TRIXIE/cluster.sh" up --nodes 2; end_phase $?; then
+    phase "24.11 cluster tests, 2 nodes (two_node_*)"
+    JOBSCOPE_SLURM=24.11 run_tests two-node; end_phase $?
+  fi
+  phase "24.11 cluster down"
+  bash "$TRIXIE/cluster.sh" down; end_phase $?
+  TRIXIE_STARTED=0
 fi
 
 exit 0

@@ -40,7 +40,9 @@ ETC=/etc/slurm
 RUNDIR=/run/jobscope-trixie-cluster
 CTLD_PID=/run/slurmctld.pid
 STATE_SAVE=/var/lib/slurm/slurmctld
-STATE_SAVED=/var/lib/slurm/slurmctld.saved-by-24.11
+STATE_SAVED=/var/lib/slurm/slurmctld.saved-by-24.11   # 22.05's, while 24.11 runs
+STATE_24=/var/lib/slurm/slurmctld-24.11                # 24.11's, while 22.05 runs
+FIRST_JOB_ID=24110000
 LOGDIR=/var/log/slurm
 DAEMON_PATH=/usr/sbin:/usr/bin:/sbin:/bin
 UP_TIMEOUT=${JOBSCOPE_CLUSTER_UP_TIMEOUT:-60}
@@ -154,11 +156,19 @@ write_conf() {
           -e 's/^CryptoType=crypto\/munge/CredType=cred\/munge/' \
           -e 's/SLURM 22.05 on Debian 12/SLURM 24.11 from the trixie rootfs, slurm-conf\/trixie\/cluster.sh/' >"$tmp"
   grep -q '@[A-Z_]*@' "$tmp" && { rm -f "$tmp"; die "unsubstituted @VAR@ in slurm.conf"; }
+  printf '\n# 24.11 job ids start far from 22.05 ones (slurm-conf/trixie/cluster.sh)\nFirstJobId=%s\n' "$FIRST_JOB_ID" >>"$tmp"
   install -m 0644 "$tmp" "$ETC/slurm.conf"; rm -f "$tmp"
   if [ "$cg" = v2 ]; then
     # cgroup/v2 without systemd (no dbus here): slurmd makes its own subtree in the unified mount.
     sed -e 's/^CgroupPlugin=.*/CgroupPlugin=cgroup\/v2/' -e '/^CgroupMountpoint=/d' "$TPL/cgroup.conf" >"$ETC/cgroup.conf"
-    printf 'CgroupMountpoint=%s\nIgnoreSystemd=yes\n' "${JOBSCOPE_CGROUP2_MOUNT:-/sys/fs/cgroup/unified}" >>"$ETC/cgroup.conf"
+    local mnt=${JOBSCOPE_CGROUP2_MOUNT:-/sys/fs/cgroup/unified}
+    printf 'CgroupMountpoint=%s\nIgnoreSystemd=yes\n' "$mnt" >>"$ETC/cgroup.conf"
+    # A controller still bound to a v1 hierarchy with cgroups in it cannot move to v2: without
+    # memory there, SLURM cannot constrain RAM (docs/slurm-versions.md, cgroup v2).
+    if ! grep -qw memory "$mnt/cgroup.controllers" 2>/dev/null; then
+      warn "no memory controller in $mnt (controllers: $(cat "$mnt/cgroup.controllers" 2>/dev/null)): ConstrainRAMSpace=no"
+      sed -i 's/^ConstrainRAMSpace=.*/ConstrainRAMSpace=no/' "$ETC/cgroup.conf"
+    fi
   else
     install -m 0644 "$TPL/cgroup.conf" "$ETC/cgroup.conf"
   fi
@@ -228,15 +238,18 @@ cmd_up() {
   for n in $names; do
     if [ "$mode" = 2 ]; then install -d -m 0755 "/var/lib/slurm/slurmd-$n"; else install -d -m 0755 /var/lib/slurm/slurmd; fi
   done
-  # 22.05's saved state is not for 24.11 (and back): it is set aside (and put back by `down`, so
-  # the 22.05 cluster keeps its job id sequence); 24.11 starts with job id 1 (--clean is implied).
+  # 22.05's saved state is not for 24.11 (and back): it is set aside, and 24.11's own is put in
+  # its place; `down` swaps them back. So each release keeps its job id sequence, and 24.11's ids
+  # start at FirstJobId (write_conf), far from 22.05's: jobscope keys its archive and state by job
+  # id, and a reused id reads as a requeued job's later run.
   if [ ! -e "$STATE_SAVED" ]; then
     mv "$STATE_SAVE" "$STATE_SAVED"
+    if [ -d "$STATE_24" ] && [ "$clean" = 0 ]; then mv "$STATE_24" "$STATE_SAVE"; fi
     install -d -o slurm -g slurm -m 0755 "$STATE_SAVE"
-  else
-    find "$STATE_SAVE" -mindepth 1 -delete
   fi
-  : "$clean"
+  [ "$clean" = 1 ] && find "$STATE_SAVE" -mindepth 1 -delete
+  # node states are not kept (a node drained by an earlier test would stay drained)
+  rm -f "$STATE_SAVE"/node_state "$STATE_SAVE"/node_state.old
   for f in "$LOGDIR"/slurmctld.log "$LOGDIR"/slurmd.log "$LOGDIR"/slurmd-*.log; do [ -f "$f" ] && mv -f "$f" "$f.1"; done
   # The plugstack line is the host's (the tests edit it); `cluster.sh install --packages` may point
   # it at the packaged 22.05 plugin: run the rootfs's plugin, and give the host its line back at `down`.
@@ -311,7 +324,8 @@ cmd_down() {
     rm -f "$RUNDIR/munged.pid"
   fi
   if [ -d "$STATE_SAVED" ] && [ -z "$(live_pid "$CTLD_PID" slurmctld)" ]; then
-    rm -rf --one-file-system "$STATE_SAVE"
+    rm -rf --one-file-system "$STATE_24"
+    mv "$STATE_SAVE" "$STATE_24"
     mv "$STATE_SAVED" "$STATE_SAVE"
   fi
   if [ -f "$RUNDIR/jobscope.conf.host" ]; then

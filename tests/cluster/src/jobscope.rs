@@ -4,7 +4,6 @@ use anyhow::{anyhow, bail, ensure, Context, Result};
 use serde_json::Value;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 pub const JOBSCOPE: &str = "/usr/local/bin/jobscope";
 pub const ARCHIVE: &str = "/var/lib/jobscope/archive";
@@ -15,7 +14,7 @@ pub const SCHEMA: &str = concat!(
 
 /// `jobscope show ID --json` as root, parsed; also validated against the published JSON Schema.
 pub fn summary(id: u32) -> Result<Value> {
-    let out = Command::new(JOBSCOPE)
+    let out = crate::release_cmd(JOBSCOPE, Path::new("/"))
         .args(["show", &id.to_string(), "--json"])
         .env_clear()
         .output()
@@ -33,7 +32,7 @@ pub fn summary(id: u32) -> Result<Value> {
 
 /// The text report as root.
 pub fn report_text(id: u32) -> Result<String> {
-    let out = Command::new(JOBSCOPE)
+    let out = crate::release_cmd(JOBSCOPE, Path::new("/"))
         .args(["show", &id.to_string()])
         .env_clear()
         .output()?;

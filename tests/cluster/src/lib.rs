@@ -83,10 +83,53 @@ impl CmdOut {
     }
 }
 
+/// Where the rootfs of `slurm-conf/trixie/rootfs.sh` is (its default; the same variable).
+const TRIXIE_ROOT_DEFAULT: &str = "/var/cache/jobscope-trixie/rootfs";
+
+/// The SLURM release the tests talk to, from `JOBSCOPE_SLURM`: unset or `22.05`, the host's own
+/// (slurm-conf/cluster.sh); `24.11`, the daemons and commands of the Debian 13 root filesystem
+/// (slurm-conf/trixie/cluster.sh), whose commands the tests run through `chroot` (the rootfs sees
+/// the host's /tmp, /home, /etc/slurm, /etc/jobscope and jobscope's directories at the same paths,
+/// and has its own /usr/local: the plugin, CLI and Epilog built for it). Returns that root
+/// filesystem for 24.11. Any other value is a mistake: it panics
+/// rather than test the wrong release.
+pub fn release_root() -> Option<PathBuf> {
+    match std::env::var("JOBSCOPE_SLURM").ok().as_deref() {
+        None | Some("") | Some("22.05") => None,
+        Some("24.11") => Some(PathBuf::from(
+            std::env::var("JOBSCOPE_TRIXIE_CACHE")
+                .map(|c| format!("{c}/rootfs"))
+                .unwrap_or_else(|_| TRIXIE_ROOT_DEFAULT.to_string()),
+        )),
+        Some(other) => panic!("JOBSCOPE_SLURM={other:?}: the cluster tests know 22.05 and 24.11"),
+    }
+}
+
+/// `program` run in `cwd` on the host, or inside the 24.11 root filesystem when that release is
+/// under test (see [`release_root`]). The caller sets the environment (`env(1)` passes it on).
+pub fn release_cmd(program: &str, cwd: &Path) -> Command {
+    match release_root() {
+        None => {
+            let mut c = Command::new(program);
+            c.current_dir(cwd);
+            c
+        }
+        Some(root) => {
+            // chroot(8) starts in the new root's `/`: env -C goes to the same directory inside.
+            let mut c = Command::new("/usr/sbin/chroot");
+            c.arg(root)
+                .args(["/usr/bin/env", "-C"])
+                .arg(cwd)
+                .arg(program);
+            c
+        }
+    }
+}
+
 /// A SLURM client command run as root with a clean environment (no SLURM_* variables from
 /// the test runner, default /etc/slurm/slurm.conf).
 fn root_cmd(program: &str) -> Command {
-    let mut c = Command::new(program);
+    let mut c = release_cmd(program, Path::new("/"));
     c.env_clear().env("PATH", ROOT_PATH).env("LANG", "C.UTF-8");
     c
 }
@@ -124,18 +167,18 @@ pub fn slurm_cmd(program: &str, args: &[&str]) -> Result<String> {
 /// non-zero exit: look at [`CmdOut::code`].
 pub fn run_as(user: &str, cmd: &str) -> Result<CmdOut> {
     let u = user_info(user)?;
-    let mut c = Command::new("/usr/sbin/runuser");
+    let cwd = if u.home.is_dir() {
+        u.home.as_path()
+    } else {
+        Path::new("/")
+    };
+    let mut c = release_cmd("/usr/sbin/runuser", cwd);
     c.env_clear()
         .env("PATH", ROOT_PATH)
         .args(["-u", user, "--", "/usr/bin/env", "-i"])
         .arg(format!("PATH={USER_PATH}"))
         .arg(format!("HOME={}", u.home.display()))
-        .args(["/bin/sh", "-c", cmd])
-        .current_dir(if u.home.is_dir() {
-            u.home.as_path()
-        } else {
-            Path::new("/")
-        });
+        .args(["/bin/sh", "-c", cmd]);
     let out = c
         .output()
         .with_context(|| format!("cannot run `{cmd}` as {user} via runuser"))?;
@@ -334,16 +377,46 @@ pub struct ClusterGuard {
     _lock: File,
 }
 
+/// The lock a parent already holds for the whole run, passed down as an open descriptor:
+/// `JOBSCOPE_CLUSTER_LOCK_FD=N` (e.g. `exec 9>>/tmp/jobscope-cluster-tests.lock; flock 9;
+/// JOBSCOPE_CLUSTER_LOCK_FD=9 cargo nextest run …`, as slurm-conf/trixie/run-suite.sh does while
+/// the 24.11 daemons stand in for 22.05's). flock on the same open file succeeds again, and other
+/// processes' tests keep waiting. The descriptor must be that lock file.
+fn inherited_lock() -> Result<Option<File>> {
+    use std::os::unix::io::FromRawFd;
+    let Ok(v) = std::env::var("JOBSCOPE_CLUSTER_LOCK_FD") else {
+        return Ok(None);
+    };
+    let fd: i32 = v
+        .parse()
+        .with_context(|| format!("JOBSCOPE_CLUSTER_LOCK_FD={v:?} is not a descriptor number"))?;
+    let target = fs::read_link(format!("/proc/self/fd/{fd}"))
+        .with_context(|| format!("JOBSCOPE_CLUSTER_LOCK_FD={fd} is not open here"))?;
+    ensure!(
+        target == Path::new(LOCK_FILE),
+        "JOBSCOPE_CLUSTER_LOCK_FD={fd} is {}, not {LOCK_FILE}",
+        target.display()
+    );
+    // SAFETY: dup of a descriptor that is open (checked above); the File owns the copy only.
+    let copy = unsafe { libc::dup(fd) };
+    ensure!(copy >= 0, "dup({fd}): {}", std::io::Error::last_os_error());
+    // SAFETY: `copy` is a fresh descriptor nothing else owns.
+    Ok(Some(unsafe { File::from_raw_fd(copy) }))
+}
+
 impl ClusterGuard {
     pub fn acquire() -> Result<ClusterGuard> {
         require_root()?;
-        let mut f = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(LOCK_FILE)
-            .with_context(|| format!("cannot open {LOCK_FILE}"))?;
+        let mut f = match inherited_lock()? {
+            Some(f) => f,
+            None => OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(LOCK_FILE)
+                .with_context(|| format!("cannot open {LOCK_FILE}"))?,
+        };
         let start = Instant::now();
         loop {
             // SAFETY: flock on a file descriptor we own; no memory is involved.
@@ -704,15 +777,14 @@ pub fn submit_os(user: &str, sbatch_args: &[OsString], script: &str) -> Result<u
     require_root()?;
     let u = user_info(user)?;
     let dir = user_work_dir(user)?;
-    let mut c = Command::new("/usr/sbin/runuser");
+    let mut c = release_cmd("/usr/sbin/runuser", &dir);
     c.env_clear()
         .env("PATH", ROOT_PATH)
         .args(["-u", user, "--", "/usr/bin/env", "-i"])
         .arg(format!("PATH={USER_PATH}"))
         .arg(format!("HOME={}", u.home.display()))
         .args(["sbatch", "--parsable"])
-        .args(sbatch_args)
-        .current_dir(&dir);
+        .args(sbatch_args);
     if !script.is_empty() {
         let path = dir.join("job.sh");
         fs::write(&path, script).with_context(|| format!("cannot write {}", path.display()))?;

@@ -635,7 +635,8 @@ pub fn wait_until_due(job: u32, timeout: Duration) -> Result<()> {
 
 /// `jobscope [--config C] ARGS…` as root with a clean environment.
 pub fn jobscope(args: &[&str]) -> Result<crate::CmdOut> {
-    let out = Command::new(JOBSCOPE_BIN)
+    // Inside the 24.11 rootfs when that release is under test: `jobscope` asks SLURM too.
+    let out = crate::release_cmd(JOBSCOPE_BIN, std::path::Path::new("/"))
         .args(args)
         .env_clear()
         .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
