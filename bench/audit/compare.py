@@ -1,0 +1,151 @@
+"""The same audit question answered by DuckDB and by Polars over jobscope's Parquet index, and by the
+slurm-usage tool's own `analyze` over its own layout of the same jobs (bench/audit/run.sh runs this).
+
+    compare.py layout INDEX_DIR SLURM_USAGE_DATA_DIR     write slurm-usage's layout of the index's jobs
+    compare.py query INDEX_DIR END_YYYY-MM-DD REPEAT     time DuckDB and Polars: usage by user, year and 30 days
+
+The question is jobscope's usage report grouped by user (epilog/src/audit/query.rs): jobs, sums of
+core-/GB-/GPU-hours allocated, used and wasted, weighted efficiencies, energy; window on END time.
+"""
+import glob
+import os
+import statistics
+import sys
+import time
+from datetime import datetime, timezone
+
+
+def parts(index):
+    return sorted(glob.glob(os.path.join(index, "jobs", "*", "*.parquet")))
+
+
+def layout(index, data):
+    """slurm-usage keeps one Parquet file per day under data/processed/YYYY-MM-DD.parquet with its
+    ProcessedJob columns and types (slurm_usage.py `ProcessedJob.get_polars_schema`: times are
+    Datetime(us, UTC)); the jobs are put under the day they ended."""
+    import polars as pl
+
+    out = os.path.join(data, "processed")
+    os.makedirs(out, exist_ok=True)
+    t0 = time.perf_counter()
+    lf = pl.scan_parquet(parts(index)).select(
+        pl.col("job_id").cast(pl.Utf8),
+        pl.col("user").fill_null(""),
+        pl.col("name").fill_null("").str.slice(0, 50).alias("job_name"),
+        pl.col("partition").fill_null(""),
+        pl.col("state"),
+        # jobscope's row has no submit time (schema 2): the start stands in (wait 0).
+        pl.from_epoch(pl.col("start_unix_ms"), time_unit="ms").cast(pl.Datetime("us", "UTC")).alias("submit_time"),
+        pl.from_epoch(pl.col("start_unix_ms"), time_unit="ms").cast(pl.Datetime("us", "UTC")).alias("start_time"),
+        pl.from_epoch(pl.col("end_unix_ms"), time_unit="ms").cast(pl.Datetime("us", "UTC")).alias("end_time"),
+        pl.col("node_list"),
+        pl.col("elapsed_s").cast(pl.Int64).alias("elapsed_seconds"),
+        pl.col("alloc_cores").fill_null(0).cast(pl.Int64).alias("alloc_cpus"),
+        (pl.col("alloc_mem_per_node_bytes").fill_null(0) * pl.col("node_count") / 1048576.0).alias("req_mem_mb"),
+        (pl.col("mem_peak_bytes").fill_null(0) / 1048576.0).alias("max_rss_mb"),
+        pl.col("cpu_usage_s").fill_null(0.0).alias("total_cpu_seconds"),
+        pl.col("alloc_gpus").fill_null(0).cast(pl.Int64).alias("alloc_gpus"),
+        pl.col("cpu_eff_pct").fill_null(0.0).clip(0, 100).alias("cpu_efficiency"),
+        pl.col("mem_eff_pct").fill_null(0.0).clip(0, 100).alias("memory_efficiency"),
+        pl.col("core_hours_wasted").fill_null(0.0).alias("cpu_hours_wasted"),
+        pl.col("mem_gb_hours_wasted").fill_null(0.0).alias("memory_gb_hours_wasted"),
+        pl.col("core_hours_alloc").fill_null(0.0).alias("cpu_hours_reserved"),
+        pl.col("mem_gb_hours_alloc").fill_null(0.0).alias("memory_gb_hours_reserved"),
+        pl.col("gpu_hours_alloc").fill_null(0.0).alias("gpu_hours_reserved"),
+        pl.lit(datetime.now(timezone.utc)).cast(pl.Datetime("us", "UTC")).alias("processed_date"),
+        pl.lit(True).alias("is_complete"),
+        pl.from_epoch(pl.col("end_unix_ms"), time_unit="ms").dt.strftime("%Y-%m-%d").alias("_day"),
+    )
+    df = lf.collect()
+    n = 0
+    for (day,), g in df.group_by(["_day"]):
+        g.drop("_day").write_parquet(os.path.join(out, f"{day}.parquet"))
+        n += 1
+    print(f"slurm-usage layout: {len(df)} jobs in {n} daily files, {time.perf_counter() - t0:.1f} s")
+
+
+USAGE_SQL = """
+SELECT "user", count(*) AS jobs,
+  sum(core_hours_alloc), sum(core_hours_used), sum(core_hours_wasted),
+  100 * sum(core_hours_used) FILTER (WHERE core_hours_used IS NOT NULL AND core_hours_alloc IS NOT NULL)
+      / nullif(sum(core_hours_alloc) FILTER (WHERE core_hours_used IS NOT NULL AND core_hours_alloc IS NOT NULL), 0),
+  sum(mem_gb_hours_alloc), sum(mem_gb_hours_used), sum(mem_gb_hours_wasted),
+  100 * sum(mem_gb_hours_used) FILTER (WHERE mem_gb_hours_used IS NOT NULL AND mem_gb_hours_alloc IS NOT NULL)
+      / nullif(sum(mem_gb_hours_alloc) FILTER (WHERE mem_gb_hours_used IS NOT NULL AND mem_gb_hours_alloc IS NOT NULL), 0),
+  sum(gpu_hours_alloc), sum(gpu_hours_used), sum(gpu_hours_wasted),
+  100 * sum(gpu_hours_used) FILTER (WHERE gpu_hours_used IS NOT NULL AND gpu_hours_alloc IS NOT NULL)
+      / nullif(sum(gpu_hours_alloc) FILTER (WHERE gpu_hours_used IS NOT NULL AND gpu_hours_alloc IS NOT NULL), 0),
+  sum(gpu_energy_kwh)
+FROM read_parquet($files)
+WHERE end_unix_ms >= $since AND end_unix_ms < $until
+GROUP BY "user" ORDER BY "user"
+"""
+
+
+def timed(f, repeat):
+    t = []
+    out = None
+    for _ in range(max(1, repeat)):
+        t0 = time.perf_counter()
+        out = f()
+        t.append((time.perf_counter() - t0) * 1000)
+    rest = sorted(t[1:]) or t
+    return t[0], statistics.median(rest), rest[0], out
+
+
+def query(index, end, repeat):
+    import duckdb
+    import polars as pl
+
+    end_s = int(datetime.strptime(end, "%Y-%m-%d").replace(tzinfo=timezone.utc).timestamp())
+    files = parts(index)
+    con = duckdb.connect()
+    both = lambda c: (pl.col(c[0]).is_not_null() & pl.col(c[1]).is_not_null())
+
+    def polars_usage(since_ms, until_ms):
+        effs = []
+        for used, alloc, name in [
+            ("core_hours_used", "core_hours_alloc", "cpu_eff_pct"),
+            ("mem_gb_hours_used", "mem_gb_hours_alloc", "mem_eff_pct"),
+            ("gpu_hours_used", "gpu_hours_alloc", "gpu_eff_pct"),
+        ]:
+            m = both((used, alloc))
+            effs.append((100 * pl.col(used).filter(m).sum() / pl.col(alloc).filter(m).sum()).alias(name))
+        return (
+            pl.scan_parquet(files)
+            .filter((pl.col("end_unix_ms") >= since_ms) & (pl.col("end_unix_ms") < until_ms))
+            .group_by("user")
+            .agg(
+                [pl.len().alias("jobs")]
+                + [
+                    pl.col(c).sum()
+                    for c in [
+                        "core_hours_alloc", "core_hours_used", "core_hours_wasted",
+                        "mem_gb_hours_alloc", "mem_gb_hours_used", "mem_gb_hours_wasted",
+                        "gpu_hours_alloc", "gpu_hours_used", "gpu_hours_wasted", "gpu_energy_kwh",
+                    ]
+                ]
+                + effs
+            )
+            .sort("user")
+            .collect()
+        )
+
+    for label, days in [("year by user", 365), ("30 days by user", 30)]:
+        since_ms, until_ms = (end_s - days * 86400) * 1000, end_s * 1000
+        f, med, best, out = timed(
+            lambda: con.execute(USAGE_SQL, {"files": files, "since": since_ms, "until": until_ms}).fetchall(),
+            repeat,
+        )
+        print(f"duckdb   {label:<16} first {f:8.1f} ms  median {med:8.1f} ms  best {best:8.1f} ms  ({len(out)} users)")
+        f, med, best, out = timed(lambda: polars_usage(since_ms, until_ms), repeat)
+        print(f"polars   {label:<16} first {f:8.1f} ms  median {med:8.1f} ms  best {best:8.1f} ms  ({len(out)} users)")
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "layout":
+        layout(sys.argv[2], sys.argv[3])
+    elif sys.argv[1] == "query":
+        query(sys.argv[2], sys.argv[3], int(sys.argv[4]))
+    else:
+        sys.exit(__doc__)

@@ -1,0 +1,592 @@
+//! The audit benchmark's seeded generator and timer (issue 10 §4; run by bench/audit/run.sh).
+//!
+//! ```text
+//! audit-gen gen   --jobs N --end YYYY-MM-DD [--years 3] [--seed 1] --index DIR
+//! audit-gen query --index DIR --end YYYY-MM-DD [--repeat 7]
+//! audit-gen update --work DIR [--base 2000] [--add 200]
+//! ```
+//!
+//! `gen` writes the Parquet index of N synthetic jobs over `--years` years ending at `--end`
+//! (00:00 UTC) directly through `index::write_rows_only`: no JSON archive behind it (10 M JSON files
+//! would be ~40 GB). The jobs are skewed like a real site's: users drawn from a Zipf law (s = 1.1),
+//! a few heavy GPU users, groups and accounts per user, partitions cpu/short/bigmem/debug/gpu (and
+//! CPU-only jobs in gpu), core counts from 1 to 256, log-normal run times under a time limit,
+//! states COMPLETED/FAILED/CANCELLED/TIMEOUT/OUT_OF_MEMORY, per-user CPU efficiency, memory peaks
+//! below the request, GPU utilization per user with some GPUs never used; arrivals follow the hour of
+//! day and the day of week. Figures follow `audit::JobRow::of`'s rules (core-hours = cores ×
+//! elapsed, waste = allocated − used, …).
+//!
+//! `query` times the Parquet engine (`index::ParquetEngine`) on the benchmark's questions:
+//! usage by user over the year before `--end`, and over the last 30 days; prints the median and the
+//! best of `--repeat` runs (the first run, with a cold page cache for the files, printed apart).
+//!
+//! `update` times `index::Index::update` on a real JSON archive: `--base` jobs archived and
+//! indexed, then `--add` more archived (one day), and the update that takes them in, per job.
+
+use anyhow::{bail, Context, Result};
+use jobscope_epilog::archive::{self, Store};
+use jobscope_epilog::audit::{Engine, GroupKey, JobRow, Query, Report, Window};
+use jobscope_epilog::index::{self, Index, ParquetEngine, Settings};
+use std::path::PathBuf;
+use std::time::Instant;
+
+/// splitmix64: small, fast, seeded, the same numbers on every machine.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    fn unit(&mut self) -> f64 {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+    fn normal(&mut self) -> f64 {
+        let (u, v) = (self.unit().max(1e-12), self.unit());
+        (-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()
+    }
+    /// Index into `weights` with probability proportional to the weight.
+    fn pick(&mut self, weights: &[f64]) -> usize {
+        let total: f64 = weights.iter().sum();
+        let mut x = self.unit() * total;
+        for (i, w) in weights.iter().enumerate() {
+            if x < *w {
+                return i;
+            }
+            x -= w;
+        }
+        weights.len() - 1
+    }
+}
+
+const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
+
+struct User {
+    name: String,
+    uid: u32,
+    group: String,
+    gid: u32,
+    accounts: [String; 2],
+    gpu_user: bool,
+    cpu_eff: f64,
+    gpu_util: f64,
+    mem_share: f64,
+}
+
+struct Partition {
+    name: &'static str,
+    prefix: &'static str,
+    nodes: u64,
+    cores_per_node: u32,
+    mem_per_node_gib: u64,
+    gpus_per_node: u32,
+}
+
+const PARTS: [Partition; 5] = [
+    Partition {
+        name: "cpu",
+        prefix: "c",
+        nodes: 800,
+        cores_per_node: 64,
+        mem_per_node_gib: 256,
+        gpus_per_node: 0,
+    },
+    Partition {
+        name: "short",
+        prefix: "c",
+        nodes: 800,
+        cores_per_node: 64,
+        mem_per_node_gib: 256,
+        gpus_per_node: 0,
+    },
+    Partition {
+        name: "bigmem",
+        prefix: "m",
+        nodes: 20,
+        cores_per_node: 96,
+        mem_per_node_gib: 2048,
+        gpus_per_node: 0,
+    },
+    Partition {
+        name: "debug",
+        prefix: "d",
+        nodes: 16,
+        cores_per_node: 32,
+        mem_per_node_gib: 128,
+        gpus_per_node: 0,
+    },
+    Partition {
+        name: "gpu",
+        prefix: "g",
+        nodes: 120,
+        cores_per_node: 48,
+        mem_per_node_gib: 512,
+        gpus_per_node: 4,
+    },
+];
+
+fn users(rng: &mut Rng, n: usize) -> Vec<User> {
+    let groups = (n / 20).max(5);
+    (0..n)
+        .map(|i| {
+            let g = rng.below(groups as u64) as usize;
+            let gpu_user = rng.unit() < 0.15;
+            User {
+                name: format!("u{i:05}"),
+                uid: 10_000 + i as u32,
+                group: format!("grp{g:03}"),
+                gid: 5_000 + g as u32,
+                accounts: [
+                    format!("acct{g:03}"),
+                    format!("proj{:03}", rng.below(groups as u64 / 2 + 1)),
+                ],
+                gpu_user,
+                cpu_eff: 0.15 + 0.8 * rng.unit(),
+                gpu_util: if rng.unit() < 0.1 {
+                    3.0
+                } else {
+                    10.0 + 85.0 * rng.unit()
+                },
+                mem_share: 0.05 + 0.8 * rng.unit(),
+            }
+        })
+        .collect()
+}
+
+/// Cumulative Zipf weights (s = 1.1) over `n` ranks.
+fn zipf_cdf(n: usize) -> Vec<f64> {
+    let mut acc = 0.0;
+    let mut v: Vec<f64> = (1..=n)
+        .map(|k| {
+            acc += 1.0 / (k as f64).powf(1.1);
+            acc
+        })
+        .collect();
+    let total = acc;
+    v.iter_mut().for_each(|x| *x /= total);
+    v
+}
+
+fn job(rng: &mut Rng, users: &[User], cdf: &[f64], id: u32, end_ms: u64) -> JobRow {
+    let u = &users[cdf
+        .partition_point(|&c| c < rng.unit())
+        .min(users.len() - 1)];
+    let pi = if u.gpu_user && rng.unit() < 0.7 {
+        4
+    } else if rng.unit() < 0.03 {
+        4 // a CPU-only job in the GPU partition
+    } else {
+        rng.pick(&[70.0, 15.0, 5.0, 10.0])
+    };
+    let p = &PARTS[pi];
+    let gpu_job = pi == 4 && u.gpu_user;
+    let time_limit_s = [
+        3600u64,
+        4 * 3600,
+        12 * 3600,
+        24 * 3600,
+        48 * 3600,
+        72 * 3600,
+    ][if pi == 3 {
+        0
+    } else {
+        rng.pick(&[20.0, 25.0, 20.0, 20.0, 10.0, 5.0])
+    }];
+    let state_i = rng.pick(&[78.0, 9.0, 7.0, 4.0, 2.0]);
+    let mut elapsed_s = (1200.0 * (1.6 * rng.normal()).exp()).clamp(10.0, time_limit_s as f64);
+    if state_i == 3 {
+        elapsed_s = time_limit_s as f64;
+    }
+    let elapsed_s = elapsed_s.round();
+    let (cores, nodes, gpus) = if gpu_job {
+        let g = [1u32, 2, 4, 8][rng.pick(&[50.0, 25.0, 18.0, 7.0])];
+        let nodes = g.div_ceil(p.gpus_per_node);
+        (g * 12, nodes, g)
+    } else {
+        let c = [1u32, 2, 4, 8, 16, 32, 64, 128, 256]
+            [rng.pick(&[30.0, 12.0, 12.0, 12.0, 10.0, 10.0, 8.0, 4.0, 2.0])];
+        let c = c.min(p.cores_per_node * 4);
+        (c, c.div_ceil(p.cores_per_node), 0)
+    };
+    let h = elapsed_s / 3600.0;
+    let eff = (u.cpu_eff + 0.15 * rng.normal()).clamp(0.005, 1.0)
+        * if cores == 1 {
+            1.0
+        } else {
+            0.85 + 0.15 * rng.unit()
+        };
+    let cpu_usage_s = cores as f64 * elapsed_s * eff;
+    let per_core_gib = [1u64, 2, 4, 8][rng.pick(&[15.0, 30.0, 40.0, 15.0])];
+    let mem_req =
+        (per_core_gib * (cores.div_ceil(nodes)) as u64).clamp(1, p.mem_per_node_gib) as f64 * GIB;
+    let peak_share = if state_i == 4 {
+        1.0
+    } else {
+        (u.mem_share * (0.4 * rng.normal()).exp()).min(0.99)
+    };
+    let peak = (mem_req * peak_share) as u64;
+    let (gpu_util, gpus_never, gpu_alloc_h, gpu_wasted_h) = if gpus > 0 {
+        let never = (0..gpus).filter(|_| rng.unit() < 0.08).count() as u32;
+        let util = (u.gpu_util + 10.0 * rng.normal()).clamp(0.0, 100.0) * (gpus - never) as f64
+            / gpus as f64;
+        let alloc = gpus as f64 * h;
+        (
+            Some(util),
+            Some(never),
+            Some(alloc),
+            Some(alloc * (1.0 - util / 100.0)),
+        )
+    } else {
+        (None, None, None, None)
+    };
+    let state = [
+        "COMPLETED",
+        "FAILED",
+        "CANCELLED",
+        "TIMEOUT",
+        "OUT_OF_MEMORY",
+    ][state_i];
+    let start_ms = end_ms - (elapsed_s * 1000.0) as u64;
+    let first = rng.below(p.nodes - nodes as u64 + 1);
+    let node_list: Vec<String> = (0..nodes as u64)
+        .map(|k| format!("{}{:04}", p.prefix, first + k))
+        .collect();
+    let core_alloc = cores as f64 * h;
+    let core_used = cpu_usage_s / 3600.0;
+    let mem_alloc = mem_req / GIB * nodes as f64 * h;
+    let mem_used = peak as f64 / GIB * nodes as f64 * h;
+    let class = if gpus > 0 && gpu_util.unwrap_or(0.0) < 10.0 {
+        "gpu_idle"
+    } else if gpus > 0 && gpu_util.unwrap_or(0.0) >= 70.0 {
+        "gpu_bound"
+    } else if eff < 0.1 {
+        "idle"
+    } else if eff > 0.7 {
+        "cpu_bound"
+    } else if peak_share > 0.8 {
+        "memory_bound"
+    } else {
+        "mixed"
+    };
+    JobRow {
+        cluster: Some("bench".into()),
+        job_id: id,
+        scheduler_start_unix_s: Some(start_ms / 1000),
+        name: Some(format!("job-{}", rng.below(40))),
+        user: Some(u.name.clone()),
+        uid: Some(u.uid),
+        group: Some(u.group.clone()),
+        gid: Some(u.gid),
+        account: Some(u.accounts[usize::from(rng.unit() < 0.2)].clone()),
+        partition: Some(p.name.into()),
+        node_count: nodes,
+        node_list: node_list.join(","),
+        start_unix_ms: start_ms,
+        end_unix_ms: end_ms,
+        elapsed_s,
+        state: state.into(),
+        exit_code: Some(if state_i == 0 { 0 } else { 1 }),
+        alloc_cores: Some(cores),
+        alloc_mem_per_node_bytes: Some(mem_req as u64),
+        alloc_gpus: (gpus > 0).then_some(gpus),
+        time_limit_s: Some(time_limit_s),
+        cpu_usage_s: Some(cpu_usage_s),
+        cpu_user_s: Some(cpu_usage_s * 0.95),
+        cpu_system_s: Some(cpu_usage_s * 0.05),
+        mem_peak_bytes: Some(peak),
+        mem_rss_peak_bytes: Some(peak / 10 * 8),
+        io_read_bytes: Some(rng.below(1 << 34)),
+        io_write_bytes: Some(rng.below(1 << 32)),
+        gpu_util_mean_pct: gpu_util,
+        gpu_mem_peak_bytes: (gpus > 0).then(|| rng.below(80 << 30)),
+        gpu_energy_kwh: gpu_alloc_h.map(|g| g * 0.3 * (0.2 + gpu_util.unwrap_or(0.0) / 125.0)),
+        gpus_idle: gpus_never,
+        gpus_never_used: gpus_never,
+        core_hours_alloc: Some(core_alloc),
+        core_hours_used: Some(core_used),
+        core_hours_wasted: Some((core_alloc - core_used).max(0.0)),
+        mem_gb_hours_alloc: Some(mem_alloc),
+        mem_gb_hours_used: Some(mem_used),
+        mem_gb_hours_wasted: Some((mem_alloc - mem_used).max(0.0)),
+        gpu_hours_alloc: gpu_alloc_h,
+        gpu_hours_used: gpu_alloc_h.zip(gpu_wasted_h).map(|(a, w)| (a - w).max(0.0)),
+        gpu_hours_wasted: gpu_wasted_h,
+        cpu_eff_pct: Some(100.0 * eff),
+        mem_eff_pct: Some(100.0 * peak_share),
+        time_eff_pct: Some(100.0 * elapsed_s / time_limit_s as f64),
+        class: Some(class.into()),
+        verdict: Some(
+            if cores == 1 {
+                "single_core"
+            } else if eff * (cores as f64) < 1.5 {
+                "serial"
+            } else {
+                "parallel"
+            }
+            .into(),
+        ),
+        flag_oom: state_i == 4,
+        flag_timeout: state_i == 3,
+        flag_idle: eff < 0.1,
+        flag_gpu_finding: gpus_never.is_some_and(|n| n > 0),
+        samples: 3 + (elapsed_s / 30.0) as u64,
+        ..Default::default()
+    }
+}
+
+/// Relative arrival rate by hour of week (Monday 00:00 = 0): busier on weekday working hours.
+fn hour_weight(hour_of_week: u64) -> f64 {
+    let (dow, h) = (hour_of_week / 24, hour_of_week % 24);
+    let day = if dow < 5 { 1.0 } else { 0.55 };
+    let hour = if (8..19).contains(&h) {
+        1.6
+    } else if (19..23).contains(&h) {
+        1.0
+    } else {
+        0.6
+    };
+    day * hour
+}
+
+/// 00:00 UTC of `YYYY-MM-DD`, in seconds.
+fn day_s(date: &str) -> Result<u64> {
+    let v: Vec<i64> = date
+        .split('-')
+        .map(|x| x.parse())
+        .collect::<Result<_, _>>()?;
+    let [y, m, d] = v[..] else {
+        bail!("--end {date:?}: YYYY-MM-DD")
+    };
+    // Days from the civil date (H. Hinnant's algorithm).
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y.rem_euclid(400);
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    Ok(((era * 146_097 + doe - 719_468) * 86_400) as u64)
+}
+
+struct Args(Vec<String>);
+impl Args {
+    fn get(&self, name: &str) -> Option<String> {
+        self.0
+            .iter()
+            .position(|a| a == name)
+            .and_then(|i| self.0.get(i + 1).cloned())
+    }
+    fn num(&self, name: &str, default: u64) -> Result<u64> {
+        self.get(name).map_or(Ok(default), |v| {
+            v.parse().with_context(|| format!("{name} {v}"))
+        })
+    }
+    fn path(&self, name: &str) -> Result<PathBuf> {
+        self.get(name)
+            .map(PathBuf::from)
+            .with_context(|| format!("{name} DIR is needed"))
+    }
+}
+
+fn settings(dir: PathBuf) -> Settings {
+    Settings {
+        dir,
+        admin_gid: 0,
+        compact_parts: 8,
+        lock_stale_s: 600,
+        lock_wait_s: 60,
+        report: Default::default(),
+    }
+}
+
+fn gen(a: &Args) -> Result<()> {
+    let n = a.num("--jobs", 1_000_000)?;
+    let years = a.num("--years", 3)?;
+    let end_s = day_s(&a.get("--end").context("--end YYYY-MM-DD")?)?;
+    let mut rng = Rng(a.num("--seed", 1)?);
+    let dir = a.path("--index")?;
+    let nusers = (n as usize / 2500).clamp(50, 5000);
+    let us = users(&mut rng, nusers);
+    let cdf = zipf_cdf(nusers);
+    let hours = years * 365 * 24;
+    let start_s = end_s - hours * 3600;
+    // Monday of the first week: 1970-01-05 was a Monday.
+    let weights: Vec<f64> = (0..hours)
+        .map(|h| hour_weight(((start_s / 3600 + h) + 24 * 3) % (7 * 24)))
+        .collect();
+    let total: f64 = weights.iter().sum();
+    let t0 = Instant::now();
+    let mut made = 0u64;
+    let mut carry = 0.0;
+    let mut id = 1u32;
+    let rows = weights.iter().enumerate().flat_map(|(h, w)| {
+        carry += n as f64 * w / total;
+        let k = (carry.floor() as u64).min(n - made);
+        carry -= k as f64;
+        made += k;
+        let mut ends: Vec<u64> = (0..k)
+            .map(|_| (start_s + h as u64 * 3600) * 1000 + rng.below(3_600_000))
+            .collect();
+        ends.sort_unstable();
+        ends.into_iter()
+            .map(|e| {
+                id = id.wrapping_add(1);
+                job(&mut rng, &us, &cdf, id, e)
+            })
+            .collect::<Vec<_>>()
+    });
+    let written = index::write_rows_only(&settings(dir.clone()), rows)?;
+    let secs = t0.elapsed().as_secs_f64();
+    let bytes = du(&dir);
+    println!(
+        "generated {written} jobs of {nusers} users over {years} years ending {} in {secs:.1} s ({:.0} jobs/s); index {:.1} MiB ({:.0} bytes/job) at {}",
+        a.get("--end").unwrap_or_default(),
+        written as f64 / secs,
+        bytes as f64 / 1048576.0,
+        bytes as f64 / written.max(1) as f64,
+        dir.display()
+    );
+    Ok(())
+}
+
+fn du(p: &std::path::Path) -> u64 {
+    let mut total = 0;
+    for e in std::fs::read_dir(p).into_iter().flatten().flatten() {
+        let m = e.metadata().unwrap();
+        total += if m.is_dir() { du(&e.path()) } else { m.len() };
+    }
+    total
+}
+
+fn time_query(engine: &ParquetEngine, q: &Query, repeat: usize) -> Result<(f64, f64, f64, usize)> {
+    let mut t = Vec::new();
+    let mut rows = 0;
+    for _ in 0..repeat.max(1) {
+        let t0 = Instant::now();
+        rows = engine.run(q)?.rows.len();
+        t.push(t0.elapsed().as_secs_f64() * 1000.0);
+    }
+    let first = t[0];
+    let mut rest = t[1..].to_vec();
+    rest.sort_by(f64::total_cmp);
+    let med = rest.get(rest.len() / 2).copied().unwrap_or(first);
+    let best = rest.first().copied().unwrap_or(first);
+    Ok((first, med, best, rows))
+}
+
+fn query(a: &Args) -> Result<()> {
+    let dir = a.path("--index")?;
+    let end_s = day_s(&a.get("--end").context("--end YYYY-MM-DD")?)? as i64;
+    let repeat = a.num("--repeat", 7)? as usize;
+    let t0 = Instant::now();
+    let engine = ParquetEngine::open(&dir)?;
+    let open_ms = t0.elapsed().as_secs_f64() * 1000.0;
+    println!("index: {} jobs; open {open_ms:.1} ms", engine.jobs());
+    for (label, days) in [("year by user", 365), ("30 days by user", 30)] {
+        let q = Query {
+            window: Window {
+                since_unix_s: Some(end_s - days * 86_400),
+                until_unix_s: Some(end_s),
+            },
+            group_by: vec![GroupKey::User],
+            ..Query::new(Report::Usage)
+        };
+        let (first, med, best, rows) = time_query(&engine, &q, repeat)?;
+        println!(
+            "jobscope {label:<16} first {first:8.1} ms  median {med:8.1} ms  best {best:8.1} ms  ({rows} users)"
+        );
+    }
+    Ok(())
+}
+
+/// A JSON archive of `n` real documents (the v1 fixture given other ids, users and times) ending on
+/// day `day` (seconds).
+fn archive_jobs(store: &Store, rng: &mut Rng, ids: std::ops::Range<u32>, day: u64) -> Result<()> {
+    const TEMPLATE: &str =
+        include_str!("../../epilog/testdata/archive-v1/two-node-imbalanced.json");
+    for i in ids {
+        let mut s = archive::load(TEMPLATE.as_bytes())?.summary;
+        s.job_id = 100_000 + i;
+        s.uid = Some(10_000 + rng.below(50) as u32);
+        s.user = Some(format!("u{:05}", s.uid.unwrap() - 10_000));
+        let start = day + rng.below(80_000);
+        s.scheduler_start_unix_s = Some(start);
+        s.start_unix_ms = start * 1000;
+        s.end_unix_ms = (start + 60 + rng.below(3000)) * 1000;
+        s.elapsed_s = (s.end_unix_ms - s.start_unix_ms) as f64 / 1000.0;
+        store.write(&s)?;
+    }
+    Ok(())
+}
+
+fn update(a: &Args) -> Result<()> {
+    let work = a.path("--work")?;
+    let base = a.num("--base", 2000)? as u32;
+    let add = a.num("--add", 200)? as u32;
+    let _ = std::fs::remove_dir_all(&work);
+    let store = Store::new(&work.join("archive"), "root");
+    let mut rng = Rng(7);
+    // 20 days of history, then one more day.
+    let day0 = 1_767_225_600; // 2026-01-01
+    for d in 0..20u32 {
+        archive_jobs(
+            &store,
+            &mut rng,
+            d * base / 20..(d + 1) * base / 20,
+            day0 + d as u64 * 86_400,
+        )?;
+    }
+    let idx = Index::new(&store, settings(work.join("index")));
+    let t0 = Instant::now();
+    let r = idx.update(false)?;
+    let first = t0.elapsed().as_secs_f64();
+    archive_jobs(&store, &mut rng, base..base + add, day0 + 20 * 86_400)?;
+    let t0 = Instant::now();
+    let r2 = idx.update(false)?;
+    let inc = t0.elapsed().as_secs_f64();
+    println!(
+        "index build of {} archived jobs {:.2} s ({:.2} ms/job); update adding {} jobs {:.1} ms ({:.2} ms/job)",
+        r.jobs_total,
+        first,
+        first * 1000.0 / r.jobs_total.max(1) as f64,
+        r2.jobs_added,
+        inc * 1000.0,
+        inc * 1000.0 / r2.jobs_added.max(1) as f64
+    );
+    // One job at a time, as an Epilog-triggered update would see it.
+    let mut one = Vec::new();
+    for k in 0..20u32 {
+        archive_jobs(
+            &store,
+            &mut rng,
+            base + add + k..base + add + k + 1,
+            day0 + 20 * 86_400,
+        )?;
+        let t0 = Instant::now();
+        idx.update(false)?;
+        one.push(t0.elapsed().as_secs_f64() * 1000.0);
+    }
+    one.sort_by(f64::total_cmp);
+    println!(
+        "update after each single new job (20 times): median {:.1} ms, p95 {:.1} ms, max {:.1} ms",
+        one[one.len() / 2],
+        one[(one.len() * 95 / 100).min(one.len() - 1)],
+        one[one.len() - 1]
+    );
+    Ok(())
+}
+
+fn main() -> Result<()> {
+    let argv: Vec<String> = std::env::args().skip(1).collect();
+    let a = Args(argv.clone());
+    match argv.first().map(String::as_str) {
+        Some("gen") => gen(&a),
+        Some("query") => query(&a),
+        Some("update") => update(&a),
+        _ => bail!("usage: audit-gen gen|query|update … (see bench/audit/gen.rs)"),
+    }
+}
