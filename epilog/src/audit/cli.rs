@@ -48,6 +48,15 @@ pub enum Metric {
     Gpu,
 }
 
+/// Which engine answers a report.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+pub enum EngineKind {
+    /// The Parquet index next to the archive.
+    Index,
+    /// The PostgreSQL database of `[postgres]` (docs/postgres.md): root (it reads the password file).
+    Postgres,
+}
+
 /// Options every report takes.
 #[derive(Args, Debug, Clone)]
 pub struct Common {
@@ -92,6 +101,9 @@ pub struct Common {
     /// Output: an aligned table (default), csv, json, or parquet (to --output, or to a pipe).
     #[arg(long, value_enum, default_value = "table")]
     format: Format,
+    /// Which engine answers: the Parquet index, or PostgreSQL (root; docs/postgres.md).
+    #[arg(long, value_enum, default_value = "index")]
+    engine: EngineKind,
     /// Write the output to this file instead of standard output.
     #[arg(long, short)]
     output: Option<PathBuf>,
@@ -434,7 +446,16 @@ pub fn audit_cmd(cfg: &Config, cmd: AuditCmd) -> Result<()> {
         AuditCmd::Jobs { common } => (Report::Jobs, vec![], common, false),
     };
     let mut q = query(&common, report, by)?;
-    let table = if is_admin(cfg) {
+    let table = if common.engine == EngineKind::Postgres {
+        if euid() != 0 {
+            bail!(
+                "--engine postgres is for root (it reads [postgres] password_file); a user with a \
+                 database role of their own queries the database directly and sees only their jobs \
+                 (docs/postgres.md)"
+            );
+        }
+        crate::pg::engine::PgEngine::new(crate::pg::connect(&cfg.postgres)?).run(&q)?
+    } else if is_admin(cfg) {
         let store = Store::new(&cfg.paths.archive_dir, &cfg.archive.admin_group);
         let settings = index_settings(cfg);
         let dir = settings.dir.clone();
