@@ -176,10 +176,9 @@ fn job(rng: &mut Rng, users: &[User], cdf: &[f64], id: u32, end_ms: u64) -> JobR
     let u = &users[cdf
         .partition_point(|&c| c < rng.unit())
         .min(users.len() - 1)];
-    let pi = if u.gpu_user && rng.unit() < 0.7 {
+    // GPU users mostly run on the GPU partition; 3 % of the other jobs land there without GPUs.
+    let pi = if (u.gpu_user && rng.unit() < 0.7) || rng.unit() < 0.03 {
         4
-    } else if rng.unit() < 0.03 {
-        4 // a CPU-only job in the GPU partition
     } else {
         rng.pick(&[70.0, 15.0, 5.0, 10.0])
     };
