@@ -21,8 +21,10 @@ STAMP=$ROOT/.jobscope-rootfs-stamp
 SUITE=trixie
 # slurmctld/slurmd/slurm-client: the daemons and commands; libslurm-dev: the 24.11 headers the
 # plugin is built against (plugin/build.rs reads them from $ROOT/usr/include); munge: libmunge for
-# auth/munge (the host's munged serves both releases through the bind-mounted /run/munge).
-PACKAGES=slurmctld,slurmd,slurm-client,libslurm-dev,munge,procps
+# auth/munge (the host's munged serves both releases through the bind-mounted /run/munge);
+# python3: the test jobs run inside the rootfs (slurmstepd does), and the cluster tests' job
+# scripts use python3 as on the host (slurm-conf/install-deps.sh installs it there).
+PACKAGES=slurmctld,slurmd,slurm-client,libslurm-dev,munge,procps,python3
 KEYRING=/usr/share/keyrings/debian-archive-keyring.gpg
 
 log() { echo "trixie-rootfs: $*"; }
