@@ -144,6 +144,10 @@ fn main() {
     let t1 = time("usage by user, last 365 days", 5, || {
         eng.run(&year).unwrap()
     });
+    let cols = jobscope_epilog::audit::eval::needed_columns(&year);
+    time("  of which reading the projected columns", 5, || {
+        eng.scan(&year, &cols).unwrap()
+    });
     let mut month = year.clone();
     month.window.since_unix_s = Some(end_s - 30 * 86_400);
     let t2 = time("usage by user, last 30 days", 5, || {

@@ -279,9 +279,43 @@ impl Acc {
     }
 }
 
+/// A small, fast hasher for the grouping maps (keys are our own codes and short names, not
+/// attacker-chosen in a way that matters: a slow audit is the worst a collision flood could do).
+#[derive(Default, Clone, Copy)]
+struct Fx(u64);
+
+impl std::hash::Hasher for Fx {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for c in bytes.chunks(8) {
+            let mut b = [0u8; 8];
+            b[..c.len()].copy_from_slice(c);
+            self.write_u64(u64::from_le_bytes(b));
+        }
+    }
+    fn write_u64(&mut self, i: u64) {
+        self.0 = (self.0.rotate_left(5) ^ i).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+}
+
+type FxBuild = std::hash::BuildHasherDefault<Fx>;
+
+/// At most this many group keys at once.
+pub const MAX_KEYS: usize = 8;
+/// A key position's code for "no value".
+const NULL: u64 = u64::MAX;
+
 fn usage(q: &Query, batches: &[RecordBatch]) -> Result<Table> {
     let keys = q.keys();
-    let mut groups: HashMap<Vec<Key>, Acc> = HashMap::new();
+    anyhow::ensure!(keys.len() <= MAX_KEYS, "at most {MAX_KEYS} group keys");
+    // Each row's key is a fixed array of codes: an interned id for text, the number for time keys.
+    let mut names: Vec<HashMap<&str, u64, FxBuild>> = vec![HashMap::default(); keys.len()];
+    let mut texts: Vec<Vec<&str>> = vec![Vec::new(); keys.len()];
+    let mut groups: HashMap<[u64; MAX_KEYS], Acc, FxBuild> = HashMap::default();
+    let node_pos = keys.iter().position(|&k| k == GroupKey::Node);
+    let off_ms = i64::from(q.tz_offset_s) * 1000;
     for b in batches {
         let rows = matching(q, b)?;
         let v = View { b };
@@ -290,13 +324,12 @@ fn usage(q: &Query, batches: &[RecordBatch]) -> Result<Table> {
         enum Src<'a> {
             S(&'a StringArray),
             T(&'a Int64Array, GroupKey),
-            Node(&'a StringArray),
         }
         let srcs: Vec<Src> = keys
             .iter()
             .map(|&k| {
                 Ok(match k {
-                    GroupKey::Node => Src::Node(v.s("node_list")?),
+                    GroupKey::Node => Src::S(v.s("node_list")?),
                     GroupKey::HourOfDay | GroupKey::DayOfWeek | GroupKey::Day | GroupKey::Month => {
                         Src::T(v.i("start_unix_ms")?, k)
                     }
@@ -304,53 +337,61 @@ fn usage(q: &Query, batches: &[RecordBatch]) -> Result<Table> {
                 })
             })
             .collect::<Result<_>>()?;
-        let off_ms = i64::from(q.tz_offset_s) * 1000;
         for i in rows {
             let mut vals = [None; 10];
             for (x, a) in vals.iter_mut().zip(&inputs) {
                 *x = of(a, i);
             }
-            // Keys; a node key fans out to each node of the job with an equal share.
-            let mut key: Vec<Key> = Vec::with_capacity(srcs.len());
-            let mut nodes: Option<Vec<&str>> = None;
-            let mut node_pos = 0;
+            let mut key = [0u64; MAX_KEYS];
             for (p, s) in srcs.iter().enumerate() {
-                key.push(match s {
-                    Src::S(a) => os(a, i).map_or(Key::Null, Key::Str),
-                    Src::T(a, k) => match oi(a, i) {
-                        None => Key::Null,
-                        Some(ms) => {
-                            let l = ms + off_ms;
-                            let secs = l.div_euclid(1000);
-                            let days = secs.div_euclid(86_400);
-                            match k {
-                                GroupKey::HourOfDay => Key::Int(secs.rem_euclid(86_400) / 3600),
-                                GroupKey::DayOfWeek => Key::Int((days + 3).rem_euclid(7) + 1),
-                                GroupKey::Day => Key::Day(days),
-                                _ => {
-                                    let (y, m, _) = super::query::civil_from_days(days);
-                                    Key::Month(y * 12 + i64::from(m) - 1)
-                                }
+                key[p] = match s {
+                    Src::S(_) if Some(p) == node_pos => NULL,
+                    Src::S(a) => match os(a, i) {
+                        None => NULL,
+                        Some(t) => {
+                            let next = texts[p].len() as u64;
+                            let id = *names[p].entry(t).or_insert(next);
+                            if id == next {
+                                texts[p].push(t);
                             }
+                            id
                         }
                     },
-                    Src::Node(a) => {
-                        nodes = Some(
-                            os(a, i)
-                                .map(|l| l.split(',').filter(|x| !x.is_empty()).collect())
-                                .unwrap_or_default(),
-                        );
-                        node_pos = p;
-                        Key::Null
-                    }
-                });
+                    Src::T(a, k) => match oi(a, i) {
+                        None => NULL,
+                        Some(ms) => {
+                            let secs = (ms + off_ms).div_euclid(1000);
+                            let days = secs.div_euclid(86_400);
+                            (match k {
+                                GroupKey::HourOfDay => secs.rem_euclid(86_400) / 3600,
+                                GroupKey::DayOfWeek => (days + 3).rem_euclid(7) + 1,
+                                GroupKey::Day => days,
+                                _ => {
+                                    let (y, m, _) = super::query::civil_from_days(days);
+                                    y * 12 + i64::from(m) - 1
+                                }
+                            }) as u64
+                        }
+                    },
+                };
             }
-            match nodes {
-                Some(list) if !list.is_empty() => {
-                    let share = 1.0 / list.len() as f64;
+            match (node_pos, node_pos.map(|p| &srcs[p])) {
+                (Some(p), Some(Src::S(a))) => {
+                    let list: Vec<&str> = os(a, i)
+                        .map(|l| l.split(',').filter(|x| !x.is_empty()).collect())
+                        .unwrap_or_default();
+                    if list.is_empty() {
+                        groups.entry(key).or_default().add(&vals, 1.0);
+                    }
+                    let share = 1.0 / list.len().max(1) as f64;
                     for n in list {
-                        key[node_pos] = Key::Str(n);
-                        groups.entry(key.clone()).or_default().add(&vals, share);
+                        let next = texts[p].len() as u64;
+                        let id = *names[p].entry(n).or_insert(next);
+                        if id == next {
+                            texts[p].push(n);
+                        }
+                        key[p] = id;
+                        groups.entry(key).or_default().add(&vals, share);
                     }
                 }
                 _ => groups.entry(key).or_default().add(&vals, 1.0),
@@ -358,9 +399,23 @@ fn usage(q: &Query, batches: &[RecordBatch]) -> Result<Table> {
         }
     }
     if keys.is_empty() && groups.is_empty() {
-        groups.insert(Vec::new(), Acc::default());
+        groups.insert([0; MAX_KEYS], Acc::default());
     }
-    let mut list: Vec<(Vec<Key>, Acc)> = groups.into_iter().collect();
+    // Codes back to keys, ordered as the query says.
+    let key_of = |codes: &[u64; MAX_KEYS]| -> Vec<Key> {
+        keys.iter()
+            .enumerate()
+            .map(|(p, k)| match (codes[p], k) {
+                (NULL, _) => Key::Null,
+                (c, GroupKey::HourOfDay | GroupKey::DayOfWeek) => Key::Int(c as i64),
+                (c, GroupKey::Day) => Key::Day(c as i64),
+                (c, GroupKey::Month) => Key::Month(c as i64),
+                (c, _) => Key::Str(texts[p][c as usize]),
+            })
+            .collect()
+    };
+    let mut list: Vec<(Vec<Key>, Acc)> =
+        groups.iter().map(|(c, a)| (key_of(c), a.clone())).collect();
     list.sort_by(|a, b| a.0.cmp(&b.0));
     if let Report::TopWasters { metric, n } = q.report {
         let col = match metric {
@@ -572,7 +627,7 @@ fn cpu_only_on_gpu(q: &Query, batches: &[RecordBatch], busy_pct: f64) -> Result<
         capacity.insert(part, cap);
     }
     let mut refs = job_refs(q, batches, |v, i| {
-        Ok(!oi(v.i("alloc_gpus")?, i).is_some_and(|n| n > 0)
+        Ok(oi(v.i("alloc_gpus")?, i).is_none_or(|n| n <= 0)
             && os(v.s("partition")?, i).is_some_and(|p| gpu_parts.contains(p)))
     })?;
     let alloc = |r: &JobRef| {

@@ -53,8 +53,9 @@ pub fn write_cohorts(cfg: &Config, idx: &Index) -> Result<usize> {
             "mem_eff_pct",
         ],
     )?;
-    let mut groups: BTreeMap<(Option<String>, Option<String>), (Vec<f64>, Vec<f64>)> =
-        BTreeMap::new();
+    // (cluster, partition) → (CPU efficiencies, memory efficiencies)
+    type Effs = (Vec<f64>, Vec<f64>);
+    let mut groups: BTreeMap<(Option<String>, Option<String>), Effs> = BTreeMap::new();
     for b in &batches {
         let col = |n: &str| b.column_by_name(n).context("column");
         let end = col("end_unix_ms")?

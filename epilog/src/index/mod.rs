@@ -267,6 +267,10 @@ impl<'a> Index<'a> {
             None
         } else {
             match load_state(&s.dir) {
+                Err(_) if !s.dir.join(STATE).exists() => {
+                    rep.why = Some("no index yet".into());
+                    None
+                }
                 Ok(st) => match self.check_parts(&st) {
                     Ok(()) => Some(st),
                     Err(e) => {
@@ -666,7 +670,8 @@ impl ParquetEngine {
             Ok(r.collect::<std::result::Result<Vec<_>, _>>()?)
         };
         // Two readers (this machine class has 2 cores): parts alternate between them.
-        let (a, b): (Vec<(usize, &Part)>, Vec<(usize, &Part)>) = parts
+        type Half<'p> = Vec<(usize, &'p Part)>;
+        let (a, b): (Half, Half) = parts
             .iter()
             .copied()
             .enumerate()
