@@ -797,3 +797,45 @@ fn hostile_text_is_stored_as_text_and_harms_nothing() {
     assert_eq!(r.get::<_, String>(2), want);
     assert_eq!(count(&mut c, "SELECT count(*) FROM jobscope.jobs"), 1);
 }
+
+/// No server needed: the `[postgres]` section is checked when the configuration is read, and a
+/// password file others can read is refused.
+#[test]
+fn the_postgres_settings_are_checked_before_anything_connects() {
+    use jobscope_core::config::Config;
+    let ok = Config::parse(
+        "[postgres]\nconninfo = \"host=db port=5432 user=js dbname=js\"\npassword_file = \"/etc/jobscope/pg.password\"\nsource = \"cluster-a\"\n",
+        Path::new("t.toml"),
+    )
+    .unwrap();
+    assert_eq!(ok.postgres.source, "cluster-a");
+    assert_eq!(ok.postgres.connect_timeout_s, 10);
+    for (bad, why) in [
+        ("password_file = \"pg.password\"", "absolute"),
+        ("connect_timeout_s = 0", "connect_timeout_s"),
+        ("source = \"a/../b\"", "source"),
+        ("source = \"\"", "source"),
+        ("conninfo_typo = \"x\"", "conninfo_typo"),
+    ] {
+        let e = Config::parse(&format!("[postgres]\n{bad}\n"), Path::new("t.toml")).unwrap_err();
+        assert!(e.to_string().contains(why), "{bad}: {e}");
+    }
+    // Not configured: a clear sentence, no connection attempt.
+    let e = pg::connect(&PgConfig::default()).map(|_| ()).unwrap_err();
+    assert!(e.to_string().contains("[postgres] conninfo"), "{e}");
+
+    let d = tempfile::tempdir().unwrap();
+    let pw = d.path().join("pw");
+    std::fs::write(&pw, "secret\nignored").unwrap();
+    std::fs::set_permissions(&pw, std::os::unix::fs::PermissionsExt::from_mode(0o640)).unwrap();
+    let e = pg::read_password(&pw).unwrap_err();
+    assert!(e.to_string().contains("readable by group or others"), "{e}");
+    std::fs::set_permissions(&pw, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    assert_eq!(pg::read_password(&pw).unwrap(), "secret");
+    let link = d.path().join("link");
+    std::os::unix::fs::symlink(&pw, &link).unwrap();
+    assert!(
+        pg::read_password(&link).is_err(),
+        "a symlink is not followed"
+    );
+}
