@@ -151,3 +151,146 @@ pub fn assemble(cfg: &Config, facts: &JobFacts, views: Vec<(String, NodeView)>) 
         sources,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::slurm::FakeSlurm;
+    use jobscope_core::sample::Reading;
+    use jobscope_core::spool::writer::{Limits, SeriesWriter};
+    use jobscope_core::spool::{Bucket, Header, N_GAUGES};
+
+    const JOB: u32 = 77;
+    const ALICE: u32 = 1001;
+
+    /// A running job's spool on node `n1`: three samples 5 s apart, one core busy, 100 MiB.
+    fn setup() -> (tempfile::TempDir, Config) {
+        let d = tempfile::tempdir().unwrap();
+        let mut cfg = Config::default();
+        cfg.paths.spool_dir = d.path().join("spool");
+        cfg.paths.live_dir = d.path().join("live");
+        let dir = job_dir(&cfg.paths.spool_dir, JOB, "n1");
+        std::fs::create_dir_all(&dir).unwrap();
+        let t0 = 1_700_000_000_000u64;
+        let h = Header {
+            uid: ALICE,
+            gid: ALICE,
+            alloc_cores: Some(2),
+            alloc_mem_bytes: Some(1 << 30),
+            ..Header::new(JOB, "n1", "job", t0)
+        };
+        let mut w = SeriesWriter::<Bucket>::create(&dir, "job.jsc", h, Limits::default()).unwrap();
+        for i in 0..3u64 {
+            w.push(Bucket {
+                t_first_ms: t0 + i * 5000,
+                t_last_ms: t0 + i * 5000,
+                n: 1,
+                last: Reading {
+                    cpu_usage_ns: Some(i * 5_000_000_000),
+                    mem_current_bytes: Some(100 << 20),
+                    ..Default::default()
+                },
+                gauges: [None; N_GAUGES],
+            })
+            .unwrap();
+        }
+        w.flush().unwrap();
+        (d, cfg)
+    }
+
+    fn running(nodes: &[&str]) -> FakeSlurm {
+        let mut s = FakeSlurm::up().with_job(JOB, JobState::Running);
+        let f = s.jobs.get_mut(&JOB).unwrap();
+        f.uid = Some(ALICE);
+        f.user = Some("alice".into());
+        f.nodes = nodes.iter().map(|n| n.to_string()).collect();
+        f.cpus = Some(2);
+        s
+    }
+
+    fn am_root() -> bool {
+        // SAFETY: geteuid cannot fail.
+        unsafe { libc::geteuid() == 0 }
+    }
+
+    #[test]
+    fn the_owner_reads_the_snapshot_root_the_spool_and_nobody_else_anything() {
+        if !am_root() {
+            eprintln!("skipped: needs root (the snapshot is chowned to its owner)");
+            return;
+        }
+        let (_d, cfg) = setup();
+        let dir = job_dir(&cfg.paths.spool_dir, JOB, "n1");
+        let snap = snapshot::from_spool(&dir, JOB, "n1", ALICE, &snapshot::gpu_params(&cfg));
+        snapshot::write(&cfg.paths.live_dir, &snap, ALICE).unwrap();
+        let slurm = running(&["n1"]);
+
+        let l = live(&cfg, &slurm, JOB, ALICE).unwrap().unwrap();
+        assert_eq!(l.sources, vec![("n1".to_string(), Some("snapshot"))]);
+        let s = &l.summary;
+        assert_eq!(
+            (s.state, s.partial, s.samples),
+            (JobState::Running, false, 3)
+        );
+        assert_eq!(s.end_reason, None);
+        assert_eq!(s.cpu.usage_s, Some(10.0), "figures up to the last sample");
+        let text = crate::present::render_text(s, false).unwrap();
+        assert!(
+            text.contains("State: RUNNING (still running: figures up to the last sample, "),
+            "{text}"
+        );
+
+        let l = live(&cfg, &slurm, JOB, 0).unwrap().unwrap();
+        assert_eq!(l.sources, vec![("n1".to_string(), Some("spool"))]);
+        assert_eq!(l.summary.samples, 3);
+
+        let e = live(&cfg, &slurm, JOB, 1002).unwrap_err().to_string();
+        assert_eq!(e, not_yours(JOB));
+
+        // The snapshot alone says whose it is: a uid SLURM gave wrongly still cannot read it.
+        let mut lying = running(&["n1"]);
+        lying.jobs.get_mut(&JOB).unwrap().uid = Some(1002);
+        let e = live(&cfg, &lying, JOB, 1002).unwrap_err().to_string();
+        assert_eq!(e, not_yours(JOB));
+    }
+
+    #[test]
+    fn a_job_that_is_not_running_is_the_archives() {
+        let (_d, cfg) = setup();
+        for state in [JobState::Completed, JobState::Pending, JobState::Completing] {
+            let slurm = FakeSlurm::up().with_job(JOB, state);
+            assert!(live(&cfg, &slurm, JOB, 0).unwrap().is_none(), "{state}");
+        }
+        assert!(live(&cfg, &FakeSlurm::up(), JOB, 0).unwrap().is_none());
+    }
+
+    #[test]
+    fn nodes_out_of_reach_are_named_and_none_reachable_is_an_error() {
+        let (_d, cfg) = setup();
+        let l = live(&cfg, &running(&["n1", "n2"]), JOB, 0)
+            .unwrap()
+            .unwrap();
+        assert!(l.summary.partial);
+        assert_eq!(
+            l.summary.partial_reasons,
+            vec!["n2: no live data reachable from this host".to_string()]
+        );
+        let screen = top::render(&l, false);
+        let n1 = screen.lines().find(|l| l.starts_with("n1")).unwrap();
+        assert!(n1.contains("1.0 of 2") && n1.ends_with("spool"), "{screen}");
+        assert!(screen.contains("100.0 MiB of 1.0 GiB"), "{screen}");
+        assert!(
+            screen
+                .lines()
+                .any(|l| l.starts_with("n2") && l.contains("not reachable")),
+            "{screen}"
+        );
+        assert!(!screen.contains('\x1b'));
+        assert!(top::render(&l, true).contains('\x1b'));
+
+        let e = live(&cfg, &running(&["n3"]), JOB, 0)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("no live data of its node(s) n3"), "{e}");
+    }
+}
