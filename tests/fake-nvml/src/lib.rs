@@ -36,7 +36,8 @@
 //!   "process_busy": {"4242": {"period_ms": 2000, "busy_share": 0.5}}, // per pid; without "busy"
 //!                                                                    // the device is their sum
 //!   "mem_ratio": 0.5,            // memory-controller utilization = SM utilization × this
-//!   "samples": "NOT_SUPPORTED"   // force the buffer off (also "process_utilization")
+//!   "samples": "NOT_SUPPORTED"   // force the buffer off (also "process_utilization", and
+//!                                // "point_reads" for the pattern's point reads)
 //! ```
 //! Without a `utilization` series, a device with a busy pattern answers point reads
 //! (`nvmlDeviceGetUtilizationRates`) with the buffer's newest sample, like the driver.
