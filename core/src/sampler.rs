@@ -63,7 +63,8 @@ pub struct Faults {
 /// could get no cgroup, the launcher's process tree (`crate::proctree`).
 pub enum Source {
     /// Keeps the job cgroup's descriptors open from one sample to the next.
-    Cgroup(JobCgroupReader),
+    // Boxed: the cgroup reader is the larger by far, and a sampler holds one source for life.
+    Cgroup(Box<JobCgroupReader>),
     ProcTree(crate::proctree::ProcTreeReader),
 }
 
@@ -102,7 +103,7 @@ impl Sampler {
         faults: Faults,
     ) -> Self {
         Self::with_source(
-            Source::Cgroup(JobCgroupReader::new(cgroup, proc_root)),
+            Source::Cgroup(Box::new(JobCgroupReader::new(cgroup, proc_root))),
             writer,
             log,
             faults,

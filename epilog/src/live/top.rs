@@ -42,8 +42,7 @@ pub fn render(live: &Live, color: bool) -> String {
         "{:<16} {:>14} {:>24} {:>10} {:>12} {:>8}  {}\n",
         "node", "busy cores", "memory (of limit)", "GPU util", "I/O", "samples", "from"
     );
-    let mut nodes = live.sources.iter().peekable();
-    while let Some((node, src)) = nodes.next() {
+    for (node, src) in &live.sources {
         let Some(n) = s.nodes.iter().find(|n| &n.node == node) else {
             out += &format!(
                 "{:<16} {:>14}\n",

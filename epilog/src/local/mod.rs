@@ -413,7 +413,7 @@ fn run_in(
         },
     )?;
     let source = match placement.cgroup() {
-        Some(cg) => Source::Cgroup(cg.reader(proc_root)),
+        Some(cg) => Source::Cgroup(Box::new(cg.reader(proc_root))),
         None => {
             let pr = proc_root.to_path_buf();
             Source::ProcTree(ProcTreeReader::new(
