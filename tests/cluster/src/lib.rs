@@ -267,7 +267,11 @@ pub fn require_cluster() -> Result<()> {
             it.next().unwrap_or(""),
             it.next().unwrap_or(""),
         );
-        if !matches!(state, "idle" | "mixed" | "allocated" | "completing") {
+        // 24.11's `planned`: an idle node the backfill scheduler holds for a pending job.
+        if !matches!(
+            state,
+            "idle" | "mixed" | "allocated" | "completing" | "planned"
+        ) {
             bad.push(format!("{node}: {state} ({reason})"));
         }
     }
