@@ -996,6 +996,39 @@ mod tests {
         assert!((3600.0..=4800.0).contains(&t), "{t}");
     }
 
+    /// A GPU whose buffer stopped answering mid-job: its source is `mixed`, the note says point
+    /// reads "for part of the job", and the buffered intervals count one value per 200 ms sample.
+    #[test]
+    fn buffer_then_point_reads_is_mixed_and_noted() {
+        use crate::gpu::fold::{UTIL_FROM_BUFFER, UTIL_FROM_POINT_READS};
+        let mut s = series(vec![nv(0)], 2, |_| vec![(Some(0), GIB, Some(1), 0, None)]);
+        // Minute 1: 300 driver samples, mean 40 %, fully covered; minute 2: one point read of 0.
+        let d = &mut s.buckets[1].devices[0];
+        d.util_gpu_pct = Some(Gauge {
+            min: 0,
+            max: 100,
+            sum: 300 * 40,
+            count: 300,
+        });
+        d.util_flags = Some(UTIL_FROM_BUFFER);
+        d.util_covered_ms = Some(60_000);
+        s.buckets[2].devices[0].util_flags = Some(UTIL_FROM_POINT_READS);
+        let g = &summarize_gpus(&s, 120.0)[0];
+        assert_eq!(g.util_source, Some(GpuUtilSource::Mixed));
+        assert_eq!(g.util_coverage_share, Some(1.0));
+        // Weighted by samples: (300 × 40 + 0 + 0) / 302.
+        let m = g.util_mean_pct.unwrap();
+        assert!((m - 12_000.0 / 302.0).abs() < 1e-9, "{m}");
+        let notes = gpu_quality_notes(&s);
+        assert!(
+            notes
+                .iter()
+                .any(|n| n.contains("point reads for part of the job")),
+            "{notes:?}"
+        );
+        assert!(!notes.iter().any(|n| n.contains("cover")), "{notes:?}");
+    }
+
     #[test]
     fn lost_gpu_throttling_and_json() {
         let mut s = three_gpus();
