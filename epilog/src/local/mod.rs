@@ -306,8 +306,8 @@ fn run_in(
         Err(e) => {
             placement = Placement::ProcTree {
                 why: format!(
-                    "the run's cgroup could not be made ({e}): the run was followed through its \
-                     process tree in /proc, so memory is the sum of resident sets (no page cache)"
+                    "its cgroup could not be made ({e}): followed through its process tree in \
+                     /proc, so memory is resident sets only (no page cache)"
                 ),
             };
             vec![]

@@ -117,19 +117,12 @@ pub fn plan(
             match controllers {
                 _ if !fs.is_dir(&own) => format!("{} is not mounted here", own.display()),
                 None => format!("{} has no cgroup.controllers", own.display()),
-                Some(c) if !c.split_whitespace().any(|x| x == "memory") => format!(
-                    "the cgroup v2 hierarchy offers no memory controller in {}{}",
-                    own.display(),
-                    if hybrid {
-                        " (a hybrid host: the controllers are in the v1 hierarchies, which only root may use)"
-                    } else {
-                        ""
-                    }
-                ),
-                Some(_) if !delegated => format!(
-                    "{} is not delegated to uid {euid} (run under `systemd-run --user --scope -p Delegate=yes`, or as root)",
-                    own.display()
-                ),
+                Some(c) if !c.split_whitespace().any(|x| x == "memory") => {
+                    format!("no v2 memory controller in {}", own.display())
+                }
+                Some(_) if !delegated => {
+                    format!("{} is not delegated to uid {euid}", own.display())
+                }
                 Some(_) => {
                     let run = own.join(&name);
                     return Placement::V2 {
@@ -147,15 +140,14 @@ pub fn plan(
         }
     };
     let why_not_v1 = if has_v1 {
-        format!("the cgroup v1 hierarchies are root's (uid {euid})")
+        "the v1 hierarchies are root's"
     } else {
-        "no cgroup v1 memory and cpuacct hierarchies".to_string()
+        "no v1 memory and cpuacct hierarchies"
     };
     Placement::ProcTree {
         why: format!(
-            "no cgroup could be had ({why_not_v1}; {why_not_v2}): the run was followed through \
-             its process tree in /proc, so memory is the sum of resident sets (no page cache), \
-             and work of processes that left the tree is not counted"
+            "no cgroup of its own ({why_not_v1}; {why_not_v2}): followed through its process \
+             tree in /proc, so memory is resident sets only (no page cache)"
         ),
     }
 }
@@ -329,7 +321,7 @@ mod tests {
             panic!("{p:?}")
         };
         assert!(why.contains("v1 hierarchies are root's"), "{why}");
-        assert!(why.contains("no memory controller"), "{why}");
+        assert!(why.contains("no v2 memory controller"), "{why}");
         assert!(why.contains("process tree"), "{why}");
     }
 
