@@ -12,7 +12,7 @@
 //! mistaken for another: they are only ever stored and rendered through escaping templates.
 
 use super::v22_05::{parse_squeue_json, run_bounded};
-use super::{ArrayTask, JobFacts, JobState, Slurm};
+use super::{decide_end, ArrayTask, EndEvidence, JobEnd, JobFacts, JobState, Slurm};
 use serde_json::Value;
 use std::time::Duration;
 
@@ -143,6 +143,32 @@ impl Slurm for Slurm2411 {
     fn ping(&self) -> bool {
         run_bounded(&self.scontrol, &["ping"], COMMAND_LIMIT).is_some_and(|o| o.contains("UP"))
     }
+
+    fn decide_end(&self, facts: &JobFacts, evidence: &EndEvidence) -> JobEnd {
+        decide_end_2411(facts, evidence)
+    }
+}
+
+/// 24.11 already says FAILED or COMPLETED while the Epilog runs (22.05 says COMPLETING there).
+/// Those two states only sum up the exit status, whose own reason (the exit code, the signal, the
+/// failed step) says more: conclude from the evidence as for 22.05, and keep the scheduler's word
+/// only when the evidence concludes nothing. Every other final state (CANCELLED, TIMEOUT,
+/// OUT_OF_MEMORY, NODE_FAIL, PREEMPTED…) is the scheduler's own knowledge and stays as it is.
+pub fn decide_end_2411(facts: &JobFacts, evidence: &EndEvidence) -> JobEnd {
+    if matches!(
+        facts.scheduler_state,
+        Some(JobState::Failed | JobState::Completed)
+    ) {
+        let as_2205 = JobFacts {
+            scheduler_state: Some(JobState::Completing),
+            ..facts.clone()
+        };
+        let end = decide_end(&as_2205, evidence);
+        if end.state != JobState::Unknown {
+            return end;
+        }
+    }
+    decide_end(facts, evidence)
 }
 
 #[cfg(test)]
@@ -196,6 +222,52 @@ mod tests {
         let (start, end) = (f.start_unix_s.unwrap(), f.end_unix_s.unwrap());
         assert!((4..=5).contains(&(end - start)), "{start}..{end}");
         assert!(f.submit_unix_s.unwrap() <= start);
+    }
+
+    /// The captured job exited 3 and 24.11 said FAILED during its Epilog: the report names the
+    /// exit code (as on 22.05, tests/cluster/tests/states.rs a_nonzero_exit_is_failed), not only
+    /// "the scheduler says FAILED".
+    #[test]
+    fn a_failed_job_ends_with_its_exit_code() {
+        use super::super::EndReason;
+        let f = parse_scontrol_json(&testdata("scontrol-json-epilog.json"), captured_id()).unwrap();
+        let ev = EndEvidence {
+            failed_step: None,
+            oom_kills: 0,
+            elapsed_s: 4.0,
+        };
+        let end = Slurm2411::default().decide_end(&f, &ev);
+        assert_eq!(end.state, JobState::Failed);
+        assert_eq!(end.reason, Some(EndReason::ExitCode { code: 3 }));
+        // A state the scheduler knows on its own stays the scheduler's.
+        let cancelled = JobFacts {
+            scheduler_state: Some(JobState::Cancelled),
+            ..f.clone()
+        };
+        assert_eq!(
+            decide_end_2411(&cancelled, &ev).reason,
+            Some(EndReason::SchedulerSays {
+                state: JobState::Cancelled
+            })
+        );
+        // COMPLETED with a failed step: the step is named.
+        let step = JobFacts {
+            scheduler_state: Some(JobState::Completed),
+            exit_code: Some(0),
+            derived_exit_code: Some(4),
+            ..f
+        };
+        let ev = EndEvidence {
+            failed_step: Some("0".into()),
+            ..ev
+        };
+        assert_eq!(
+            decide_end_2411(&step, &ev).reason,
+            Some(EndReason::StepFailed {
+                code: 4,
+                step: Some("0".into())
+            })
+        );
     }
 
     #[test]
