@@ -83,7 +83,10 @@ pub fn parse_scontrol_json(text: &str, job_id: u32) -> Option<JobFacts> {
     f.derived_exit_code = exit_status(job, "derived_exit_code").0;
     // preempt_time is 0 until the job is preempted.
     f.preempted = num(job, "preempt_time").is_some_and(|t| t > 0);
-    f.requeued = words.iter().any(|w| w.starts_with("REQUEUE"));
+    // A run whose Epilog runs has ended: a controller that already says PENDING has reset the
+    // job for its next run, i.e. requeued it (22.05's record shows this as EndTime=Unknown).
+    f.requeued = words.iter().any(|w| w.starts_with("REQUEUE"))
+        || f.scheduler_state == Some(JobState::Pending);
     Some(f)
 }
 
@@ -322,6 +325,8 @@ mod tests {
             "SIG_OOM is the scheduler's OOM report, not a signal"
         );
         assert_eq!(f.scheduler_state, Some(JobState::Pending));
+        v["jobs"][0]["job_state"] = serde_json::json!(["PENDING"]);
+        assert!(parse_scontrol_json(&v.to_string(), id).unwrap().requeued);
         v["jobs"][0]["exit_code"]["signal"]["id"]["number"] = 9.into();
         let f = parse_scontrol_json(&v.to_string(), id).unwrap();
         assert_eq!((f.exit_signal, f.scheduler_oom), (Some(9), false));
