@@ -228,6 +228,9 @@ pub fn run_epilog(
     log: &mut dyn FnMut(&str),
 ) -> Result<Outcome> {
     let dir = job_dir(&cfg.paths.spool_dir, env.job_id, &env.node);
+    // The job is over on this node: its live view too (the extern step removes it at its exit;
+    // this covers an extern step that died first). core/src/snapshot.rs.
+    jobscope_core::snapshot::remove(&cfg.paths.live_dir, env.job_id, &env.node);
     if is_archived(cfg, env.job_id) && !set_aside_earlier_run(cfg, env.job_id, &dir, log) {
         remove_spool(cfg, env.job_id, &env.node, log);
         return Ok(Outcome::AlreadyArchived);
