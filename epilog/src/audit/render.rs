@@ -108,7 +108,10 @@ pub fn heatmap(t: &Table) -> String {
         .collect();
     let max = vals.iter().flatten().copied().fold(0.0, f64::max);
     let mut out = String::from("allocated core-hours by hour of week (local time)\n");
-    out.push_str("     00    06    12    18      total\n");
+    out.push_str(&format!(
+        "{:<5}{:<24}  {:>9}\n",
+        "", "00    06    12    18", "total"
+    ));
     for (d, row) in vals.iter().enumerate() {
         out.push_str(&format!("{:<5}", WEEKDAYS.get(d).copied().unwrap_or("?")));
         for &v in row {
@@ -244,6 +247,40 @@ mod tests {
             s,
             "user,jobs,cpu_eff_pct\r\n\"al,\"\"ice\"\"\",3,48.94\r\n'=cmd()\x1b[2J,12,\r\n"
         );
+    }
+
+    #[test]
+    fn heat_map_shades_hours_under_aligned_headings() {
+        let mut t = Table::new(
+            std::iter::once(Column::new("day_of_week", ColType::Int))
+                .chain((0..24).map(|h| Column::new(&format!("h{h:02}"), ColType::Float)))
+                .collect(),
+        );
+        for d in 1..=7 {
+            let mut r = vec![Value::Int(d)];
+            r.extend((0..24).map(|h| {
+                Value::Float(if d == 2 && h == 6 {
+                    4.0
+                } else if d == 2 && h == 7 {
+                    1.0
+                } else {
+                    0.0
+                })
+            }));
+            t.rows.push(r);
+        }
+        let s = heatmap(&t);
+        let lines: Vec<&str> = s.lines().collect();
+        assert_eq!(lines[1].find("06"), Some(11), "{s}");
+        assert_eq!(
+            lines[1].len(),
+            lines[3].chars().count(),
+            "total under the totals:\n{s}"
+        );
+        // Tuesday: 06h is the busiest (█), 07h a quarter of it (░).
+        let tue: Vec<char> = lines[3].chars().collect();
+        assert_eq!((tue[11], tue[12], tue[13]), ('█', '░', ' '), "{s}");
+        assert!(lines[3].ends_with("5.00"), "{s}");
     }
 
     #[test]
