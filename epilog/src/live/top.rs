@@ -39,7 +39,7 @@ pub fn render(live: &Live, color: bool) -> String {
         format!("{head}\n")
     };
     out += &format!(
-        "{:<16} {:>14} {:>24} {:>10} {:>12} {:>8}  {}\n",
+        "{:<16} {:>14} {:>26} {:>10} {:>12} {:>8}  {}\n",
         "node", "busy cores", "memory (of limit)", "GPU util", "I/O", "samples", "from"
     );
     for (node, src) in &live.sources {
@@ -99,7 +99,7 @@ pub fn render(live: &Live, color: bool) -> String {
             "{:<16} {} {} {:>10} {:>12} {:>8}  {}\n",
             clean(node, 16),
             paint(format!("{busy_txt:>14}"), busy_col, color),
-            paint(format!("{mem_txt:>24}"), mem_col, color),
+            paint(format!("{mem_txt:>26}"), mem_col, color),
             gpu,
             io,
             n.quality.samples,
