@@ -321,7 +321,7 @@ fn real_main() -> Result<()> {
                 &cfg,
                 &node,
                 jobscope_core::sampler::now_unix_ms(),
-                &slurm,
+                &*slurm,
                 &mut |m| eprintln!("jobscope: {m}"),
             )?;
             if json {
