@@ -413,3 +413,51 @@ fn a_gpu_run_with_the_fake_nvml_reports_the_gpu_it_was_given() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("by identity"));
 }
+
+#[test]
+fn archived_runs_get_local_ids_and_show_finds_them() {
+    let _serial = one_at_a_time();
+    if !am_root() {
+        eprintln!("skipped: --archive needs root");
+        return;
+    }
+    let base = tempfile::tempdir().unwrap();
+    let s = Setup::new(&format!(
+        "[paths]\narchive_dir = \"{0}/archive\"\nstate_dir = \"{0}/state\"\n\n[run]\ncluster = \"ws1\"\nfirst_job_id = 3000000100\n",
+        base.path().display()
+    ));
+    let mut ids = Vec::new();
+    for tag in ["a1", "a2"] {
+        let out = run_cmd(&s, None, tag, &["--archive"], &["true"])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{out:?}");
+        let r = report(&s, tag, &out);
+        assert_eq!(r["cluster"], "ws1");
+        let id = r["job_id"].as_u64().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains(&format!("archived as job {id} of cluster ws1")),
+            "{err}"
+        );
+        ids.push(id);
+    }
+    assert_eq!(
+        ids,
+        vec![3000000100, 3000000101],
+        "a counter from run.first_job_id"
+    );
+    // `jobscope show` finds the archived run like any job's.
+    let out = Command::new(BIN)
+        .arg("--config")
+        .arg(s.config())
+        .args(["show", "--json", &ids[1].to_string()])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        (v["job_id"].as_u64(), v["cluster"].as_str()),
+        (Some(ids[1]), Some("ws1"))
+    );
+}
