@@ -230,13 +230,6 @@ impl IntervalFold {
     pub fn take(&mut self) -> IntervalFigures {
         std::mem::take(&mut self.cur)
     }
-
-    /// Forgets the samples buffered before the job (the monitor's first drain, at open): only
-    /// their timestamps are kept, so the next drain starts after them.
-    pub fn skip(&mut self, d: &DeviceDrain) {
-        self.add(d, &[]);
-        self.cur = IntervalFigures::default();
-    }
 }
 
 #[cfg(test)]
@@ -399,23 +392,5 @@ mod tests {
             (0, 2),
             "an idle device: the job was idle too"
         );
-    }
-
-    #[test]
-    fn skipped_history_is_not_counted() {
-        let mut f = IntervalFold::default();
-        f.skip(&DeviceDrain {
-            util_gpu: buf(0, &[100; 71]),
-            ..Default::default()
-        });
-        f.add(
-            &DeviceDrain {
-                util_gpu: buf(0, &[100; 75]),
-                ..Default::default()
-            },
-            &[],
-        );
-        let g = f.take().util_gpu_pct.unwrap();
-        assert_eq!(g.count, 4);
     }
 }
