@@ -17,6 +17,8 @@ bad() { echo "FAIL  $*"; fail=1; }
 for f in /usr/bin/jobscope /usr/sbin/jobscope-epilog /etc/jobscope/jobscope.toml \
   /lib/systemd/system/jobscope-reap.timer /lib/systemd/system/jobscope-reap.service \
   /lib/systemd/system/jobscope-mail-flush.timer /lib/systemd/system/jobscope-mail-flush.service \
+  /lib/systemd/system/jobscope-index.timer /lib/systemd/system/jobscope-index.service \
+  /lib/systemd/system/jobscope-pg-sync.timer /lib/systemd/system/jobscope-pg-sync.service \
   /usr/share/man/man1/jobscope.1.gz /usr/share/man/man8/jobscope-epilog.8.gz \
   /usr/share/man/man5/jobscope.toml.5.gz /usr/share/bash-completion/completions/jobscope \
   /usr/share/zsh/vendor-completions/_jobscope /usr/share/fish/vendor_completions.d/jobscope.fish; do
