@@ -92,8 +92,9 @@ enum Cmd {
     /// Usage, waste and job reports over the archive: root and the admin group see every job,
     /// anyone else their own (docs/audit.md).
     Audit {
+        // Boxed: the audit's many filters would make every other command as large.
         #[command(subcommand)]
-        cmd: crate::audit::cli::AuditCmd,
+        cmd: Box<crate::audit::cli::AuditCmd>,
     },
     /// PostgreSQL (root): `sync` pushes what the archive gained since the last sync, `init` sets
     /// up tables, roles and row-level security, `map-role` lets a database role see one user's jobs.
@@ -489,7 +490,7 @@ fn real_main() -> Result<()> {
             }
         }
         Cmd::Index { cmd } => crate::audit::cli::index_cmd(&load_config(&cli.config)?, cmd),
-        Cmd::Audit { cmd } => crate::audit::cli::audit_cmd(&load_config(&cli.config)?, cmd),
+        Cmd::Audit { cmd } => crate::audit::cli::audit_cmd(&load_config(&cli.config)?, *cmd),
         Cmd::Pg { cmd } => crate::pg::cmd::run(cmd, &load_config(&cli.config)?),
         Cmd::Summarize { dir, json } => {
             let cfg = load_config(&cli.config)?;

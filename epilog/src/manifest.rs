@@ -249,7 +249,10 @@ pub fn read_entries(day_dir: &Path) -> Result<(Vec<Entry>, u64), ManifestError> 
         });
     }
     let text = String::from_utf8_lossy(&b);
-    Ok((text.lines().filter_map(Entry::parse).collect(), b.len() as u64))
+    Ok((
+        text.lines().filter_map(Entry::parse).collect(),
+        b.len() as u64,
+    ))
 }
 
 /// A manifest line that does not fit.

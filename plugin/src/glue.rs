@@ -36,10 +36,10 @@ pub struct Jobscope {
     gpu: Option<jobscope_core::gpu::GpuMonitor>,
     step: Option<StepRecorder>,
     started: bool,
-}
     /// This process's sampler writes the live snapshot (the extern step, or the batch step
     /// without one); its `exit` removes it.
     live_written: bool,
+}
 
 static PANIC_HOOK: Once = Once::new();
 
@@ -144,8 +144,8 @@ impl Jobscope {
         let h = spawn(sampler, schedule, Box::new(|m: &str| crate::log_error(m)))
             .map_err(|e| format!("cannot start sampler thread: {e}"))?;
         self.sampler = Some(h);
-        Ok(())
         self.live_written = true;
+        Ok(())
     }
 
     /// The first `task_post_fork` of a step: slurmstepd has forked its task(s) and sits in the job's cgroups.
@@ -298,11 +298,11 @@ unsafe impl Plugin for Jobscope {
                 if ctx.step == "extern" {
                     handover::remove(&ctx.handover_dir(), ctx.job_id, ctx.node());
                 }
-            }
                 // The sampler has stopped: the live view of this node ends with the job here.
                 if self.live_written {
                     ctx.remove_live_snapshot();
                 }
+            }
             Ok(())
         });
         Ok(())

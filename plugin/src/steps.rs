@@ -270,15 +270,7 @@ impl JobCtx {
         if selection.wanted.is_empty() && selection.notes.is_empty() {
             return None;
         }
-        let backend = BackendConfig {
-            nvidia: g.nvidia,
-            nvml_lib_path: g.nvml_lib_path.clone(),
-            amd: g.amd,
-            sample_timeout: Duration::from_secs(g.sample_timeout_s),
-            max_file_bytes: GPU_FILE_BUDGET_BYTES,
-            drain_interval: Duration::from_secs(g.drain_interval_s),
-            ..BackendConfig::default()
-        };
+        let backend = BackendConfig::from_settings(g);
         let dir = self.ensure_job_dir().ok()?;
         // Levels as the monitor means them: a normal state (no NVIDIA driver on a node with
         // AMD GPUs) at debug only, a skipped sample or a driver error as information, a lost GPU

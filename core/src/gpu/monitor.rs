@@ -91,6 +91,20 @@ impl Default for BackendConfig {
 }
 
 impl BackendConfig {
+    /// The backends as `[gpu]` of the configuration file sets them, with `gpu.jsc` capped at its
+    /// share of the node's spool budget: the one place the plugin and `jobscope run` get them.
+    pub fn from_settings(g: &crate::config::Gpu) -> Self {
+        BackendConfig {
+            nvidia: g.nvidia,
+            nvml_lib_path: g.nvml_lib_path.clone(),
+            amd: g.amd,
+            sample_timeout: Duration::from_secs(g.sample_timeout_s),
+            max_file_bytes: crate::spool::GPU_FILE_BUDGET_BYTES,
+            drain_interval: Duration::from_secs(g.drain_interval_s),
+            ..BackendConfig::default()
+        }
+    }
+
     /// The backends that could answer `sel` (none for an empty selection). Creating them does no
     /// I/O: NVML is loaded in [`GpuBackend::open`], in the monitor's thread.
     pub fn backends_for(&self, sel: &GpuSelection) -> Vec<Box<dyn GpuBackend>> {

@@ -431,14 +431,7 @@ fn run_in(
         Box::new(|m: &str| eprintln!("jobscope: {m}")),
     )?;
     let gpu = (!gpu_refs.is_empty() && cfg.gpu.enabled).then(|| {
-        let backend = BackendConfig {
-            nvidia: cfg.gpu.nvidia,
-            nvml_lib_path: cfg.gpu.nvml_lib_path.clone(),
-            amd: cfg.gpu.amd,
-            sample_timeout: Duration::from_secs(cfg.gpu.sample_timeout_s),
-            max_file_bytes: GPU_FILE_BUDGET_BYTES,
-            ..BackendConfig::default()
-        };
+        let backend = BackendConfig::from_settings(&cfg.gpu);
         let pids: jobscope_core::gpu::monitor::PidSource = match placement.cgroup() {
             Some(cg) => cgroup_pid_source(cg.memory_dir.clone()),
             None => {

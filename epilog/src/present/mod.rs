@@ -501,7 +501,11 @@ fn report(s: &JobSummary) -> Report {
             .collect(),
         no_advice: words::no_advice(&a),
         advice_note: words::advice_note(&a).unwrap_or_default(),
-        peers: a.peers.iter().map(|p| clean(&history::peer(p), 300)).collect(),
+        peers: a
+            .peers
+            .iter()
+            .map(|p| clean(&history::peer(p), 300))
+            .collect(),
         history_heading: a
             .history
             .as_ref()
