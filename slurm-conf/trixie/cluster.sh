@@ -6,9 +6,10 @@
 #   slurm-conf/trixie/cluster.sh up [--nodes 1|2] [--clean] [--cgroup v1|v2]
 #   slurm-conf/trixie/cluster.sh down          stop the 24.11 daemons, unmount (the 22.05 cluster stays down)
 #   slurm-conf/trixie/cluster.sh status
-#   slurm-conf/trixie/cluster.sh build         build the plugin against the rootfs's 24.11 headers, and the
-#                                              CLI and Epilog, into target/slurm-24.11 (its own target dir)
-#   slurm-conf/trixie/cluster.sh install       install that build into the rootfs's /usr/local
+#   slurm-conf/trixie/cluster.sh build         build the plugin against the rootfs's 24.11 headers into
+#                                              target/slurm-24.11 (its own target dir)
+#   slurm-conf/trixie/cluster.sh install       install that plugin, and the host's CLI and Epilog
+#                                              (target/release), into the rootfs's /usr/local
 #   slurm-conf/trixie/cluster.sh run CMD...    run a command inside the rootfs (e.g. run squeue --json)
 #
 # The same ports, munge socket, cgroup trees, /etc/slurm and jobscope directories as the 22.05
@@ -348,22 +349,27 @@ cmd_build() {
   [ -f "$inc/slurm/spank.h" ] || die "no 24.11 headers at $inc (run slurm-conf/trixie/rootfs.sh build)"
   t0=$(now)
   ( cd "$REPO" && env JOBSCOPE_SLURM_INCLUDE="$inc" BINDGEN_EXTRA_CLANG_ARGS="-I$inc" \
-      CARGO_TARGET_DIR="$TARGET_24" cargo build --release -p jobscope-plugin -p jobscope-epilog )
-  log "built $TARGET_24/release/{libjobscope_spank.so,jobscope,jobscope-epilog} against $inc ($(since "$t0") s)"
+      CARGO_TARGET_DIR="$TARGET_24" cargo build --release -p jobscope-plugin )
+  # Only the plugin depends on SLURM's headers: the CLI and the Epilog talk to SLURM through its
+  # commands (epilog/src/slurm/), so the host's build runs in the rootfs unchanged (trixie's C
+  # library is newer than bookworm's) and a second build of them, arrow and all, is not needed.
+  log "built $TARGET_24/release/libjobscope_spank.so against $inc ($(since "$t0") s)"
 }
 
 cmd_install() {
   need_root
   local so=$TARGET_24/release/libjobscope_spank.so
   local b
-  for b in "$so" "$TARGET_24/release/jobscope" "$TARGET_24/release/jobscope-epilog"; do
-    [ -f "$b" ] || die "$b missing: run $0 build"
+  local host=${JOBSCOPE_HOST_TARGET:-$REPO/target/release}
+  [ -f "$so" ] || die "$so missing: run $0 build"
+  for b in "$host/jobscope" "$host/jobscope-epilog"; do
+    [ -f "$b" ] || die "$b missing: run cargo build --release --workspace"
   done
   install -d -m 0755 "$(dirname "$PLUGIN_IN_ROOT")" "$ROOT/usr/local/bin" "$ROOT/usr/local/sbin"
   # install (a rename), never cp over a .so a slurmstepd may have mapped
   install -m 0755 "$so" "$PLUGIN_IN_ROOT"
-  install -m 0755 "$TARGET_24/release/jobscope" "$ROOT/usr/local/bin/jobscope"
-  install -m 0755 "$TARGET_24/release/jobscope-epilog" "$ROOT/usr/local/sbin/jobscope-epilog"
+  install -m 0755 "$host/jobscope" "$ROOT/usr/local/bin/jobscope"
+  install -m 0755 "$host/jobscope-epilog" "$ROOT/usr/local/sbin/jobscope-epilog"
   log "installed into $ROOT/usr/local: lib/slurm/jobscope_spank.so, bin/jobscope, sbin/jobscope-epilog"
 }
 
