@@ -96,8 +96,8 @@ pub fn utc_time(unix_s: u64) -> String {
     )
 }
 
-/// Howard Hinnant's days → civil date (proleptic Gregorian, UTC).
-fn civil_from_days(z: i64) -> (i64, u32, u32) {
+/// Howard Hinnant's days → civil date (proleptic Gregorian, UTC); the audit's calendar too.
+pub fn civil_from_days(z: i64) -> (i64, u32, u32) {
     let z = z + 719_468;
     let era = z.div_euclid(146_097);
     let doe = z.rem_euclid(146_097);
@@ -111,7 +111,7 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
 }
 
 /// The inverse: civil date → days since 1970-01-01.
-fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
+pub fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
     let y = if m <= 2 { y - 1 } else { y };
     let era = y.div_euclid(400);
     let yoe = y.rem_euclid(400);

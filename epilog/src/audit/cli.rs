@@ -274,17 +274,8 @@ fn parse_when(s: &str, offset_s: i32) -> Result<i64> {
     {
         return Err(bad());
     }
-    let days = days_from_civil(y, m, dd);
+    let days = crate::archive::days_from_civil(y, m, dd);
     Ok(days * 86_400 + hh * 3600 + mm * 60 - i64::from(offset_s))
-}
-
-fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y.rem_euclid(400);
-    let mp = (i64::from(m) + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + i64::from(d) - 1;
-    era * 146_097 + yoe * 365 + yoe / 4 - yoe / 100 + doy - 719_468
 }
 
 /// `90s`, `10m`, `12h`, `7d`, `2w` (a bare number is seconds).

@@ -21,19 +21,13 @@ pub fn needed_columns(q: &Query) -> Vec<&'static str> {
     if f.uid.is_some() {
         add("uid");
     }
-    for (list, col) in [
-        (&f.users, "user"),
-        (&f.groups, "group"),
-        (&f.accounts, "account"),
-        (&f.partitions, "partition"),
-        (&f.qos, "qos"),
-        (&f.nodes, "node_list"),
-        (&f.states, "state"),
-        (&f.classes, "class"),
-    ] {
+    for (list, col) in f.text_columns() {
         if !list.is_empty() {
             add(col);
         }
+    }
+    if !f.nodes.is_empty() {
+        add("node_list");
     }
     if f.min_elapsed_s.is_some() {
         add("elapsed_s");
@@ -162,15 +156,7 @@ fn matching(q: &Query, b: &RecordBatch) -> Result<Vec<usize>> {
         let a = v.i("uid")?;
         keep.retain(|&i| oi(a, i) == Some(i64::from(uid)));
     }
-    for (list, col) in [
-        (&f.users, "user"),
-        (&f.groups, "group"),
-        (&f.accounts, "account"),
-        (&f.partitions, "partition"),
-        (&f.qos, "qos"),
-        (&f.states, "state"),
-        (&f.classes, "class"),
-    ] {
+    for (list, col) in f.text_columns() {
         if !list.is_empty() {
             let a = v.s(col)?;
             keep.retain(|&i| os(a, i).is_some_and(|x| list.iter().any(|w| w == x)));

@@ -58,6 +58,23 @@ pub struct Filters {
     pub gpu: Option<bool>,
 }
 
+impl Filters {
+    /// The filters that keep rows whose text column equals one of the listed values, with that
+    /// column (nodes match inside `node_list`, so they are not among them): one table for every
+    /// engine.
+    pub fn text_columns(&self) -> [(&[String], &'static str); 7] {
+        [
+            (&self.users, "user"),
+            (&self.groups, "group"),
+            (&self.accounts, "account"),
+            (&self.partitions, "partition"),
+            (&self.qos, "qos"),
+            (&self.states, "state"),
+            (&self.classes, "class"),
+        ]
+    }
+}
+
 /// A grouping key. The output column is [`GroupKey::column`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -308,19 +325,7 @@ impl Query {
     }
 }
 
-/// Civil date of a day number since 1970-01-01 (proleptic Gregorian; H. Hinnant's algorithm).
-pub fn civil_from_days(z: i64) -> (i64, u32, u32) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let y = yoe + era * 400;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    (if m <= 2 { y + 1 } else { y }, m, d)
-}
+pub use crate::archive::civil_from_days;
 
 /// The time keys of an instant (ms since the epoch, already shifted to local time):
 /// (hour 0–23, ISO weekday 1–7, `YYYY-MM-DD`, `YYYY-MM`).

@@ -159,6 +159,26 @@ fn write_part(
     seq: u64,
     batch: &RecordBatch,
 ) -> Result<Part> {
+    write_part_batches(
+        s,
+        table,
+        month,
+        seq,
+        batch.schema(),
+        [Ok(batch.clone())].into_iter(),
+    )
+}
+
+/// Writes `batches` (one schema) as one new part file (0640 root:admin, written aside and renamed
+/// into place), returning its `Part`.
+fn write_part_batches(
+    s: &Settings,
+    table: &str,
+    month: &str,
+    seq: u64,
+    schema: arrow_schema::SchemaRef,
+    batches: impl Iterator<Item = Result<RecordBatch>>,
+) -> Result<Part> {
     let rel_dir = format!("{table}/{month}");
     let dir = s.dir.join(&rel_dir);
     mkdir(&s.dir.join(table), s.admin_gid)?;
@@ -170,16 +190,23 @@ fn write_part(
     if is_root() {
         std::os::unix::fs::fchown(&f, Some(0), Some(s.admin_gid))?;
     }
-    let mut w = ArrowWriter::try_new(f.try_clone()?, batch.schema(), Some(writer_props()))?;
-    w.write(batch)?;
+    let mut w = ArrowWriter::try_new(f.try_clone()?, schema, Some(writer_props()))?;
+    let (mut rows, mut min_end_ms, mut max_end_ms) = (0u64, None::<i64>, None::<i64>);
+    for batch in batches {
+        let batch = batch?;
+        w.write(&batch)?;
+        rows += batch.num_rows() as u64;
+        let (lo, hi) = end_range(&batch);
+        min_end_ms = lo.into_iter().chain(min_end_ms).min();
+        max_end_ms = hi.into_iter().chain(max_end_ms).max();
+    }
     w.close()?;
     f.sync_all()?;
     std::fs::rename(&tmp, dir.join(&name))?;
-    let (min_end_ms, max_end_ms) = end_range(batch);
     Ok(Part {
         file: format!("{rel_dir}/{name}"),
         month: month.to_string(),
-        rows: batch.num_rows() as u64,
+        rows,
         min_end_ms,
         max_end_ms,
     })
@@ -548,28 +575,8 @@ fn write_part_slices(
     seq: u64,
     rows: &[JobRow],
 ) -> Result<Part> {
-    let rel_dir = format!("{table}/{month}");
-    let dir = s.dir.join(&rel_dir);
-    mkdir(&s.dir.join(table), s.admin_gid)?;
-    mkdir(&dir, s.admin_gid)?;
-    let name = format!("part-{seq:08}.parquet");
-    let tmp = dir.join(format!(".{name}.tmp.{}", std::process::id()));
-    let _ = std::fs::remove_file(&tmp);
-    let f = jobscope_core::fsutil::create_new(&tmp, 0o640)?;
-    let mut w = ArrowWriter::try_new(f.try_clone()?, job_schema(), Some(writer_props()))?;
-    for chunk in rows.chunks(ROW_GROUP_ROWS) {
-        w.write(&job_batch(chunk)?)?;
-    }
-    w.close()?;
-    f.sync_all()?;
-    std::fs::rename(&tmp, dir.join(&name))?;
-    Ok(Part {
-        file: format!("{rel_dir}/{name}"),
-        month: month.to_string(),
-        rows: rows.len() as u64,
-        min_end_ms: rows.first().map(|r| r.end_unix_ms as i64),
-        max_end_ms: rows.last().map(|r| r.end_unix_ms as i64),
-    })
+    let batches = rows.chunks(ROW_GROUP_ROWS).map(job_batch);
+    write_part_batches(s, table, month, seq, job_schema(), batches)
 }
 
 fn arrow_select_concat(

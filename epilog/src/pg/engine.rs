@@ -60,17 +60,9 @@ fn conditions(q: &Query, s: &mut Sql, spans: Option<(i64, i64)>, uid_only: bool)
     if uid_only {
         return c.join(" AND ");
     }
-    for (list, col) in [
-        (&f.users, "user"),
-        (&f.groups, "group"),
-        (&f.accounts, "account"),
-        (&f.partitions, "partition"),
-        (&f.qos, "qos"),
-        (&f.states, "state"),
-        (&f.classes, "class"),
-    ] {
+    for (list, col) in f.text_columns() {
         if !list.is_empty() {
-            c.push(format!("{} = ANY({})", ident(col), s.p(list.clone())));
+            c.push(format!("{} = ANY({})", ident(col), s.p(list.to_vec())));
         }
     }
     if !f.nodes.is_empty() {
