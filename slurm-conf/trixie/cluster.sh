@@ -54,51 +54,15 @@ export PATH="$DAEMON_PATH:${PATH:-}"
 log()  { echo "cluster-24.11: $*"; }
 warn() { echo "cluster-24.11: WARNING: $*" >&2; }
 die()  { echo "cluster-24.11: ERROR: $*" >&2; exit 1; }
-now()  { date +%s.%N; }
-since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
+# shellcheck source=slurm-conf/lib/proc.sh
+. "$HERE/../lib/proc.sh"
 need_root() { [ "$(id -u)" = 0 ] || die "must run as root"; }
 
 # in the chroot, with a clean environment
 in_root() { chroot "$ROOT" /usr/bin/env -i "PATH=$DAEMON_PATH" LANG=C.UTF-8 "$@"; }
 
-alive() { local st; st=$(cat "/proc/$1/stat" 2>/dev/null) || return 1; st=${st##*) }; [ "${st%% *}" != Z ]; }
-live_pid() {
-  local pf=$1 comm=$2 pid
-  [ -s "$pf" ] || return 0
-  pid=$(tr -dc '0-9' <"$pf")
-  [ -n "$pid" ] && [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "$comm" ] && alive "$pid" && echo "$pid"
-  return 0
-}
 # the root directory of a process (to tell our chrooted daemons from the host's)
 proc_root() { readlink "/proc/$1/root" 2>/dev/null || true; }
-pids_named() {
-  local c p out=""
-  for c in /proc/[0-9]*/comm; do
-    [ "$(cat "$c" 2>/dev/null)" = "$1" ] || continue
-    p=${c#/proc/}; p=${p%/comm}
-    alive "$p" && out+="$p "
-  done
-  echo "${out% }"
-}
-stop_pidfile() {
-  local pf=$1 comm=$2 pid i
-  [ -e "$pf" ] || return 0
-  pid=$(live_pid "$pf" "$comm")
-  if [ -z "$pid" ]; then rm -f "$pf"; return 0; fi
-  kill -TERM "$pid" 2>/dev/null || true
-  for i in $(seq 1 200); do alive "$pid" || break; sleep 0.1; done
-  if alive "$pid"; then
-    warn "$comm (pid $pid) still running 20 s after SIGTERM; sending SIGKILL"
-    kill -KILL "$pid" 2>/dev/null || true
-    for i in $(seq 1 50); do alive "$pid" || break; sleep 0.1; done
-  fi
-  log "stopped $comm (pid $pid)"
-  rm -f "$pf"
-}
-wait_until() {
-  local end=$(( $(date +%s) + $1 )); shift
-  until "$@"; do [ "$(date +%s)" -lt "$end" ] || return 1; sleep 0.2; done
-}
 
 # ---------------------------------------------------------------- mounts
 DIR_BINDS=(/tmp /home /etc/slurm /etc/jobscope /var/lib/slurm /var/log/slurm /var/spool/jobscope
