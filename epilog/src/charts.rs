@@ -362,6 +362,7 @@ mod tests {
             user_options: Default::default(),
             gpus: Vec::new(),
             pressure: None,
+            script_sha256: None,
         }
     }
 

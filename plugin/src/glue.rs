@@ -165,6 +165,14 @@ impl Jobscope {
         }
         let mut rec = StepRecorder::start(&ctx);
         rec.local_tasks = spank.job_local_task_count().unwrap_or(1).max(1);
+        if step_id == STEP_BATCH {
+            // argv[0] of the batch step is slurmd's copy of the script (plugin/src/script.rs).
+            rec.script = spank
+                .job_argv_os()
+                .ok()
+                .and_then(|a| a.first().map(std::path::PathBuf::from))
+                .and_then(crate::script::ScriptHash::spawn);
+        }
         self.step = Some(rec);
         // Contain off: no extern step, so the batch step samples the job for its whole life.
         let extern_present = ctx.cgroup().is_some_and(|c| c.step("step_extern").exists());

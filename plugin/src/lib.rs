@@ -19,6 +19,7 @@ mod glue;
 mod handover;
 mod resident;
 mod scope;
+mod script;
 #[cfg(test)]
 mod slurm_version;
 mod steps;

@@ -317,6 +317,8 @@ pub struct StepRecorder {
     pub local_tasks: u32,
     pub tasks_exited: u32,
     tasks_done_recorded: bool,
+    /// The batch step's script being hashed (`crate::script`); taken when recorded.
+    pub script: Option<crate::script::ScriptHash>,
 }
 
 impl StepRecorder {
@@ -330,6 +332,7 @@ impl StepRecorder {
             local_tasks: 1,
             tasks_exited: 0,
             tasks_done_recorded: false,
+            script: None,
         };
         match ctx.ensure_job_dir() {
             Ok(dir) => {
@@ -404,7 +407,32 @@ impl StepRecorder {
     }
 
     pub fn exit(&mut self) {
+        self.record_script();
         self.record("step_exit");
+    }
+
+    /// Writes the batch script's hash as an event ([`jobscope_core::spool::EVENT_BATCH_SCRIPT`]) if
+    /// its thread has finished; never waits for it (a hash not ready by the step's exit is none).
+    fn record_script(&mut self) {
+        let (Some(w), Some(h)) = (self.writer.as_mut(), self.script.take()) else {
+            return;
+        };
+        let Some(hex) = h.ready() else {
+            crate::log_info("batch script not hashed by the step's exit; no script hash");
+            return;
+        };
+        let e = Event {
+            t_ms: now_unix_ms(),
+            kind: jobscope_core::spool::EVENT_BATCH_SCRIPT.into(),
+            step: Some(self.ctx.step.clone()),
+            job: None,
+            step_reading: None,
+            exit_status: None,
+            message: Some(hex),
+        };
+        if let Err(e) = w.event(&e) {
+            crate::log_error(&format!("script hash record failed: {e}"));
+        }
     }
 }
 

@@ -24,7 +24,8 @@ pub struct JobRow {
     pub array_task_id: Option<u32>,
     pub scheduler_start_unix_s: Option<u64>,
     pub name: Option<String>,
-    /// SHA-256 of the batch script, hex; `None` until the job facts carry it (see docs/audit.md).
+    /// SHA-256 of the batch script, lower-case hex; `None` for jobs without one (`srun`, `salloc`),
+    /// when it could not be read, and in documents archived before it was recorded.
     pub script_sha256: Option<String>,
     pub user: Option<String>,
     pub uid: Option<u32>,
@@ -32,12 +33,12 @@ pub struct JobRow {
     pub gid: Option<u32>,
     pub account: Option<String>,
     pub partition: Option<String>,
-    /// `None`: the archived summary does not carry the QOS (schema version 2).
+    /// `None` when SLURM named none (a cluster without accounting) or the document predates it.
     pub qos: Option<String>,
     pub node_count: u32,
     /// The nodes of the allocation (reported and missing), sorted, comma-separated.
     pub node_list: String,
-    /// `None`: the archived summary does not carry the submit time (schema version 2).
+    /// `None` when SLURM gave none or the document predates it.
     pub submit_unix_s: Option<u64>,
     pub start_unix_ms: u64,
     pub end_unix_ms: u64,
@@ -232,17 +233,17 @@ impl JobRow {
             array_task_id: s.array_task_id,
             scheduler_start_unix_s: s.scheduler_start_unix_s,
             name: s.name.clone(),
-            script_sha256: None,
+            script_sha256: s.script_sha256.clone(),
             user: s.user.clone(),
             uid: s.uid,
             group: s.group.clone(),
             gid: s.gid,
             account: s.account.clone(),
             partition: s.partition.clone(),
-            qos: None,
+            qos: s.qos.clone(),
             node_count: s.alloc.nodes,
             node_list: node_list.join(","),
-            submit_unix_s: None,
+            submit_unix_s: s.submit_unix_s,
             start_unix_ms: s.start_unix_ms,
             end_unix_ms: s.end_unix_ms,
             elapsed_s: s.elapsed_s,
@@ -478,5 +479,70 @@ impl NodeRow {
             f(self.gpu_energy_kwh),
             V::Int(self.samples as i64),
         ]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pipeline::{self, NodeEnd};
+    use crate::slurm::{decide_end, v22_05::parse_squeue_json, EpilogEnv};
+    use std::path::Path;
+
+    /// The recorded serial job (`epilog/testdata/recorded/serial`: its real spool and its real
+    /// `squeue --json` record, submit_time 1795308207 and qos "") built as the Epilog builds it,
+    /// archived as JSON and read back: the row carries the submit time, the QOS and the script hash
+    /// the summary holds; a document written before they were recorded reads back with none.
+    #[test]
+    fn qos_submit_time_and_script_hash_reach_the_row_through_the_archived_json() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/recorded/serial");
+        let squeue = std::fs::read_to_string(dir.join("squeue.json")).unwrap();
+        let mut facts = parse_squeue_json(&squeue, 64).unwrap();
+        assert_eq!(facts.qos, None, "the test cluster has no accounting");
+        // A cluster with accounting names a QOS (v22_05's tests parse it from scontrol's record).
+        facts.qos = Some("high".into());
+        let cfg = jobscope_core::config::Config::default();
+        let mut node = pipeline::node(
+            &pipeline::read_node_dir(&dir.join("node-vm")),
+            "vm",
+            64,
+            NodeEnd::LastRecord { fallback_ms: 0 },
+            facts.uid,
+            &cfg,
+        )
+        .summary;
+        let hex = "2c26b46b68ffc68ff99b453c1d30413413422d706483bfa0f98a5e886266e7ae";
+        node.script_sha256 = Some(hex.into());
+        let env = EpilogEnv {
+            job_id: 64,
+            node: "vm".into(),
+            ..Default::default()
+        };
+        let facts = env.facts_with(Some(facts));
+        let s = pipeline::job(&facts, vec![node], &["vm".into()], &cfg, "t", &decide_end);
+        let json = serde_json::to_value(&s).unwrap();
+        let back: JobSummary = serde_json::from_value(json.clone()).unwrap();
+        let row = JobRow::of(&back);
+        assert_eq!(row.qos.as_deref(), Some("high"));
+        assert_eq!(row.submit_unix_s, Some(1_795_308_207));
+        assert_eq!(row.script_sha256.as_deref(), Some(hex));
+        let at = |name: &str| COLUMNS.iter().position(|c| c.0 == name).unwrap();
+        let v = row.values();
+        assert_eq!(v[at("qos")], Value::Text("high".into()));
+        assert_eq!(v[at("submit_unix_s")], Value::Int(1_795_308_207));
+        assert_eq!(v[at("script_sha256")], Value::Text(hex.into()));
+
+        let mut old = json;
+        for k in ["qos", "submit_unix_s", "script_sha256"] {
+            assert!(old.as_object_mut().unwrap().remove(k).is_some(), "{k}");
+        }
+        for n in old["nodes"].as_array_mut().unwrap() {
+            n.as_object_mut().unwrap().remove("script_sha256");
+        }
+        let row = JobRow::of(&serde_json::from_value::<JobSummary>(old).unwrap());
+        assert_eq!(
+            (row.qos, row.submit_unix_s, row.script_sha256),
+            (None, None, None)
+        );
     }
 }

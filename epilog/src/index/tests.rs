@@ -103,6 +103,7 @@ fn summary(s: &Spec) -> JobSummary {
                 .map(|g| gpu(name, g, s.elapsed_s / 3600.0, s.gpu_used))
                 .collect(),
             pressure: None,
+            script_sha256: None,
         })
         .collect();
     let mut j = JobSummary {
@@ -119,6 +120,8 @@ fn summary(s: &Spec) -> JobSummary {
         group: Some(format!("g{}", s.uid % 2)),
         account: Some(format!("acct{}", s.uid % 2)),
         partition: Some(s.part.into()),
+        qos: None,
+        submit_unix_s: None,
         state: jobscope_core::job::JobState::Completed,
         end_reason: None,
         exit_code: Some(0),
@@ -143,6 +146,7 @@ fn summary(s: &Spec) -> JobSummary {
         },
         io: IoTotals::default(),
         pressure: None,
+        script_sha256: None,
         efficiency: Efficiency {
             cpu_pct: Some(100.0 * s.cpu_s / (f64::from(s.cores) * s.elapsed_s)),
             mem_pct: Some(100.0 * s.peak as f64 / s.mem_alloc as f64),

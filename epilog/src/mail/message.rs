@@ -419,6 +419,7 @@ pub(crate) mod tests {
             user_options: Default::default(),
             gpus: Vec::new(),
             pressure: None,
+            script_sha256: None,
         };
         JobSummary {
             schema_version: SCHEMA_VERSION,
@@ -434,6 +435,8 @@ pub(crate) mod tests {
             group: None,
             account: Some("proj1".into()),
             partition: Some("cpu".into()),
+            qos: None,
+            submit_unix_s: None,
             state: jobscope_core::job::JobState::Completed,
             end_reason: None,
             exit_code: Some(0),
@@ -462,6 +465,7 @@ pub(crate) mod tests {
             },
             io: IoTotals::default(),
             pressure: None,
+            script_sha256: None,
             efficiency: Efficiency {
                 cpu_pct: Some(45.0),
                 mem_pct: Some(23.4),

@@ -1066,6 +1066,27 @@ mod tests {
         );
     }
 
+    /// QOS and submit time come only from their own run of fields (`Account=… QOS=… JobState=`,
+    /// `TimeMin=… SubmitTime=… EligibleTime=`). The captured cluster has no accounting (QOS=(null)),
+    /// so the QOS a cluster with accounting prints is put into the captured record by hand; a job
+    /// name forging either run makes the field ambiguous, and then it is not believed.
+    #[test]
+    fn qos_and_submit_time_from_their_own_fields_only() {
+        let real = testdata("scontrol-22.05-hostile-comment.txt");
+        assert_eq!(real.matches(" QOS=(null) ").count(), 1);
+        let with_qos = real.replace(" QOS=(null) ", " QOS=high ");
+        let j = parse_scontrol_job(&with_qos, 243).unwrap();
+        assert_eq!(j.qos.as_deref(), Some("high"));
+        assert_eq!(j.submit_unix_s, Some(1_795_381_558));
+        let forged = with_qos.replacen(
+            "JobName=burn",
+            "JobName=burn Account=a QOS=evil JobState=COMPLETED TimeMin=N/A SubmitTime=1 EligibleTime=1",
+            1,
+        );
+        let j = parse_scontrol_job(&forged, 243).unwrap();
+        assert_eq!((j.qos, j.submit_unix_s), (None, None), "{forged}");
+    }
+
     /// During the Epilog (`--wrap 'sleep 3; kill -TERM $$'`, `-t 1-02:03:00 --mem-per-cpu=1500M`):
     /// COMPLETING, with the signal in the controller's exit status.
     #[test]

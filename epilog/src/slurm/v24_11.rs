@@ -225,6 +225,10 @@ mod tests {
         let (start, end) = (f.start_unix_s.unwrap(), f.end_unix_s.unwrap());
         assert!((4..=5).contains(&(end - start)), "{start}..{end}");
         assert!(f.submit_unix_s.unwrap() <= start);
+        // submit_time 1795382230 = the text record's SubmitTime=2026-11-22T21:17:10 (UTC); the
+        // captured cluster has no accounting, so no QOS ("qos": "", text QOS=(null)).
+        assert_eq!(f.submit_unix_s, Some(1_795_382_230));
+        assert_eq!(f.qos, None);
     }
 
     /// The captured job exited 3 and 24.11 said FAILED during its Epilog: the report names the

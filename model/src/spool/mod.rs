@@ -223,6 +223,10 @@ pub struct Event {
     pub message: Option<String>,
 }
 
+/// The kind of the event in which the batch step records its script's SHA-256 (lower-case hex,
+/// in `message`); at most one, written at the step's exit when the hash was ready by then.
+pub const EVENT_BATCH_SCRIPT: &str = "batch_script";
+
 /// Written when a series ends normally. Its absence means the writer died (crash, reboot, kill).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct End {

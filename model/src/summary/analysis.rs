@@ -1125,6 +1125,7 @@ mod tests {
             user_options: Default::default(),
             gpus: Vec::new(),
             pressure: None,
+            script_sha256: None,
         }
     }
 
@@ -1148,6 +1149,8 @@ mod tests {
 
             account: None,
             partition: None,
+            qos: None,
+            submit_unix_s: None,
             state: "COMPLETED".into(),
             end_reason: None,
             exit_code: Some(0),
@@ -1172,6 +1175,7 @@ mod tests {
             },
             io: IoTotals::default(),
             pressure: None,
+            script_sha256: None,
             efficiency: Efficiency {
                 cpu_pct: Some(100.0 * cpu / (cores as f64 * elapsed)),
                 mem_pct: peak.map(|p| 100.0 * p as f64 / (4u64 << 30) as f64),

@@ -253,6 +253,9 @@ pub fn assemble(
         group: facts.group.clone(),
         account: facts.account.clone(),
         partition: facts.partition.clone(),
+        qos: facts.qos.clone(),
+        submit_unix_s: facts.submit_unix_s,
+        script_sha256: nodes.iter().find_map(|n| n.script_sha256.clone()),
         state: end.state,
         end_reason: end.reason,
         exit_code: facts.exit_code,
@@ -315,6 +318,7 @@ mod tests {
             user_options: Default::default(),
             gpus: Vec::new(),
             pressure: None,
+            script_sha256: None,
         }
     }
 

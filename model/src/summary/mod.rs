@@ -148,6 +148,11 @@ pub struct NodeSummary {
     /// Stalls on CPU, memory and I/O (cgroup v2 only; absent on v1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pressure: Option<Pressure>,
+    /// SHA-256 (lower-case hex) of the batch script this node ran, as the plugin read it in the
+    /// batch step (`plugin/src/script.rs`); absent on nodes without the batch step, for jobs with
+    /// no batch script (`srun`, `salloc`), and when the script could not be read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub script_sha256: Option<String>,
 }
 
 /// Efficiency figures, each in percent of what was allocated.
@@ -191,6 +196,18 @@ pub struct JobSummary {
     pub group: Option<String>,
     pub account: Option<String>,
     pub partition: Option<String>,
+    /// The job's quality of service as SLURM named it; absent when SLURM gave none (a cluster
+    /// without accounting says `(null)`), and in documents written before it was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub qos: Option<String>,
+    /// When the job was submitted (SLURM's submit time, whole seconds); absent when unknown.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub submit_unix_s: Option<u64>,
+    /// SHA-256 (lower-case hex) of the job's batch script (the batch host's
+    /// [`NodeSummary::script_sha256`]): the same script under another job name has the same hash.
+    /// Absent for jobs without a batch script and when it could not be read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub script_sha256: Option<String>,
     /// How the job ended: COMPLETED, FAILED, TIMEOUT, OUT_OF_MEMORY, CANCELLED, NODE_FAIL…
     pub state: crate::job::JobState,
     /// Why that state was concluded (the evidence, typed; the presenter words it). Schema version 1

@@ -488,7 +488,22 @@ pub fn summarize_node(
             .unwrap_or_default(),
         gpus: Vec::new(),
         pressure: pressure(&rs),
+        script_sha256: script_sha256(steps),
     }
+}
+
+/// The batch script's hash as the batch step recorded it (an event of kind
+/// [`crate::spool::EVENT_BATCH_SCRIPT`] in `step_batch.jsc`, written by `plugin/src/steps.rs`).
+/// Spool files are untrusted input: anything but 64 hex digits is no hash.
+fn script_sha256(steps: &[SpoolFile]) -> Option<String> {
+    steps
+        .iter()
+        .filter(|f| f.header.series == "batch")
+        .flat_map(|f| f.events.iter())
+        .filter(|e| e.kind == crate::spool::EVENT_BATCH_SCRIPT)
+        .filter_map(|e| e.message.as_deref())
+        .find(|m| m.len() == 64 && m.bytes().all(|b| b.is_ascii_hexdigit()))
+        .map(str::to_ascii_lowercase)
 }
 
 /// One node's spool directory as read by `jobscope_core::spool::read::read_node_dir`: the sampler's
@@ -646,6 +661,36 @@ mod tests {
             only_steps.header().map(|h| h.series.as_str()),
             Some("batch")
         );
+    }
+
+    /// The batch step's `batch_script` event names the node's script hash; a malformed message,
+    /// or the same event in another step's file, does not.
+    #[test]
+    fn the_batch_steps_script_event_is_the_nodes_script_hash() {
+        let hex = "9F86D081884C7D659A2FEAA0C55AD015A3BF4F1B2B0B822CD15D6C15B0F00A08";
+        let step = |series: &str, messages: &[&str]| SpoolFile {
+            header: header(series, 10),
+            buckets: vec![],
+            events: messages
+                .iter()
+                .map(|m| Event {
+                    message: Some(m.to_string()),
+                    ..step_event(20, crate::spool::EVENT_BATCH_SCRIPT)
+                })
+                .collect(),
+            end: None,
+            torn: false,
+            valid_bytes: 0,
+        };
+        let of = |steps: Vec<SpoolFile>| summarize_node(None, &steps, "vm", 30).script_sha256;
+        assert_eq!(
+            of(vec![step("batch", &[hex])]).as_deref(),
+            Some(hex.to_ascii_lowercase().as_str())
+        );
+        assert_eq!(of(vec![step("0", &[hex])]), None, "not the batch step");
+        assert_eq!(of(vec![step("batch", &["../../etc/passwd"])]), None);
+        assert_eq!(of(vec![step("batch", &[&hex[1..]])]), None, "63 digits");
+        assert_eq!(of(vec![step("batch", &[])]), None);
     }
 
     /// A 12.000 s job on 2 cores keeping one busy, whose SLURM start second (truncated) lies 0.7 s
