@@ -1,29 +1,98 @@
 #!/bin/bash
 # Builds jobscope's Debian packages and checks them with lintian (docs/packaging.md).
 #
-#   packaging/build-debs.sh [--no-build]
+#   packaging/build-debs.sh [--no-build] [--slurm 22.05|24.11]
 #
 # Writes target/debian/jobscope_<version>-1_amd64.deb (the CLI and the Epilog, config, timers, man
 # pages, completions) and target/debian/jobscope-spank-slurm22.05_<version>-1_amd64.deb (the SPANK
 # plugin for SLURM 22.05), then runs lintian on both: it fails on any lintian error and prints
 # every warning. --no-build packages what `cargo build --release --workspace` already built.
 # Needs cargo-deb (slurm-conf/install-deps.sh installs it), lintian, and SLURM 22.05's headers.
+# --slurm 24.11: only the plugin, built against SLURM 24.11's headers (the Debian 13 root filesystem
+# of slurm-conf/trixie/rootfs.sh) in target/slurm-24.11, packaged as
+# target/slurm-24.11/debian/jobscope-spank-slurm24.11_<version>-1_amd64.deb (the jobscope package is
+# the same for every release); --no-build packages what `slurm-conf/trixie/cluster.sh build` built.
 set -euo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$REPO"
 command -v cargo >/dev/null 2>&1 || export PATH="${CARGO_HOME:-$HOME/.cargo}/bin:$PATH"
 TARGET=${CARGO_TARGET_DIR:-$REPO/target}
-build=1
-for a in "$@"; do
-  case "$a" in
+build=1 slurm=22.05
+while [ $# -gt 0 ]; do
+  case "$1" in
     --no-build) build=0 ;;
-    -h|--help) sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    *) echo "build-debs: unknown argument $a" >&2; exit 2 ;;
+    --slurm) slurm=${2:-}; shift ;;
+    -h|--help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "build-debs: unknown argument $1" >&2; exit 2 ;;
   esac
+  shift
 done
 die() { echo "build-debs: $*" >&2; exit 1; }
 cargo deb --version >/dev/null 2>&1 || die "cargo-deb is missing: cargo install --locked cargo-deb (or slurm-conf/install-deps.sh)"
 command -v lintian >/dev/null || die "lintian is missing: apt-get install lintian (or slurm-conf/install-deps.sh)"
+
+# plugin_version <so>: the SPANK plugin_version the .so exports (what SLURM compares with itself)
+plugin_version() {
+  python3 - "$1" <<'PY'
+import struct, subprocess, sys
+so = sys.argv[1]
+addr = None
+for l in subprocess.run(["objdump", "-T", so], capture_output=True, text=True, check=True).stdout.splitlines():
+    f = l.split()
+    if f and f[-1] == "plugin_version":
+        addr = int(f[0], 16)
+if addr is None:
+    sys.exit("no plugin_version symbol in " + so)
+for l in subprocess.run(["objdump", "-h", so], capture_output=True, text=True, check=True).stdout.splitlines():
+    f = l.split()
+    if len(f) >= 6 and f[0].isdigit():
+        vma, size, off = int(f[3], 16), int(f[2], 16), int(f[5], 16)
+        if vma <= addr < vma + size:
+            with open(so, "rb") as fh:
+                fh.seek(off + addr - vma)
+                print("0x%x" % struct.unpack("<I", fh.read(4))[0])
+            sys.exit(0)
+sys.exit("plugin_version is in no section of " + so)
+PY
+}
+
+case "$slurm" in
+  22.05) ;;
+  24.11)
+    # Only the plugin depends on SLURM's headers (docs/slurm-versions.md): it is built in a target
+    # directory of its own, from the rootfs's headers, and checked to carry 24.11's version.
+    t24=${JOBSCOPE_TARGET_24_11:-$REPO/target/slurm-24.11}
+    root=$(bash "$REPO/slurm-conf/trixie/rootfs.sh" path)
+    h=$root/usr/include/slurm/slurm_version.h
+    [ -f "$h" ] || die "$h missing: run slurm-conf/trixie/rootfs.sh build"
+    num=$(awk '$2 == "SLURM_VERSION_NUMBER" { print $3 }' "$h")
+    [ "$(printf '%d.%02d' $(( num >> 16 )) $(( (num >> 8) & 0xff )))" = 24.11 ] || die "$h is not SLURM 24.11 ($num)"
+    if [ "$build" = 1 ]; then bash "$REPO/slurm-conf/trixie/cluster.sh" build; fi
+    so=$t24/release/libjobscope_spank.so
+    [ -f "$so" ] || die "$so missing: run slurm-conf/trixie/cluster.sh build"
+    v=$(plugin_version "$so") || die "cannot read plugin_version from $so"
+    [ "$(( v ))" = "$(( num ))" ] || die "$so exports plugin_version $v, the headers say $num: rebuild (slurm-conf/trixie/cluster.sh build)"
+    rm -f "$t24"/debian/jobscope-spank-slurm*.deb
+    CARGO_TARGET_DIR=$t24 cargo deb -p jobscope-plugin --variant slurm24.11 --no-build --strip \
+      --output "$t24/debian/"
+    deb=$(ls "$t24"/debian/jobscope-spank-slurm24.11_*.deb)
+    echo "== $deb (plugin_version $v)"
+    dpkg-deb --info "$deb" | sed -n '/Package:/,$p'
+    dpkg-deb --contents "$deb" | awk '{ print "  " $1, $2, $6, $7, $8 }'
+    # the stripped .so in the package is the one checked above
+    x=$(mktemp -d); dpkg-deb -x "$deb" "$x"
+    pv=$(plugin_version "$x/usr/lib/x86_64-linux-gnu/slurm-wlm/jobscope_spank.so"); rm -rf "$x"
+    [ "$(( pv ))" = "$(( num ))" ] || die "the packaged plugin exports plugin_version $pv, not $num"
+    echo "== lintian"
+    set +e
+    lintian --info --display-info --fail-on error "$deb"
+    rc=$?
+    set -e
+    [ "$rc" = 0 ] || die "lintian reports errors (above)"
+    echo "build-debs: $deb"
+    exit 0 ;;
+  *) die "--slurm takes 22.05 or 24.11, not '$slurm'" ;;
+esac
 
 # The plugin package is named for the SLURM release whose headers it is built against.
 h=/usr/include/slurm/slurm_version.h
