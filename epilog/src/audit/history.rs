@@ -1,10 +1,13 @@
 //! What the Epilog adds from history, at a bounded cost: the peer percentile (from
 //! `<index>/cohorts.json`, see [`super::peer`]) and right-sizing from the user's earlier runs of the
-//! same job name (from `<index>/history/<uid>.json`, written here after each index update: per job
-//! name, the last [`MAX_RUNS`] runs of the last [`HISTORY_DAYS`] days). The Epilog reads two small
-//! files; with no index, or thin history, it adds nothing. Nothing here can fail a report.
+//! same job (from `<index>/history/<uid>.json`, written here after each index update: per job name
+//! and per batch-script hash, the last [`MAX_RUNS`] runs of the last [`HISTORY_DAYS`] days). The
+//! Epilog reads two small files; with no index, or thin history, it adds nothing. Nothing here can
+//! fail a report.
 //!
-//! Same name only: the archived summary has no batch-script hash yet (docs/audit.md says why).
+//! "The same job" is first the same batch script (`script_sha256`, recorded by the plugin: the same
+//! script under any name), and, when that gives too few runs (a script just edited, a job with no
+//! batch script), the same name. The advice says which.
 
 use super::peer::{Cohorts, COHORTS, MAX_COHORTS_BYTES};
 use super::query::{Query, Report};
@@ -12,7 +15,9 @@ use crate::index::{Index, ParquetEngine};
 use anyhow::{Context, Result};
 use arrow_array::{Array, Float64Array, Int64Array, StringArray};
 use jobscope_core::config::Config;
-use jobscope_core::summary::analysis::{mem_flag_mib, time_flag_s, HistoryAdvice, Request};
+use jobscope_core::summary::analysis::{
+    mem_flag_mib, time_flag_s, HistoryAdvice, HistoryBasis, Request,
+};
 use jobscope_core::summary::JobSummary;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -20,7 +25,7 @@ use std::collections::BTreeMap;
 pub const HISTORY_DIR: &str = "history";
 pub const HISTORY_DAYS: i64 = 180;
 pub const MAX_RUNS: usize = 50;
-/// Job names kept per user (the most recently run).
+/// Job names, and scripts, kept per user (the most recently run).
 pub const MAX_NAMES: usize = 500;
 const MAX_HISTORY_BYTES: u64 = 8 * 1024 * 1024;
 
@@ -37,6 +42,10 @@ pub struct Run {
 pub struct UserHistory {
     /// Job name → runs, oldest first.
     pub names: BTreeMap<String, Vec<Run>>,
+    /// Batch script's SHA-256 (hex) → runs, oldest first. Absent in files written before scripts
+    /// were recorded.
+    #[serde(default)]
+    pub scripts: BTreeMap<String, Vec<Run>>,
 }
 
 /// Writes `<index>/history/<uid>.json` for every user with jobs in the last [`HISTORY_DAYS`].
@@ -52,6 +61,7 @@ pub fn write_history(idx: &Index) -> Result<usize> {
             "end_unix_ms",
             "uid",
             "name",
+            "script_sha256",
             "mem_peak_bytes",
             "elapsed_s",
             "cpu_usage_s",
@@ -75,27 +85,40 @@ pub fn write_history(idx: &Index) -> Result<usize> {
             .column_by_name("name")
             .and_then(|a| a.as_any().downcast_ref())
             .context("name")?;
+        let script: &StringArray = b
+            .column_by_name("script_sha256")
+            .and_then(|a| a.as_any().downcast_ref())
+            .context("script_sha256")?;
         for i in 0..b.num_rows() {
-            if end.is_null(i) || uid.is_null(i) || name.is_null(i) || el.is_null(i) {
+            if end.is_null(i) || uid.is_null(i) || el.is_null(i) {
+                continue;
+            }
+            if name.is_null(i) && script.is_null(i) {
                 continue;
             }
             if !q.window.contains_end_ms(end.value(i)) {
                 continue;
             }
             let elapsed_s = el.value(i);
-            users
-                .entry(uid.value(i))
-                .or_default()
-                .names
-                .entry(name.value(i).to_string())
-                .or_default()
-                .push(Run {
-                    end_unix_ms: end.value(i),
-                    mem_peak_bytes: (!peak.is_null(i)).then(|| peak.value(i) as u64),
-                    elapsed_s,
-                    busy_cores: (!cpu.is_null(i) && elapsed_s > 0.0)
-                        .then(|| cpu.value(i) / elapsed_s),
-                });
+            let run = Run {
+                end_unix_ms: end.value(i),
+                mem_peak_bytes: (!peak.is_null(i)).then(|| peak.value(i) as u64),
+                elapsed_s,
+                busy_cores: (!cpu.is_null(i) && elapsed_s > 0.0).then(|| cpu.value(i) / elapsed_s),
+            };
+            let h = users.entry(uid.value(i)).or_default();
+            if !name.is_null(i) {
+                h.names
+                    .entry(name.value(i).to_string())
+                    .or_default()
+                    .push(run);
+            }
+            if !script.is_null(i) {
+                h.scripts
+                    .entry(script.value(i).to_string())
+                    .or_default()
+                    .push(run);
+            }
         }
     }
     let owner = (unsafe { libc::geteuid() } == 0).then_some((0, idx.settings.admin_gid));
@@ -106,25 +129,8 @@ pub fn write_history(idx: &Index) -> Result<usize> {
     }
     let n = users.len();
     for (uid, mut h) in users {
-        for runs in h.names.values_mut() {
-            runs.sort_by_key(|r| r.end_unix_ms);
-            let cut = runs.len().saturating_sub(MAX_RUNS);
-            runs.drain(..cut);
-        }
-        if h.names.len() > MAX_NAMES {
-            let mut by_last: Vec<(i64, String)> = h
-                .names
-                .iter()
-                .map(|(k, v)| (v.last().map_or(0, |r| r.end_unix_ms), k.clone()))
-                .collect();
-            by_last.sort_unstable_by(|a, b| b.cmp(a));
-            let keep: std::collections::BTreeSet<String> = by_last
-                .into_iter()
-                .take(MAX_NAMES)
-                .map(|(_, k)| k)
-                .collect();
-            h.names.retain(|k, _| keep.contains(k));
-        }
+        bound(&mut h.names);
+        bound(&mut h.scripts);
         jobscope_core::fsutil::write_atomic(
             &dir,
             &format!("{uid}.json"),
@@ -134,6 +140,29 @@ pub fn write_history(idx: &Index) -> Result<usize> {
         )?;
     }
     Ok(n)
+}
+
+/// Keeps the last [`MAX_RUNS`] runs of each key, oldest first, and the [`MAX_NAMES`] keys run most
+/// recently.
+fn bound(m: &mut BTreeMap<String, Vec<Run>>) {
+    for runs in m.values_mut() {
+        runs.sort_by_key(|r| r.end_unix_ms);
+        let cut = runs.len().saturating_sub(MAX_RUNS);
+        runs.drain(..cut);
+    }
+    if m.len() > MAX_NAMES {
+        let mut by_last: Vec<(i64, String)> = m
+            .iter()
+            .map(|(k, v)| (v.last().map_or(0, |r| r.end_unix_ms), k.clone()))
+            .collect();
+        by_last.sort_unstable_by(|a, b| b.cmp(a));
+        let keep: std::collections::BTreeSet<String> = by_last
+            .into_iter()
+            .take(MAX_NAMES)
+            .map(|(_, k)| k)
+            .collect();
+        m.retain(|k, _| keep.contains(k));
+    }
 }
 
 /// The 95th percentile (nearest rank) of `v`.
@@ -150,6 +179,7 @@ fn p95(mut v: Vec<f64>) -> Option<f64> {
 /// Advice from `runs` (earlier runs and this one), when there are at least `min_runs`. Pure.
 pub fn advice_from_runs(
     name: &str,
+    basis: HistoryBasis,
     runs: &[Run],
     min_runs: u32,
     cfg: &jobscope_core::config::Report,
@@ -166,6 +196,7 @@ pub fn advice_from_runs(
     let busy = p95(runs.iter().filter_map(|r| r.busy_cores).collect());
     Some(HistoryAdvice {
         name: name.to_string(),
+        basis,
         runs: runs.len() as u32,
         mem_peak_p95_bytes: mem.map(|m| m as u64),
         mem_request: mem
@@ -200,27 +231,18 @@ pub fn enrich(cfg: &Config, s: &mut JobSummary) {
             cfg.audit.peer_min_jobs,
         );
     }
-    let (Some(uid), Some(name)) = (s.uid, s.name.as_deref()) else {
+    let Some(uid) = s.uid else { return };
+    if s.name.is_none() && s.script_sha256.is_none() {
         return;
-    };
+    }
     let Some(h) = read_json::<UserHistory>(
         &dir.join(HISTORY_DIR).join(format!("{uid}.json")),
         MAX_HISTORY_BYTES,
     ) else {
         return;
     };
-    let end = s.end_unix_ms as i64;
-    // Earlier runs (a run the index already holds with this end time is this job: not twice).
-    let mut runs: Vec<Run> = h
-        .names
-        .get(name)
-        .map(|v| v.iter().filter(|r| r.end_unix_ms != end).copied().collect())
-        .unwrap_or_default();
-    if runs.is_empty() {
-        return;
-    }
-    runs.push(Run {
-        end_unix_ms: end,
+    let this = Run {
+        end_unix_ms: s.end_unix_ms as i64,
         mem_peak_bytes: s.mem.peak_bytes,
         elapsed_s: s.elapsed_s,
         busy_cores: s
@@ -228,8 +250,52 @@ pub fn enrich(cfg: &Config, s: &mut JobSummary) {
             .usage_s
             .filter(|_| s.elapsed_s > 0.0)
             .map(|c| c / s.elapsed_s),
-    });
-    a.history = advice_from_runs(name, &runs, cfg.audit.history_min_runs, &cfg.report);
+    };
+    a.history = advice_for(
+        &h,
+        s.name.as_deref(),
+        s.script_sha256.as_deref(),
+        this,
+        cfg.audit.history_min_runs,
+        &cfg.report,
+    );
+}
+
+/// Advice for the run `this` from the user's history `h`: over the earlier runs of the same batch
+/// script when, with this one, they are at least `min_runs`; else over those of the same name. A run
+/// the history already holds with this run's end time is this run: not counted twice. Pure.
+pub fn advice_for(
+    h: &UserHistory,
+    name: Option<&str>,
+    script_sha256: Option<&str>,
+    this: Run,
+    min_runs: u32,
+    cfg: &jobscope_core::config::Report,
+) -> Option<HistoryAdvice> {
+    let with_this = |earlier: Option<&Vec<Run>>| -> Vec<Run> {
+        let mut v: Vec<Run> = earlier
+            .map(|v| {
+                v.iter()
+                    .filter(|r| r.end_unix_ms != this.end_unix_ms)
+                    .copied()
+                    .collect()
+            })
+            .unwrap_or_default();
+        if !v.is_empty() {
+            v.push(this);
+        }
+        v
+    };
+    let name_str = name.unwrap_or_default();
+    if let Some(k) = script_sha256 {
+        let runs = with_this(h.scripts.get(k));
+        if let Some(a) = advice_from_runs(name_str, HistoryBasis::SameScript, &runs, min_runs, cfg)
+        {
+            return Some(a);
+        }
+    }
+    let runs = with_this(name.and_then(|n| h.names.get(n)));
+    advice_from_runs(name_str, HistoryBasis::SameName, &runs, min_runs, cfg)
 }
 
 #[cfg(test)]
@@ -252,13 +318,58 @@ mod tests {
         let runs: Vec<Run> = (1..=20)
             .map(|i| run(i * 100, 600.0 + i as f64, 1.5))
             .collect();
-        assert!(advice_from_runs("x", &runs[..2], 3, &cfg).is_none());
-        let a = advice_from_runs("x", &runs, 3, &cfg).unwrap();
+        let by_name = HistoryBasis::SameName;
+        assert!(advice_from_runs("x", by_name, &runs[..2], 3, &cfg).is_none());
+        let a = advice_from_runs("x", by_name, &runs, 3, &cfg).unwrap();
         assert_eq!(a.runs, 20);
         assert_eq!(a.mem_peak_p95_bytes, Some(1900 << 20));
         let want_mib = mem_flag_mib(1900.0 * 1048576.0 * (1.0 + cfg.mem_headroom_pct / 100.0));
         assert_eq!(a.mem_request, Some(Request::MemMib(want_mib)));
         assert_eq!(a.elapsed_p95_s, Some(619.0));
         assert_eq!(a.cpus_request, Some(Request::CpusPerTask(2)));
+    }
+
+    /// Runs of the same script under other names count for this job; a script with too few runs
+    /// (edited since) falls back to the name; the advice says which.
+    #[test]
+    fn the_same_script_under_any_name_else_the_same_name() {
+        let cfg = jobscope_core::config::Report::default();
+        let at = |end: i64, peak_mib: u64| Run {
+            end_unix_ms: end,
+            ..run(peak_mib, 600.0, 1.0)
+        };
+        let (a, b) = ("a".repeat(64), "b".repeat(64));
+        let mut h = UserHistory::default();
+        // Script a ran as "train" twice and as "train-v2" three times; "train" also ran script b.
+        h.names
+            .insert("train".into(), vec![at(1, 100), at(2, 100), at(3, 900)]);
+        h.names
+            .insert("train-v2".into(), vec![at(4, 200), at(5, 200), at(6, 200)]);
+        h.scripts.insert(
+            a.clone(),
+            vec![at(1, 100), at(2, 100), at(4, 200), at(5, 200), at(6, 200)],
+        );
+        h.scripts.insert(b.clone(), vec![at(3, 900)]);
+
+        // A new name, script a: its 5 earlier runs and this one.
+        let got = advice_for(&h, Some("train-v3"), Some(&a), at(7, 300), 3, &cfg).unwrap();
+        assert_eq!((got.basis, got.runs), (HistoryBasis::SameScript, 6));
+        assert_eq!(got.name, "train-v3");
+        // p95 by nearest rank of 100, 100, 200, 200, 200, 300 MiB is the 6th: 300 MiB.
+        assert_eq!(got.mem_peak_p95_bytes, Some(300 << 20));
+
+        // Script b has one earlier run (2 with this one, under 3): the name's 3 runs and this one.
+        let got = advice_for(&h, Some("train"), Some(&b), at(8, 100), 3, &cfg).unwrap();
+        assert_eq!((got.basis, got.runs), (HistoryBasis::SameName, 4));
+
+        // No script recorded (srun job, older plugin): by name.
+        let got = advice_for(&h, Some("train-v2"), None, at(9, 100), 3, &cfg).unwrap();
+        assert_eq!((got.basis, got.runs), (HistoryBasis::SameName, 4));
+
+        // This run already in the history (same end time) is not counted twice.
+        let got = advice_for(&h, None, Some(&a), at(6, 200), 3, &cfg).unwrap();
+        assert_eq!(got.runs, 5);
+        // Nothing known: nothing said.
+        assert!(advice_for(&h, Some("other"), Some(&"c".repeat(64)), at(9, 1), 3, &cfg).is_none());
     }
 }

@@ -3,7 +3,7 @@
 
 use super::format::{fmt_bytes, fmt_duration, fmt_pct};
 use super::AdviceView;
-use jobscope_core::summary::analysis::{HistoryAdvice, PeerMetric, PeerRank};
+use jobscope_core::summary::analysis::{HistoryAdvice, HistoryBasis, PeerMetric, PeerRank};
 
 /// `1st`, `2nd`, `3rd`, `4th`, `11th`, `12th`, `13th`, `21st`.
 pub fn ordinal(n: u32) -> String {
@@ -35,9 +35,24 @@ pub fn peer(p: &PeerRank) -> String {
     )
 }
 
-/// The history heading: `From your last 12 runs of "train":`.
+/// The history heading: `From your last 12 runs of "train":`, or, when the runs were matched by
+/// their batch script, `From your last 7 runs of the same batch script:`.
 pub fn history_heading(h: &HistoryAdvice) -> String {
-    format!("From your last {} runs of \"{}\":", h.runs, h.name)
+    match h.basis {
+        HistoryBasis::SameName => format!("From your last {} runs of \"{}\":", h.runs, h.name),
+        HistoryBasis::SameScript => {
+            format!("From your last {} runs of the same batch script:", h.runs)
+        }
+    }
+}
+
+/// `over 12 runs of the same name` / `over 7 runs of the same script`: what the figures rest on.
+fn over_runs(h: &HistoryAdvice) -> String {
+    let same = match h.basis {
+        HistoryBasis::SameName => "name",
+        HistoryBasis::SameScript => "script",
+    };
+    format!("over {} runs of the same {same}", h.runs)
 }
 
 /// One `#SBATCH` line per figure, with what it rests on.
@@ -47,9 +62,9 @@ pub fn history_lines(h: &HistoryAdvice) -> Vec<AdviceView> {
         out.push(AdviceView {
             line: r.sbatch_line(),
             reason: format!(
-                "p95 peak {} over {} runs, with headroom",
+                "p95 peak {} {}, with headroom",
                 fmt_bytes(Some(p)),
-                h.runs
+                over_runs(h)
             ),
         });
     }
@@ -57,16 +72,16 @@ pub fn history_lines(h: &HistoryAdvice) -> Vec<AdviceView> {
         out.push(AdviceView {
             line: r.sbatch_line(),
             reason: format!(
-                "p95 elapsed {} over {} runs, with a margin",
+                "p95 elapsed {} {}, with a margin",
                 fmt_duration(e),
-                h.runs
+                over_runs(h)
             ),
         });
     }
     if let (Some(r), Some(b)) = (h.cpus_request, h.busy_cores_p95) {
         out.push(AdviceView {
             line: r.sbatch_line(),
-            reason: format!("p95 busy cores {b:.1} over {} runs", h.runs),
+            reason: format!("p95 busy cores {b:.1} {}", over_runs(h)),
         });
     }
     out
@@ -103,6 +118,7 @@ mod tests {
         );
         let h = HistoryAdvice {
             name: "train".into(),
+            basis: HistoryBasis::SameName,
             runs: 12,
             mem_peak_p95_bytes: Some(3_328_599_655),
             mem_request: Some(Request::MemMib(4096)),
@@ -115,7 +131,27 @@ mod tests {
         let l = history_lines(&h);
         assert_eq!(l.len(), 2);
         assert_eq!(l[0].line, "#SBATCH --mem=4G");
-        assert_eq!(l[0].reason, "p95 peak 3.1 GiB over 12 runs, with headroom");
+        assert_eq!(
+            l[0].reason,
+            "p95 peak 3.1 GiB over 12 runs of the same name, with headroom"
+        );
         assert_eq!(l[1].line, "#SBATCH --cpus-per-task=2");
+        assert_eq!(
+            l[1].reason,
+            "p95 busy cores 1.4 over 12 runs of the same name"
+        );
+        let by_script = HistoryAdvice {
+            basis: HistoryBasis::SameScript,
+            runs: 7,
+            ..h
+        };
+        assert_eq!(
+            history_heading(&by_script),
+            "From your last 7 runs of the same batch script:"
+        );
+        assert_eq!(
+            history_lines(&by_script)[0].reason,
+            "p95 peak 3.1 GiB over 7 runs of the same script, with headroom"
+        );
     }
 }

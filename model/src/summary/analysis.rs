@@ -59,11 +59,17 @@ pub struct PeerRank {
     pub window_days: u32,
 }
 
-/// Requests from all of a user's recent runs of the same job (same name), not one run: p95 of
-/// each figure over `runs` runs (this one included), with the report's headroom and margin.
+/// Requests from all of a user's recent runs of the same job (same batch script, else same name),
+/// not one run: p95 of each figure over `runs` runs (this one included), with the report's headroom
+/// and margin.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct HistoryAdvice {
+    /// This job's name.
     pub name: String,
+    /// What made the earlier runs "the same job". Absent in documents archived before runs were
+    /// matched by script: those were matched by name.
+    #[serde(default)]
+    pub basis: HistoryBasis,
     pub runs: u32,
     pub mem_peak_p95_bytes: Option<u64>,
     pub mem_request: Option<Request>,
@@ -72,6 +78,19 @@ pub struct HistoryAdvice {
     /// Mean busy cores (CPU time ÷ elapsed) at the 95th percentile of the runs.
     pub busy_cores_p95: Option<f64>,
     pub cpus_request: Option<Request>,
+}
+
+/// How earlier runs were matched to this job for [`HistoryAdvice`].
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum HistoryBasis {
+    /// Runs with the same job name.
+    #[default]
+    SameName,
+    /// Runs of the same batch script (the same `script_sha256`), whatever their names.
+    SameScript,
 }
 
 /// Why advice was (partly) withheld.
