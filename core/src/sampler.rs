@@ -68,12 +68,14 @@ pub enum Source {
     ProcTree(crate::proctree::ProcTreeReader),
 }
 
-/// Called after each sample once the spool is flushed (the live snapshot, `crate::snapshot`).
+/// Called after each sample once its bucket is written (the live snapshot, `crate::snapshot`).
+/// The spool writer writes each frame straight to the file (no user-space buffer), so a reader
+/// sees it without a sync; syncing stays on its own schedule (every 4th sample).
 pub type AfterSample = Box<dyn FnMut() + Send>;
 
 pub struct Sampler {
     reader: Source,
-    /// When set, the spool is flushed after every sample and this is called.
+    /// When set, called after every sample.
     after_sample: Option<AfterSample>,
     pub writer: Option<SeriesWriter>,
     /// The previous sample: time, reading, and whether `prev_percpu_ns` holds its per-CPU times.
@@ -140,7 +142,7 @@ impl Sampler {
         }
     }
 
-    /// Flush the spool after every sample and then call `f` (see [`AfterSample`]).
+    /// Call `f` after every sample (see [`AfterSample`]).
     pub fn set_after_sample(&mut self, f: AfterSample) {
         self.after_sample = Some(f);
     }
@@ -229,7 +231,7 @@ impl Sampler {
                     ));
                     self.logged_write_error = true;
                 }
-            } else if self.samples_taken % 4 == 0 || self.after_sample.is_some() {
+            } else if self.samples_taken % 4 == 0 {
                 let _ = w.flush();
             }
         }

@@ -202,19 +202,27 @@ impl JobCtx {
 }
 
 impl JobCtx {
-    /// The live snapshot of this node for the job's owner, written after every sample
-    /// (`core/src/snapshot.rs`). Whatever goes wrong is logged once and never stops sampling.
+    /// The live snapshot of this node for the job's owner, written after a sample when its
+    /// [`Pace`](jobscope_core::snapshot::Pace) allows (`core/src/snapshot.rs`). Whatever goes wrong
+    /// is logged once and never stops sampling.
     pub fn live_snapshot(&self) -> jobscope_core::sampler::AfterSample {
         let dir = job_dir(&self.spool_dir(), self.job_id, self.node());
         let live_dir = self.cfg.paths.live_dir.clone();
         let (job_id, node, uid, gid) = (self.job_id, self.node().to_string(), self.uid, self.gid);
         let gpu = jobscope_core::snapshot::gpu_params(&self.cfg);
         let mut logged = false;
+        let mut pace = jobscope_core::snapshot::Pace::default();
         Box::new(move || {
+            let started = jobscope_core::sampler::now_unix_ms();
+            if !pace.due(started) {
+                return;
+            }
+            let clock = std::time::Instant::now();
             let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 let snap = jobscope_core::snapshot::from_spool(&dir, job_id, &node, uid, &gpu);
                 jobscope_core::snapshot::write(&live_dir, &snap, gid)
             }));
+            pace.done(started, clock.elapsed().as_millis() as u64);
             let problem = match r {
                 Ok(Ok(_)) => return,
                 Ok(Err(e)) => e.to_string(),
