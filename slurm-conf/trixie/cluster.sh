@@ -10,6 +10,11 @@
 #                                              target/slurm-24.11 (its own target dir)
 #   slurm-conf/trixie/cluster.sh install       install that plugin, and the host's CLI and Epilog
 #                                              (target/release), into the rootfs's /usr/local
+#   slurm-conf/trixie/cluster.sh install --packages [DIR...]
+#                                              instead, apt installs the .debs inside the rootfs: jobscope
+#                                              (target/debian) and jobscope-spank-slurm24.11
+#                                              (target/slurm-24.11/debian; packaging/build-debs.sh --slurm 24.11),
+#                                              and points /usr/local's paths at the packaged files
 #   slurm-conf/trixie/cluster.sh run CMD...    run a command inside the rootfs (e.g. run squeue --json)
 #
 # The same ports, munge socket, cgroup trees, /etc/slurm and jobscope directories as the 22.05
@@ -172,6 +177,19 @@ start_munged() {
   live_pid /run/munge/munged.pid munged >"$RUNDIR/munged.pid"
 }
 
+# The rootfs's exim4 (its /usr/sbin/sendmail, slurm-conf/trixie/rootfs.sh) runs as Debian-exim,
+# which the chroot resolves in the host's /etc/passwd (bind-mounted): its uid there need not be
+# the one the rootfs's dpkg gave it, so its spool and log directories are given to the host's.
+exim_owners() {
+  [ -d "$ROOT/var/spool/exim4" ] || return 0
+  if ! getent passwd Debian-exim >/dev/null; then
+    warn "no Debian-exim user on this host: the rootfs's sendmail cannot deliver (slurm-conf/install-deps.sh installs exim4)"
+    return 0
+  fi
+  in_root chown -R Debian-exim:Debian-exim /var/spool/exim4
+  in_root chown Debian-exim:adm /var/log/exim4
+}
+
 cmd_up() {
   need_root
   local mode=1 clean=0 cg=v1 t0 n names
@@ -224,6 +242,7 @@ cmd_up() {
   printf 'optional /usr/local/lib/slurm/jobscope_spank.so\n' >"$ETC/plugstack.conf.d/jobscope.conf"
   start_munged
   mount_all
+  exim_owners
   echo "$mode $cg" >"$RUNDIR/mode"
   in_root /usr/sbin/slurmctld || { show_failure; die "slurmctld failed to start"; }
   wait_until 30 ctld_up || { show_failure; die "slurmctld did not answer within 30 s"; }
@@ -320,8 +339,57 @@ cmd_build() {
   log "built $TARGET_24/release/libjobscope_spank.so against $inc ($(since "$t0") s)"
 }
 
+# The packaged files (plugin/Cargo.toml's slurm24.11 variant, epilog/Cargo.toml), as in
+# slurm-conf/cluster.sh install --packages for 22.05.
+PKG_PLUGIN_SO=/usr/lib/x86_64-linux-gnu/slurm-wlm/jobscope_spank.so
+PKG_CLI_BIN=/usr/bin/jobscope
+PKG_EPILOG_BIN=/usr/sbin/jobscope-epilog
+
+# install_packages DIR...: apt installs, inside the rootfs, the jobscope .deb and the 24.11 plugin's
+# from DIRs, then links the paths the test cluster uses (slurm.conf's Epilog=, the plugstack line,
+# the tests' commands, all under /usr/local) to the packaged files, so the 24.11 suite runs what the
+# packages installed. Only while the cluster is down: with /etc/slurm and /etc/jobscope bind-mounted,
+# dpkg would write the host's.
+install_packages() {
+  local d f debs=() names=() inroot=/var/cache/jobscope-debs
+  mounted_under "$ROOT" && die "install --packages needs the 24.11 cluster down ($0 down): dpkg would write into the host's bind-mounted /etc"
+  for d in "$@"; do
+    for f in "$d"/jobscope_*.deb "$d"/jobscope-spank-slurm24.11_*.deb; do [ -f "$f" ] && debs+=("$f"); done
+  done
+  [ "${#debs[@]}" -eq 2 ] || die "expected jobscope_*.deb and jobscope-spank-slurm24.11_*.deb in $* (found ${#debs[@]}: ${debs[*]:-none}): run packaging/build-debs.sh and packaging/build-debs.sh --slurm 24.11"
+  rm -rf --one-file-system "${ROOT:?}$inroot"
+  install -d -m 0755 "$ROOT$inroot"
+  for f in "${debs[@]}"; do install -m 0644 "$f" "$ROOT$inroot/"; names+=("$inroot/$(basename "$f")"); done
+  # Every dependency is in the rootfs already (rootfs.sh), so apt downloads nothing (its
+  # --no-download refuses local .debs: "Pathname to install is not absolute"). confold: the
+  # conffiles the test cluster rewrites stay as they are.
+  in_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --reinstall --allow-downgrades \
+    -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold "${names[@]}" \
+    || die "apt-get install ${names[*]} inside the rootfs failed"
+  rm -rf --one-file-system "${ROOT:?}$inroot"
+  [ "$(in_root dpkg-query -S "$PKG_PLUGIN_SO" 2>/dev/null | cut -d: -f1)" = jobscope-spank-slurm24.11 ] \
+    || die "$PKG_PLUGIN_SO in the rootfs is not from jobscope-spank-slurm24.11"
+  for f in "$PKG_CLI_BIN" "$PKG_EPILOG_BIN"; do
+    [ "$(in_root dpkg-query -S "$f" 2>/dev/null | cut -d: -f1)" = jobscope ] || die "$f in the rootfs is not from jobscope"
+  done
+  install -d -m 0755 "$(dirname "$PLUGIN_IN_ROOT")" "$ROOT/usr/local/bin" "$ROOT/usr/local/sbin"
+  # relative links: they resolve the same inside the chroot and from the host
+  ln -sfnr "$ROOT$PKG_PLUGIN_SO" "$PLUGIN_IN_ROOT"
+  ln -sfnr "$ROOT$PKG_CLI_BIN" "$ROOT/usr/local/bin/jobscope"
+  ln -sfnr "$ROOT$PKG_EPILOG_BIN" "$ROOT/usr/local/sbin/jobscope-epilog"
+  log "installed in the rootfs: $(in_root dpkg-query -W -f '${Package} ${Version}, ' jobscope jobscope-spank-slurm24.11)/usr/local links to the packaged files"
+}
+
 cmd_install() {
   need_root
+  if [ "${1:-}" = --packages ]; then
+    shift
+    local host_target=${CARGO_TARGET_DIR:-$REPO/target}
+    if [ $# -eq 0 ]; then set -- "$host_target/debian" "$TARGET_24/debian"; fi
+    install_packages "$@"
+    return
+  fi
+  [ $# -eq 0 ] || die "install takes no arguments but --packages [DIR...]"
   local so=$TARGET_24/release/libjobscope_spank.so
   local b
   local host=${JOBSCOPE_HOST_TARGET:-$REPO/target/release}
@@ -341,8 +409,8 @@ case "${1:-}" in
   up) shift; cmd_up "$@" ;;
   down) cmd_down ;;
   status) cmd_status ;;
-  install) cmd_install ;;
+  install) shift; cmd_install "$@" ;;
   build) cmd_build ;;
   run) shift; [ -s "$RUNDIR/mode" ] || die "the 24.11 cluster is not up"; in_root "$@" ;;
-  *) echo "usage: $0 up [--nodes 1|2] [--clean] [--cgroup v1|v2] | down | status | install | build | run CMD..." >&2; exit 2 ;;
+  *) echo "usage: $0 up [--nodes 1|2] [--clean] [--cgroup v1|v2] | down | status | install [--packages [DIR...]] | build | run CMD..." >&2; exit 2 ;;
 esac

@@ -23,8 +23,26 @@ SUITE=trixie
 # plugin is built against (plugin/build.rs reads them from $ROOT/usr/include); munge: libmunge for
 # auth/munge (the host's munged serves both releases through the bind-mounted /run/munge);
 # python3: the test jobs run inside the rootfs (slurmstepd does), and the cluster tests' job
-# scripts use python3 as on the host (slurm-conf/install-deps.sh installs it there).
-PACKAGES=slurmctld,slurmd,slurm-client,libslurm-dev,munge,procps,python3
+# scripts use python3 as on the host (slurm-conf/install-deps.sh installs it there);
+# exim4-daemon-light: /usr/sbin/sendmail for `mail.transport = "sendmail"`, which the Epilog runs
+# inside the rootfs (slurmd does), configured "local delivery only" like the host's
+# (slurm-conf/install-deps.sh), delivering into the /var/mail the cluster shares with the host.
+PACKAGES=slurmctld,slurmd,slurm-client,libslurm-dev,munge,procps,python3,exim4-daemon-light
+# Written into the rootfs after the packages (exim4-config reads it; the daemon is never started:
+# sendmail delivers in a process of its own): local delivery only, listening nowhere.
+EXIM_CONF="dc_eximconfig_configtype='local'
+dc_other_hostnames=''
+dc_local_interfaces='127.0.0.1 ; ::1'
+dc_readhost=''
+dc_relay_domains=''
+dc_minimaldns='false'
+dc_relay_nets=''
+dc_smarthost=''
+CFILEMODE='644'
+dc_use_split_config='false'
+dc_hide_mailname=''
+dc_mailname_in_oh='true'
+dc_localdelivery='mail_spool'"
 KEYRING=/usr/share/keyrings/debian-archive-keyring.gpg
 
 log() { echo "trixie-rootfs: $*"; }
@@ -48,9 +66,10 @@ mounted_under() {
   awk -v r="$1" '$5 == r || index($5, r "/") == 1 { f = 1 } END { exit !f }' /proc/self/mountinfo
 }
 
-stamp_text() { printf 'suite=%s\npackages=%s\n' "$SUITE" "$PACKAGES"; }
+# the exim settings are part of what the stamp records: an edit rebuilds the rootfs
+stamp_text() { printf 'suite=%s\npackages=%s\nexim=%s\n' "$SUITE" "$PACKAGES" "$(printf '%s' "$EXIM_CONF" | md5sum | cut -c1-12)"; }
 
-current() { [ -f "$STAMP" ] && [ "$(grep -E '^(suite|packages)=' "$STAMP")" = "$(stamp_text)" ]; }
+current() { [ -f "$STAMP" ] && [ "$(grep -E '^(suite|packages|exim)=' "$STAMP")" = "$(stamp_text)" ]; }
 
 cmd_build() {
   local force=0 mirror t0 t1 tmp
@@ -77,12 +96,15 @@ cmd_build() {
     mounted_under "$tmp" && die "$tmp has mounts: unmount them first"
     rm -rf --one-file-system "$tmp"
   fi
+  printf '%s\n' "$EXIM_CONF" >"$CACHE/exim4.conf.conf"
   log "building $SUITE from $mirror into $tmp (packages: $PACKAGES)"
   t0=$(date +%s.%N)
   # minbase + apt; policy-rc.d (set by mmdebstrap while installing) keeps the daemons from starting.
   mmdebstrap --mode=root --variant=apt --keyring="$KEYRING" --include="$PACKAGES" \
     --dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/doc/*' \
     --dpkgopt='path-include=/usr/share/doc/*/copyright' \
+    --customize-hook="upload $CACHE/exim4.conf.conf /etc/exim4/update-exim4.conf.conf" \
+    --customize-hook='chroot "$1" update-exim4.conf' \
     "$SUITE" "$tmp" "deb $mirror $SUITE main" \
     || die "mmdebstrap failed"
   t1=$(date +%s.%N)

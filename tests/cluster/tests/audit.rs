@@ -230,7 +230,9 @@ fn audit_figures_equal_the_archive_and_users_see_only_their_own() -> Result<()> 
         "--output",
         pq.to_str().context("path")?,
     ])?;
-    let py = release_cmd(PYTHON, Path::new("/"))
+    // pyarrow is the host's (/opt/jobscope-pyenv), also under 24.11: the file is in /tmp, which
+    // the 24.11 root filesystem shares at the same path (slurm-conf/trixie/cluster.sh).
+    let py = std::process::Command::new(PYTHON)
         .args([
             "-c",
             "import sys, json, pyarrow.parquet as pq\n\

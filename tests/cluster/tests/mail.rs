@@ -440,11 +440,18 @@ fn opt_out_sends_nothing_and_mail_user_is_honoured() -> Result<()> {
 #[test]
 fn sendmail_delivers_through_the_local_mta() -> Result<()> {
     let _c = ClusterGuard::acquire()?;
-    let target = std::fs::read_link("/usr/sbin/sendmail").unwrap_or_default();
+    // The Epilog runs where slurmd does: under 24.11, inside the root filesystem, whose own exim4
+    // (slurm-conf/trixie/rootfs.sh) delivers into the /var/mail it shares with the host.
+    let sendmail = release_root()
+        .unwrap_or_else(|| PathBuf::from("/"))
+        .join("usr/sbin/sendmail");
+    let target = std::fs::read_link(&sendmail).unwrap_or_default();
     ensure!(
         target.to_string_lossy().contains("exim4"),
-        "/usr/sbin/sendmail is not exim4 ({target:?}): run slurm-conf/install-deps.sh (it installs \
-         exim4-daemon-light, local delivery only, where no other MTA is installed)"
+        "{} is not exim4 ({target:?}): run slurm-conf/install-deps.sh (it installs \
+         exim4-daemon-light, local delivery only, where no other MTA is installed) or, for 24.11, \
+         slurm-conf/trixie/rootfs.sh build",
+        sendmail.display()
     );
     let _cfg = edit_config(&[("mail.transport", "sendmail".into())])?;
     let cur = LogCursor::now();
