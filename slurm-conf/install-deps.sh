@@ -21,6 +21,7 @@ PKGS=(slurmctld slurmd slurm-client munge libslurm-dev slurm-wlm-basic-plugins-d
       libclang-dev mailutils bc python3 python3-aiosmtpd
       postgresql   # the PostgreSQL sink's tests and demo: slurm-conf/postgres.sh starts its own server
       lintian      # packaging/build-debs.sh checks the .debs with it
+      mmdebstrap debian-archive-keyring  # the SLURM 24.11 root filesystem (slurm-conf/trixie/rootfs.sh)
       python3-venv)  # /opt/jobscope-pyenv: pyarrow, to read back `jobscope audit --format parquet` in the tests
 TEST_USERS=(alice bob)
 # The MTA behind `mail.transport = "sendmail"` in the mail tests. exim4 conflicts with every other
