@@ -31,14 +31,22 @@ pub fn sha256_hex(path: &Path, max_bytes: u64) -> Option<String> {
     Some(digest.iter().map(|b| format!("{b:02x}")).collect())
 }
 
+/// The name slurmstepd gives the batch script it writes into slurmd's spool.
+pub const SCRIPT_FILE_NAME: &str = "slurm_script";
+
+fn is_slurmd_script(path: &Path) -> bool {
+    path.is_absolute() && path.file_name().is_some_and(|n| n == SCRIPT_FILE_NAME)
+}
+
 /// A hash being computed by its own thread.
 pub struct ScriptHash(Receiver<String>);
 
 impl ScriptHash {
-    /// Starts hashing `path` (an absolute path; anything else is no script) on a thread of its own.
-    /// `None` when the thread cannot be started.
+    /// Starts hashing `path` on a thread of its own. Only an absolute path whose file name is
+    /// slurmd's `slurm_script` is read (root reads it: never another file, whatever argv[0] says).
+    /// `None` when the path is not that or the thread cannot be started.
     pub fn spawn(path: PathBuf) -> Option<ScriptHash> {
-        if !path.is_absolute() {
+        if !is_slurmd_script(&path) {
             return None;
         }
         // The thread may outlive the step's `exit` (a read that hangs): keep its code mapped.
@@ -73,7 +81,7 @@ mod tests {
     #[test]
     fn hashes_a_regular_file_and_refuses_the_rest() {
         let d = tempfile::tempdir().unwrap();
-        let f = d.path().join("slurm_script");
+        let f = d.path().join(SCRIPT_FILE_NAME);
         std::fs::write(&f, b"abc").unwrap();
         let abc = "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad";
         assert_eq!(sha256_hex(&f, 3).as_deref(), Some(abc));
@@ -94,5 +102,11 @@ mod tests {
         }
         assert_eq!(got.as_deref(), Some(abc));
         assert!(ScriptHash::spawn(PathBuf::from("relative/slurm_script")).is_none());
+        let other = d.path().join("other");
+        std::fs::write(&other, b"abc").unwrap();
+        assert!(
+            ScriptHash::spawn(other).is_none(),
+            "not slurmd's script file"
+        );
     }
 }
