@@ -545,4 +545,73 @@ mod tests {
             (None, None, None)
         );
     }
+
+    /// `--qos` and `--by qos` over rows that carry a QOS: the recorded job archived three times
+    /// with QOS `high`, `normal` and none (as a cluster without accounting has it).
+    #[test]
+    fn the_qos_filter_and_grouping_see_the_rows_qos() {
+        use crate::audit::eval::MemEngine;
+        use crate::audit::query::{Engine, GroupKey, Query, Report};
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/recorded/serial");
+        let facts = parse_squeue_json(
+            &std::fs::read_to_string(dir.join("squeue.json")).unwrap(),
+            64,
+        )
+        .unwrap();
+        let cfg = jobscope_core::config::Config::default();
+        let node = pipeline::node(
+            &pipeline::read_node_dir(&dir.join("node-vm")),
+            "vm",
+            64,
+            NodeEnd::LastRecord { fallback_ms: 0 },
+            facts.uid,
+            &cfg,
+        )
+        .summary;
+        let rows: Vec<JobRow> = [Some("high"), Some("normal"), None, Some("high")]
+            .iter()
+            .enumerate()
+            .map(|(i, q)| {
+                let mut f = facts.clone();
+                f.job_id = 100 + i as u32;
+                f.qos = q.map(str::to_string);
+                let s = pipeline::job(
+                    &f,
+                    vec![node.clone()],
+                    &["vm".into()],
+                    &cfg,
+                    "t",
+                    &decide_end,
+                );
+                JobRow::of(&s)
+            })
+            .collect();
+        let eng = MemEngine::new(&rows).unwrap();
+
+        let mut q = Query::new(Report::Jobs);
+        q.filters.qos = vec!["high".into()];
+        let t = eng.run(&q).unwrap();
+        let id = t.column("job_id").unwrap();
+        let ids: Vec<&Value> = t.rows.iter().map(|r| &r[id]).collect();
+        assert_eq!(ids, [&Value::Int(100), &Value::Int(103)]);
+
+        let mut q = Query::new(Report::Usage);
+        q.group_by = vec![GroupKey::Qos];
+        let t = eng.run(&q).unwrap();
+        let (k, n) = (t.column("qos").unwrap(), t.column("jobs").unwrap());
+        let mut groups: Vec<(Value, Value)> = t
+            .rows
+            .iter()
+            .map(|r| (r[k].clone(), r[n].clone()))
+            .collect();
+        groups.sort_by_key(|g| format!("{g:?}"));
+        assert_eq!(
+            groups,
+            [
+                (Value::Null, Value::Int(1)),
+                (Value::Text("high".into()), Value::Int(2)),
+                (Value::Text("normal".into()), Value::Int(1)),
+            ]
+        );
+    }
 }
