@@ -143,6 +143,13 @@ fn job(rng: &mut Rng, i: u32) -> JobSummary {
     s.start_unix_ms = start_s * 1000;
     s.scheduler_start_unix_s = Some(start_s);
     s.end_unix_ms = (start_s + elapsed_s) * 1000;
+    // QOS (one job in four without, as on a cluster without accounting), submit time and script
+    // hash, from `i` (the seeded draws stay as they were).
+    s.qos = ["normal", "high", "low"]
+        .get(i as usize % 4)
+        .map(|q| q.to_string());
+    s.submit_unix_s = Some(start_s - u64::from(i % 600));
+    s.script_sha256 = Some(format!("{:064x}", i % 7));
     s.elapsed_s = elapsed_s as f64;
     let cores_per_node = 1 + rng.below(8) as u32;
     s.alloc.cores = Some(cores_per_node * 2);
@@ -682,6 +689,10 @@ fn the_sql_engine_answers_like_the_parquet_index_and_the_reference_on_the_same_a
         },
         Filters {
             users: vec!["nobody".into()],
+            ..Default::default()
+        },
+        Filters {
+            qos: vec!["high".into(), "low".into()],
             ..Default::default()
         },
     ];
