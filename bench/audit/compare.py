@@ -19,6 +19,38 @@ def parts(index):
     return sorted(glob.glob(os.path.join(index, "jobs", "*", "*.parquet")))
 
 
+def derived():
+    """The columns jobscope's index files leave out because they are exact functions of stored ones
+    (epilog/src/audit/arrow.rs `DERIVED`), as Polars expressions: what an admin's own query adds."""
+    import polars as pl
+
+    h = pl.col("elapsed_s") / 3600.0
+    core_alloc = pl.col("alloc_cores") * h
+    core_used = pl.col("cpu_usage_s") / 3600.0
+    mem_alloc = pl.col("alloc_mem_per_node_bytes") / 1073741824.0 * pl.col("node_count").clip(lower_bound=1) * h
+    return [
+        core_alloc.alias("core_hours_alloc"),
+        core_used.alias("core_hours_used"),
+        (core_alloc - core_used).clip(lower_bound=0).alias("core_hours_wasted"),
+        mem_alloc.alias("mem_gb_hours_alloc"),
+        (mem_alloc - pl.col("mem_gb_hours_used")).clip(lower_bound=0).alias("mem_gb_hours_wasted"),
+        (pl.col("gpu_hours_alloc") - pl.col("gpu_hours_wasted")).clip(lower_bound=0).alias("gpu_hours_used"),
+    ]
+
+
+# The same in SQL (CASE, not greatest(): greatest() skips a NULL where the figure must stay NULL).
+DERIVED_SQL = """
+  alloc_cores * (elapsed_s / 3600.0) AS core_hours_alloc,
+  cpu_usage_s / 3600.0 AS core_hours_used,
+  CASE WHEN alloc_cores * (elapsed_s / 3600.0) - cpu_usage_s / 3600.0 < 0 THEN 0
+       ELSE alloc_cores * (elapsed_s / 3600.0) - cpu_usage_s / 3600.0 END AS core_hours_wasted,
+  alloc_mem_per_node_bytes / 1073741824.0 * greatest(node_count, 1) * (elapsed_s / 3600.0) AS mem_gb_hours_alloc,
+  CASE WHEN alloc_mem_per_node_bytes / 1073741824.0 * greatest(node_count, 1) * (elapsed_s / 3600.0) - mem_gb_hours_used < 0 THEN 0
+       ELSE alloc_mem_per_node_bytes / 1073741824.0 * greatest(node_count, 1) * (elapsed_s / 3600.0) - mem_gb_hours_used END AS mem_gb_hours_wasted,
+  CASE WHEN gpu_hours_alloc - gpu_hours_wasted < 0 THEN 0 ELSE gpu_hours_alloc - gpu_hours_wasted END AS gpu_hours_used
+"""
+
+
 def layout(index, data):
     """slurm-usage keeps one Parquet file per day under data/processed/YYYY-MM-DD.parquet with its
     ProcessedJob columns and types (slurm_usage.py `ProcessedJob.get_polars_schema`: times are
@@ -28,7 +60,7 @@ def layout(index, data):
     out = os.path.join(data, "processed")
     os.makedirs(out, exist_ok=True)
     t0 = time.perf_counter()
-    lf = pl.scan_parquet(parts(index)).select(
+    lf = pl.scan_parquet(parts(index)).with_columns(derived()).select(
         pl.col("job_id").cast(pl.Utf8),
         pl.col("user").fill_null(""),
         pl.col("name").fill_null("").str.slice(0, 50).alias("job_name"),
@@ -76,8 +108,10 @@ SELECT "user", count(*) AS jobs,
   100 * sum(gpu_hours_used) FILTER (WHERE gpu_hours_used IS NOT NULL AND gpu_hours_alloc IS NOT NULL)
       / nullif(sum(gpu_hours_alloc) FILTER (WHERE gpu_hours_used IS NOT NULL AND gpu_hours_alloc IS NOT NULL), 0),
   sum(gpu_energy_kwh)
-FROM read_parquet($files)
-WHERE end_unix_ms >= $since AND end_unix_ms < $until
+FROM (SELECT "user", end_unix_ms, mem_gb_hours_used, gpu_hours_alloc, gpu_hours_wasted, gpu_energy_kwh,
+  """ + DERIVED_SQL + """
+  FROM read_parquet($files)
+  WHERE end_unix_ms >= $since AND end_unix_ms < $until)
 GROUP BY "user" ORDER BY "user"
 """
 
@@ -114,6 +148,7 @@ def query(index, end, repeat):
         return (
             pl.scan_parquet(files)
             .filter((pl.col("end_unix_ms") >= since_ms) & (pl.col("end_unix_ms") < until_ms))
+            .with_columns(derived())
             .group_by("user")
             .agg(
                 [pl.len().alias("jobs")]

@@ -6,7 +6,10 @@ use super::arrow::job_batch;
 use super::query::{time_keys, Engine, GroupKey, Query, Report, Result, JOB_COLUMNS};
 use super::row::JobRow;
 use super::table::{ColType, Table, Value};
-use arrow_array::{Array, BooleanArray, Float64Array, Int64Array, RecordBatch, StringArray};
+use arrow_array::types::Int32Type;
+use arrow_array::{
+    Array, BooleanArray, DictionaryArray, Float64Array, Int64Array, RecordBatch, StringArray,
+};
 use std::collections::HashMap;
 
 /// The columns a query reads (the projection handed to the Parquet reader).
@@ -123,8 +126,21 @@ impl<'a> View<'a> {
             .downcast_ref::<T>()
             .ok_or_else(|| anyhow::anyhow!("column {name} has type {}", a.data_type()))
     }
-    fn s(&self, n: &str) -> Result<&'a StringArray> {
-        self.col(n)
+    /// A text column, plain or dictionary-encoded (see [`Text`]).
+    fn t(&self, n: &str) -> Result<Text<'a>> {
+        let a = self
+            .b
+            .column_by_name(n)
+            .ok_or_else(|| anyhow::anyhow!("the index has no column {n}"))?;
+        if let Some(s) = a.as_any().downcast_ref::<StringArray>() {
+            return Ok(Text::Plain(s));
+        }
+        if let Some(d) = a.as_any().downcast_ref::<DictionaryArray<Int32Type>>() {
+            if let Some(values) = d.values().as_any().downcast_ref::<StringArray>() {
+                return Ok(Text::Dict(d, values));
+            }
+        }
+        anyhow::bail!("column {n} has type {}", a.data_type())
     }
     fn i(&self, n: &str) -> Result<&'a Int64Array> {
         self.col(n)
@@ -134,8 +150,44 @@ impl<'a> View<'a> {
     }
 }
 
-fn os(a: &StringArray, i: usize) -> Option<&str> {
-    (!a.is_null(i)).then(|| a.value(i))
+/// A text column as read: plain UTF-8 (rows in memory, [`crate::index::ParquetEngine::scan`]) or
+/// dictionary-encoded (the index's low-cardinality columns as the Parquet engine's aggregation reads
+/// them: each distinct value is looked at once per batch, not once per row).
+#[derive(Clone, Copy)]
+enum Text<'a> {
+    Plain(&'a StringArray),
+    Dict(&'a DictionaryArray<Int32Type>, &'a StringArray),
+}
+
+impl<'a> Text<'a> {
+    fn get(&self, i: usize) -> Option<&'a str> {
+        match self {
+            Text::Plain(a) => (!a.is_null(i)).then(|| a.value(i)),
+            Text::Dict(d, values) => {
+                if d.is_null(i) {
+                    return None;
+                }
+                let k = d.keys().value(i) as usize;
+                (!values.is_null(k)).then(|| values.value(k))
+            }
+        }
+    }
+
+    /// Rows whose value is one of `list` (a null never matches).
+    fn retain_in(&self, keep: &mut Vec<usize>, list: &[String]) {
+        match self {
+            Text::Plain(_) => {
+                keep.retain(|&i| self.get(i).is_some_and(|x| list.iter().any(|w| w == x)))
+            }
+            Text::Dict(d, values) => {
+                let hit: Vec<bool> = (0..values.len())
+                    .map(|k| !values.is_null(k) && list.iter().any(|w| w == values.value(k)))
+                    .collect();
+                let keys = d.keys();
+                keep.retain(|&i| !d.is_null(i) && hit[keys.value(i) as usize]);
+            }
+        }
+    }
 }
 fn oi(a: &Int64Array, i: usize) -> Option<i64> {
     (!a.is_null(i)).then(|| a.value(i))
@@ -158,14 +210,14 @@ fn matching(q: &Query, b: &RecordBatch) -> Result<Vec<usize>> {
     }
     for (list, col) in f.text_columns() {
         if !list.is_empty() {
-            let a = v.s(col)?;
-            keep.retain(|&i| os(a, i).is_some_and(|x| list.iter().any(|w| w == x)));
+            v.t(col)?.retain_in(&mut keep, list);
         }
     }
     if !f.nodes.is_empty() {
-        let a = v.s("node_list")?;
+        let a = v.t("node_list")?;
         keep.retain(|&i| {
-            os(a, i).is_some_and(|l| l.split(',').any(|n| f.nodes.iter().any(|w| w == n)))
+            a.get(i)
+                .is_some_and(|l| l.split(',').any(|n| f.nodes.iter().any(|w| w == n)))
         });
     }
     if let Some(min) = f.min_elapsed_s {
@@ -205,66 +257,6 @@ impl Key<'_> {
     }
 }
 
-/// Σ used, Σ alloc over the rows with both, for one weighted efficiency.
-#[derive(Debug, Clone, Copy, Default)]
-struct Ratio {
-    used: f64,
-    alloc: f64,
-}
-
-#[derive(Debug, Clone, Default)]
-struct Acc {
-    jobs: i64,
-    /// USAGE_INPUTS order.
-    sums: [Option<f64>; 10],
-    eff: [Ratio; 3],
-}
-
-impl Acc {
-    fn add(&mut self, vals: &[Option<f64>; 10], share: f64) {
-        self.jobs += 1;
-        for (s, v) in self.sums.iter_mut().zip(vals) {
-            if let Some(v) = v {
-                *s = Some(s.unwrap_or(0.0) + v * share);
-            }
-        }
-        for (e, (u, a)) in self.eff.iter_mut().zip([(1, 0), (4, 3), (7, 6)]) {
-            if let (Some(u), Some(a)) = (vals[u], vals[a]) {
-                e.used += u * share;
-                e.alloc += a * share;
-            }
-        }
-    }
-
-    fn values(&self) -> Vec<Value> {
-        let f = |x: Option<f64>| x.map_or(Value::Null, Value::Float);
-        let eff = |r: Ratio| {
-            if r.alloc > 0.0 {
-                Value::Float(100.0 * r.used / r.alloc)
-            } else {
-                Value::Null
-            }
-        };
-        let s = &self.sums;
-        vec![
-            Value::Int(self.jobs),
-            f(s[0]),
-            f(s[1]),
-            f(s[2]),
-            eff(self.eff[0]),
-            f(s[3]),
-            f(s[4]),
-            f(s[5]),
-            eff(self.eff[1]),
-            f(s[6]),
-            f(s[7]),
-            f(s[8]),
-            eff(self.eff[2]),
-            f(s[9]),
-        ]
-    }
-}
-
 /// A small, fast hasher for the grouping maps (keys are our own codes and short names, not
 /// attacker-chosen in a way that matters: a slow audit is the worst a collision flood could do).
 #[derive(Default, Clone, Copy)]
@@ -293,138 +285,370 @@ pub const MAX_KEYS: usize = 8;
 /// A key position's code for "no value".
 const NULL: u64 = u64::MAX;
 
-fn usage(q: &Query, batches: &[RecordBatch]) -> Result<Table> {
-    let keys = q.keys();
-    anyhow::ensure!(keys.len() <= MAX_KEYS, "at most {MAX_KEYS} group keys");
-    // Each row's key is a fixed array of codes: an interned id for text, the number for time keys.
-    let mut names: Vec<HashMap<&str, u64, FxBuild>> = vec![HashMap::default(); keys.len()];
-    let mut texts: Vec<Vec<&str>> = vec![Vec::new(); keys.len()];
-    let mut groups: HashMap<[u64; MAX_KEYS], Acc, FxBuild> = HashMap::default();
-    let node_pos = keys.iter().position(|&k| k == GroupKey::Node);
-    let off_ms = i64::from(q.tz_offset_s) * 1000;
-    for b in batches {
+/// The usage aggregation of one query, fed batch by batch ([`Usage::add`]), mergeable
+/// ([`Usage::merge`]: the Parquet engine aggregates the parts on each core and merges), then
+/// worded as the report's table ([`Usage::finish`]).
+///
+/// A group is a fixed array of codes (an interned id for text, the number for a time key) mapped to a
+/// dense group number; the sums are arrays indexed by that number. Each batch first turns its
+/// matching rows into (row, group) pairs, then adds one input column at a time over them. A
+/// dictionary-encoded key column is resolved once per distinct value per batch, not per row.
+pub struct Usage {
+    keys: Vec<GroupKey>,
+    node_pos: Option<usize>,
+    off_ms: i64,
+    /// Per key position: text → id, id → text.
+    ids: Vec<HashMap<String, u64, FxBuild>>,
+    texts: Vec<Vec<String>>,
+    groups: HashMap<[u64; MAX_KEYS], u32, FxBuild>,
+    /// Per group number: its codes, job count, sums ([`USAGE_INPUTS`] order), which sums have a
+    /// value, and Σ used, Σ alloc of the three weighted efficiencies.
+    codes: Vec<[u64; MAX_KEYS]>,
+    jobs: Vec<i64>,
+    sums: Vec<[f64; 10]>,
+    has: Vec<[bool; 10]>,
+    eff: Vec<[(f64, f64); 3]>,
+}
+
+/// (used, alloc) positions in [`USAGE_INPUTS`] of the three weighted efficiencies.
+const EFF_PAIRS: [(usize, usize); 3] = [(1, 0), (4, 3), (7, 6)];
+
+impl Usage {
+    pub fn new(q: &Query) -> Result<Usage> {
+        let keys = q.keys();
+        anyhow::ensure!(keys.len() <= MAX_KEYS, "at most {MAX_KEYS} group keys");
+        Ok(Usage {
+            node_pos: keys.iter().position(|&k| k == GroupKey::Node),
+            off_ms: i64::from(q.tz_offset_s) * 1000,
+            ids: vec![HashMap::default(); keys.len()],
+            texts: vec![Vec::new(); keys.len()],
+            groups: HashMap::default(),
+            codes: Vec::new(),
+            jobs: Vec::new(),
+            sums: Vec::new(),
+            has: Vec::new(),
+            eff: Vec::new(),
+            keys,
+        })
+    }
+
+    fn intern(&mut self, p: usize, t: &str) -> u64 {
+        if let Some(&id) = self.ids[p].get(t) {
+            return id;
+        }
+        let id = self.texts[p].len() as u64;
+        self.texts[p].push(t.to_string());
+        self.ids[p].insert(t.to_string(), id);
+        id
+    }
+
+    fn group(&mut self, codes: [u64; MAX_KEYS]) -> u32 {
+        if let Some(&g) = self.groups.get(&codes) {
+            return g;
+        }
+        let g = self.codes.len() as u32;
+        self.groups.insert(codes, g);
+        self.codes.push(codes);
+        self.jobs.push(0);
+        self.sums.push([0.0; 10]);
+        self.has.push([false; 10]);
+        self.eff.push([(0.0, 0.0); 3]);
+        g
+    }
+
+    fn time_code(&self, k: GroupKey, ms: i64) -> u64 {
+        let secs = (ms + self.off_ms).div_euclid(1000);
+        let days = secs.div_euclid(86_400);
+        (match k {
+            GroupKey::HourOfDay => secs.rem_euclid(86_400) / 3600,
+            GroupKey::DayOfWeek => (days + 3).rem_euclid(7) + 1,
+            GroupKey::Day => days,
+            _ => {
+                let (y, m, _) = super::query::civil_from_days(days);
+                y * 12 + i64::from(m) - 1
+            }
+        }) as u64
+    }
+
+    /// Adds the rows of `b` that pass the query's window and filters.
+    pub fn add(&mut self, q: &Query, b: &RecordBatch) -> Result<()> {
         let rows = matching(q, b)?;
+        if rows.is_empty() {
+            return Ok(());
+        }
         let v = View { b };
         let inputs: Vec<&Float64Array> =
             USAGE_INPUTS.iter().map(|n| v.f(n)).collect::<Result<_>>()?;
         enum Src<'a> {
-            S(&'a StringArray),
-            T(&'a Int64Array, GroupKey),
+            /// A text key; per dictionary key (or per row for plain text) its id, resolved once.
+            T(Text<'a>, Vec<u64>),
+            Time(&'a Int64Array, GroupKey),
+            Node(Text<'a>),
         }
-        let srcs: Vec<Src> = keys
-            .iter()
-            .map(|&k| {
-                Ok(match k {
-                    GroupKey::Node => Src::S(v.s("node_list")?),
-                    GroupKey::HourOfDay | GroupKey::DayOfWeek | GroupKey::Day | GroupKey::Month => {
-                        Src::T(v.i("start_unix_ms")?, k)
-                    }
-                    other => Src::S(v.s(other.column())?),
-                })
-            })
-            .collect::<Result<_>>()?;
-        for i in rows {
-            let mut vals = [None; 10];
-            for (x, a) in vals.iter_mut().zip(&inputs) {
-                *x = of(a, i);
-            }
-            let mut key = [0u64; MAX_KEYS];
-            for (p, s) in srcs.iter().enumerate() {
-                key[p] = match s {
-                    Src::S(_) if Some(p) == node_pos => NULL,
-                    Src::S(a) => match os(a, i) {
-                        None => NULL,
-                        Some(t) => {
-                            let next = texts[p].len() as u64;
-                            let id = *names[p].entry(t).or_insert(next);
-                            if id == next {
-                                texts[p].push(t);
+        const UNSEEN: u64 = u64::MAX - 1;
+        let mut srcs: Vec<Src> = Vec::with_capacity(self.keys.len());
+        for &k in &self.keys {
+            srcs.push(match k {
+                GroupKey::Node => Src::Node(v.t("node_list")?),
+                GroupKey::HourOfDay | GroupKey::DayOfWeek | GroupKey::Day | GroupKey::Month => {
+                    Src::Time(v.i("start_unix_ms")?, k)
+                }
+                other => {
+                    let t = v.t(other.column())?;
+                    let n = match t {
+                        Text::Dict(_, values) => values.len(),
+                        Text::Plain(_) => 0,
+                    };
+                    Src::T(t, vec![UNSEEN; n])
+                }
+            });
+        }
+        // (row, group) pairs and, when grouping by node, each pair's share of the job.
+        let mut pairs: Vec<(u32, u32)> = Vec::with_capacity(rows.len());
+        let mut shares: Vec<f64> = Vec::new();
+        let single_text = self.keys.len() == 1 && matches!(srcs[0], Src::T(..));
+        if single_text {
+            // One text key: group numbers cached per dictionary key (plain text: per interned id).
+            let Src::T(t, cache) = &mut srcs[0] else {
+                unreachable!()
+            };
+            let mut null_group = None;
+            let mut by_id: Vec<u32> = Vec::new();
+            for i in rows {
+                let g = match *t {
+                    Text::Dict(d, values) => {
+                        if d.is_null(i) || values.is_null(d.keys().value(i) as usize) {
+                            *null_group.get_or_insert_with(|| self.group(one_key(NULL)))
+                        } else {
+                            let k = d.keys().value(i) as usize;
+                            if cache[k] == UNSEEN {
+                                let id = self.intern(0, values.value(k));
+                                cache[k] = u64::from(self.group(one_key(id)));
                             }
-                            id
+                            cache[k] as u32
                         }
-                    },
-                    Src::T(a, k) => match oi(a, i) {
-                        None => NULL,
-                        Some(ms) => {
-                            let secs = (ms + off_ms).div_euclid(1000);
-                            let days = secs.div_euclid(86_400);
-                            (match k {
-                                GroupKey::HourOfDay => secs.rem_euclid(86_400) / 3600,
-                                GroupKey::DayOfWeek => (days + 3).rem_euclid(7) + 1,
-                                GroupKey::Day => days,
-                                _ => {
-                                    let (y, m, _) = super::query::civil_from_days(days);
-                                    y * 12 + i64::from(m) - 1
-                                }
-                            }) as u64
+                    }
+                    Text::Plain(_) => match t.get(i) {
+                        None => *null_group.get_or_insert_with(|| self.group(one_key(NULL))),
+                        Some(s) => {
+                            let id = self.intern(0, s) as usize;
+                            if id >= by_id.len() {
+                                by_id.resize(id + 1, u32::MAX);
+                            }
+                            if by_id[id] == u32::MAX {
+                                by_id[id] = self.group(one_key(id as u64));
+                            }
+                            by_id[id]
                         }
                     },
                 };
+                pairs.push((i as u32, g));
             }
-            match (node_pos, node_pos.map(|p| &srcs[p])) {
-                (Some(p), Some(Src::S(a))) => {
-                    let list: Vec<&str> = os(a, i)
-                        .map(|l| l.split(',').filter(|x| !x.is_empty()).collect())
-                        .unwrap_or_default();
-                    if list.is_empty() {
-                        groups.entry(key).or_default().add(&vals, 1.0);
-                    }
-                    let share = 1.0 / list.len().max(1) as f64;
-                    for n in list {
-                        let next = texts[p].len() as u64;
-                        let id = *names[p].entry(n).or_insert(next);
-                        if id == next {
-                            texts[p].push(n);
+        } else {
+            for i in rows {
+                let mut key = [0u64; MAX_KEYS];
+                for (p, s) in srcs.iter_mut().enumerate() {
+                    key[p] = match s {
+                        Src::Node(_) => NULL,
+                        Src::T(Text::Dict(d, values), cache) => {
+                            if d.is_null(i) || values.is_null(d.keys().value(i) as usize) {
+                                NULL
+                            } else {
+                                let k = d.keys().value(i) as usize;
+                                if cache[k] == UNSEEN {
+                                    cache[k] = self.intern(p, values.value(k));
+                                }
+                                cache[k]
+                            }
                         }
-                        key[p] = id;
-                        groups.entry(key).or_default().add(&vals, share);
-                    }
+                        Src::T(t, _) => match t.get(i) {
+                            None => NULL,
+                            Some(s) => self.intern(p, s),
+                        },
+                        Src::Time(a, k) => match oi(a, i) {
+                            None => NULL,
+                            Some(ms) => self.time_code(*k, ms),
+                        },
+                    };
                 }
-                _ => groups.entry(key).or_default().add(&vals, 1.0),
+                match self.node_pos.map(|p| (p, &srcs[p])) {
+                    Some((p, Src::Node(a))) => {
+                        let list: Vec<&str> = a
+                            .get(i)
+                            .map(|l| l.split(',').filter(|x| !x.is_empty()).collect())
+                            .unwrap_or_default();
+                        if list.is_empty() {
+                            pairs.push((i as u32, self.group(key)));
+                            shares.push(1.0);
+                        }
+                        let share = 1.0 / list.len().max(1) as f64;
+                        for n in list {
+                            key[p] = self.intern(p, n);
+                            pairs.push((i as u32, self.group(key)));
+                            shares.push(share);
+                        }
+                    }
+                    _ => pairs.push((i as u32, self.group(key))),
+                }
+            }
+        }
+        for &(_, g) in &pairs {
+            self.jobs[g as usize] += 1;
+        }
+        // One input column at a time over the pairs (the same order of additions per group as
+        // row by row, so the sums do not depend on how the work is cut into columns).
+        let shares = (!shares.is_empty()).then_some(shares.as_slice());
+        for (c, a) in inputs.iter().enumerate() {
+            let vals = a.values();
+            let valid = |r: usize| a.null_count() == 0 || a.is_valid(r);
+            for (k, &(r, g)) in pairs.iter().enumerate() {
+                let r = r as usize;
+                if valid(r) {
+                    let g = g as usize;
+                    let share = shares.map_or(1.0, |s| s[k]);
+                    self.sums[g][c] += vals[r] * share;
+                    self.has[g][c] = true;
+                }
+            }
+        }
+        for (e, (u, al)) in EFF_PAIRS.iter().enumerate() {
+            let (ua, aa) = (inputs[*u], inputs[*al]);
+            let (uv, av) = (ua.values(), aa.values());
+            for (k, &(r, g)) in pairs.iter().enumerate() {
+                let r = r as usize;
+                if ua.is_valid(r) && aa.is_valid(r) {
+                    let share = shares.map_or(1.0, |s| s[k]);
+                    let x = &mut self.eff[g as usize][e];
+                    x.0 += uv[r] * share;
+                    x.1 += av[r] * share;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Adds another aggregation of the same query (another part of the index).
+    pub fn merge(&mut self, o: Usage) {
+        let keys = self.keys.clone();
+        for (og, codes) in o.codes.iter().enumerate() {
+            let mut c = *codes;
+            for (p, k) in keys.iter().enumerate() {
+                let text = !matches!(
+                    k,
+                    GroupKey::HourOfDay | GroupKey::DayOfWeek | GroupKey::Day | GroupKey::Month
+                );
+                if text && c[p] != NULL {
+                    c[p] = self.intern(p, &o.texts[p][c[p] as usize]);
+                }
+            }
+            let g = self.group(c) as usize;
+            self.jobs[g] += o.jobs[og];
+            for i in 0..10 {
+                if o.has[og][i] {
+                    self.sums[g][i] += o.sums[og][i];
+                    self.has[g][i] = true;
+                }
+            }
+            for e in 0..3 {
+                self.eff[g][e].0 += o.eff[og][e].0;
+                self.eff[g][e].1 += o.eff[og][e].1;
             }
         }
     }
-    if keys.is_empty() && groups.is_empty() {
-        groups.insert([0; MAX_KEYS], Acc::default());
-    }
-    // Codes back to keys, ordered as the query says.
-    let key_of = |codes: &[u64; MAX_KEYS]| -> Vec<Key> {
-        keys.iter()
-            .enumerate()
-            .map(|(p, k)| match (codes[p], k) {
-                (NULL, _) => Key::Null,
-                (c, GroupKey::HourOfDay | GroupKey::DayOfWeek) => Key::Int(c as i64),
-                (c, GroupKey::Day) => Key::Day(c as i64),
-                (c, GroupKey::Month) => Key::Month(c as i64),
-                (c, _) => Key::Str(texts[p][c as usize]),
-            })
-            .collect()
-    };
-    let mut list: Vec<(Vec<Key>, Acc)> =
-        groups.iter().map(|(c, a)| (key_of(c), a.clone())).collect();
-    list.sort_by(|a, b| a.0.cmp(&b.0));
-    if let Report::TopWasters { metric, n } = q.report {
-        let col = match metric {
-            super::query::WasteMetric::CoreHours => 2,
-            super::query::WasteMetric::MemGbHours => 5,
-            super::query::WasteMetric::GpuHours => 8,
+
+    fn values(&self, g: usize) -> Vec<Value> {
+        let f = |i: usize| {
+            if self.has[g][i] {
+                Value::Float(self.sums[g][i])
+            } else {
+                Value::Null
+            }
         };
-        // Stable sort: ties keep the keys' ascending order.
-        list.sort_by(|a, b| match (a.1.sums[col], b.1.sums[col]) {
-            (Some(x), Some(y)) => y.total_cmp(&x),
-            (Some(_), None) => std::cmp::Ordering::Less,
-            (None, Some(_)) => std::cmp::Ordering::Greater,
-            (None, None) => std::cmp::Ordering::Equal,
-        });
-        list.truncate(n);
+        let eff = |e: usize| {
+            let (used, alloc) = self.eff[g][e];
+            if alloc > 0.0 {
+                Value::Float(100.0 * used / alloc)
+            } else {
+                Value::Null
+            }
+        };
+        vec![
+            Value::Int(self.jobs[g]),
+            f(0),
+            f(1),
+            f(2),
+            eff(0),
+            f(3),
+            f(4),
+            f(5),
+            eff(1),
+            f(6),
+            f(7),
+            f(8),
+            eff(2),
+            f(9),
+        ]
     }
-    let mut t = q.empty_table();
-    for (k, acc) in list {
-        let mut row: Vec<Value> = k.iter().map(Key::value).collect();
-        row.extend(acc.values());
-        t.rows.push(row);
+
+    /// The report's table: groups in key order (top wasters: by waste, then key order).
+    pub fn finish(mut self, q: &Query) -> Result<Table> {
+        if self.keys.is_empty() && self.codes.is_empty() {
+            self.group([0; MAX_KEYS]);
+        }
+        let keys = &self.keys;
+        let key_of = |codes: &[u64; MAX_KEYS]| -> Vec<Key> {
+            keys.iter()
+                .enumerate()
+                .map(|(p, k)| match (codes[p], k) {
+                    (NULL, _) => Key::Null,
+                    (c, GroupKey::HourOfDay | GroupKey::DayOfWeek) => Key::Int(c as i64),
+                    (c, GroupKey::Day) => Key::Day(c as i64),
+                    (c, GroupKey::Month) => Key::Month(c as i64),
+                    (c, _) => Key::Str(&self.texts[p][c as usize]),
+                })
+                .collect()
+        };
+        let mut list: Vec<(Vec<Key>, usize)> = self
+            .codes
+            .iter()
+            .enumerate()
+            .map(|(g, c)| (key_of(c), g))
+            .collect();
+        list.sort_by(|a, b| a.0.cmp(&b.0));
+        if let Report::TopWasters { metric, n } = q.report {
+            let col = match metric {
+                super::query::WasteMetric::CoreHours => 2,
+                super::query::WasteMetric::MemGbHours => 5,
+                super::query::WasteMetric::GpuHours => 8,
+            };
+            let sum = |g: usize| self.has[g][col].then_some(self.sums[g][col]);
+            // Stable sort: ties keep the keys' ascending order.
+            list.sort_by(|a, b| desc_nulls_last(sum(a.1), sum(b.1)));
+            list.truncate(n);
+        }
+        let mut t = q.empty_table();
+        for (k, g) in list {
+            let mut row: Vec<Value> = k.iter().map(Key::value).collect();
+            row.extend(self.values(g));
+            t.rows.push(row);
+        }
+        Ok(t)
     }
-    Ok(t)
+}
+
+/// Codes of a group of one key (the other positions are 0, as in the general path).
+fn one_key(code: u64) -> [u64; MAX_KEYS] {
+    let mut c = [0; MAX_KEYS];
+    c[0] = code;
+    c
+}
+
+fn usage(q: &Query, batches: &[RecordBatch]) -> Result<Table> {
+    let mut u = Usage::new(q)?;
+    for b in batches {
+        u.add(q, b)?;
+    }
+    u.finish(q)
 }
 
 /// One matching job, for the job reports: where it is and its sort fields.
@@ -459,7 +683,10 @@ fn cell(v: &View, name: &str, kind: ColType, i: usize) -> Result<Value> {
     Ok(match kind {
         ColType::Int => oi(v.i(name)?, i).map_or(Value::Null, Value::Int),
         ColType::Float => of(v.f(name)?, i).map_or(Value::Null, Value::Float),
-        ColType::Text => os(v.s(name)?, i).map_or(Value::Null, |s| Value::Text(s.to_string())),
+        ColType::Text => v
+            .t(name)?
+            .get(i)
+            .map_or(Value::Null, |s| Value::Text(s.to_string())),
         ColType::Bool => {
             let a: &BooleanArray = v.col(name)?;
             if a.is_null(i) {
@@ -557,14 +784,14 @@ fn cpu_only_on_gpu(q: &Query, batches: &[RecordBatch], busy_pct: f64) -> Result<
     for b in batches {
         let v = View { b };
         let (p, s, e, c, g) = (
-            v.s("partition")?,
+            v.t("partition")?,
             v.i("start_unix_ms")?,
             v.i("end_unix_ms")?,
             v.i("alloc_cores")?,
             v.i("alloc_gpus")?,
         );
         for i in matching(&scope, b)? {
-            let Some(part) = os(p, i) else { continue };
+            let Some(part) = p.get(i) else { continue };
             if oi(g, i).is_some_and(|n| n > 0) {
                 gpu_parts.insert(part.to_string());
             }
@@ -614,7 +841,9 @@ fn cpu_only_on_gpu(q: &Query, batches: &[RecordBatch], busy_pct: f64) -> Result<
     }
     let mut refs = job_refs(q, batches, |v, i| {
         Ok(oi(v.i("alloc_gpus")?, i).is_none_or(|n| n <= 0)
-            && os(v.s("partition")?, i).is_some_and(|p| gpu_parts.contains(p)))
+            && v.t("partition")?
+                .get(i)
+                .is_some_and(|p| gpu_parts.contains(p)))
     })?;
     let alloc = |r: &JobRef| {
         View {
@@ -631,7 +860,7 @@ fn cpu_only_on_gpu(q: &Query, batches: &[RecordBatch], busy_pct: f64) -> Result<
     for r in refs.iter().take(q.limit.unwrap_or(usize::MAX)) {
         let b = &batches[r.batch];
         let v = View { b };
-        let part = os(v.s("partition")?, r.row).unwrap_or_default().to_string();
+        let part = v.t("partition")?.get(r.row).unwrap_or_default().to_string();
         let start = oi(v.i("start_unix_ms")?, r.row);
         let pct = match (start, capacity.get(&part)) {
             (Some(s), Some(&cap)) if cap > 0 => at_start

@@ -26,20 +26,27 @@
 pub mod lock;
 
 use crate::archive::{self, Store, MAX_DOC_BYTES};
-use crate::audit::arrow::{job_batch, job_schema, node_batch, node_schema};
-use crate::audit::eval::{evaluate, needed_columns};
-use crate::audit::query::{Engine, Query};
-use crate::audit::row::{JobRow, NodeRow};
+use crate::audit::arrow::{
+    job_batch, node_batch, node_schema, stored_inputs, stored_job_batch, stored_job_schema,
+    with_derived,
+};
+use crate::audit::eval::{evaluate, needed_columns, Usage};
+use crate::audit::query::{Engine, Query, Report as AuditReport};
+use crate::audit::row::{JobRow, NodeRow, COLUMNS, NODE_COLUMNS};
+use crate::audit::table::ColType;
 use crate::audit::table::Table;
 use crate::manifest;
 use anyhow::{bail, Context, Result};
 use arrow_array::{Array, Int64Array, RecordBatch};
 use jobscope_core::config::Report;
-use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use parquet::arrow::arrow_reader::{
+    ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReaderBuilder,
+};
 use parquet::arrow::{ArrowWriter, ProjectionMask};
-use parquet::basic::Compression;
+use parquet::basic::{Compression, Encoding};
 use parquet::file::properties::WriterProperties;
 use parquet::file::statistics::Statistics;
+use parquet::schema::types::ColumnPath;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -144,11 +151,42 @@ fn load_state(dir: &Path) -> Result<State> {
     Ok(s)
 }
 
+/// Integer columns that grow with end time (rows are sorted by it) or are nearly unique: stored as
+/// deltas, no dictionary.
+const DELTA_COLUMNS: &[&str] = &[
+    "job_id",
+    "array_job_id",
+    "scheduler_start_unix_s",
+    "submit_unix_s",
+    "start_unix_ms",
+    "end_unix_ms",
+    "mem_peak_bytes",
+    "mem_rss_peak_bytes",
+    "io_read_bytes",
+    "io_write_bytes",
+    "gpu_mem_peak_bytes",
+    "samples",
+];
+
 fn writer_props() -> WriterProperties {
-    WriterProperties::builder()
+    let mut b = WriterProperties::builder()
         .set_compression(Compression::SNAPPY)
-        .set_max_row_group_row_count(Some(ROW_GROUP_ROWS))
-        .build()
+        .set_max_row_group_row_count(Some(ROW_GROUP_ROWS));
+    for (name, kind) in COLUMNS.iter().chain(NODE_COLUMNS) {
+        let col = ColumnPath::from(*name);
+        if *kind == ColType::Float {
+            // Measured figures are full-precision floats: a dictionary never pays; split bytes
+            // let the compressor find the shared exponents.
+            b = b
+                .set_column_dictionary_enabled(col.clone(), false)
+                .set_column_encoding(col, Encoding::BYTE_STREAM_SPLIT);
+        } else if *kind == ColType::Int && DELTA_COLUMNS.contains(name) {
+            b = b
+                .set_column_dictionary_enabled(col.clone(), false)
+                .set_column_encoding(col, Encoding::DELTA_BINARY_PACKED);
+        }
+    }
+    b.build()
 }
 
 /// Writes `batch` as a new part file (0640 root:admin), returning its `Part`.
@@ -404,9 +442,13 @@ impl<'a> Index<'a> {
             }
             rows.sort_by_key(|r| (r.end_unix_ms, r.job_id));
             rep.jobs_added += rows.len() as u64;
-            state
-                .jobs
-                .push(write_part(s, "jobs", &month, seq, &job_batch(&rows)?)?);
+            state.jobs.push(write_part(
+                s,
+                "jobs",
+                &month,
+                seq,
+                &stored_job_batch(&job_batch(&rows)?)?,
+            )?);
             seq += 1;
             rep.parts_written += 1;
         }
@@ -420,7 +462,11 @@ impl<'a> Index<'a> {
                 .push(write_part(s, "nodes", &month, seq, &node_batch(&rows)?)?);
             seq += 1;
         }
-        // Compaction: a month of many small parts becomes one.
+        // Compaction: a month of more than `compact_parts` parts gets fewer. Bounded work per update:
+        // the month's largest part stays as it is while the others together hold under a quarter
+        // of its rows (they are merged into one); past that, the whole month becomes one part. A
+        // row is so rewritten a bounded number of times on average, and an update after one new
+        // job merges the month's small parts, not the month (docs/audit.md, "Updates").
         for table in ["jobs", "nodes"] {
             let parts = if table == "jobs" {
                 &mut state.jobs
@@ -431,17 +477,22 @@ impl<'a> Index<'a> {
             for p in parts.drain(..) {
                 by_month.entry(p.month.clone()).or_default().push(p);
             }
-            for (month, list) in by_month {
+            for (month, mut list) in by_month {
                 if list.len() <= s.compact_parts {
                     parts.extend(list);
                     continue;
+                }
+                let total: u64 = list.iter().map(|p| p.rows).sum();
+                let big = (0..list.len()).max_by_key(|&i| list[i].rows).unwrap_or(0);
+                if (total - list[big].rows) * 4 < list[big].rows {
+                    parts.push(list.remove(big));
                 }
                 let mut batches = Vec::new();
                 for p in &list {
                     batches.extend(read_part(&s.dir, p)?);
                 }
                 let schema = if table == "jobs" {
-                    job_schema()
+                    stored_job_schema()
                 } else {
                     node_schema()
                 };
@@ -465,7 +516,7 @@ impl<'a> Index<'a> {
         for (p, schema) in st
             .jobs
             .iter()
-            .map(|p| (p, job_schema()))
+            .map(|p| (p, stored_job_schema()))
             .chain(st.nodes.iter().map(|p| (p, node_schema())))
         {
             let f = std::fs::File::open(self.settings.dir.join(&p.file))
@@ -575,8 +626,10 @@ fn write_part_slices(
     seq: u64,
     rows: &[JobRow],
 ) -> Result<Part> {
-    let batches = rows.chunks(ROW_GROUP_ROWS).map(job_batch);
-    write_part_batches(s, table, month, seq, job_schema(), batches)
+    let batches = rows
+        .chunks(ROW_GROUP_ROWS)
+        .map(|c| stored_job_batch(&job_batch(c)?));
+    write_part_batches(s, table, month, seq, stored_job_schema(), batches)
 }
 
 fn arrow_select_concat(
@@ -630,8 +683,38 @@ impl ParquetEngine {
         self.state.jobs.iter().map(|p| p.rows).sum()
     }
 
-    /// The batches of the parts a query can touch, projected to `columns`.
+    /// The batches of the parts a query can touch, projected to `columns` (text as plain UTF-8),
+    /// in part order.
     pub fn scan(&self, q: &Query, columns: &[&str]) -> Result<Vec<RecordBatch>> {
+        let per_part = self.fold(
+            q,
+            columns,
+            false,
+            Vec::new,
+            |acc: &mut Vec<(usize, RecordBatch)>, part, b| {
+                acc.push((part, b));
+                Ok(())
+            },
+        )?;
+        let mut all: Vec<(usize, RecordBatch)> = per_part.into_iter().flatten().collect();
+        // Stable: batches of one part keep their order.
+        all.sort_by_key(|(part, _)| *part);
+        Ok(all.into_iter().map(|(_, b)| b).collect())
+    }
+
+    /// Reads the row groups a query can touch on every core at once (one reader per core takes the
+    /// next row group), handing each batch to `f` with that reader's own accumulator and the row
+    /// group's number in end-time order; returns the accumulators. Decoding and aggregating run together on each core, and no more than one
+    /// batch per core is held at a time. `dict`: low-cardinality text columns
+    /// ([`DICT_COLUMNS`]) come as `Dictionary(Int32, Utf8)` arrays, each distinct value once.
+    pub fn fold<T: Send>(
+        &self,
+        q: &Query,
+        columns: &[&str],
+        dict: bool,
+        init: impl Fn() -> T + Sync,
+        f: impl Fn(&mut T, usize, RecordBatch) -> Result<()> + Sync,
+    ) -> Result<Vec<T>> {
         let since = q.window.since_unix_s.map(|s| s.saturating_mul(1000));
         let until = q.window.until_unix_s.map(|u| u.saturating_mul(1000));
         let overlaps = |min: Option<i64>, max: Option<i64>| {
@@ -644,74 +727,149 @@ impl ParquetEngine {
             .iter()
             .filter(|p| overlaps(p.min_end_ms, p.max_end_ms))
             .collect();
-        let read = |p: &Part| -> Result<Vec<RecordBatch>> {
-            let f = std::fs::File::open(self.dir.join(&p.file))
-                .with_context(|| format!("index part {} (run `jobscope index rebuild`)", p.file))?;
-            let b = ParquetRecordBatchReaderBuilder::try_new(f)
+        let read_schema = dict.then(dict_job_schema);
+        let stored = stored_inputs(columns);
+        let opts = || match &read_schema {
+            Some(s) => ArrowReaderOptions::new().with_schema(s.clone()),
+            None => ArrowReaderOptions::new(),
+        };
+        let open = |p: &Part| {
+            std::fs::File::open(self.dir.join(&p.file))
+                .with_context(|| format!("index part {} (run `jobscope index rebuild`)", p.file))
+        };
+        // The work: each row group the window can touch (a few per month part), in end order; a
+        // part's footer is read once here.
+        let mut metas = Vec::with_capacity(parts.len());
+        let mut units: Vec<(usize, usize)> = Vec::new();
+        for (pi, p) in parts.iter().enumerate() {
+            let m = ArrowReaderMetadata::load(&open(p)?, opts())
                 .with_context(|| format!("index part {} is damaged", p.file))?;
-            let schema = b.schema().clone();
-            let idx: Vec<usize> = columns
-                .iter()
-                .map(|c| schema.index_of(c))
-                .collect::<std::result::Result<_, _>>()?;
-            let end_col = schema.index_of("end_unix_ms")?;
-            let groups: Vec<usize> = b
-                .metadata()
-                .row_groups()
-                .iter()
-                .enumerate()
-                .filter(|(_, rg)| match rg.column(end_col).statistics() {
+            let end_col = m.schema().index_of("end_unix_ms")?;
+            for (gi, rg) in m.metadata().row_groups().iter().enumerate() {
+                let touch = match rg.column(end_col).statistics() {
                     Some(Statistics::Int64(st)) => {
                         overlaps(st.min_opt().copied(), st.max_opt().copied())
                     }
                     _ => true,
-                })
-                .map(|(i, _)| i)
-                .collect();
+                };
+                if touch {
+                    units.push((pi, gi));
+                }
+            }
+            metas.push(m);
+        }
+        let read = |unit: usize, acc: &mut T| -> Result<()> {
+            let (pi, gi) = units[unit];
+            let m = &metas[pi];
+            let b = ParquetRecordBatchReaderBuilder::new_with_metadata(open(parts[pi])?, m.clone());
+            let idx: Vec<usize> = stored
+                .iter()
+                .map(|c| m.schema().index_of(c))
+                .collect::<std::result::Result<_, _>>()?;
             let mask = ProjectionMask::roots(b.parquet_schema(), idx);
             let r = b
                 .with_projection(mask)
-                .with_row_groups(groups)
-                .with_batch_size(128 * 1024)
+                .with_row_groups(vec![gi])
+                .with_batch_size(ROW_GROUP_ROWS)
                 .build()?;
-            Ok(r.collect::<std::result::Result<Vec<_>, _>>()?)
+            for batch in r {
+                f(acc, unit, with_derived(&batch?, columns)?)?;
+            }
+            Ok(())
         };
-        // Two readers (this machine class has 2 cores): parts alternate between them.
-        type Half<'p> = Vec<(usize, &'p Part)>;
-        let (a, b): (Half, Half) = parts
-            .iter()
-            .copied()
-            .enumerate()
-            .partition(|(i, _)| i % 2 == 0);
-        let (ra, rb) = std::thread::scope(|sc| {
-            let h = sc.spawn(|| -> Result<Vec<RecordBatch>> {
-                let mut v = Vec::new();
-                for (_, p) in &b {
-                    v.extend(read(p)?);
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let worker = || -> Result<T> {
+            let mut acc = init();
+            loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                if i >= units.len() {
+                    return Ok(acc);
                 }
-                Ok(v)
-            });
-            let mut v = Vec::new();
-            let ra = (|| -> Result<Vec<RecordBatch>> {
-                for (_, p) in &a {
-                    v.extend(read(p)?);
-                }
-                Ok(v)
-            })();
-            (
-                ra,
-                h.join().unwrap_or_else(|_| bail!("index reader panicked")),
-            )
-        });
-        let mut out = ra?;
-        out.extend(rb?);
-        Ok(out)
+                read(i, &mut acc)?;
+            }
+        };
+        let threads = std::thread::available_parallelism()
+            .map_or(1, |n| n.get())
+            .clamp(1, MAX_READERS)
+            .min(units.len().max(1));
+        std::thread::scope(|sc| {
+            let others: Vec<_> = (1..threads).map(|_| sc.spawn(&worker)).collect();
+            let mut out = vec![worker()?];
+            for h in others {
+                out.push(
+                    h.join()
+                        .unwrap_or_else(|_| bail!("index reader panicked"))?,
+                );
+            }
+            Ok(out)
+        })
     }
+}
+
+/// Text columns with few distinct values, read as dictionaries by the aggregation.
+pub const DICT_COLUMNS: &[&str] = &[
+    "cluster",
+    "user",
+    "group",
+    "account",
+    "partition",
+    "qos",
+    "state",
+    "class",
+    "verdict",
+];
+
+/// At most this many readers at once.
+const MAX_READERS: usize = 8;
+
+/// The job table's schema with [`DICT_COLUMNS`] as `Dictionary(Int32, Utf8)`: the reader's schema
+/// hint (the files store plain UTF-8 columns, dictionary-encoded by Parquet itself).
+fn dict_job_schema() -> arrow_schema::SchemaRef {
+    let s = stored_job_schema();
+    let fields: Vec<arrow_schema::Field> = s
+        .fields()
+        .iter()
+        .map(|f| {
+            if DICT_COLUMNS.contains(&f.name().as_str()) {
+                f.as_ref()
+                    .clone()
+                    .with_data_type(arrow_schema::DataType::Dictionary(
+                        Box::new(arrow_schema::DataType::Int32),
+                        Box::new(arrow_schema::DataType::Utf8),
+                    ))
+            } else {
+                f.as_ref().clone()
+            }
+        })
+        .collect();
+    std::sync::Arc::new(arrow_schema::Schema::new(fields))
 }
 
 impl Engine for ParquetEngine {
     fn run(&self, q: &Query) -> Result<Table> {
         let cols = needed_columns(q);
+        if matches!(
+            q.report,
+            AuditReport::Usage | AuditReport::TopWasters { .. }
+        ) {
+            // Each core decodes and aggregates its parts; the partial aggregations are merged.
+            let aggs = self.fold(
+                q,
+                &cols,
+                true,
+                || Usage::new(q),
+                |u: &mut Result<Usage>, _, b| match u {
+                    Ok(u) => u.add(q, &b),
+                    Err(e) => bail!("{e:#}"),
+                },
+            )?;
+            let mut aggs = aggs.into_iter();
+            let mut all = aggs.next().context("no index reader")??;
+            for u in aggs {
+                all.merge(u?);
+            }
+            return all.finish(q);
+        }
         let batches = self.scan(q, &cols)?;
         evaluate(q, &batches)
     }
