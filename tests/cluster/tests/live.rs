@@ -9,7 +9,8 @@
 use anyhow::{ensure, Context, Result};
 use jobscope_cluster_tests::jobscope::JOBSCOPE;
 use jobscope_cluster_tests::{
-    job_field, require_one_node, run_as, scancel, submit, wait_for, wait_job, ClusterGuard, CmdOut,
+    job_field, release_cmd, require_one_node, run_as, scancel, submit, wait_for, wait_job,
+    ClusterGuard, CmdOut,
 };
 use serde_json::Value;
 use std::os::unix::fs::MetadataExt;
@@ -108,8 +109,9 @@ fn live_show_of_a_running_job_grows_and_only_its_owner_sees_it() -> Result<()> {
         );
         ensure!(!top.stdout.contains('\x1b'), "no colour off a terminal");
 
-        // Root reads the spool itself.
-        let root = std::process::Command::new(JOBSCOPE)
+        // Root reads the spool itself (with the release's own commands: under 24.11, inside its
+        // root filesystem, where `scontrol` can ask the 24.11 controller).
+        let root = release_cmd(JOBSCOPE, Path::new("/"))
             .args(["show", &id.to_string(), "--json"])
             .output()?;
         ensure!(root.status.success(), "{root:?}");
