@@ -492,35 +492,70 @@ impl Usage {
                 }
             }
         }
+        // The groups this batch touches (a column without nulls gives each of them a value).
+        let mut seen = vec![false; self.codes.len()];
+        let mut touched: Vec<usize> = Vec::new();
         for &(_, g) in &pairs {
-            self.jobs[g as usize] += 1;
+            let g = g as usize;
+            self.jobs[g] += 1;
+            if !seen[g] {
+                seen[g] = true;
+                touched.push(g);
+            }
         }
         // One input column at a time over the pairs (the same order of additions per group as
-        // row by row, so the sums do not depend on how the work is cut into columns).
+        // row by row, so the sums do not depend on how the work is cut into columns). A share of
+        // 1 is not multiplied (x × 1.0 is x).
         let shares = (!shares.is_empty()).then_some(shares.as_slice());
+        let nulls = |a: &Float64Array| a.nulls().filter(|n| n.null_count() > 0).cloned();
         for (c, a) in inputs.iter().enumerate() {
             let vals = a.values();
-            let valid = |r: usize| a.null_count() == 0 || a.is_valid(r);
-            for (k, &(r, g)) in pairs.iter().enumerate() {
-                let r = r as usize;
-                if valid(r) {
-                    let g = g as usize;
-                    let share = shares.map_or(1.0, |s| s[k]);
-                    self.sums[g][c] += vals[r] * share;
-                    self.has[g][c] = true;
+            match (nulls(a), shares) {
+                (None, None) => {
+                    for &(r, g) in &pairs {
+                        self.sums[g as usize][c] += vals[r as usize];
+                    }
+                    touched.iter().for_each(|&g| self.has[g][c] = true);
+                }
+                (None, Some(sh)) => {
+                    for (&(r, g), share) in pairs.iter().zip(sh) {
+                        self.sums[g as usize][c] += vals[r as usize] * share;
+                    }
+                    touched.iter().for_each(|&g| self.has[g][c] = true);
+                }
+                (Some(nb), sh) => {
+                    for (k, &(r, g)) in pairs.iter().enumerate() {
+                        let r = r as usize;
+                        if nb.is_valid(r) {
+                            let g = g as usize;
+                            self.sums[g][c] += vals[r] * sh.map_or(1.0, |s| s[k]);
+                            self.has[g][c] = true;
+                        }
+                    }
                 }
             }
         }
         for (e, (u, al)) in EFF_PAIRS.iter().enumerate() {
             let (ua, aa) = (inputs[*u], inputs[*al]);
             let (uv, av) = (ua.values(), aa.values());
-            for (k, &(r, g)) in pairs.iter().enumerate() {
-                let r = r as usize;
-                if ua.is_valid(r) && aa.is_valid(r) {
-                    let share = shares.map_or(1.0, |s| s[k]);
-                    let x = &mut self.eff[g as usize][e];
-                    x.0 += uv[r] * share;
-                    x.1 += av[r] * share;
+            match (nulls(ua), nulls(aa), shares) {
+                (None, None, None) => {
+                    for &(r, g) in &pairs {
+                        let (r, x) = (r as usize, &mut self.eff[g as usize][e]);
+                        x.0 += uv[r];
+                        x.1 += av[r];
+                    }
+                }
+                _ => {
+                    for (k, &(r, g)) in pairs.iter().enumerate() {
+                        let r = r as usize;
+                        if ua.is_valid(r) && aa.is_valid(r) {
+                            let share = shares.map_or(1.0, |s| s[k]);
+                            let x = &mut self.eff[g as usize][e];
+                            x.0 += uv[r] * share;
+                            x.1 += av[r] * share;
+                        }
+                    }
                 }
             }
         }
