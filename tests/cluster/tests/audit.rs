@@ -268,3 +268,146 @@ fn audit_figures_equal_the_archive_and_users_see_only_their_own() -> Result<()> 
     );
     Ok(())
 }
+
+/// SHA-256 of `bytes` by coreutils' `sha256sum` (nothing of jobscope's code).
+fn sha256sum(bytes: &str) -> Result<String> {
+    use std::io::Write;
+    let mut c = std::process::Command::new("/usr/bin/sha256sum")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .context("sha256sum")?;
+    c.stdin
+        .take()
+        .context("stdin")?
+        .write_all(bytes.as_bytes())?;
+    let out = c.wait_with_output()?;
+    let s = String::from_utf8(out.stdout)?;
+    Ok(s.split_whitespace()
+        .next()
+        .context("sha256sum output")?
+        .to_string())
+}
+
+/// QOS, submit time and the batch script's hash, from SLURM and the plugin into the archived JSON
+/// and the index (docs/audit.md), and right-sizing by the same script under another name: two
+/// jobs with different names and the same script have that script's SHA-256 (as `sha256sum`
+/// computes it from the submitted file: the plugin hashes slurmd's copy of it), a third with
+/// another script does not; the submit time is SLURM's own; the QOS is what SLURM says (this
+/// cluster has no accounting, so none: `QOS=(null)`); a fourth run of the first script under a
+/// new name gets advice from the 3 runs of the same script.
+#[test]
+fn the_same_script_has_one_hash_under_any_name_and_right_sizing_uses_it() -> Result<()> {
+    let _c = ClusterGuard::acquire()?;
+    let tag = format!("sh{}", std::process::id());
+    // A tag of this run in each script: earlier runs of the test have other scripts.
+    let script =
+        |v: &str| format!("#!/bin/sh\n# {tag} {v}\ntimeout 3 sh -c 'while :; do :; done'\ntrue\n");
+    let (sa, sb) = (script("a"), script("b"));
+    let (ha, hb) = (sha256sum(&sa)?, sha256sum(&sb)?);
+    ensure!(ha != hb);
+    let acct = format!("--account={tag}");
+    let run = |name: &str, s: &str| -> Result<u32> {
+        submit(
+            "alice",
+            &[
+                &acct,
+                &format!("--job-name={tag}-{name}"),
+                "--cpus-per-task=1",
+                "--mem=200M",
+            ],
+            s,
+        )
+    };
+    let jobs = [
+        (run("one", &sa)?, &ha),
+        (run("two", &sa)?, &ha),
+        (run("one", &sb)?, &hb),
+    ];
+    let mut docs = Vec::new();
+    for (id, want) in &jobs {
+        let st = wait_job(*id, T)?;
+        ensure!(st == "COMPLETED", "job {id}: {st}");
+        let f = wait_for("the archive record", T, || archive_file(*id).ok())?;
+        let d: Value = serde_json::from_slice(&std::fs::read(&f)?)?;
+        validate(&d)?;
+        ensure!(
+            d["script_sha256"] == want.as_str() && d["nodes"][0]["script_sha256"] == want.as_str(),
+            "job {id}: script_sha256 {} / node {}, the script's is {want}",
+            d["script_sha256"],
+            d["nodes"][0]["script_sha256"]
+        );
+        // SLURM's own submit time, asked here in epoch seconds.
+        let out = release_cmd("scontrol", Path::new("/"))
+            .env_clear()
+            .env("PATH", "/usr/bin:/bin")
+            .env("SLURM_TIME_FORMAT", "%s")
+            .args(["show", "job", "-o", &id.to_string()])
+            .output()?;
+        let rec = parse_record(String::from_utf8_lossy(&out.stdout).trim());
+        let submit: u64 = rec.get("SubmitTime").context("SubmitTime")?.parse()?;
+        ensure!(
+            d["submit_unix_s"] == submit,
+            "job {id}: submit_unix_s {} vs SLURM's {submit}",
+            d["submit_unix_s"]
+        );
+        match rec.get("QOS").map(String::as_str) {
+            Some("(null)") | None => ensure!(d.get("qos").is_none(), "{}", d["qos"]),
+            Some(q) => ensure!(d["qos"] == q, "job {id}: qos {} vs SLURM's {q}", d["qos"]),
+        }
+        docs.push(d);
+    }
+
+    // The index holds the same figures (read with pyarrow from the parts state.json lists).
+    jobscope_root(&["index", "update"])?;
+    let ids: Vec<u32> = jobs.iter().map(|j| j.0).collect();
+    let py = std::process::Command::new(PYTHON)
+        .args([
+            "-c",
+            "import sys, json, pyarrow.parquet as pq\n\
+             ids = set(json.loads(sys.argv[2])); out = {}\n\
+             for j in json.load(open(sys.argv[1] + '/state.json'))['jobs']:\n\
+             \x20   t = pq.read_table(sys.argv[1] + '/' + j['file'],\n\
+             \x20                     columns=['job_id', 'script_sha256', 'submit_unix_s', 'qos'])\n\
+             \x20   for r in t.to_pylist():\n\
+             \x20       if r['job_id'] in ids: out[str(r['job_id'])] = r\n\
+             print(json.dumps(out))",
+            INDEX,
+            &serde_json::to_string(&ids)?,
+        ])
+        .output()
+        .context("pyarrow (slurm-conf/install-deps.sh makes /opt/jobscope-pyenv)")?;
+    ensure!(
+        py.status.success(),
+        "pyarrow: {}",
+        String::from_utf8_lossy(&py.stderr)
+    );
+    let rows: Value = serde_json::from_slice(&py.stdout)?;
+    for (d, id) in docs.iter().zip(&ids) {
+        let r = &rows[id.to_string()];
+        ensure!(
+            r["script_sha256"] == d["script_sha256"]
+                && r["submit_unix_s"] == d["submit_unix_s"]
+                && r["qos"] == d.get("qos").cloned().unwrap_or(Value::Null),
+            "job {id}: index row {r} vs archive"
+        );
+    }
+    // Grouped by QOS: what SLURM said, here one group (no QOS) of the 3 jobs.
+    let by_qos: Vec<Value> = serde_json::from_str(&jobscope_root(&[
+        "audit", "usage", "--by", "qos", &acct, "--format", "json",
+    ])?)?;
+    ensure!(by_qos.len() == 1 && by_qos[0]["jobs"] == 3, "{by_qos:?}");
+
+    // A fourth run of script a under a new name: the 2 earlier runs of that script and this one.
+    let id = run("three", &sa)?;
+    let st = wait_job(id, T)?;
+    ensure!(st == "COMPLETED", "job {id}: {st}");
+    let f = wait_for("the archive record", T, || archive_file(id).ok())?;
+    let d: Value = serde_json::from_slice(&std::fs::read(&f)?)?;
+    let h = &d["analysis"]["history"];
+    ensure!(
+        h["basis"] == "same_script" && h["runs"] == 3 && d["script_sha256"] == ha.as_str(),
+        "history advice {h}"
+    );
+    Ok(())
+}
