@@ -8,7 +8,8 @@
 # `jobscope show <jobid>`, the archived JSON the Epilog wrote under
 # /var/lib/jobscope/archive/YYYY/MM/DD/<jobid>.json, and the report mail the Epilog sent to
 # alice@localhost (caught by a real SMTP server on 127.0.0.1:2525 that runs for the demo only:
-# tests/cluster/smtp/sink.py, python3-aiosmtpd).
+# tests/cluster/smtp/sink.py, python3-aiosmtpd). Last, an audit session as root: `jobscope index
+# update` and three `jobscope audit` reports over the archive (docs/audit.md).
 # The cluster stays up afterwards (explore with squeue, jobscope ...) unless --down is given;
 # stop it with: slurm-conf/cluster.sh down
 set -euo pipefail
@@ -25,7 +26,7 @@ for a in "$@"; do
   case "$a" in
     --down) down=1 ;;
     --skip-deps) skip_deps=1 ;;
-    -h|--help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "demo: unknown argument $a" >&2; exit 2 ;;
   esac
 done
@@ -113,6 +114,7 @@ JOB
 chown "$DEMO_USER" "$DEMO_DIR/demo-job.sh"
 chmod 0755 "$DEMO_DIR/demo-job.sh"
 home=$(getent passwd "$DEMO_USER" | cut -d: -f6)
+T_SUBMIT=$(date +%s)
 J=$(cd "$DEMO_DIR" && runuser -u "$DEMO_USER" -- env -i PATH=/usr/bin:/bin "HOME=$home" \
       sbatch --parsable --job-name=jobscope-demo --cpus-per-task=2 --mem=1G --time=5 \
              --output="$DEMO_DIR/%j.out" "$DEMO_DIR/demo-job.sh")
@@ -187,6 +189,19 @@ PY
   stop_sink
 else
   echo "(skipped: no SMTP server for the demo)"
+fi
+
+step "an audit session over the archive, as root (docs/audit.md)"
+audit() {
+  printf '$ jobscope %s\n' "$*"
+  /usr/local/bin/jobscope "$@" || { rc=1; echo "demo: 'jobscope $*' failed" >&2; }
+  echo
+}
+if [ -x /usr/local/bin/jobscope ]; then
+  audit index update
+  audit audit usage --by user,partition --last 7d
+  audit audit top --by user --metric core --top 5 --last 7d
+  audit audit jobs --user "$DEMO_USER" --since "$T_SUBMIT"
 fi
 
 if [ "$down" = 0 ]; then

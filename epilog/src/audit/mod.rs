@@ -188,8 +188,10 @@ pub fn after_update(cfg: &Config, idx: &Index) -> Vec<String> {
         Err(e) => out.push(format!("peer distributions not written: {e:#}")),
     }
     match history::write_history(idx) {
-        Ok(n) => out.push(format!("job-name history: {n} users")),
-        Err(e) => out.push(format!("job-name history not written: {e:#}")),
+        Ok(n) => out.push(format!(
+            "run history (by job name and batch script): {n} users"
+        )),
+        Err(e) => out.push(format!("run history not written: {e:#}")),
     }
     if let Some(p) = &cfg.audit.metrics_file {
         match write_metrics(cfg, idx, p) {
