@@ -3,7 +3,8 @@
 //!
 //! ```text
 //! <index>/state.json                     the commit point: days consumed, the parts that make the index
-//! <index>/jobs/YYYY-MM/part-NNNNNNNN.parquet   job rows (audit::row::COLUMNS), sorted by end time
+//! <index>/jobs/YYYY-MM/part-NNNNNNNN.parquet   job rows (audit::row::COLUMNS less audit::arrow::DERIVED,
+//!                                              computed on read), sorted by end time
 //! <index>/nodes/YYYY-MM/part-NNNNNNNN.parquet  node rows (audit::row::NODE_COLUMNS)
 //! <index>/cohorts.json                   small per-partition distributions for the Epilog's peer percentile
 //! <archive>/.index.lock                  one writer at a time (lock.rs)
@@ -568,7 +569,8 @@ impl<'a> Index<'a> {
 /// benchmarks make indexes of millions of jobs this way, without millions of JSON files. `rows`
 /// must come in end-time order (they are written month by month as they arrive, so memory holds one
 /// month). `state.json` lists no archive days, so a later `update` against a real archive rebuilds
-/// it. Returns the number of jobs written.
+/// it. The rows' [`crate::audit::arrow::DERIVED`] columns are not stored (they are computed from the
+/// stored ones when read). Returns the number of jobs written.
 pub fn write_rows_only(settings: &Settings, rows: impl IntoIterator<Item = JobRow>) -> Result<u64> {
     mkdir(&settings.dir, settings.admin_gid)?;
     let mut state = State {
