@@ -795,7 +795,7 @@ impl ParquetEngine {
             .clamp(1, MAX_READERS)
             .min(units.len().max(1));
         std::thread::scope(|sc| {
-            let others: Vec<_> = (1..threads).map(|_| sc.spawn(&worker)).collect();
+            let others: Vec<_> = (1..threads).map(|_| sc.spawn(worker)).collect();
             let mut out = vec![worker()?];
             for h in others {
                 out.push(
