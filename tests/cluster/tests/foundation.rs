@@ -346,8 +346,12 @@ fn two_node_each_node_writes_its_summary() -> Result<()> {
             n["node"],
             n["quality"]["samples"]
         );
+        // Each node's task burns for 4 s, but the two test nodes are one 2-core host, and each
+        // slurmd gives the job's task the first core of "its" two (both slurmd logs say "job
+        // physical CPUs are '0'"): the tasks share core 0 and get about 2 s each, so the bar is
+        // well below that (it was 2.0, which they met or missed by a few hundredths).
         ensure!(
-            n["cpu"]["usage_s"].as_f64().unwrap_or(0.0) > 2.0,
+            n["cpu"]["usage_s"].as_f64().unwrap_or(0.0) > 1.0,
             "node {} cpu {}",
             n["node"],
             n["cpu"]["usage_s"]
