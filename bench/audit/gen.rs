@@ -65,6 +65,8 @@ impl Rng {
 }
 
 const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
+/// A memory page: cgroup memory figures are whole pages.
+const PAGE: u64 = 4096;
 
 struct User {
     name: String,
@@ -228,7 +230,9 @@ fn job(rng: &mut Rng, users: &[User], cdf: &[f64], id: u32, end_ms: u64) -> JobR
     } else {
         (u.mem_share * (0.4 * rng.normal()).exp()).min(0.99)
     };
-    let peak = (mem_req * peak_share) as u64;
+    // cgroup memory figures (memory.peak, the RSS of memory.stat) are counted in whole 4 KiB
+    // pages, so the synthetic ones are too.
+    let peak = (mem_req * peak_share) as u64 / PAGE * PAGE;
     let (gpu_util, gpus_never, gpu_alloc_h, gpu_wasted_h) = if gpus > 0 {
         let never = (0..gpus).filter(|_| rng.unit() < 0.08).count() as u32;
         let util = (u.gpu_util + 10.0 * rng.normal()).clamp(0.0, 100.0) * (gpus - never) as f64
@@ -298,11 +302,11 @@ fn job(rng: &mut Rng, users: &[User], cdf: &[f64], id: u32, end_ms: u64) -> JobR
         cpu_user_s: Some(cpu_usage_s * 0.95),
         cpu_system_s: Some(cpu_usage_s * 0.05),
         mem_peak_bytes: Some(peak),
-        mem_rss_peak_bytes: Some(peak / 10 * 8),
+        mem_rss_peak_bytes: Some(peak / 10 * 8 / PAGE * PAGE),
         io_read_bytes: Some(rng.below(1 << 34)),
         io_write_bytes: Some(rng.below(1 << 32)),
         gpu_util_mean_pct: gpu_util,
-        gpu_mem_peak_bytes: (gpus > 0).then(|| rng.below(80 << 30)),
+        gpu_mem_peak_bytes: (gpus > 0).then(|| rng.below(80 << 30) / PAGE * PAGE),
         gpu_energy_kwh: gpu_alloc_h.map(|g| g * 0.3 * (0.2 + gpu_util.unwrap_or(0.0) / 125.0)),
         gpus_idle: gpus_never,
         gpus_never_used: gpus_never,

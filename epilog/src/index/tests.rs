@@ -754,3 +754,92 @@ fn after_an_update_the_epilog_gets_peers_and_history_and_metrics_count_the_archi
     assert!(close(got, want), "{line} vs {want}");
     assert!(!prom.contains("job_id") && !prom.contains("user="));
 }
+
+#[test]
+fn the_columns_usage_top_wasters_and_the_heat_map_read_are_the_snappy_ones() {
+    // Every filter set, so every filter's column is asked for.
+    let every_filter = Filters {
+        uid: Some(1),
+        users: vec!["u".into()],
+        groups: vec!["g".into()],
+        accounts: vec!["a".into()],
+        partitions: vec!["p".into()],
+        qos: vec!["q".into()],
+        nodes: vec!["n".into()],
+        states: vec!["COMPLETED".into()],
+        classes: vec!["idle".into()],
+        min_elapsed_s: Some(1.0),
+        gpu: Some(true),
+    };
+    let mut reports = vec![Report::Usage, Report::Heatmap];
+    for metric in [
+        WasteMetric::CoreHours,
+        WasteMetric::MemGbHours,
+        WasteMetric::GpuHours,
+    ] {
+        reports.push(Report::TopWasters { metric, n: 5 });
+    }
+    let mut read = BTreeSet::new();
+    for report in reports {
+        for filters in [Filters::default(), every_filter.clone()] {
+            for key in GroupKey::ALL {
+                let mut q = Query::new(report.clone());
+                q.filters = filters.clone();
+                q.group_by = vec![key];
+                read.extend(stored_inputs(&needed_columns(&q)));
+            }
+        }
+    }
+    for c in &read {
+        assert!(
+            FAST_COLUMNS.contains(c),
+            "{c} is read by a usage report but written with GZIP"
+        );
+    }
+    // No name in the list is a typo: each is a stored job column.
+    for c in FAST_COLUMNS {
+        assert!(COLUMNS.iter().any(|(n, _)| n == c), "{c} is no job column");
+        assert!(!crate::audit::arrow::DERIVED.iter().any(|(n, _)| n == c));
+    }
+}
+
+#[test]
+fn a_job_part_keeps_report_columns_on_snappy_and_the_rest_on_gzip() {
+    use parquet::file::reader::{FileReader, SerializedFileReader};
+    let fx = fixture();
+    fx.write(&mixed_jobs());
+    fx.index().update(false).unwrap();
+    let part = &fx.engine().state.jobs[0];
+    let f = std::fs::File::open(fx.settings.dir.join(&part.file)).unwrap();
+    let meta = SerializedFileReader::new(f).unwrap().metadata().clone();
+    let rg = meta.row_group(0);
+    let codec = |name: &str| {
+        (0..rg.num_columns())
+            .map(|i| rg.column(i))
+            .find(|c| c.column_path().string() == name)
+            .unwrap_or_else(|| panic!("no column {name}"))
+            .compression()
+    };
+    for hot in [
+        "user",
+        "end_unix_ms",
+        "elapsed_s",
+        "alloc_cores",
+        "cpu_usage_s",
+    ] {
+        assert_eq!(codec(hot), Compression::SNAPPY, "{hot}");
+    }
+    for cold in [
+        "name",
+        "mem_peak_bytes",
+        "cpu_user_s",
+        "time_eff_pct",
+        "flag_oom",
+    ] {
+        assert!(
+            matches!(codec(cold), Compression::GZIP(_)),
+            "{cold}: {:?}",
+            codec(cold)
+        );
+    }
+}
