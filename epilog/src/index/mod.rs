@@ -197,12 +197,18 @@ pub(crate) const FAST_COLUMNS: &[&str] = &[
     "gpu_energy_kwh",
 ];
 
-fn writer_props() -> WriterProperties {
+/// A part of fewer rows than this is all SNAPPY: GZIP saves nothing worth having on a few rows, and
+/// setting up a compressor for each of its columns made an update after one new job about 2 ms
+/// slower (docs/audit.md, "Speed and size"). Compaction rewrites such parts into large ones.
+const GZIP_MIN_ROWS: usize = 4096;
+
+/// `gzip`: the columns outside [`FAST_COLUMNS`] are GZIP (a part of [`GZIP_MIN_ROWS`] or more).
+fn writer_props(gzip: bool) -> WriterProperties {
     let mut b = WriterProperties::builder()
         .set_compression(Compression::SNAPPY)
         .set_max_row_group_row_count(Some(ROW_GROUP_ROWS));
     for (name, _) in COLUMNS {
-        if !FAST_COLUMNS.contains(name) {
+        if gzip && !FAST_COLUMNS.contains(name) {
             // The other job columns are only read by job listings and by other tools: GZIP
             // (pure Rust, zlib-rs) makes them 5-30 % smaller than SNAPPY, and a listing decodes
             // only the row groups its window keeps (docs/audit.md, "Speed and size").
@@ -243,6 +249,7 @@ fn write_part(
         month,
         seq,
         batch.schema(),
+        batch.num_rows() >= GZIP_MIN_ROWS,
         [Ok(batch.clone())].into_iter(),
     )
 }
@@ -255,6 +262,7 @@ fn write_part_batches(
     month: &str,
     seq: u64,
     schema: arrow_schema::SchemaRef,
+    gzip: bool,
     batches: impl Iterator<Item = Result<RecordBatch>>,
 ) -> Result<Part> {
     let rel_dir = format!("{table}/{month}");
@@ -268,7 +276,7 @@ fn write_part_batches(
     if is_root() {
         std::os::unix::fs::fchown(&f, Some(0), Some(s.admin_gid))?;
     }
-    let mut w = ArrowWriter::try_new(f.try_clone()?, schema, Some(writer_props()))?;
+    let mut w = ArrowWriter::try_new(f.try_clone()?, schema, Some(writer_props(gzip)))?;
     let (mut rows, mut min_end_ms, mut max_end_ms) = (0u64, None::<i64>, None::<i64>);
     for batch in batches {
         let batch = batch?;
@@ -670,7 +678,8 @@ fn write_part_slices(
     let batches = rows
         .chunks(ROW_GROUP_ROWS)
         .map(|c| stored_job_batch(&job_batch(c)?));
-    write_part_batches(s, table, month, seq, stored_job_schema(), batches)
+    let gzip = rows.len() >= GZIP_MIN_ROWS;
+    write_part_batches(s, table, month, seq, stored_job_schema(), gzip, batches)
 }
 
 fn arrow_select_concat(
