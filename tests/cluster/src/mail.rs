@@ -699,6 +699,14 @@ impl MboxCursor {
             if prev_blank && line.starts_with(b"From ") {
                 out.push(Vec::new());
             } else if let Some(m) = out.last_mut() {
+                // The MTA escapes a body line that starts with "From " as ">From " in the mbox
+                // (exim's mail_spool transport, the host's and the 24.11 rootfs's): undone here,
+                // so the message is what was sent (e.g. a report's "From your last 3 runs…").
+                let line = if line.starts_with(b">From ") {
+                    &line[1..]
+                } else {
+                    line
+                };
                 m.extend_from_slice(line);
             }
             prev_blank = line == b"\n" || line == b"\r\n";
@@ -772,7 +780,7 @@ mod tests {
         let p = d.path().join("mbox");
         std::fs::write(
             &p,
-            "From a@b Sat\nSubject: 1\n\nx\nFrom inside\n\nFrom c@d Sun\nSubject: 2\n\ny\n",
+            "From a@b Sat\nSubject: 1\n\nx\nFrom inside\n\nFrom c@d Sun\nSubject: 2\n\ny\n\n>From your last 3 runs\n",
         )
         .unwrap();
         let c = MboxCursor { path: p, offset: 0 };
@@ -780,6 +788,6 @@ mod tests {
         assert_eq!(m.len(), 2);
         assert!(m[0].starts_with(b"Subject: 1"));
         assert!(m[0].ends_with(b"From inside\n\n"));
-        assert_eq!(m[1], b"Subject: 2\n\ny\n");
+        assert_eq!(m[1], b"Subject: 2\n\ny\n\nFrom your last 3 runs\n");
     }
 }
