@@ -91,6 +91,14 @@ fn check(case: &str) {
         "report for {case} differs from {}",
         path.display()
     );
+    // The text report is mailed as text/plain: an MTA delivering to an mbox rewrites a body line
+    // that starts with "From " as ">From ", and the user reads the mangled line.
+    for line in got.lines() {
+        assert!(
+            !line.starts_with("From "),
+            "report for {case}: a line an mbox would rewrite as '>From': {line:?}"
+        );
+    }
 }
 
 #[test]

@@ -35,13 +35,13 @@ pub fn peer(p: &PeerRank) -> String {
     )
 }
 
-/// The history heading: `From your last 12 runs of "train":`, or, when the runs were matched by
-/// their batch script, `From your last 7 runs of the same batch script:`.
+/// The history heading: `Based on your last 12 runs of "train":`, or, when the runs were matched by
+/// their batch script, `Based on your last 7 runs of the same batch script:`.
 pub fn history_heading(h: &HistoryAdvice) -> String {
     match h.basis {
-        HistoryBasis::SameName => format!("From your last {} runs of \"{}\":", h.runs, h.name),
+        HistoryBasis::SameName => format!("Based on your last {} runs of \"{}\":", h.runs, h.name),
         HistoryBasis::SameScript => {
-            format!("From your last {} runs of the same batch script:", h.runs)
+            format!("Based on your last {} runs of the same batch script:", h.runs)
         }
     }
 }
@@ -127,7 +127,8 @@ mod tests {
             busy_cores_p95: Some(1.4),
             cpus_request: Some(Request::CpusPerTask(2)),
         };
-        assert_eq!(history_heading(&h), "From your last 12 runs of \"train\":");
+        assert_eq!(history_heading(&h), "Based on your last 12 runs of \"train\":");
+        assert!(!history_heading(&h).starts_with("From "));
         let l = history_lines(&h);
         assert_eq!(l.len(), 2);
         assert_eq!(l[0].line, "#SBATCH --mem=4G");
@@ -147,11 +148,13 @@ mod tests {
         };
         assert_eq!(
             history_heading(&by_script),
-            "From your last 7 runs of the same batch script:"
+            "Based on your last 7 runs of the same batch script:"
         );
         assert_eq!(
             history_lines(&by_script)[0].reason,
             "p95 peak 3.1 GiB over 7 runs of the same script, with headroom"
         );
+        // Mailed as text/plain: a line starting "From " comes out of an mbox as ">From ".
+        assert!(!history_heading(&by_script).starts_with("From "));
     }
 }

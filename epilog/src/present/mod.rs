@@ -115,7 +115,7 @@ pub struct Report {
     pub advice_note: String,
     /// The job against its partition's recent jobs (audit index cohorts); empty without.
     pub peers: Vec<String>,
-    /// `From your last 12 runs of "train":`, empty without history-based advice.
+    /// `Based on your last 12 runs of "train":`, empty without history-based advice.
     pub history_heading: String,
     pub history: Vec<AdviceView>,
     pub gpus: Vec<GpuView>,
