@@ -41,7 +41,10 @@ pub fn history_heading(h: &HistoryAdvice) -> String {
     match h.basis {
         HistoryBasis::SameName => format!("Based on your last {} runs of \"{}\":", h.runs, h.name),
         HistoryBasis::SameScript => {
-            format!("Based on your last {} runs of the same batch script:", h.runs)
+            format!(
+                "Based on your last {} runs of the same batch script:",
+                h.runs
+            )
         }
     }
 }
@@ -127,7 +130,10 @@ mod tests {
             busy_cores_p95: Some(1.4),
             cpus_request: Some(Request::CpusPerTask(2)),
         };
-        assert_eq!(history_heading(&h), "Based on your last 12 runs of \"train\":");
+        assert_eq!(
+            history_heading(&h),
+            "Based on your last 12 runs of \"train\":"
+        );
         assert!(!history_heading(&h).starts_with("From "));
         let l = history_lines(&h);
         assert_eq!(l.len(), 2);
