@@ -487,7 +487,27 @@ mod tests {
     use super::*;
     use crate::pipeline::{self, NodeEnd};
     use crate::slurm::{decide_end, v22_05::parse_squeue_json, EpilogEnv};
+    use jobscope_core::job::JobFacts;
+    use jobscope_core::summary::NodeSummary;
     use std::path::Path;
+
+    /// The recorded serial job (`epilog/testdata/recorded/serial`): SLURM's facts and its node
+    /// summary, as the Epilog makes them.
+    fn recorded_serial() -> (JobFacts, NodeSummary) {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/recorded/serial");
+        let squeue = std::fs::read_to_string(dir.join("squeue.json")).unwrap();
+        let facts = parse_squeue_json(&squeue, 64).unwrap();
+        let node = pipeline::node(
+            &pipeline::read_node_dir(&dir.join("node-vm")),
+            "vm",
+            64,
+            NodeEnd::LastRecord { fallback_ms: 0 },
+            facts.uid,
+            &jobscope_core::config::Config::default(),
+        )
+        .summary;
+        (facts, node)
+    }
 
     /// The recorded serial job (`epilog/testdata/recorded/serial`: its real spool and its real
     /// `squeue --json` record, submit_time 1795308207 and qos "") built as the Epilog builds it,
@@ -495,22 +515,11 @@ mod tests {
     /// the summary holds; a document written before they were recorded reads back with none.
     #[test]
     fn qos_submit_time_and_script_hash_reach_the_row_through_the_archived_json() {
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/recorded/serial");
-        let squeue = std::fs::read_to_string(dir.join("squeue.json")).unwrap();
-        let mut facts = parse_squeue_json(&squeue, 64).unwrap();
+        let (mut facts, mut node) = recorded_serial();
         assert_eq!(facts.qos, None, "the test cluster has no accounting");
         // A cluster with accounting names a QOS (v22_05's tests parse it from scontrol's record).
         facts.qos = Some("high".into());
         let cfg = jobscope_core::config::Config::default();
-        let mut node = pipeline::node(
-            &pipeline::read_node_dir(&dir.join("node-vm")),
-            "vm",
-            64,
-            NodeEnd::LastRecord { fallback_ms: 0 },
-            facts.uid,
-            &cfg,
-        )
-        .summary;
         let hex = "2c26b46b68ffc68ff99b453c1d30413413422d706483bfa0f98a5e886266e7ae";
         node.script_sha256 = Some(hex.into());
         let env = EpilogEnv {
@@ -552,22 +561,8 @@ mod tests {
     fn the_qos_filter_and_grouping_see_the_rows_qos() {
         use crate::audit::eval::MemEngine;
         use crate::audit::query::{Engine, GroupKey, Query, Report};
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/recorded/serial");
-        let facts = parse_squeue_json(
-            &std::fs::read_to_string(dir.join("squeue.json")).unwrap(),
-            64,
-        )
-        .unwrap();
+        let (facts, node) = recorded_serial();
         let cfg = jobscope_core::config::Config::default();
-        let node = pipeline::node(
-            &pipeline::read_node_dir(&dir.join("node-vm")),
-            "vm",
-            64,
-            NodeEnd::LastRecord { fallback_ms: 0 },
-            facts.uid,
-            &cfg,
-        )
-        .summary;
         let rows: Vec<JobRow> = [Some("high"), Some("normal"), None, Some("high")]
             .iter()
             .enumerate()
