@@ -771,6 +771,17 @@ pub fn user_work_dir(user: &str) -> Result<PathBuf> {
 /// SBATCH_ARGS... [job.sh]` in a fresh directory owned by the user (so the default output
 /// file `slurm-<id>.out` lands there; read it with [`job_output`]). SCRIPT is written to
 /// `job.sh` in that directory; pass `""` to submit without a script (with `--wrap`).
+/// A batch script that prints `start`, keeps one core busy for `burn_s` seconds of wall time,
+/// sleeps `sleep_s` seconds and prints `done`, so the CPU time up to any later moment is known.
+/// The loop reads bash's `EPOCHREALTIME` (microseconds; its decimal mark depends on the locale, so
+/// only the digits are kept): `SECONDS` counts whole seconds, so a loop
+/// on it runs anywhere between `burn_s - 1` and `burn_s` seconds and tests on its CPU time flake.
+pub fn burn_then_sleep(burn_s: u32, sleep_s: u32) -> String {
+    format!(
+        "#!/bin/bash\necho start\nend=$(( ${{EPOCHREALTIME//[!0-9]/}} + {burn_s} * 1000000 ))\nwhile (( ${{EPOCHREALTIME//[!0-9]/}} < end )); do :; done\nsleep {sleep_s}\necho done\n"
+    )
+}
+
 pub fn submit(user: &str, sbatch_args: &[&str], script: &str) -> Result<u32> {
     let args: Vec<OsString> = sbatch_args.iter().map(OsString::from).collect();
     submit_os(user, &args, script)

@@ -16,13 +16,6 @@ use std::time::{Duration, Instant};
 
 const T: Duration = Duration::from_secs(180);
 
-/// Burns one core for `burn` seconds, then sleeps (so CPU time up to a cancel is known).
-fn burn_then_sleep(burn: u32, sleep: u32) -> String {
-    format!(
-        "#!/bin/bash\necho start\nend=$((SECONDS+{burn})); while [ $SECONDS -lt $end ]; do :; done\nsleep {sleep}\necho done\n"
-    )
-}
-
 fn wait_running(id: u32) -> Result<String> {
     wait_for(&format!("job {id} running"), T, || {
         let info = job_info(id).ok()?;

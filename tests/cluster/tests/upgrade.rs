@@ -8,7 +8,8 @@
 use anyhow::{bail, ensure, Context, Result};
 use jobscope_cluster_tests::jobscope::{f64_at, str_at, summary};
 use jobscope_cluster_tests::{
-    job_info, job_output, release_root, submit, wait_for, wait_job, ClusterGuard, PLUGIN_SO,
+    burn_then_sleep, job_info, job_output, release_root, submit, wait_for, wait_job, ClusterGuard,
+    PLUGIN_SO,
 };
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -57,18 +58,11 @@ fn replace_like_dpkg(file: &Path) -> Result<(u64, u64)> {
     Ok((old.ino(), std::fs::metadata(file)?.ino()))
 }
 
-fn burn_then_sleep(burn_s: u32, sleep_s: u32) -> String {
-    format!(
-        "#!/bin/bash\necho start\nend=$((SECONDS+{burn_s})); while [ $SECONDS -lt $end ]; do :; done\nsleep {sleep_s}\necho done\n"
-    )
-}
-
 /// A finished job's archived summary must be whole: COMPLETED, not partial, sampled to its end by a
 /// sampler that ended cleanly with its final counters (written after the replacement, by the code
 /// mapped from the replaced file), with at least `min_samples` samples (the test cluster samples
 /// every 5 s, `slurm-conf/jobscope.toml`: a sampler stopped at the replacement would have at most 5)
-/// and most of the busy loop's CPU time (bash's `SECONDS` is whole seconds, so a loop of `burn_s`
-/// runs between `burn_s - 1` and `burn_s` seconds).
+/// and most of the busy loop's CPU time.
 fn whole_report(id: u32, min_samples: f64, burn_s: f64) -> Result<()> {
     let s = summary(id)?;
     ensure!(
@@ -94,8 +88,8 @@ fn whole_report(id: u32, min_samples: f64, burn_s: f64) -> Result<()> {
     }
     let cpu = f64_at(&s, "/cpu/usage_s")?;
     ensure!(
-        cpu >= 0.8 * (burn_s - 1.0),
-        "job {id}: CPU {cpu} s for a busy loop of {burn_s} s on bash's whole-second clock"
+        cpu >= 0.8 * burn_s,
+        "job {id}: CPU {cpu} s for a {burn_s} s busy loop"
     );
     Ok(())
 }
