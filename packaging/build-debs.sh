@@ -32,6 +32,13 @@ cargo deb --version >/dev/null 2>&1 || die "cargo-deb is missing: cargo install 
 command -v lintian >/dev/null || die "lintian is missing: apt-get install lintian (or slurm-conf/install-deps.sh)"
 
 # plugin_version <so>: the SPANK plugin_version the .so exports (what SLURM compares with itself)
+# lint DEB...: lintian with its information tags shown; any error fails the build.
+lint() {
+  echo "== lintian"
+  local rc=0
+  lintian --info --display-info --fail-on error "$@" || rc=$?
+  [ "$rc" = 0 ] || die "lintian reports errors (above)"
+}
 plugin_version() {
   python3 - "$1" <<'PY'
 import struct, subprocess, sys
@@ -83,12 +90,7 @@ case "$slurm" in
     x=$(mktemp -d); dpkg-deb -x "$deb" "$x"
     pv=$(plugin_version "$x/usr/lib/x86_64-linux-gnu/slurm-wlm/jobscope_spank.so"); rm -rf "$x"
     [ "$(( pv ))" = "$(( num ))" ] || die "the packaged plugin exports plugin_version $pv, not $num"
-    echo "== lintian"
-    set +e
-    lintian --info --display-info --fail-on error "$deb"
-    rc=$?
-    set -e
-    [ "$rc" = 0 ] || die "lintian reports errors (above)"
+    lint "$deb"
     echo "build-debs: $deb"
     exit 0 ;;
   *) die "--slurm takes 22.05 or 24.11, not '$slurm'" ;;
@@ -123,10 +125,5 @@ for d in "${debs[@]}"; do
   dpkg-deb --contents "$d" | awk '{ print "  " $1, $2, $6, $7, $8 }'
 done
 
-echo "== lintian"
-set +e
-lintian --info --display-info --fail-on error "${debs[@]}"
-rc=$?
-set -e
-[ "$rc" = 0 ] || die "lintian reports errors (above)"
+lint "${debs[@]}"
 echo "build-debs: ${debs[*]}"
