@@ -8,11 +8,13 @@
 //! - [`spool`]: the bounded spool writers and file reader (the format itself is `jobscope_model::spool`).
 //! - [`gpu`]: which GPUs are the job's, NVML/amdgpu sampling in its own thread, the `gpu.jsc` writer.
 //! - [`config`]: the site configuration file.
+//! - [`digest`]: SHA-256 as lower-case hex (manifests, the batch script's hash).
 //! - [`fsutil`]: root-owned directory and atomic-write helpers that refuse symlink tricks.
 //!
 //! The pure stages (spool format, summaries, analysis) are in `jobscope-model`, re-exported below.
 pub mod cgroup;
 pub mod config;
+pub mod digest;
 pub mod fsutil;
 pub mod gpu;
 pub mod procio;

@@ -12,7 +12,6 @@
 //! ([`MAX_SCRIPT_BYTES`]), refuses symlinks and anything but a regular file, and any error means
 //! no hash: the job and its report are not affected.
 
-use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{self, Receiver};
 
@@ -27,8 +26,7 @@ pub fn sha256_hex(path: &Path, max_bytes: u64) -> Option<String> {
     if bytes.len() as u64 > max_bytes {
         return None;
     }
-    let digest = Sha256::digest(&bytes);
-    Some(digest.iter().map(|b| format!("{b:02x}")).collect())
+    Some(jobscope_core::digest::sha256_hex(&bytes))
 }
 
 /// The name slurmstepd gives the batch script it writes into slurmd's spool.
