@@ -6,7 +6,7 @@
 # The Epilog asks about the job that ended. Before: `squeue --json -t all -j ID` (SLURM 22.05's
 # JSON output ignores -j and -t and lists EVERY job slurmctld holds) followed by
 # `scontrol show job -o ID` (mail settings and how the run ended). After: one
-# `scontrol show job -o ID` (epilog/src/slurm/v22_05.rs). An array job's digest asks
+# `scontrol show job -o ID` (report/src/slurm/v22_05.rs). An array job's digest asks
 # `squeue -h -r -t all -j ARRAY -o %A|%F|%K|%T` (no free text) instead of squeue --json.
 #
 # It measures each query R times (default 15, interleaved) with the controller holding only the

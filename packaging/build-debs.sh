@@ -104,7 +104,7 @@ release=$(printf '%d.%02d' $(( num >> 16 )) $(( (num >> 8) & 0xff )))
 [ "$release" = 22.05 ] || die "the headers in $h are SLURM $release; plugin/Cargo.toml packages the plugin as jobscope-spank-slurm22.05 (see docs/packaging.md for another release)"
 
 if [ "$build" = 1 ]; then
-  cargo build --release -p jobscope-epilog -p jobscope-plugin -p jobscope-xtask
+  cargo build --release -p jobscope-cli -p jobscope-epilog -p jobscope-plugin -p jobscope-xtask
 fi
 for f in jobscope jobscope-epilog libjobscope_spank.so jobscope-xtask; do
   [ -f "$TARGET/release/$f" ] || die "$TARGET/release/$f missing: run cargo build --release --workspace"
@@ -116,7 +116,7 @@ rm -rf "$docs"
 gzip -9n "$docs"/man/*
 
 rm -f "$TARGET"/debian/jobscope_*.deb "$TARGET"/debian/jobscope-spank-slurm*.deb
-cargo deb -p jobscope-epilog --no-build --strip
+cargo deb -p jobscope-cli --no-build --strip
 cargo deb -p jobscope-plugin --no-build --strip
 debs=("$TARGET"/debian/jobscope_*.deb "$TARGET"/debian/jobscope-spank-slurm22.05_*.deb)
 for d in "${debs[@]}"; do

@@ -1,13 +1,13 @@
 #!/bin/bash
 # Records real spools from the test cluster for the golden report tests
-# (epilog/tests/golden.rs reads epilog/testdata/recorded/<case>/). Run as root with the cluster up;
+# (report/tests/golden.rs reads report/testdata/recorded/<case>/). Run as root with the cluster up;
 # `two` switches the cluster to 2 nodes for the 2-node case and back to 1 node afterwards, all under
 # the cluster tests' lock (`tests/record-spools.sh one`, then `two`). Then bless the golden files:
-#   JOBSCOPE_BLESS=1 cargo test -p jobscope-epilog --test golden
+#   JOBSCOPE_BLESS=1 cargo test -p jobscope-report --test golden
 set -euo pipefail
 MODE=${1:?usage: record-spools.sh one|two}
 REPO=$(cd "$(dirname "$0")/.." && pwd)
-OUT=$REPO/epilog/testdata/recorded
+OUT=$REPO/report/testdata/recorded
 KEEP=/var/lib/jobscope/spool-copies
 CONF=/etc/jobscope/jobscope.toml
 LOCK=/tmp/jobscope-cluster-tests.lock

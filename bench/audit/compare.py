@@ -4,7 +4,7 @@ slurm-usage tool's own `analyze` over its own layout of the same jobs (bench/aud
     compare.py layout INDEX_DIR SLURM_USAGE_DATA_DIR     write slurm-usage's layout of the index's jobs
     compare.py query INDEX_DIR END_YYYY-MM-DD REPEAT     time DuckDB and Polars: usage by user, year and 30 days
 
-The question is jobscope's usage report grouped by user (epilog/src/audit/query.rs): jobs, sums of
+The question is jobscope's usage report grouped by user (audit/src/query.rs): jobs, sums of
 core-/GB-/GPU-hours allocated, used and wasted, weighted efficiencies, energy; window on END time.
 """
 import glob
@@ -21,7 +21,7 @@ def parts(index):
 
 def derived():
     """The columns jobscope's index files leave out because they are exact functions of stored ones
-    (epilog/src/audit/arrow.rs `DERIVED`), as Polars expressions: what an admin's own query adds."""
+    (audit/src/arrow.rs `DERIVED`), as Polars expressions: what an admin's own query adds."""
     import polars as pl
 
     h = pl.col("elapsed_s") / 3600.0

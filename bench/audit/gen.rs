@@ -24,9 +24,9 @@
 //! indexed, then `--add` more archived (one day), and the update that takes them in, per job.
 
 use anyhow::{bail, Context, Result};
-use jobscope_epilog::archive::{self, Store};
-use jobscope_epilog::audit::{Engine, GroupKey, JobRow, Query, Report, Window};
-use jobscope_epilog::index::{self, Index, ParquetEngine, Settings};
+use jobscope_archive::{self as archive, Store};
+use jobscope_audit::index::{self, Index, ParquetEngine, Settings};
+use jobscope_audit::{Engine, GroupKey, JobRow, Query, Report, Window};
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -504,7 +504,7 @@ fn query(a: &Args) -> Result<()> {
         );
         // Where the time goes: decoding the Parquet columns alone (the same parallel read with
         // dictionaries, no aggregation), one more run; the rest of a run is the aggregation.
-        let cols = jobscope_epilog::audit::eval::needed_columns(&q);
+        let cols = jobscope_audit::eval::needed_columns(&q);
         let t0 = Instant::now();
         let counts = engine.fold(
             &q,
@@ -533,7 +533,7 @@ fn query(a: &Args) -> Result<()> {
 /// day `day` (seconds).
 fn archive_jobs(store: &Store, rng: &mut Rng, ids: std::ops::Range<u32>, day: u64) -> Result<()> {
     const TEMPLATE: &str =
-        include_str!("../../epilog/testdata/archive-v1/two-node-imbalanced.json");
+        include_str!("../../report/testdata/archive-v1/two-node-imbalanced.json");
     for i in ids {
         let mut s = archive::load(TEMPLATE.as_bytes())?.summary;
         s.job_id = 100_000 + i;

@@ -39,7 +39,7 @@ if [ ! -x "$VENV/bin/python" ]; then
   "$VENV/bin/pip" install -q duckdb polars pyarrow slurm-usage
 fi
 echo "== machine: $(nproc) cores, $(free -g | awk '/Mem:/{print $2}') GiB; $("$VENV/bin/python" -c 'import duckdb, polars; print("duckdb", duckdb.__version__, "polars", polars.__version__)'), slurm-usage $("$VENV/bin/pip" show slurm-usage 2>/dev/null | awk '/^Version/{print $2}')"
-[ "$BUILD" = 0 ] || cargo build -q --release -p jobscope-epilog --example audit-gen
+[ "$BUILD" = 0 ] || cargo build -q --release -p jobscope-audit --example audit-gen
 GEN=$TARGET/release/examples/audit-gen
 
 echo "== 1. generate $JOBS jobs (3 years ending $END)"

@@ -9,14 +9,14 @@
 //!    default rate: the Epilog's mode (stop at the first failure) against a full flush, which is
 //!    what every Epilog did before (seen: 1.85 s per job end with a 2 s budget).
 
-use jobscope_core::config::{Config, MailPolicy, MailTransportKind};
-use jobscope_core::job::{JobFacts, JobState};
-use jobscope_core::sample::Reading;
-use jobscope_core::spool::writer::{Limits, SeriesWriter, StepWriter};
-use jobscope_core::spool::{job_dir, Bucket, End, Event, Header};
-use jobscope_epilog::mail::queue::{FlushMode, FlushOptions, Queue, RetryPolicy, RELAY_DOWN_FILE};
-use jobscope_epilog::run::run_epilog;
-use jobscope_epilog::slurm::{EpilogEnv, FakeSlurm};
+use jobscope_deliver::mail::queue::{FlushMode, FlushOptions, Queue, RetryPolicy, RELAY_DOWN_FILE};
+use jobscope_epilog::flow::run_epilog;
+use jobscope_report::slurm::{EpilogEnv, FakeSlurm};
+use jobscope_sampler::config::{Config, MailPolicy, MailTransportKind};
+use jobscope_sampler::job::{JobFacts, JobState};
+use jobscope_sampler::sample::Reading;
+use jobscope_sampler::spool::writer::{Limits, SeriesWriter, StepWriter};
+use jobscope_sampler::spool::{job_dir, Bucket, End, Event, Header};
 use std::time::{Duration, Instant};
 
 const T0: u64 = 1_700_000_000_000;
@@ -178,11 +178,11 @@ fn main() {
         )
         .unwrap();
     }
-    let transport = jobscope_epilog::mail::transport::Transport::Smtp(
-        jobscope_epilog::mail::transport::SmtpConfig {
+    let transport = jobscope_deliver::mail::transport::Transport::Smtp(
+        jobscope_deliver::mail::transport::SmtpConfig {
             host: "127.0.0.1".into(),
             port: cfg.mail.smtp.port,
-            tls: jobscope_epilog::mail::transport::TlsMode::None,
+            tls: jobscope_deliver::mail::transport::TlsMode::None,
             user: None,
             password: None,
             timeout: Duration::from_secs(2),
@@ -191,7 +191,7 @@ fn main() {
         },
     );
     let (mut epilog_mode, mut full_mode) = (Vec::new(), Vec::new());
-    let mut now = jobscope_epilog::mail::queue::unix_now() + 10_000;
+    let mut now = jobscope_deliver::mail::queue::unix_now() + 10_000;
     for round in 0..10 {
         for mode in [FlushMode::Epilog, FlushMode::Full] {
             let _ = std::fs::remove_file(q2.dir().join(RELAY_DOWN_FILE));

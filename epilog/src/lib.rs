@@ -1,37 +1,87 @@
-#![recursion_limit = "256"]
-//! jobscope epilog and CLI.
-//!
-//! - [`run`]: the Epilog flow and multi-node assembly (one report per job), and `reap`.
-//! - [`pipeline`]: the one way a report is made: spool → node summary → job summary → analysis
-//!   (assembly itself is `jobscope_core::summary::job`, pure).
-//! - analysis (scalability, classification, anomalies, advice) lives in `jobscope_core::summary::analysis`.
-//! - [`present`]: the one presenter: all wording and number formatting, one view model rendered by
-//!   the text report, the HTML mail, the subject and the array digest (`report-templates/`).
-//! - [`archive`]: the JSON archive and who may read what.
-//! - [`slurm`]: the one SLURM adapter (Epilog env, `squeue`, `scontrol`; SLURM-free job facts;
-//!   how a job ended).
-//! - [`mail`]: the end-of-job mail (message, transports, a durable queue); [`charts`]: its PNG charts.
-//! - [`notify`]: mail policy, the end-of-job mail, array digests, the report in the work dir.
-//! - [`audit`]: `jobscope audit` (flat rows, queries, engines); [`index`]: the Parquet index it reads.
-//! - [`pg`]: the PostgreSQL sink and SQL engine (docs/postgres.md).
-//! - [`local`]: `jobscope run -- CMD`, the same report without SLURM; [`live`]: `show` and `top`
-//!   on a running job.
-//! - [`manifest`]: the archive's per-day hash-chained manifest (tamper evidence).
-pub mod archive;
-pub mod audit;
-pub mod charts;
-pub mod cli;
-pub mod index;
-pub mod live;
-pub mod local;
-pub mod mail;
-pub mod manifest;
-pub mod notify;
-pub mod pg;
-pub mod pipeline;
-pub mod present;
-pub mod run;
-pub mod slurm;
+//! `jobscope-epilog`, SLURM's `Epilog=` program: on every node of every job, as root, it turns the
+//! node's spool into the job's report ([`flow`]), archives it and then mails it. It links the stages
+//! up to delivery and nothing of the audit (no arrow, parquet or postgres).
+pub mod flow;
 
-/// The program and version, as named in the archived document and the mail's User-Agent.
-pub const GENERATOR: &str = concat!("jobscope ", env!("CARGO_PKG_VERSION"));
+use anyhow::Result;
+use jobscope_report::slurm::EpilogEnv;
+use jobscope_sampler::config::{Config, DEFAULT_CONFIG_PATH};
+use std::path::PathBuf;
+
+/// The environment as text. `std::env::vars()` panics on a value that is not UTF-8, and SLURM puts
+/// user-chosen bytes into the Epilog's environment (`sbatch --comment` arrives as SLURM_JOB_COMMENT):
+/// such a value must not cost the job its report, so it is converted lossily instead.
+pub fn env_vars_lossy() -> std::collections::HashMap<String, String> {
+    std::env::vars_os()
+        .map(|(k, v)| {
+            (
+                k.to_string_lossy().into_owned(),
+                v.to_string_lossy().into_owned(),
+            )
+        })
+        .collect()
+}
+
+/// The configuration: a file someone named must exist and parse; the default path may be absent
+/// (then the defaults apply, as on a node without a config).
+pub fn load_config(named: &Option<PathBuf>) -> Result<Config> {
+    match named {
+        Some(p) => Config::load_named(p),
+        None => Config::load(std::path::Path::new(DEFAULT_CONFIG_PATH)),
+    }
+    .map_err(|e| anyhow::anyhow!("configuration: {e}"))
+}
+
+/// `jobscope-epilog`: always 0 (a non-zero Epilog drains the node); everything goes to the log.
+pub fn main() -> i32 {
+    if let Some(rc) = jobscope_deliver::notify::user_file_child() {
+        return rc;
+    }
+    // Where a panic is logged: the configured log once the configuration is read (a panic after
+    // that point must land in the log the site reads), the default before.
+    let mut panic_log = Config::default().paths.log_file;
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let named = std::env::var_os("JOBSCOPE_CONFIG").map(PathBuf::from);
+        let cfg = match load_config(&named) {
+            Ok(c) => c,
+            Err(e) => {
+                let c = Config::default();
+                flow::append_log(&c.paths.log_file, &format!("{e}; using defaults"));
+                c
+            }
+        };
+        let log_path = cfg.paths.log_file.clone();
+        panic_log.clone_from(&log_path);
+        let vars = env_vars_lossy();
+        let env = match EpilogEnv::from_vars(&vars) {
+            Ok(e) => e,
+            Err(e) => {
+                flow::append_log(&log_path, &format!("epilog: {e}"));
+                return;
+            }
+        };
+        let t0 = std::time::Instant::now();
+        let mut log = |m: &str| flow::append_log(&log_path, m);
+        match flow::run_epilog(&cfg, &env, &*jobscope_report::slurm::detect(), &mut log) {
+            Ok(o) => flow::append_log(
+                &log_path,
+                // `tests/cluster/src/mail.rs` (`epilog_ms`) reads `job <id> node <n>: … in <ms> ms`.
+                &format!(
+                    "job {} node {}: {} in {} ms",
+                    env.job_id,
+                    env.node,
+                    o.describe(),
+                    t0.elapsed().as_millis()
+                ),
+            ),
+            Err(e) => flow::append_log(
+                &log_path,
+                &format!("job {} node {}: epilog failed: {e:#}", env.job_id, env.node),
+            ),
+        }
+    }));
+    if result.is_err() {
+        flow::append_log(&panic_log, "epilog panicked (caught)");
+    }
+    0
+}

@@ -1,5 +1,5 @@
 //! What the scheduler knows about a job, in jobscope's own terms: [`JobState`], [`EndReason`] and
-//! [`JobFacts`]. Pure data: the SLURM adapter (`epilog/src/slurm/`) fills these in from SLURM's
+//! [`JobFacts`]. Pure data: the SLURM adapter (`report/src/slurm/`) fills these in from SLURM's
 //! commands and the Epilog's environment; everything downstream (assembly, analysis, the presenter)
 //! reads them and never sees a SLURM command, JSON shape or exit-code encoding.
 

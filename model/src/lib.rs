@@ -9,7 +9,7 @@
 //! - [`params`]: the analysis thresholds.
 //! - [`slurm`]: SLURM's notations (hostlists, cpulists, step ids) as pure parsers.
 //!
-//! Reading files, sampling and SLURM's commands live in `jobscope-core` and `jobscope-epilog`, which
+//! Reading files, sampling and SLURM's commands live in `jobscope-sampler` and `jobscope-epilog`, which
 //! depend on this crate; nothing here depends on them.
 pub mod gpu;
 pub mod job;
@@ -18,3 +18,4 @@ pub mod sample;
 pub mod slurm;
 pub mod spool;
 pub mod summary;
+pub mod time;

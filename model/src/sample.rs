@@ -93,7 +93,7 @@ reading_fields! {
     psi_io_some_usec,
     /// Step readings only (never in buckets): `read_bytes` of the step's slurmstepd that came
     /// from the children it reaped, i.e. the step's tasks and everything they reaped, recursively
-    /// (`jobscope_core::procio::reaped_io`). Cumulative: a step's figure is its exit value minus
+    /// (`jobscope_sampler::procio::reaped_io`). Cumulative: a step's figure is its exit value minus
     /// its start value. Exact even for processes that lived between two samples.
     reaped_read_bytes,
     /// Step readings only: the same for `write_bytes`.

@@ -5,11 +5,11 @@ use crate::args::Args;
 use crate::handover;
 use crate::scope::{own_proc_cgroup, slurm_scope, Allocation};
 use crate::steps::{JobCtx, StepRecorder};
-use jobscope_core::config::{Config, DEFAULT_CONFIG_PATH};
-use jobscope_core::sampler::{spawn, stop_all, SamplerHandle, Stoppable};
-use jobscope_core::scope::short_hostname;
-use jobscope_core::slurm::{cpulist_count, step_name, STEP_BATCH, STEP_EXTERN};
-use jobscope_core::spool::Handover;
+use jobscope_sampler::config::{Config, DEFAULT_CONFIG_PATH};
+use jobscope_sampler::sampler::{spawn, stop_all, SamplerHandle, Stoppable};
+use jobscope_sampler::scope::short_hostname;
+use jobscope_sampler::slurm::{cpulist_count, step_name, STEP_BATCH, STEP_EXTERN};
+use jobscope_sampler::spool::Handover;
 use slurm_spank::{Context, Plugin, SpankHandle, SpankOption, SPANK_PLUGIN};
 use std::error::Error;
 use std::path::{Path, PathBuf};
@@ -33,7 +33,7 @@ pub struct Jobscope {
     args: Option<Args>,
     ctx: Option<JobCtx>,
     sampler: Option<SamplerHandle>,
-    gpu: Option<jobscope_core::gpu::GpuMonitor>,
+    gpu: Option<jobscope_sampler::gpu::GpuMonitor>,
     step: Option<StepRecorder>,
     started: bool,
     /// This process's sampler writes the live snapshot (the extern step, or the batch step

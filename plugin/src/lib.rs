@@ -1,4 +1,4 @@
-//! jobscope SPANK plugin: glue between slurmstepd and `jobscope_core`.
+//! jobscope SPANK plugin: glue between slurmstepd and `jobscope_sampler`.
 //!
 //! What runs where (SLURM 22.05, observed; see docs/architecture.md):
 //! - `job_prolog` (root, before any job cgroup exists): writes the hand-over file with the user's

@@ -1,9 +1,9 @@
 //! SLURM's side of the job's [`Scope`]: which cgroup directory is the job's, the node name SLURM
 //! puts in cgroup paths, and the allocation slurmstepd reports. The generic locator
-//! ([`jobscope_core::cgroup::locate`]) knows none of SLURM's names; they are all here.
+//! ([`jobscope_sampler::cgroup::locate`]) knows none of SLURM's names; they are all here.
 //!
 //! SLURM's layouts (measured on 22.05 for v1; v2 from SLURM's cgroup/v2 plugin, tested against
-//! the hand-built fixture `core/testdata/cgroup-v2-slurm-layout/`):
+//! the hand-built fixture `sampler/testdata/cgroup-v2-slurm-layout/`):
 //! - v1: `<mnt>/{memory,cpuacct,freezer,…}/slurm/uid_<uid>/job_<id>/step_<s>/task_<n>`, or
 //!   `slurm_<node>/uid_<uid>/…` with Debian's multiple-slurmd build.
 //! - v2: `<mnt>/system.slice/slurmstepd.scope/job_<id>/step_<s>/{slurm,user/task_<n>}`, or
@@ -15,8 +15,8 @@
 //! SLUID assumption (SLURM 26.05): we assume the per-job directory is still named `job_<id>` with
 //! the numeric job id, possibly below a SLUID-named directory (which is just part of the prefix).
 //! A job directory named only by its SLUID cannot be matched from a numeric id: no cgroup.
-use jobscope_core::cgroup::{locate, JobCgroup};
-use jobscope_core::scope::{short_hostname, Scope};
+use jobscope_sampler::cgroup::{locate, JobCgroup};
+use jobscope_sampler::scope::{short_hostname, Scope};
 use std::path::Path;
 
 /// What slurmstepd tells about the job on this node (SPANK items), already checked.
@@ -77,17 +77,17 @@ pub fn own_proc_cgroup() -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use jobscope_core::cgroup::CgroupVersion;
+    use jobscope_sampler::cgroup::CgroupVersion;
     use std::fs;
     use std::path::PathBuf;
 
     const V1_FIXTURE: &str = concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../core/testdata/cgroup-v1-debian12-slurm-22.05"
+        "/../sampler/testdata/cgroup-v1-debian12-slurm-22.05"
     );
     const V2_FIXTURE: &str = concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../core/testdata/cgroup-v2-slurm-layout"
+        "/../sampler/testdata/cgroup-v2-slurm-layout"
     );
 
     fn fixture_text(root: &str, name: &str) -> String {

@@ -1,16 +1,16 @@
 //! Per-process state of the plugin inside one slurmstepd: where the job is, the sampler, the step file.
 
 use crate::args::Args;
-use jobscope_core::cgroup::JobCgroup;
-use jobscope_core::config::Config;
-use jobscope_core::fsutil::{ensure_dir, free_bytes, write_atomic};
-use jobscope_core::gpu::assign::select_for_job;
-use jobscope_core::gpu::monitor::cgroup_pid_source;
-use jobscope_core::gpu::{BackendConfig, GpuMonitor, JobGpuEnv, LogLevel as GpuLogLevel};
-use jobscope_core::sampler::{now_unix_ms, Faults, Sampler, Schedule};
-use jobscope_core::scope::Scope;
-use jobscope_core::spool::writer::{Limits, SeriesWriter, StepWriter};
-use jobscope_core::spool::{
+use jobscope_sampler::cgroup::JobCgroup;
+use jobscope_sampler::config::Config;
+use jobscope_sampler::fsutil::{ensure_dir, free_bytes, write_atomic};
+use jobscope_sampler::gpu::assign::select_for_job;
+use jobscope_sampler::gpu::monitor::cgroup_pid_source;
+use jobscope_sampler::gpu::{BackendConfig, GpuMonitor, JobGpuEnv, LogLevel as GpuLogLevel};
+use jobscope_sampler::sampler::{now_unix_ms, Faults, Sampler, Schedule};
+use jobscope_sampler::scope::Scope;
+use jobscope_sampler::spool::writer::{Limits, SeriesWriter, StepWriter};
+use jobscope_sampler::spool::{
     job_dir, Event, Handover, Header, FORMAT_VERSION, GPU_FILE_BUDGET_BYTES,
     STEP_FILES_BUDGET_BYTES,
 };
@@ -102,7 +102,7 @@ impl JobCtx {
                 if ensure_dir(&dir, 0o700, 0, 0).is_ok() {
                     let _ = write_atomic(
                         &dir,
-                        jobscope_core::spool::read::NOT_SPOOLED_FILE,
+                        jobscope_sampler::spool::read::NOT_SPOOLED_FILE,
                         format!("{why}\n").as_bytes(),
                         0o600,
                         None,
@@ -203,24 +203,24 @@ impl JobCtx {
 
 impl JobCtx {
     /// The live snapshot of this node for the job's owner, written after a sample when its
-    /// [`Pace`](jobscope_core::snapshot::Pace) allows (`core/src/snapshot.rs`). Whatever goes wrong
+    /// [`Pace`](jobscope_sampler::snapshot::Pace) allows (`sampler/src/snapshot.rs`). Whatever goes wrong
     /// is logged once and never stops sampling.
-    pub fn live_snapshot(&self) -> jobscope_core::sampler::AfterSample {
+    pub fn live_snapshot(&self) -> jobscope_sampler::sampler::AfterSample {
         let dir = job_dir(&self.spool_dir(), self.job_id, self.node());
         let live_dir = self.cfg.paths.live_dir.clone();
         let (job_id, node, uid, gid) = (self.job_id, self.node().to_string(), self.uid, self.gid);
-        let gpu = jobscope_core::snapshot::gpu_params(&self.cfg);
+        let gpu = jobscope_sampler::snapshot::gpu_params(&self.cfg);
         let mut logged = false;
-        let mut pace = jobscope_core::snapshot::Pace::default();
+        let mut pace = jobscope_sampler::snapshot::Pace::default();
         Box::new(move || {
-            let started = jobscope_core::sampler::now_unix_ms();
+            let started = jobscope_sampler::sampler::now_unix_ms();
             if !pace.due(started) {
                 return;
             }
             let clock = std::time::Instant::now();
             let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                let snap = jobscope_core::snapshot::from_spool(&dir, job_id, &node, uid, &gpu);
-                jobscope_core::snapshot::write(&live_dir, &snap, gid)
+                let snap = jobscope_sampler::snapshot::from_spool(&dir, job_id, &node, uid, &gpu);
+                jobscope_sampler::snapshot::write(&live_dir, &snap, gid)
             }));
             pace.done(started, clock.elapsed().as_millis() as u64);
             let problem = match r {
@@ -239,7 +239,7 @@ impl JobCtx {
 
     /// Removes this node's live snapshot (the job ended here).
     pub fn remove_live_snapshot(&self) {
-        jobscope_core::snapshot::remove(&self.cfg.paths.live_dir, self.job_id, self.node());
+        jobscope_sampler::snapshot::remove(&self.cfg.paths.live_dir, self.job_id, self.node());
     }
 
     /// Starts the job's GPU monitor (its own thread and `gpu.jsc`, so a slow driver never stalls the
@@ -260,7 +260,7 @@ impl JobCtx {
             rocr_visible_devices: handover.and_then(|h| h.rocr_visible_devices.clone()),
         };
         let cg = self.cgroup()?;
-        let devices = jobscope_core::gpu::assign::v1_devices_dir(
+        let devices = jobscope_sampler::gpu::assign::v1_devices_dir(
             &self
                 .args
                 .cgroup_root
@@ -283,13 +283,15 @@ impl JobCtx {
         // Levels as the monitor means them: a normal state (no NVIDIA driver on a node with
         // AMD GPUs) at debug only, a skipped sample or a driver error as information, a lost GPU
         // or NVML given up as an error (all at SLURM's info level or below: never in job output).
-        let log: jobscope_core::gpu::monitor::GpuLogFn = Box::new(|level, m: &str| match level {
-            GpuLogLevel::Debug => {
-                slurm_spank::spank_log(slurm_spank::LogLevel::Debug, &format!("jobscope: gpu: {m}"))
-            }
-            GpuLogLevel::Info => crate::log_info(&format!("gpu: {m}")),
-            GpuLogLevel::Error => crate::log_error(&format!("gpu: {m}")),
-        });
+        let log: jobscope_sampler::gpu::monitor::GpuLogFn =
+            Box::new(|level, m: &str| match level {
+                GpuLogLevel::Debug => slurm_spank::spank_log(
+                    slurm_spank::LogLevel::Debug,
+                    &format!("jobscope: gpu: {m}"),
+                ),
+                GpuLogLevel::Info => crate::log_info(&format!("gpu: {m}")),
+                GpuLogLevel::Error => crate::log_error(&format!("gpu: {m}")),
+            });
         match GpuMonitor::start(
             selection,
             &backend,
@@ -419,7 +421,7 @@ impl StepRecorder {
         self.record("step_exit");
     }
 
-    /// Writes the batch script's hash as an event ([`jobscope_core::spool::EVENT_BATCH_SCRIPT`]) if
+    /// Writes the batch script's hash as an event ([`jobscope_sampler::spool::EVENT_BATCH_SCRIPT`]) if
     /// its thread has finished; never waits for it (a hash not ready by the step's exit is none).
     fn record_script(&mut self) {
         let (Some(w), Some(h)) = (self.writer.as_mut(), self.script.take()) else {
@@ -431,7 +433,7 @@ impl StepRecorder {
         };
         let e = Event {
             t_ms: now_unix_ms(),
-            kind: jobscope_core::spool::EVENT_BATCH_SCRIPT.into(),
+            kind: jobscope_sampler::spool::EVENT_BATCH_SCRIPT.into(),
             step: Some(self.ctx.step.clone()),
             job: None,
             step_reading: None,
@@ -458,10 +460,10 @@ impl StepRecorder {
 /// been reaped). How the Epilog combines it with the sampler's figure:
 /// `model/src/summary/node.rs` (`reaped_step_io`).
 fn with_reaped_io(
-    reading: &mut Option<jobscope_core::sample::Reading>,
+    reading: &mut Option<jobscope_sampler::sample::Reading>,
     proc_root: &Path,
-) -> Result<(), jobscope_core::procio::Error> {
-    let io = jobscope_core::procio::reaped_io(proc_root, std::process::id())?;
+) -> Result<(), jobscope_sampler::procio::Error> {
+    let io = jobscope_sampler::procio::reaped_io(proc_root, std::process::id())?;
     let r = reading.get_or_insert_with(Default::default);
     r.reaped_read_bytes = Some(io.read_bytes);
     r.reaped_write_bytes = Some(io.write_bytes);
@@ -508,7 +510,7 @@ mod tests {
         assert_eq!((r.reaped_read_ops, r.reaped_write_ops), (Some(0), Some(0)));
         assert_eq!(r.cpu_usage_ns, None);
         // At `step_start` the step cgroup's reading keeps its own values.
-        let mut r = Some(jobscope_core::sample::Reading {
+        let mut r = Some(jobscope_sampler::sample::Reading {
             cpu_usage_ns: Some(42),
             ..Default::default()
         });

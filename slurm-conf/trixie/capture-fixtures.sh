@@ -1,7 +1,7 @@
 #!/bin/bash
-# Captures what the SLURM adapter parses (epilog/src/slurm/) from the RUNNING test cluster of the
+# Captures what the SLURM adapter parses (report/src/slurm/) from the RUNNING test cluster of the
 # release in $1 (22.05: the host's, slurm-conf/cluster.sh; 24.11: slurm-conf/trixie/cluster.sh),
-# into epilog/testdata/slurm-<release>/. Run while holding the cluster tests' lock, as root.
+# into report/testdata/slurm-<release>/. Run while holding the cluster tests' lock, as root.
 # One job as alice (a name with a space, a comment, --mail-type, a time limit) that exits 3; the
 # commands' output is taken while it runs and from inside the Epilog (state COMPLETING), the moment
 # the jobscope Epilog asks.
@@ -9,7 +9,7 @@ set -euo pipefail
 REL=${1:?usage: capture-fixtures.sh 22.05|24.11}
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
-OUTD=$REPO/epilog/testdata/slurm-$REL
+OUTD=$REPO/report/testdata/slurm-$REL
 case "$REL" in
   24.11) RUN=(bash "$HERE/cluster.sh" run) ;;
   22.05) RUN=(env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin) ;;

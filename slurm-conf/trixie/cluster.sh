@@ -334,7 +334,7 @@ cmd_build() {
   ( cd "$REPO" && env JOBSCOPE_SLURM_INCLUDE="$inc" BINDGEN_EXTRA_CLANG_ARGS="-I$inc" \
       CARGO_TARGET_DIR="$TARGET_24" cargo build --release -p jobscope-plugin )
   # Only the plugin depends on SLURM's headers: the CLI and the Epilog talk to SLURM through its
-  # commands (epilog/src/slurm/), so the host's build runs in the rootfs unchanged (trixie's C
+  # commands (report/src/slurm/), so the host's build runs in the rootfs unchanged (trixie's C
   # library is newer than bookworm's) and a second build of them, arrow and all, is not needed.
   log "built $TARGET_24/release/libjobscope_spank.so against $inc ($(since "$t0") s)"
 }

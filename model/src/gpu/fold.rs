@@ -7,7 +7,7 @@
 //! H100, a job 20 % busy in 6 s bursts every 30 s read 0 % at every one of its reads: see
 //! docs/gpu.md). The driver also keeps a short buffer of utilization samples (one every 200 ms,
 //! 71 of them on the H100: 14 s), read with `nvmlDeviceGetSamples` since a timestamp. The GPU
-//! monitor (`core/src/gpu/monitor.rs`) drains that buffer more often than it fills and folds every
+//! monitor (`sampler/src/gpu/monitor.rs`) drains that buffer more often than it fills and folds every
 //! drain into the bucket of the cadence slot: the bucket's utilization gauge then holds one value
 //! per 200 ms sample of the interval (evenly spaced, so the gauge's mean is the time-weighted
 //! mean), its min and max the interval's extremes.

@@ -1,6 +1,6 @@
 //! GPUs in the model: who a device is ([`GpuIdentity`]), the `gpu.jsc` format and its decoding
 //! ([`spool`]), and the per-GPU summary and advice ([`summary`]). Pure: the sampling backends, the
-//! monitor thread and the writer are in `jobscope_core::gpu`.
+//! monitor thread and the writer are in `jobscope_sampler::gpu`.
 
 pub mod fold;
 pub mod spool;

@@ -1,6 +1,6 @@
 //! Per-GPU figures and findings for the report, and advice. Pure: the epilog reads `gpu.jsc`
 //! ([`super::spool::read_gpu_file`]), this computes. Findings and advice are typed facts with their
-//! numbers ([`GpuFinding`], [`GpuAdvice`]); the words are the presenter's (`epilog/src/present/`).
+//! numbers ([`GpuFinding`], [`GpuAdvice`]); the words are the presenter's (`report/src/present/`).
 //!
 //! Time model: sample `i` at `t_i` stands for the interval `(t_{i-1}, t_i]` (a thinned bucket for
 //! the interval from the previous bucket's end to its own end). An interval is **idle** when the

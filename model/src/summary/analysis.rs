@@ -1,7 +1,7 @@
 //! Report-level analysis of a [`JobSummary`]: waste, scalability verdict, classification, anomalies
 //! and resubmit-ready `#SBATCH` advice. Pure. Every result is a typed fact with the numbers it rests
 //! on (units in the names); no sentence is stored: the words are the presenter's
-//! (`epilog/src/present/`), so every view words a fact the same way.
+//! (`report/src/present/`), so every view words a fact the same way.
 //!
 //! Enumerated values serialise as the lower/snake_case strings the archive has always used
 //! (`"serial"`, `"cpu_bound"`, `"warning"`), so scripts reading the archive keep working.

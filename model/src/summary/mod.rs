@@ -11,7 +11,7 @@ use crate::sample::CgroupVersion;
 use serde::{Deserialize, Serialize};
 
 /// 2: `uid` is optional (was `u32::MAX` when unknown), `gid` and `group` added, and a stored
-/// `analysis` of a version-1 document is not carried over on upgrade (epilog/src/archive.rs `load`).
+/// `analysis` of a version-1 document is not carried over on upgrade (archive/src/store.rs `load`).
 pub const SCHEMA_VERSION: u32 = 2;
 
 /// One point of a node's timeline (after thinning: one bucket).
@@ -226,7 +226,7 @@ pub struct JobSummary {
     pub end_unix_ms: u64,
     pub elapsed_s: f64,
     /// SLURM's own start time (whole seconds), as the scheduler gave it; absent when it gave none.
-    /// The archive keys runs by it (`epilog/src/archive.rs` `Key::of`), as users know it from sacct.
+    /// The archive keys runs by it (`archive/src/store.rs` `Key::of`), as users know it from sacct.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scheduler_start_unix_s: Option<u64>,
     pub alloc: Allocation,

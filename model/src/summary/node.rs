@@ -142,7 +142,7 @@ fn reaped_step_io(steps: &[SpoolFile]) -> [Option<u64>; 4] {
 /// One cgroup v1 I/O figure of the node: the sampler's and the steps' reaped figure combined.
 ///
 /// Both are lower bounds of the job's I/O on this node, and they overlap:
-/// - `sampled`, the sampler's accumulator (`jobscope_core::procio::IoAccumulator`), sees every
+/// - `sampled`, the sampler's accumulator (`jobscope_sampler::procio::IoAccumulator`), sees every
 ///   process of the job while it lives, but loses what a process does after the last sample when
 ///   its parent is outside the job, as the task leaders' parent, slurmstepd, is: 2000 short `cat`s
 ///   at the very end of a job were reported 28 % low (issue 9 §2).
@@ -506,7 +506,7 @@ fn script_sha256(steps: &[SpoolFile]) -> Option<String> {
         .map(str::to_ascii_lowercase)
 }
 
-/// One node's spool directory as read by `jobscope_core::spool::read::read_node_dir`: the sampler's
+/// One node's spool directory as read by `jobscope_sampler::spool::read::read_node_dir`: the sampler's
 /// series (`job.jsc`), the steps' files, the GPU series (`gpu.jsc`) and what could not be read.
 #[derive(Debug, Clone, Default)]
 pub struct NodeSpool {

@@ -3,10 +3,10 @@
 //!
 //!   jobscope-xtask gen <out-dir> [--docs <repo>/docs]
 //!
-//! - `man/jobscope.1`: from the clap definition of `jobscope` (epilog/src/cli.rs, `cli::command`),
+//! - `man/jobscope.1`: from the clap definition of `jobscope` (cli/src/lib.rs, `cli::command`),
 //!   every subcommand and option included, so the page cannot drift from the program;
 //! - `man/jobscope-epilog.8`: the Epilog program (it has no options; its interface is SLURM's
-//!   Epilog environment and its configuration, see epilog/src/cli.rs `epilog_main`);
+//!   Epilog environment and its configuration, see cli/src/lib.rs `epilog_main`);
 //! - `man/jobscope.toml.5`: docs/configuration.md turned into roff (one source for the keys);
 //! - `completions/{jobscope.bash,_jobscope,jobscope.fish}`: clap_complete for bash, zsh and fish.
 
@@ -63,12 +63,7 @@ fn run(args: &[String]) -> Result<(), String> {
         (Shell::Fish, "jobscope.fish"),
     ] {
         let mut buf = Vec::new();
-        clap_complete::generate(
-            shell,
-            &mut jobscope_epilog::cli::command(),
-            "jobscope",
-            &mut buf,
-        );
+        clap_complete::generate(shell, &mut jobscope_cli::command(), "jobscope", &mut buf);
         let text = String::from_utf8(buf).map_err(|e| e.to_string())?;
         write(comp.join(name), &text)?;
     }
@@ -96,7 +91,7 @@ fn th(name: &str, section: &str, version: &str, title: &str) -> String {
 /// jobscope(1): clap_mangen's page for the command, then one subsection per subcommand with its
 /// own synopsis and options.
 fn jobscope_1(version: &str) -> Result<String, String> {
-    let cmd = jobscope_epilog::cli::command();
+    let cmd = jobscope_cli::command();
     let man = clap_mangen::Man::new(cmd.clone())
         .section("1")
         .source(format!("jobscope {version}"))
@@ -464,7 +459,7 @@ mod tests {
                 walk(sub, page, &name);
             }
         }
-        walk(&jobscope_epilog::cli::command(), &page, "jobscope");
+        walk(&jobscope_cli::command(), &page, "jobscope");
     }
 
     /// The configuration page carries every key of the reference's tables, and no line of it is

@@ -64,7 +64,7 @@ pub fn validate(v: &Value) -> Result<()> {
 }
 
 /// Whether an archive file name is one of job `id`'s: `<id>-<start_unix_s>[-<cluster>].json`
-/// (schema 2, epilog/src/archive.rs) or `<id>.json` (schema 1).
+/// (schema 2, archive/src/store.rs) or `<id>.json` (schema 1).
 pub fn is_archive_name_of(name: &str, id: u32) -> bool {
     let Some(stem) = name.strip_suffix(".json") else {
         return false;

@@ -7,7 +7,7 @@
 //! [`HangingServer`]; both are owned by a guard and gone when it is dropped.
 //!
 //! A mail is tied to its job by its Message-ID, `<jobscope.<cluster>.<job>.<start>.<kind>@domain>`
-//! (see epilog/src/mail/message.rs `mail_id`), never by the subject (which a job name can fill).
+//! (see deliver/src/mail/message.rs `mail_id`), never by the subject (which a job name can fill).
 
 use crate::{write_atomic, WORK_BASE};
 use anyhow::{anyhow, bail, ensure, Context, Result};

@@ -1,4 +1,4 @@
-//! The owner's copy of a report on the real cluster (epilog/src/archive.rs, docs/json-archive.md):
+//! The owner's copy of a report on the real cluster (archive/src/store.rs, docs/json-archive.md):
 //! alice can read hers and cannot alter what `jobscope show` presents; bob can neither read it nor
 //! list her directory; `jobscope archive verify` names an altered copy.
 

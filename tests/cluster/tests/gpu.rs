@@ -475,7 +475,7 @@ fn gpu_slow_or_failing_nvml_never_harms_the_job_or_cpu_sampling() -> Result<()> 
         notes
             .iter()
             // A slow call may first hit a drain of the utilization buffer between two samples
-            // (core/src/gpu/monitor.rs): "drain skipped" then.
+            // (sampler/src/gpu/monitor.rs): "drain skipped" then.
             .any(
                 |n| n.contains("NVML did not answer within 2.0 s; sample skipped")
                     || n.contains("NVML did not answer within 2.0 s; drain skipped")

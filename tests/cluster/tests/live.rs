@@ -1,6 +1,6 @@
 //! The live view of a running job (issue 13 §2): `jobscope show` on a running job prints the
 //! report so far, marked running, to its owner (from the owner-only snapshot the sampler writes,
-//! core/src/snapshot.rs) and to root (from the spool); shown again later it has more samples;
+//! sampler/src/snapshot.rs) and to root (from the spool); shown again later it has more samples;
 //! another user gets a refusal and nothing else, and cannot read or list the snapshots; the
 //! snapshot goes when the job ends, and `show` gives the archived report.
 //!

@@ -1,0 +1,890 @@
+//! The index against the archive it is built from. Expected figures are computed here from the
+//! archived JSON files themselves (serde_json values, the formulas of docs/audit.md), never from
+//! `JobRow::of` or the engine under test.
+
+use super::*;
+use crate::eval::MemEngine;
+use crate::query::{Filters, GroupKey, Report, WasteMetric, Window};
+use crate::table::Value;
+use jobscope_sampler::summary::*;
+use serde_json::Value as J;
+
+const DAY_MS: u64 = 86_400_000;
+/// 2026-03-02 00:00 UTC, a Monday.
+const T0_MS: u64 = 1_772_409_600_000;
+
+struct Spec {
+    id: u32,
+    user: &'static str,
+    uid: u32,
+    part: &'static str,
+    nodes: &'static [&'static str],
+    cores: u32,
+    start_ms: u64,
+    elapsed_s: f64,
+    cpu_s: f64,
+    mem_alloc: u64,
+    peak: u64,
+    gpus: u32,
+    gpu_used: bool,
+}
+
+fn spec(id: u32, user: &'static str, uid: u32, part: &'static str, day: u64) -> Spec {
+    Spec {
+        id,
+        user,
+        uid,
+        part,
+        nodes: &["n1"],
+        cores: 4,
+        start_ms: T0_MS + day * DAY_MS + 3_600_000,
+        elapsed_s: 7200.0,
+        cpu_s: 3600.0 * f64::from(id % 4 + 1),
+        mem_alloc: 4 << 30,
+        peak: (1 << 30) + u64::from(id) * (1 << 20),
+        gpus: 0,
+        gpu_used: false,
+    }
+}
+
+fn gpu(
+    node: &str,
+    slot: u32,
+    hours: f64,
+    used: bool,
+) -> jobscope_sampler::gpu::summary::GpuSummary {
+    serde_json::from_value(serde_json::json!({
+        "node": node, "slot": slot, "index": slot, "samples": 10,
+        "util_mean_pct": if used { 80.0 } else { 0.0 },
+        "utilization_unknown": false, "other_processes_seen": false, "energy_estimated": false,
+        "energy_kwh": 0.5, "idle_periods": [], "observed_s": hours * 3600.0,
+        "never_used": !used, "gpu_hours_allocated": hours,
+        "gpu_hours_wasted": if used { 0.0 } else { hours },
+        "classification": if used { "gpu_bound" } else { "gpu_idle" },
+        "throttle_reasons": [], "lost": false, "findings": []
+    }))
+    .expect("a GPU summary")
+}
+
+fn summary(s: &Spec) -> JobSummary {
+    let end_ms = s.start_ms + (s.elapsed_s * 1000.0) as u64;
+    let n = s.nodes.len() as u32;
+    let nodes: Vec<NodeSummary> = s
+        .nodes
+        .iter()
+        .map(|name| NodeSummary {
+            node: (*name).into(),
+            job_id: s.id,
+            uid: s.uid,
+            start_unix_ms: s.start_ms,
+            end_unix_ms: end_ms,
+            elapsed_s: s.elapsed_s,
+            alloc_cores: Some(s.cores / n),
+            alloc_mem_bytes: Some(s.mem_alloc),
+            cgroup_version: None,
+            cpu: CpuTotals {
+                usage_s: Some(s.cpu_s / f64::from(n)),
+                ..Default::default()
+            },
+            mem: MemTotals {
+                peak_bytes: Some(s.peak),
+                limit_bytes: Some(s.mem_alloc),
+                ..Default::default()
+            },
+            io: IoTotals::default(),
+            tasks_max: None,
+            threads_max: None,
+            cpu_efficiency_pct: None,
+            steps: vec![],
+            timeline: vec![],
+            quality: Quality {
+                samples: 10,
+                sampler_ended_cleanly: true,
+                final_counters: true,
+                ..Default::default()
+            },
+            user_options: Default::default(),
+            gpus: (0..s.gpus)
+                .map(|g| gpu(name, g, s.elapsed_s / 3600.0, s.gpu_used))
+                .collect(),
+            pressure: None,
+            script_sha256: None,
+        })
+        .collect();
+    let mut j = JobSummary {
+        schema_version: SCHEMA_VERSION,
+        generator: "test".into(),
+        cluster: Some("c1".into()),
+        job_id: s.id,
+        array_job_id: None,
+        array_task_id: None,
+        name: Some(format!("job{}", s.id % 3)),
+        user: Some(s.user.into()),
+        uid: Some(s.uid),
+        gid: Some(s.uid),
+        group: Some(format!("g{}", s.uid % 2)),
+        account: Some(format!("acct{}", s.uid % 2)),
+        partition: Some(s.part.into()),
+        qos: None,
+        submit_unix_s: None,
+        state: jobscope_sampler::job::JobState::Completed,
+        end_reason: None,
+        exit_code: Some(0),
+        start_unix_ms: s.start_ms,
+        end_unix_ms: end_ms,
+        elapsed_s: s.elapsed_s,
+        scheduler_start_unix_s: Some(s.start_ms / 1000),
+        alloc: Allocation {
+            nodes: n,
+            cores: Some(s.cores),
+            mem_per_node_bytes: Some(s.mem_alloc),
+            gpus: None,
+            time_limit_s: Some(86_400),
+        },
+        cpu: CpuTotals {
+            usage_s: Some(s.cpu_s),
+            ..Default::default()
+        },
+        mem: MemTotals {
+            peak_bytes: Some(s.peak),
+            ..Default::default()
+        },
+        io: IoTotals::default(),
+        pressure: None,
+        script_sha256: None,
+        efficiency: Efficiency {
+            cpu_pct: Some(100.0 * s.cpu_s / (f64::from(s.cores) * s.elapsed_s)),
+            mem_pct: Some(100.0 * s.peak as f64 / s.mem_alloc as f64),
+            time_pct: None,
+        },
+        nodes,
+        missing_nodes: vec![],
+        partial: false,
+        partial_reasons: vec![],
+        samples: 10,
+        user_options: Default::default(),
+        analysis: None,
+    };
+    j.analysis = Some(jobscope_sampler::summary::analysis::analyze(
+        &j,
+        &jobscope_sampler::config::Report::default(),
+    ));
+    j
+}
+
+struct Fixture {
+    _dir: tempfile::TempDir,
+    store: Store,
+    settings: Settings,
+}
+
+fn fixture() -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::new(&dir.path().join("archive"), "root");
+    let settings = Settings {
+        dir: dir.path().join("archive/index"),
+        admin_gid: 0,
+        compact_parts: 16,
+        lock_stale_s: 600,
+        lock_wait_s: 5,
+        report: jobscope_sampler::config::Report::default(),
+    };
+    Fixture {
+        _dir: dir,
+        store,
+        settings,
+    }
+}
+
+impl Fixture {
+    fn index(&self) -> Index<'_> {
+        Index::new(&self.store, self.settings.clone())
+    }
+    fn write(&self, specs: &[Spec]) {
+        for s in specs {
+            self.store.write(&summary(s)).unwrap();
+        }
+    }
+    fn engine(&self) -> ParquetEngine {
+        ParquetEngine::open(&self.settings.dir).unwrap()
+    }
+    /// Every archived record (dated tree), as JSON values.
+    fn json_docs(&self) -> Vec<J> {
+        let mut out = Vec::new();
+        for d in self.store.days() {
+            for r in archive::list(&d.path).unwrap().records {
+                let b = std::fs::read(d.path.join(&r.file)).unwrap();
+                out.push(serde_json::from_slice(&b).unwrap());
+            }
+        }
+        out
+    }
+}
+
+fn mixed_jobs() -> Vec<Spec> {
+    let mut v = Vec::new();
+    let users = [("alice", 1001), ("bob", 1002), ("carol", 1003)];
+    for i in 0..12u32 {
+        let (u, uid) = users[(i % 3) as usize];
+        let part = if i % 2 == 0 { "debug" } else { "gpu" };
+        // Two months: days 0-3 in March, days 31-33 in April.
+        let day = if i < 7 {
+            u64::from(i % 4)
+        } else {
+            31 + u64::from(i % 3)
+        };
+        let mut s = spec(100 + i, u, uid, part, day);
+        if i == 5 {
+            s.gpus = 2;
+            s.gpu_used = false;
+            s.nodes = &["g1"];
+        }
+        if i == 9 {
+            s.gpus = 1;
+            s.gpu_used = true;
+            s.nodes = &["g1"];
+        }
+        if i == 11 {
+            s.nodes = &["n1", "n2"];
+        }
+        v.push(s);
+    }
+    v
+}
+
+fn f(v: &J, path: &[&str]) -> Option<f64> {
+    let mut x = v;
+    for p in path {
+        x = x.get(p)?;
+    }
+    x.as_f64()
+}
+
+/// Σ per user from the JSON documents: (jobs, core-h alloc, core-h used, mem GB-h alloc, GPU-h alloc).
+fn expected_by_user(docs: &[J]) -> BTreeMap<String, (i64, f64, f64, f64, f64)> {
+    let mut m: BTreeMap<String, (i64, f64, f64, f64, f64)> = BTreeMap::new();
+    for d in docs {
+        let h = f(d, &["elapsed_s"]).unwrap() / 3600.0;
+        let e = m
+            .entry(d["user"].as_str().unwrap().to_string())
+            .or_default();
+        e.0 += 1;
+        e.1 += f(d, &["alloc", "cores"]).unwrap() * h;
+        e.2 += f(d, &["cpu", "usage_s"]).unwrap() / 3600.0;
+        e.3 += f(d, &["alloc", "mem_per_node_bytes"]).unwrap() / (1u64 << 30) as f64
+            * f(d, &["alloc", "nodes"]).unwrap()
+            * h;
+        let gpus: f64 = d["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|n| n["gpus"].as_array().cloned().unwrap_or_default())
+            .map(|g| g["gpu_hours_allocated"].as_f64().unwrap())
+            .sum();
+        e.4 += gpus;
+    }
+    m
+}
+
+fn num(v: &Value) -> f64 {
+    v.as_f64().unwrap_or(f64::NAN)
+}
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() <= 1e-9 * a.abs().max(b.abs()).max(1.0)
+}
+
+#[test]
+fn usage_by_user_equals_the_sums_over_the_archived_json() {
+    let fx = fixture();
+    fx.write(&mixed_jobs());
+    let rep = fx.index().update(false).unwrap();
+    assert!(rep.rebuilt, "a missing index is built");
+    assert_eq!(rep.jobs_total, 12);
+    let mut q = Query::new(Report::Usage);
+    q.group_by = vec![GroupKey::User];
+    let t = fx.engine().run(&q).unwrap();
+    let want = expected_by_user(&fx.json_docs());
+    assert_eq!(t.rows.len(), want.len());
+    let c = |n: &str| t.column(n).unwrap();
+    for (row, (user, w)) in t.rows.iter().zip(&want) {
+        assert_eq!(row[0], Value::Text(user.clone()));
+        assert_eq!(row[c("jobs")], Value::Int(w.0), "{user}");
+        assert!(
+            close(num(&row[c("core_hours_alloc")]), w.1),
+            "{user}: {row:?} vs {w:?}"
+        );
+        assert!(close(num(&row[c("core_hours_used")]), w.2), "{user}");
+        assert!(close(num(&row[c("mem_gb_hours_alloc")]), w.3), "{user}");
+        let eff = num(&row[c("cpu_eff_pct")]);
+        assert!(close(eff, 100.0 * w.2 / w.1), "{user}: {eff}");
+        if w.4 > 0.0 {
+            assert!(close(num(&row[c("gpu_hours_alloc")]), w.4), "{user}");
+        } else {
+            assert_eq!(
+                row[c("gpu_hours_alloc")],
+                Value::Null,
+                "no GPU: unknown, not 0"
+            );
+        }
+    }
+}
+
+#[test]
+fn every_report_of_the_parquet_engine_equals_the_in_memory_engine() {
+    let fx = fixture();
+    let specs = mixed_jobs();
+    fx.write(&specs);
+    fx.index().update(false).unwrap();
+    let rows: Vec<JobRow> = specs.iter().map(|s| JobRow::of(&summary(s))).collect();
+    let mem = MemEngine::new(&rows).unwrap();
+    let pq = fx.engine();
+    let mut queries = Vec::new();
+    for report in [
+        Report::Usage,
+        Report::TopWasters {
+            metric: WasteMetric::CoreHours,
+            n: 2,
+        },
+        Report::GpuIdle,
+        Report::CpuOnlyOnGpu { busy_pct: 50.0 },
+        Report::Heatmap,
+        Report::Jobs,
+    ] {
+        for by in [
+            vec![],
+            vec![GroupKey::User],
+            vec![GroupKey::Day],
+            vec![GroupKey::Partition, GroupKey::DayOfWeek],
+            vec![GroupKey::Node],
+            vec![GroupKey::Month, GroupKey::Account],
+        ] {
+            let mut q = Query::new(report.clone());
+            q.group_by = by;
+            queries.push(q.clone());
+            q.window = Window {
+                since_unix_s: Some(((T0_MS + 31 * DAY_MS) / 1000) as i64),
+                until_unix_s: None,
+            };
+            q.filters.users = vec!["alice".into(), "bob".into()];
+            queries.push(q);
+        }
+    }
+    for q in queries {
+        let a = pq.run(&q).unwrap();
+        let b = mem.run(&q).unwrap();
+        a.same_as(&b, 1e-12)
+            .unwrap_or_else(|e| panic!("{q:?}: {e}"));
+    }
+}
+
+#[test]
+fn columns_the_files_leave_out_are_computed_on_read_to_the_same_bits() {
+    let fx = fixture();
+    let specs = mixed_jobs();
+    fx.write(&specs);
+    fx.index().update(false).unwrap();
+    // The part files do not store the derived columns...
+    let part = &fx.engine().state.jobs[0];
+    let f = std::fs::File::open(fx.settings.dir.join(&part.file)).unwrap();
+    let file_schema = ParquetRecordBatchReaderBuilder::try_new(f)
+        .unwrap()
+        .schema()
+        .clone();
+    for (name, _) in crate::arrow::DERIVED {
+        assert!(file_schema.index_of(name).is_err(), "{name} is stored");
+    }
+    // ...and reading every column gives each job's row exactly (same bits), in end-time order.
+    let mut rows: Vec<JobRow> = specs.iter().map(|s| JobRow::of(&summary(s))).collect();
+    rows.sort_by_key(|r| (r.end_unix_ms, r.job_id));
+    let want = job_batch(&rows).unwrap();
+    let names: Vec<&str> = COLUMNS.iter().map(|(n, _)| *n).collect();
+    let got = fx.engine().scan(&Query::new(Report::Jobs), &names).unwrap();
+    let got = arrow_select::concat::concat_batches(&got[0].schema(), &got).unwrap();
+    assert_eq!(got.num_rows(), rows.len());
+    for (c, name) in names.iter().enumerate() {
+        assert_eq!(
+            got.column(c).as_ref(),
+            want.column(c).as_ref(),
+            "column {name}"
+        );
+    }
+    // The same through the dictionary read the aggregation uses.
+    let parts = fx
+        .engine()
+        .fold(
+            &Query::new(Report::Usage),
+            &names,
+            true,
+            Vec::new,
+            |v: &mut Vec<(usize, RecordBatch)>, p, b| {
+                v.push((p, b));
+                Ok(())
+            },
+        )
+        .unwrap();
+    let mut all: Vec<(usize, RecordBatch)> = parts.into_iter().flatten().collect();
+    all.sort_by_key(|(p, _)| *p);
+    let n: usize = all.iter().map(|(_, b)| b.num_rows()).sum();
+    assert_eq!(n, rows.len());
+    let user = all[0].1.column_by_name("user").unwrap();
+    assert!(
+        matches!(user.data_type(), arrow_schema::DataType::Dictionary(..)),
+        "{:?}",
+        user.data_type()
+    );
+}
+
+#[test]
+fn a_window_selects_by_end_time_and_skips_other_months() {
+    let fx = fixture();
+    fx.write(&mixed_jobs());
+    fx.index().update(false).unwrap();
+    let docs = fx.json_docs();
+    let since = T0_MS + 31 * DAY_MS;
+    let want = docs
+        .iter()
+        .filter(|d| d["end_unix_ms"].as_u64().unwrap() >= since)
+        .count();
+    assert!(want > 0 && want < docs.len());
+    let mut q = Query::new(Report::Jobs);
+    q.window.since_unix_s = Some((since / 1000) as i64);
+    let eng = fx.engine();
+    let t = eng.run(&q).unwrap();
+    assert_eq!(t.rows.len(), want);
+    // Only April's part is read.
+    let batches = eng.scan(&q, &["end_unix_ms"]).unwrap();
+    let read: usize = batches.iter().map(|b| b.num_rows()).sum();
+    assert_eq!(read, want, "March's part is pruned by its end-time range");
+}
+
+#[test]
+fn updates_are_incremental_and_a_rewritten_record_rebuilds_its_month() {
+    let fx = fixture();
+    let specs = mixed_jobs();
+    let (first, rest) = specs.split_at(8);
+    fx.write(first);
+    fx.index().update(false).unwrap();
+    fx.write(rest);
+    let rep = fx.index().update(false).unwrap();
+    assert!(!rep.rebuilt);
+    assert_eq!(rep.jobs_added, 4);
+    assert_eq!(rep.jobs_total, 12);
+    assert!(rep.months_rebuilt.is_empty());
+    // Nothing new: no day is read.
+    let rep = fx.index().update(false).unwrap();
+    assert_eq!((rep.days_read, rep.jobs_added), (0, 0));
+    // The same run written again (a retried write) with other figures: its month is rebuilt, no
+    // duplicate row, the new figure counts.
+    let mut again = spec(100, "alice", 1001, "debug", 0);
+    again.cpu_s = 1.0;
+    fx.write(&[again]);
+    let rep = fx.index().update(false).unwrap();
+    assert_eq!(rep.months_rebuilt, vec!["2026-03".to_string()]);
+    assert_eq!(rep.jobs_total, 12);
+    let mut q = Query::new(Report::Jobs);
+    q.filters.users = vec!["alice".into()];
+    let t = fx.engine().run(&q).unwrap();
+    let id = t.column("job_id").unwrap();
+    let r = t.rows.iter().find(|r| r[id] == Value::Int(100)).unwrap();
+    let alloc = num(&r[t.column("core_hours_alloc").unwrap()]);
+    let wasted = num(&r[t.column("core_hours_wasted").unwrap()]);
+    assert!(close(wasted, alloc - 1.0 / 3600.0), "{wasted} {alloc}");
+    assert_eq!(
+        t.rows.iter().filter(|r| r[id] == Value::Int(100)).count(),
+        1
+    );
+}
+
+#[test]
+fn a_damaged_or_deleted_index_is_rebuilt_with_the_same_answers() {
+    let fx = fixture();
+    fx.write(&mixed_jobs());
+    fx.index().update(false).unwrap();
+    let mut q = Query::new(Report::Usage);
+    q.group_by = vec![GroupKey::Partition, GroupKey::User];
+    let before = fx.engine().run(&q).unwrap();
+    // A part cut short.
+    let st = load_state(&fx.settings.dir).unwrap();
+    let part = fx.settings.dir.join(&st.jobs[0].file);
+    let len = std::fs::metadata(&part).unwrap().len();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&part)
+        .unwrap()
+        .set_len(len / 2)
+        .unwrap();
+    assert!(ParquetEngine::open(&fx.settings.dir)
+        .and_then(|e| e.run(&q))
+        .is_err());
+    let rep = fx.index().update(false).unwrap();
+    assert!(rep.rebuilt, "{rep:?}");
+    assert!(rep.why.as_deref().unwrap().contains("damaged"), "{rep:?}");
+    before.same_as(&fx.engine().run(&q).unwrap(), 0.0).unwrap();
+    // state.json garbage.
+    std::fs::write(fx.settings.dir.join(STATE), b"{not json").unwrap();
+    assert!(fx.index().update(false).unwrap().rebuilt);
+    before.same_as(&fx.engine().run(&q).unwrap(), 0.0).unwrap();
+    // The whole index gone.
+    std::fs::remove_dir_all(&fx.settings.dir).unwrap();
+    assert!(fx.index().update(false).unwrap().rebuilt);
+    before.same_as(&fx.engine().run(&q).unwrap(), 0.0).unwrap();
+}
+
+#[test]
+fn compaction_merges_small_parts_and_keeps_every_row() {
+    let mut fx = fixture();
+    fx.settings.compact_parts = 2;
+    for i in 0..5u32 {
+        fx.write(&[spec(200 + i, "alice", 1001, "debug", 1)]);
+        fx.index().update(false).unwrap();
+    }
+    let st = load_state(&fx.settings.dir).unwrap();
+    assert!(st.jobs.len() <= 2, "{:?}", st.jobs);
+    let t = fx.engine().run(&Query::new(Report::Jobs)).unwrap();
+    let ids: Vec<&Value> = t.rows.iter().map(|r| &r[1]).collect();
+    assert_eq!(
+        ids,
+        (200..205)
+            .map(Value::Int)
+            .collect::<Vec<_>>()
+            .iter()
+            .collect::<Vec<_>>()
+    );
+    // Files the state does not list are gone.
+    let files = std::fs::read_dir(fx.settings.dir.join("jobs/2026-03"))
+        .unwrap()
+        .count();
+    assert_eq!(files, st.jobs.len());
+}
+
+#[test]
+fn heat_map_spreads_core_hours_over_the_hours_a_job_ran() {
+    // Monday 23:30 to Tuesday 01:00 UTC on 2 cores: Mon 23h 1.0 core-h, Tue 00h 2.0 core-h.
+    let mut s = spec(1, "alice", 1001, "debug", 0);
+    s.cores = 2;
+    s.start_ms = T0_MS + 23 * 3_600_000 + 1_800_000;
+    s.elapsed_s = 5400.0;
+    let mem = MemEngine::new(&[JobRow::of(&summary(&s))]).unwrap();
+    let t = mem.run(&Query::new(Report::Heatmap)).unwrap();
+    assert_eq!(t.rows.len(), 7);
+    assert_eq!(t.rows[0][24], Value::Float(1.0));
+    assert_eq!(t.rows[1][1], Value::Float(2.0));
+    let total: f64 = t.rows.iter().flat_map(|r| r[1..].iter()).map(num).sum();
+    assert!(close(total, 3.0));
+    // In UTC+2 the same job runs Tuesday 01:30-03:00.
+    let mut q = Query::new(Report::Heatmap);
+    q.tz_offset_s = 7200;
+    let t = mem.run(&q).unwrap();
+    assert_eq!(t.rows[1][2], Value::Float(1.0));
+    assert_eq!(t.rows[1][3], Value::Float(2.0));
+}
+
+#[test]
+fn cpu_only_jobs_on_a_gpu_partition_are_marked_when_it_was_busy() {
+    // gpu partition: a GPU job on 8 cores from 0 h to 4 h; CPU-only jobs: A (4 cores, 1-2 h),
+    // B (4 cores, 5-6 h). Capacity seen = 12 cores (at A's start); at A's start 12 of 12 are
+    // allocated (100 %), at B's start only B's 4 (33.3 %).
+    let mut g = spec(1, "alice", 1001, "gpu", 0);
+    g.cores = 8;
+    g.gpus = 1;
+    g.gpu_used = true;
+    g.start_ms = T0_MS;
+    g.elapsed_s = 4.0 * 3600.0;
+    let mut a = spec(2, "bob", 1002, "gpu", 0);
+    a.start_ms = T0_MS + 3_600_000;
+    a.elapsed_s = 3600.0;
+    let mut b = spec(3, "bob", 1002, "gpu", 0);
+    b.start_ms = T0_MS + 5 * 3_600_000;
+    b.elapsed_s = 3600.0;
+    let other = spec(4, "bob", 1002, "debug", 0);
+    let rows: Vec<JobRow> = [g, a, b, other]
+        .iter()
+        .map(|s| JobRow::of(&summary(s)))
+        .collect();
+    let t = MemEngine::new(&rows)
+        .unwrap()
+        .run(&Query::new(Report::CpuOnlyOnGpu { busy_pct: 80.0 }))
+        .unwrap();
+    let (id, pct, busy) = (
+        t.column("job_id").unwrap(),
+        t.column("partition_busy_pct").unwrap(),
+        t.column("busy").unwrap(),
+    );
+    let got: Vec<(Value, f64, Value)> = t
+        .rows
+        .iter()
+        .map(|r| (r[id].clone(), num(&r[pct]), r[busy].clone()))
+        .collect();
+    assert_eq!(
+        got.len(),
+        2,
+        "the GPU job and the debug job are not listed: {got:?}"
+    );
+    // Same core-hours: ordered by end time.
+    assert_eq!(got[0].0, Value::Int(2));
+    assert!(close(got[0].1, 100.0));
+    assert_eq!(got[0].2, Value::Bool(true));
+    assert_eq!(got[1].0, Value::Int(3));
+    assert!(close(got[1].1, 100.0 / 3.0));
+    assert_eq!(got[1].2, Value::Bool(false));
+}
+
+#[test]
+fn grouping_by_node_splits_a_job_among_its_nodes() {
+    let mut s = spec(1, "alice", 1001, "debug", 0);
+    s.nodes = &["n1", "n2"];
+    s.cores = 8;
+    let row = JobRow::of(&summary(&s));
+    let mut q = Query::new(Report::Usage);
+    q.group_by = vec![GroupKey::Node];
+    let t = MemEngine::new(&[row]).unwrap().run(&q).unwrap();
+    assert_eq!(t.rows.len(), 2);
+    // 8 cores × 2 h = 16 core-h, 8 on each node; the job counts on both.
+    for (r, n) in t.rows.iter().zip(["n1", "n2"]) {
+        assert_eq!(r[0], Value::Text(n.into()));
+        assert_eq!(r[1], Value::Int(1));
+        assert!(close(num(&r[2]), 8.0));
+    }
+}
+
+#[test]
+fn top_wasters_rank_by_wasted_hours_and_a_uid_filter_hides_everyone_else() {
+    let specs = mixed_jobs();
+    let rows: Vec<JobRow> = specs.iter().map(|s| JobRow::of(&summary(s))).collect();
+    let eng = MemEngine::new(&rows).unwrap();
+    let t = eng
+        .run(&Query::new(Report::TopWasters {
+            metric: WasteMetric::CoreHours,
+            n: 2,
+        }))
+        .unwrap();
+    // Wasted core-hours per user from the specs: 4 cores × 2 h − CPU hours.
+    let mut want: BTreeMap<&str, f64> = BTreeMap::new();
+    for s in &specs {
+        *want.entry(s.user).or_default() +=
+            f64::from(s.cores) * s.elapsed_s / 3600.0 - s.cpu_s / 3600.0;
+    }
+    let mut ranked: Vec<(&str, f64)> = want.into_iter().collect();
+    ranked.sort_by(|a, b| b.1.total_cmp(&a.1));
+    assert_eq!(t.rows.len(), 2);
+    let w = t.column("core_hours_wasted").unwrap();
+    for (r, (u, x)) in t.rows.iter().zip(&ranked) {
+        assert_eq!(r[0], Value::Text((*u).into()));
+        assert!(close(num(&r[w]), *x));
+    }
+    let mut q = Query::new(Report::Jobs);
+    q.filters = Filters {
+        uid: Some(1002),
+        ..Default::default()
+    };
+    let t = eng.run(&q).unwrap();
+    let u = t.column("user").unwrap();
+    assert_eq!(t.rows.len(), 4);
+    assert!(t.rows.iter().all(|r| r[u] == Value::Text("bob".into())));
+}
+
+#[test]
+fn after_an_update_the_epilog_gets_peers_and_history_and_metrics_count_the_archive() {
+    let fx = fixture();
+    let now_ms = jobscope_sampler::sampler::now_unix_ms();
+    // 24 recent jobs of alice named like `job0`/`job1`/`job2` on debug, all 2 days ago.
+    let specs: Vec<Spec> = (0..24u32)
+        .map(|i| {
+            let mut s = spec(300 + i, "alice", 1001, "debug", 0);
+            s.start_ms = now_ms - 2 * DAY_MS + u64::from(i) * 60_000;
+            s
+        })
+        .collect();
+    fx.write(&specs);
+    let idx = fx.index();
+    idx.update(false).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let mut cfg = jobscope_sampler::config::Config::default();
+    cfg.paths.archive_dir = fx.store.root().to_path_buf();
+    cfg.audit.index_dir = Some(fx.settings.dir.clone());
+    cfg.audit.metrics_file = Some(tmp.path().join("jobscope.prom"));
+    let notes = crate::after_update(&cfg, &idx);
+    assert!(
+        notes.iter().all(|n| !n.contains("not written")),
+        "{notes:?}"
+    );
+
+    // The Epilog's view of one more run of `job0`.
+    let mut s = summary(&spec(999, "alice", 1001, "debug", 0));
+    s.name = Some("job0".into());
+    jobscope_archive::history::enrich(&cfg, &mut s);
+    let a = s.analysis.as_ref().unwrap();
+    assert_eq!(a.peers.len(), 2, "CPU and memory: {:?}", a.peers);
+    assert_eq!(a.peers[0].cohort_jobs, 24);
+    // job0 = ids 300, 303, …: 8 earlier runs + this one.
+    let h = a.history.as_ref().expect("history advice");
+    assert_eq!(h.runs, 9);
+    // CPU efficiency of the earlier runs from the JSON files, to check the median independently.
+    let mut effs: Vec<f64> = fx
+        .json_docs()
+        .iter()
+        .map(|d| f(d, &["efficiency", "cpu_pct"]).unwrap())
+        .collect();
+    effs.sort_by(f64::total_cmp);
+    assert_eq!(
+        a.peers[0].median_pct,
+        effs[((effs.len() - 1) as f64 * 0.5).round() as usize]
+    );
+
+    // Thin history: with a higher bar nothing is added.
+    cfg.audit.peer_min_jobs = 25;
+    cfg.audit.history_min_runs = 10;
+    let mut s2 = summary(&spec(998, "alice", 1001, "debug", 0));
+    s2.name = Some("job0".into());
+    jobscope_archive::history::enrich(&cfg, &mut s2);
+    let a2 = s2.analysis.as_ref().unwrap();
+    assert!(a2.peers.is_empty() && a2.history.is_none());
+
+    let prom = std::fs::read_to_string(tmp.path().join("jobscope.prom")).unwrap();
+    assert!(
+        prom.contains("jobscope_jobs_total{cluster=\"c1\",partition=\"debug\"} 24\n"),
+        "{prom}"
+    );
+    let want: f64 = fx
+        .json_docs()
+        .iter()
+        .map(|d| f(d, &["alloc", "cores"]).unwrap() * f(d, &["elapsed_s"]).unwrap() / 3600.0)
+        .sum();
+    let line = prom
+        .lines()
+        .find(|l| l.starts_with("jobscope_sampler_hours_allocated_total{"))
+        .unwrap();
+    let got: f64 = line.rsplit(' ').next().unwrap().parse().unwrap();
+    assert!(close(got, want), "{line} vs {want}");
+    assert!(!prom.contains("job_id") && !prom.contains("user="));
+}
+
+#[test]
+fn the_columns_usage_top_wasters_and_the_heat_map_read_are_the_snappy_ones() {
+    // Every filter set, so every filter's column is asked for.
+    let every_filter = Filters {
+        uid: Some(1),
+        users: vec!["u".into()],
+        groups: vec!["g".into()],
+        accounts: vec!["a".into()],
+        partitions: vec!["p".into()],
+        qos: vec!["q".into()],
+        nodes: vec!["n".into()],
+        states: vec!["COMPLETED".into()],
+        classes: vec!["idle".into()],
+        min_elapsed_s: Some(1.0),
+        gpu: Some(true),
+    };
+    let mut reports = vec![Report::Usage, Report::Heatmap];
+    for metric in [
+        WasteMetric::CoreHours,
+        WasteMetric::MemGbHours,
+        WasteMetric::GpuHours,
+    ] {
+        reports.push(Report::TopWasters { metric, n: 5 });
+    }
+    let mut read = BTreeSet::new();
+    for report in reports {
+        for filters in [Filters::default(), every_filter.clone()] {
+            for key in GroupKey::ALL {
+                let mut q = Query::new(report.clone());
+                q.filters = filters.clone();
+                q.group_by = vec![key];
+                read.extend(stored_inputs(&needed_columns(&q)));
+            }
+        }
+    }
+    for c in &read {
+        assert!(
+            FAST_COLUMNS.contains(c),
+            "{c} is read by a usage report but written with GZIP"
+        );
+    }
+    // No name in the list is a typo: each is a stored job column.
+    for c in FAST_COLUMNS {
+        assert!(COLUMNS.iter().any(|(n, _)| n == c), "{c} is no job column");
+        assert!(!crate::arrow::DERIVED.iter().any(|(n, _)| n == c));
+    }
+}
+
+/// The codec of each column of a job part's first row group.
+fn codecs(dir: &Path, part: &Part) -> BTreeMap<String, Compression> {
+    use parquet::file::reader::{FileReader, SerializedFileReader};
+    let f = std::fs::File::open(dir.join(&part.file)).unwrap();
+    let meta = SerializedFileReader::new(f).unwrap().metadata().clone();
+    let rg = meta.row_group(0);
+    (0..rg.num_columns())
+        .map(|i| {
+            (
+                rg.column(i).column_path().string(),
+                rg.column(i).compression(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn a_large_part_keeps_report_columns_on_snappy_and_the_rest_on_gzip_and_reads_back_exactly() {
+    // 5000 jobs (a part of at least GZIP_MIN_ROWS rows) in one month, one minute apart.
+    let base: Vec<JobRow> = mixed_jobs()
+        .iter()
+        .map(|s| JobRow::of(&summary(s)))
+        .collect();
+    let rows: Vec<JobRow> = (0..5000u64)
+        .map(|i| {
+            let mut r = base[i as usize % base.len()].clone();
+            r.job_id = 100_000 + i as u32;
+            r.end_unix_ms = T0_MS + 3_600_000 + i * 60_000;
+            r.start_unix_ms = r.end_unix_ms - 3_600_000;
+            r
+        })
+        .collect();
+    let fx = fixture();
+    assert_eq!(write_rows_only(&fx.settings, rows.clone()).unwrap(), 5000);
+    let eng = fx.engine();
+    assert_eq!(eng.state.jobs.len(), 1);
+    let c = codecs(&fx.settings.dir, &eng.state.jobs[0]);
+    for hot in FAST_COLUMNS {
+        assert_eq!(c[*hot], Compression::SNAPPY, "{hot}");
+    }
+    for cold in [
+        "name",
+        "mem_peak_bytes",
+        "cpu_user_s",
+        "time_eff_pct",
+        "flag_oom",
+    ] {
+        assert!(
+            matches!(c[cold], Compression::GZIP(_)),
+            "{cold}: {:?}",
+            c[cold]
+        );
+    }
+    // Every column reads back as written (same bits), GZIP ones included.
+    let want = job_batch(&rows).unwrap();
+    let names: Vec<&str> = COLUMNS.iter().map(|(n, _)| *n).collect();
+    let got = eng.scan(&Query::new(Report::Jobs), &names).unwrap();
+    let got = arrow_select::concat::concat_batches(&got[0].schema(), &got).unwrap();
+    assert_eq!(got.num_rows(), rows.len());
+    for (i, name) in names.iter().enumerate() {
+        assert_eq!(
+            got.column(i).as_ref(),
+            want.column(i).as_ref(),
+            "column {name}"
+        );
+    }
+}
+
+#[test]
+fn a_small_part_from_an_update_is_all_snappy() {
+    let fx = fixture();
+    fx.write(&mixed_jobs());
+    fx.index().update(false).unwrap();
+    let eng = fx.engine();
+    let c = codecs(&fx.settings.dir, &eng.state.jobs[0]);
+    assert!(c.contains_key("time_eff_pct"));
+    for (name, codec) in &c {
+        assert_eq!(*codec, Compression::SNAPPY, "{name}");
+    }
+}

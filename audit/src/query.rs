@@ -1,0 +1,386 @@
+//! What an audit asks, independent of the engine that answers it (the Parquet index, PostgreSQL).
+//! Every report's columns, order and rules are defined here, so two engines give the same
+//! [`Table`] for the same [`Query`] (a test compares them).
+//!
+//! Common rules:
+//! - The window selects jobs by their END time: `since_unix_s * 1000 <= end_unix_ms < until_unix_s * 1000`
+//!   (either bound may be absent).
+//! - A filter list that is empty does not filter; otherwise the row's value must equal one of the
+//!   listed values exactly (a null never matches). `nodes`: any of the job's `node_list` entries.
+//!   `gpu = Some(true)`: `alloc_gpus > 0`; `Some(false)`: `alloc_gpus` null or 0.
+//!   `uid`: only that uid's rows (the access rule for a caller outside the admin group).
+//! - Time keys (hour of day, day of week, day, month) are taken from the job's START
+//!   (`start_unix_ms`), shifted by `tz_offset_s` (the caller's local offset, fixed for the query).
+//! - Sums are over the non-null values; a sum with no value is null (never 0). Weighted
+//!   efficiencies are `100 × Σ used ÷ Σ alloc` over the rows that have both figures (null when that
+//!   Σ alloc is 0 or there are none).
+//! - Grouping by `node`: a job counts once on each node of its `node_list`, with its additive
+//!   figures (hours, energy) divided equally among those nodes.
+
+use super::table::{ColType, Column, Table};
+use serde::Serialize;
+
+pub type Result<T> = anyhow::Result<T>;
+
+/// An engine answers queries over the rows it holds.
+pub trait Engine {
+    fn run(&self, q: &Query) -> Result<Table>;
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Window {
+    pub since_unix_s: Option<i64>,
+    pub until_unix_s: Option<i64>,
+}
+
+impl Window {
+    pub fn contains_end_ms(&self, end_unix_ms: i64) -> bool {
+        self.since_unix_s.is_none_or(|s| end_unix_ms >= s * 1000)
+            && self.until_unix_s.is_none_or(|u| end_unix_ms < u * 1000)
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Filters {
+    /// Only this uid's rows: set for every caller outside the admin group.
+    pub uid: Option<u32>,
+    pub users: Vec<String>,
+    pub groups: Vec<String>,
+    pub accounts: Vec<String>,
+    pub partitions: Vec<String>,
+    pub qos: Vec<String>,
+    pub nodes: Vec<String>,
+    /// SLURM state names (`COMPLETED`, `TIMEOUT`, …).
+    pub states: Vec<String>,
+    /// Classes as archived (`cpu_bound`, `gpu_idle`, …).
+    pub classes: Vec<String>,
+    pub min_elapsed_s: Option<f64>,
+    pub gpu: Option<bool>,
+}
+
+impl Filters {
+    /// The filters that keep rows whose text column equals one of the listed values, with that
+    /// column (nodes match inside `node_list`, so they are not among them): one table for every
+    /// engine.
+    pub fn text_columns(&self) -> [(&[String], &'static str); 7] {
+        [
+            (&self.users, "user"),
+            (&self.groups, "group"),
+            (&self.accounts, "account"),
+            (&self.partitions, "partition"),
+            (&self.qos, "qos"),
+            (&self.states, "state"),
+            (&self.classes, "class"),
+        ]
+    }
+}
+
+/// A grouping key. The output column is [`GroupKey::column`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GroupKey {
+    Cluster,
+    User,
+    Group,
+    Account,
+    Partition,
+    Qos,
+    Node,
+    State,
+    Class,
+    /// 0–23 (Int).
+    HourOfDay,
+    /// ISO: 1 = Monday … 7 = Sunday (Int).
+    DayOfWeek,
+    /// `YYYY-MM-DD` (Text).
+    Day,
+    /// `YYYY-MM` (Text).
+    Month,
+}
+
+impl GroupKey {
+    pub const ALL: [GroupKey; 13] = [
+        GroupKey::Cluster,
+        GroupKey::User,
+        GroupKey::Group,
+        GroupKey::Account,
+        GroupKey::Partition,
+        GroupKey::Qos,
+        GroupKey::Node,
+        GroupKey::State,
+        GroupKey::Class,
+        GroupKey::HourOfDay,
+        GroupKey::DayOfWeek,
+        GroupKey::Day,
+        GroupKey::Month,
+    ];
+
+    /// The output column's name (also the name on the command line).
+    pub fn column(self) -> &'static str {
+        match self {
+            GroupKey::Cluster => "cluster",
+            GroupKey::User => "user",
+            GroupKey::Group => "group",
+            GroupKey::Account => "account",
+            GroupKey::Partition => "partition",
+            GroupKey::Qos => "qos",
+            GroupKey::Node => "node",
+            GroupKey::State => "state",
+            GroupKey::Class => "class",
+            GroupKey::HourOfDay => "hour_of_day",
+            GroupKey::DayOfWeek => "day_of_week",
+            GroupKey::Day => "day",
+            GroupKey::Month => "month",
+        }
+    }
+
+    pub fn kind(self) -> ColType {
+        match self {
+            GroupKey::HourOfDay | GroupKey::DayOfWeek => ColType::Int,
+            _ => ColType::Text,
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<GroupKey> {
+        let s = s.trim().replace('-', "_");
+        let s = match s.as_str() {
+            "hour" => "hour_of_day",
+            "weekday" | "dow" => "day_of_week",
+            other => other,
+        };
+        GroupKey::ALL.into_iter().find(|k| k.column() == s)
+    }
+}
+
+/// Which wasted resource ranks the top wasters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WasteMetric {
+    CoreHours,
+    MemGbHours,
+    GpuHours,
+}
+
+impl WasteMetric {
+    /// The usage column it ranks by (descending).
+    pub fn wasted_column(self) -> &'static str {
+        match self {
+            WasteMetric::CoreHours => "core_hours_wasted",
+            WasteMetric::MemGbHours => "mem_gb_hours_wasted",
+            WasteMetric::GpuHours => "gpu_hours_wasted",
+        }
+    }
+}
+
+/// The reports. Output columns are given by [`Query::columns`]; the order of rows is below.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Report {
+    /// Group keys, then [`USAGE_COLUMNS`]. One row per group, ordered by the keys ascending (null
+    /// first). Without keys: exactly one row (jobs 0 and nulls when nothing matched).
+    Usage,
+    /// The usage rows (grouped by the query's keys; `user` when it has none), ordered by `metric`'s
+    /// wasted column descending (null last), ties by the keys ascending, at most `n` rows.
+    TopWasters { metric: WasteMetric, n: usize },
+    /// Jobs with GPUs of which at least one was idle or never used (`gpus_idle > 0` or
+    /// `gpus_never_used > 0`): [`JOB_COLUMNS`] then `gpus_idle`, `gpus_never_used`,
+    /// `gpu_util_mean_pct`; ordered by `gpu_hours_wasted` descending (null last), then
+    /// `end_unix_ms`, `job_id` ascending; at most `limit` rows (query's).
+    GpuIdle,
+    /// Jobs without GPUs (`alloc_gpus` null or 0) in a partition where at least one job in the
+    /// window had GPUs. [`JOB_COLUMNS`] then `partition_busy_pct` (Float) and `busy` (Bool).
+    /// `partition_busy_pct`: the cores allocated in that partition at the job's start instant
+    /// (Σ `alloc_cores` of the window's jobs of the partition with `start_unix_ms <= t < end_unix_ms`,
+    /// the job itself included) ÷ the largest such sum at any job start in that partition and
+    /// window (the partition's observed capacity) × 100. `busy`: `partition_busy_pct >= busy_pct`.
+    /// Ordered by `core_hours_alloc` descending (null last), then `end_unix_ms`, `job_id`.
+    CpuOnlyOnGpu { busy_pct: f64 },
+    /// Allocated core-hours by hour of week: columns `day_of_week` (Int 1–7) then `h00`…`h23`
+    /// (Float). Each job's `alloc_cores` × the part of [start, end) inside each local hour.
+    /// Always 7 rows, Monday first; an hour with nothing is 0.0 (a measured nothing, not unknown).
+    Heatmap,
+    /// Like `sacct`: [`JOB_COLUMNS`], ordered by `end_unix_ms`, then `job_id` ascending; at most
+    /// `limit` rows (the first ones in that order).
+    Jobs,
+}
+
+/// Usage/waste figures per group (after the group keys).
+pub const USAGE_COLUMNS: &[(&str, ColType)] = &[
+    ("jobs", ColType::Int),
+    ("core_hours_alloc", ColType::Float),
+    ("core_hours_used", ColType::Float),
+    ("core_hours_wasted", ColType::Float),
+    ("cpu_eff_pct", ColType::Float),
+    ("mem_gb_hours_alloc", ColType::Float),
+    ("mem_gb_hours_used", ColType::Float),
+    ("mem_gb_hours_wasted", ColType::Float),
+    ("mem_eff_pct", ColType::Float),
+    ("gpu_hours_alloc", ColType::Float),
+    ("gpu_hours_used", ColType::Float),
+    ("gpu_hours_wasted", ColType::Float),
+    ("gpu_eff_pct", ColType::Float),
+    ("gpu_energy_kwh", ColType::Float),
+];
+
+/// A job's line in the job reports: the row's own values under the same names
+/// (`start_unix_s`/`end_unix_s` are the ms figures ÷ 1000, truncated).
+pub const JOB_COLUMNS: &[(&str, ColType)] = &[
+    ("cluster", ColType::Text),
+    ("job_id", ColType::Int),
+    ("array_job_id", ColType::Int),
+    ("array_task_id", ColType::Int),
+    ("user", ColType::Text),
+    ("account", ColType::Text),
+    ("partition", ColType::Text),
+    ("state", ColType::Text),
+    ("start_unix_s", ColType::Int),
+    ("end_unix_s", ColType::Int),
+    ("elapsed_s", ColType::Float),
+    ("node_count", ColType::Int),
+    ("alloc_cores", ColType::Int),
+    ("alloc_gpus", ColType::Int),
+    ("cpu_eff_pct", ColType::Float),
+    ("mem_peak_bytes", ColType::Int),
+    ("mem_eff_pct", ColType::Float),
+    ("core_hours_alloc", ColType::Float),
+    ("core_hours_wasted", ColType::Float),
+    ("gpu_hours_wasted", ColType::Float),
+    ("class", ColType::Text),
+];
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Query {
+    pub window: Window,
+    pub filters: Filters,
+    pub group_by: Vec<GroupKey>,
+    pub report: Report,
+    /// Most rows for the job reports (`None`: all).
+    pub limit: Option<usize>,
+    /// The local offset from UTC for time keys and the heat map, seconds east.
+    pub tz_offset_s: i32,
+}
+
+impl Query {
+    pub fn new(report: Report) -> Query {
+        Query {
+            window: Window::default(),
+            filters: Filters::default(),
+            group_by: Vec::new(),
+            report,
+            limit: None,
+            tz_offset_s: 0,
+        }
+    }
+
+    /// The grouping keys the report uses (top wasters default to `user`).
+    pub fn keys(&self) -> Vec<GroupKey> {
+        match self.report {
+            Report::TopWasters { .. } if self.group_by.is_empty() => vec![GroupKey::User],
+            Report::Usage | Report::TopWasters { .. } => self.group_by.clone(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// The answer's columns: what every engine must return, in this order.
+    pub fn columns(&self) -> Vec<Column> {
+        let cols = |list: &[(&str, ColType)]| {
+            list.iter()
+                .map(|(n, k)| Column::new(n, *k))
+                .collect::<Vec<_>>()
+        };
+        match &self.report {
+            Report::Usage | Report::TopWasters { .. } => {
+                let mut c: Vec<Column> = self
+                    .keys()
+                    .into_iter()
+                    .map(|k| Column::new(k.column(), k.kind()))
+                    .collect();
+                c.extend(cols(USAGE_COLUMNS));
+                c
+            }
+            Report::GpuIdle => {
+                let mut c = cols(JOB_COLUMNS);
+                c.push(Column::new("gpus_idle", ColType::Int));
+                c.push(Column::new("gpus_never_used", ColType::Int));
+                c.push(Column::new("gpu_util_mean_pct", ColType::Float));
+                c
+            }
+            Report::CpuOnlyOnGpu { .. } => {
+                let mut c = cols(JOB_COLUMNS);
+                c.push(Column::new("partition_busy_pct", ColType::Float));
+                c.push(Column::new("busy", ColType::Bool));
+                c
+            }
+            Report::Heatmap => {
+                let mut c = vec![Column::new("day_of_week", ColType::Int)];
+                c.extend((0..24).map(|h| Column::new(&format!("h{h:02}"), ColType::Float)));
+                c
+            }
+            Report::Jobs => cols(JOB_COLUMNS),
+        }
+    }
+
+    pub fn empty_table(&self) -> Table {
+        Table::new(self.columns())
+    }
+}
+
+pub use jobscope_sampler::time::civil_from_days;
+
+/// The time keys of an instant (ms since the epoch, already shifted to local time):
+/// (hour 0–23, ISO weekday 1–7, `YYYY-MM-DD`, `YYYY-MM`).
+pub fn time_keys(local_ms: i64) -> (i64, i64, String, String) {
+    let s = local_ms.div_euclid(1000);
+    let days = s.div_euclid(86_400);
+    let hour = s.rem_euclid(86_400) / 3600;
+    // 1970-01-01 was a Thursday (ISO 4).
+    let dow = (days + 3).rem_euclid(7) + 1;
+    let (y, m, d) = civil_from_days(days);
+    (
+        hour,
+        dow,
+        format!("{y:04}-{m:02}-{d:02}"),
+        format!("{y:04}-{m:02}"),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn time_keys_of_known_instants() {
+        // 2024-02-29 13:05:00 UTC was a Thursday (leap day).
+        assert_eq!(
+            time_keys(1_709_211_900_000),
+            (13, 4, "2024-02-29".into(), "2024-02".into())
+        );
+        // 1969-12-31 23:59:59 UTC, a Wednesday.
+        assert_eq!(
+            time_keys(-1000),
+            (23, 3, "1969-12-31".into(), "1969-12".into())
+        );
+    }
+
+    #[test]
+    fn window_is_half_open_on_end_time() {
+        let w = Window {
+            since_unix_s: Some(100),
+            until_unix_s: Some(200),
+        };
+        assert!(!w.contains_end_ms(99_999));
+        assert!(w.contains_end_ms(100_000));
+        assert!(w.contains_end_ms(199_999));
+        assert!(!w.contains_end_ms(200_000));
+    }
+
+    #[test]
+    fn group_keys_parse_from_their_column_names_and_aliases() {
+        for k in GroupKey::ALL {
+            assert_eq!(GroupKey::parse(k.column()), Some(k));
+        }
+        assert_eq!(GroupKey::parse("hour"), Some(GroupKey::HourOfDay));
+        assert_eq!(GroupKey::parse("day-of-week"), Some(GroupKey::DayOfWeek));
+        assert_eq!(GroupKey::parse("jobid"), None);
+    }
+}

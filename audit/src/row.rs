@@ -1,0 +1,612 @@
+//! The flat row: one per archived job, the unit every audit engine works on (the Parquet index,
+//! PostgreSQL). Built from a [`JobSummary`] by one pure function, [`JobRow::of`], so every engine
+//! sees the same figures; the archive's JSON stays the truth and a row can always be rebuilt.
+//!
+//! Units are in the names. A figure the summary does not have is `None` (written as a null), never 0.
+//! [`COLUMNS`] lists the columns in order with their types; [`JobRow::values`] gives one row's values
+//! in that order (what a SQL sink binds).
+
+use super::table::{ColType, Value};
+use jobscope_sampler::summary::analysis::{FindingKind, JobClass, Verdict};
+use jobscope_sampler::summary::JobSummary;
+
+/// Hours in a second, for the core-/GB-/GPU-hour figures.
+const H: f64 = 1.0 / 3600.0;
+const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
+
+/// One job, flat. Field order = [`COLUMNS`] order.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct JobRow {
+    // Identity (the archive's key: cluster, job_id, scheduler_start_unix_s).
+    pub cluster: Option<String>,
+    pub job_id: u32,
+    pub array_job_id: Option<u32>,
+    pub array_task_id: Option<u32>,
+    pub scheduler_start_unix_s: Option<u64>,
+    pub name: Option<String>,
+    /// SHA-256 of the batch script, lower-case hex; `None` for jobs without one (`srun`, `salloc`),
+    /// when it could not be read, and in documents archived before it was recorded.
+    pub script_sha256: Option<String>,
+    pub user: Option<String>,
+    pub uid: Option<u32>,
+    pub group: Option<String>,
+    pub gid: Option<u32>,
+    pub account: Option<String>,
+    pub partition: Option<String>,
+    /// `None` when SLURM named none (a cluster without accounting) or the document predates it.
+    pub qos: Option<String>,
+    pub node_count: u32,
+    /// The nodes of the allocation (reported and missing), sorted, comma-separated.
+    pub node_list: String,
+    /// `None` when SLURM gave none or the document predates it.
+    pub submit_unix_s: Option<u64>,
+    pub start_unix_ms: u64,
+    pub end_unix_ms: u64,
+    pub elapsed_s: f64,
+    /// SLURM's state name (`COMPLETED`, `FAILED`, `TIMEOUT`, …).
+    pub state: String,
+    pub exit_code: Option<i32>,
+    pub alloc_cores: Option<u32>,
+    pub alloc_mem_per_node_bytes: Option<u64>,
+    /// GPUs of the allocation: those measured, else the count in SLURM's GPU list.
+    pub alloc_gpus: Option<u32>,
+    pub time_limit_s: Option<u64>,
+    pub cpu_usage_s: Option<f64>,
+    pub cpu_user_s: Option<f64>,
+    pub cpu_system_s: Option<f64>,
+    pub mem_peak_bytes: Option<u64>,
+    pub mem_rss_peak_bytes: Option<u64>,
+    pub io_read_bytes: Option<u64>,
+    pub io_write_bytes: Option<u64>,
+    /// Mean over the job's GPUs of each GPU's mean utilization (GPUs with a figure).
+    pub gpu_util_mean_pct: Option<f64>,
+    pub gpu_mem_peak_bytes: Option<u64>,
+    pub gpu_energy_kwh: Option<f64>,
+    /// GPUs that were idle or never used (the analysis' count).
+    pub gpus_idle: Option<u32>,
+    pub gpus_never_used: Option<u32>,
+    pub core_hours_alloc: Option<f64>,
+    pub core_hours_used: Option<f64>,
+    pub core_hours_wasted: Option<f64>,
+    pub mem_gb_hours_alloc: Option<f64>,
+    /// Per-node peak × elapsed, summed over nodes (what the job needed to hold).
+    pub mem_gb_hours_used: Option<f64>,
+    pub mem_gb_hours_wasted: Option<f64>,
+    pub gpu_hours_alloc: Option<f64>,
+    pub gpu_hours_used: Option<f64>,
+    pub gpu_hours_wasted: Option<f64>,
+    pub cpu_eff_pct: Option<f64>,
+    pub mem_eff_pct: Option<f64>,
+    pub time_eff_pct: Option<f64>,
+    /// The analysis' class (`cpu_bound`, `gpu_idle`, …); `None` without an analysis.
+    pub class: Option<String>,
+    /// The scalability verdict (`serial`, `parallel`, …); `None` without one.
+    pub verdict: Option<String>,
+    pub flag_oom: bool,
+    pub flag_near_oom: bool,
+    pub flag_timeout: bool,
+    pub flag_mem_leak: bool,
+    pub flag_idle: bool,
+    pub flag_stalled: bool,
+    pub flag_gpu_finding: bool,
+    /// Some data is missing: figures are lower bounds.
+    pub partial: bool,
+    pub samples: u64,
+}
+
+/// Column names and types, in [`JobRow`] field order. Names are the Parquet and SQL column names.
+pub const COLUMNS: &[(&str, ColType)] = &[
+    ("cluster", ColType::Text),
+    ("job_id", ColType::Int),
+    ("array_job_id", ColType::Int),
+    ("array_task_id", ColType::Int),
+    ("scheduler_start_unix_s", ColType::Int),
+    ("name", ColType::Text),
+    ("script_sha256", ColType::Text),
+    ("user", ColType::Text),
+    ("uid", ColType::Int),
+    ("group", ColType::Text),
+    ("gid", ColType::Int),
+    ("account", ColType::Text),
+    ("partition", ColType::Text),
+    ("qos", ColType::Text),
+    ("node_count", ColType::Int),
+    ("node_list", ColType::Text),
+    ("submit_unix_s", ColType::Int),
+    ("start_unix_ms", ColType::Int),
+    ("end_unix_ms", ColType::Int),
+    ("elapsed_s", ColType::Float),
+    ("state", ColType::Text),
+    ("exit_code", ColType::Int),
+    ("alloc_cores", ColType::Int),
+    ("alloc_mem_per_node_bytes", ColType::Int),
+    ("alloc_gpus", ColType::Int),
+    ("time_limit_s", ColType::Int),
+    ("cpu_usage_s", ColType::Float),
+    ("cpu_user_s", ColType::Float),
+    ("cpu_system_s", ColType::Float),
+    ("mem_peak_bytes", ColType::Int),
+    ("mem_rss_peak_bytes", ColType::Int),
+    ("io_read_bytes", ColType::Int),
+    ("io_write_bytes", ColType::Int),
+    ("gpu_util_mean_pct", ColType::Float),
+    ("gpu_mem_peak_bytes", ColType::Int),
+    ("gpu_energy_kwh", ColType::Float),
+    ("gpus_idle", ColType::Int),
+    ("gpus_never_used", ColType::Int),
+    ("core_hours_alloc", ColType::Float),
+    ("core_hours_used", ColType::Float),
+    ("core_hours_wasted", ColType::Float),
+    ("mem_gb_hours_alloc", ColType::Float),
+    ("mem_gb_hours_used", ColType::Float),
+    ("mem_gb_hours_wasted", ColType::Float),
+    ("gpu_hours_alloc", ColType::Float),
+    ("gpu_hours_used", ColType::Float),
+    ("gpu_hours_wasted", ColType::Float),
+    ("cpu_eff_pct", ColType::Float),
+    ("mem_eff_pct", ColType::Float),
+    ("time_eff_pct", ColType::Float),
+    ("class", ColType::Text),
+    ("verdict", ColType::Text),
+    ("flag_oom", ColType::Bool),
+    ("flag_near_oom", ColType::Bool),
+    ("flag_timeout", ColType::Bool),
+    ("flag_mem_leak", ColType::Bool),
+    ("flag_idle", ColType::Bool),
+    ("flag_stalled", ColType::Bool),
+    ("flag_gpu_finding", ColType::Bool),
+    ("partial", ColType::Bool),
+    ("samples", ColType::Int),
+];
+
+/// The snake_case name serde gives an analysis enum (the archive's own spelling).
+fn serde_name<T: serde::Serialize>(v: &T) -> Option<String> {
+    match serde_json::to_value(v) {
+        Ok(serde_json::Value::String(s)) => Some(s),
+        _ => None,
+    }
+}
+
+fn sub(a: Option<f64>, b: Option<f64>) -> Option<f64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some((a - b).max(0.0)),
+        _ => None,
+    }
+}
+
+impl JobRow {
+    /// The row of one archived job. Pure. Waste figures are recomputed from the summary's own
+    /// figures (the same rules as `jobscope_sampler::summary::analysis::waste`), so a document whose
+    /// analysis was not kept (a version-1 upgrade) still has them; class, verdict and flags come
+    /// from the stored analysis and are `None`/false without one.
+    pub fn of(s: &JobSummary) -> JobRow {
+        let h = s.elapsed_s * H;
+        let nodes = s.alloc.nodes.max(1) as f64;
+        let gpus: Vec<&jobscope_sampler::gpu::summary::GpuSummary> =
+            s.nodes.iter().flat_map(|n| n.gpus.iter()).collect();
+
+        let core_hours_alloc = s.alloc.cores.map(|c| c as f64 * h);
+        let core_hours_used = s.cpu.usage_s.map(|c| c * H);
+        let mem_gb_hours_alloc = s
+            .alloc
+            .mem_per_node_bytes
+            .map(|m| m as f64 / GIB * nodes * h);
+        let peaks: Vec<u64> = s.nodes.iter().filter_map(|n| n.mem.peak_bytes).collect();
+        let mem_gb_hours_used =
+            (!peaks.is_empty()).then(|| peaks.iter().map(|&p| p as f64 / GIB).sum::<f64>() * h);
+
+        let (gpu_hours_alloc, gpu_hours_wasted) = if gpus.is_empty() {
+            (None, None)
+        } else {
+            let wasted: Vec<f64> = gpus.iter().filter_map(|g| g.gpu_hours_wasted).collect();
+            (
+                Some(gpus.iter().map(|g| g.gpu_hours_allocated).sum::<f64>()),
+                (!wasted.is_empty()).then(|| wasted.iter().sum()),
+            )
+        };
+        let utils: Vec<f64> = gpus.iter().filter_map(|g| g.util_mean_pct).collect();
+        let energies: Vec<f64> = gpus.iter().filter_map(|g| g.energy_kwh).collect();
+        let slurm_gpus = s
+            .alloc
+            .gpus
+            .as_deref()
+            .map(|l| l.split(',').filter(|x| !x.trim().is_empty()).count() as u32)
+            .filter(|&n| n > 0);
+
+        let mut node_list: Vec<&str> = s
+            .nodes
+            .iter()
+            .map(|n| n.node.as_str())
+            .chain(s.missing_nodes.iter().map(String::as_str))
+            .collect();
+        node_list.sort_unstable();
+        node_list.dedup();
+
+        let a = s.analysis.as_ref();
+        let has = |f: &dyn Fn(&FindingKind) -> bool| {
+            a.is_some_and(|a| a.anomalies.iter().any(|x| f(&x.what)))
+        };
+        JobRow {
+            cluster: s.cluster.clone(),
+            job_id: s.job_id,
+            array_job_id: s.array_job_id,
+            array_task_id: s.array_task_id,
+            scheduler_start_unix_s: s.scheduler_start_unix_s,
+            name: s.name.clone(),
+            script_sha256: s.script_sha256.clone(),
+            user: s.user.clone(),
+            uid: s.uid,
+            group: s.group.clone(),
+            gid: s.gid,
+            account: s.account.clone(),
+            partition: s.partition.clone(),
+            qos: s.qos.clone(),
+            node_count: s.alloc.nodes,
+            node_list: node_list.join(","),
+            submit_unix_s: s.submit_unix_s,
+            start_unix_ms: s.start_unix_ms,
+            end_unix_ms: s.end_unix_ms,
+            elapsed_s: s.elapsed_s,
+            state: s.state.as_str().to_string(),
+            exit_code: s.exit_code,
+            alloc_cores: s.alloc.cores,
+            alloc_mem_per_node_bytes: s.alloc.mem_per_node_bytes,
+            alloc_gpus: if gpus.is_empty() {
+                slurm_gpus
+            } else {
+                Some(gpus.len() as u32)
+            },
+            time_limit_s: s.alloc.time_limit_s,
+            cpu_usage_s: s.cpu.usage_s,
+            cpu_user_s: s.cpu.user_s,
+            cpu_system_s: s.cpu.system_s,
+            mem_peak_bytes: s.mem.peak_bytes,
+            mem_rss_peak_bytes: s.mem.rss_peak_bytes,
+            io_read_bytes: s.io.read_bytes,
+            io_write_bytes: s.io.write_bytes,
+            gpu_util_mean_pct: (!utils.is_empty())
+                .then(|| utils.iter().sum::<f64>() / utils.len() as f64),
+            gpu_mem_peak_bytes: gpus.iter().filter_map(|g| g.mem_peak_bytes).max(),
+            gpu_energy_kwh: (!energies.is_empty()).then(|| energies.iter().sum()),
+            gpus_idle: a
+                .filter(|_| !gpus.is_empty())
+                .map(|a| a.classification.evidence.gpus_idle),
+            gpus_never_used: (!gpus.is_empty())
+                .then(|| gpus.iter().filter(|g| g.never_used).count() as u32),
+            core_hours_alloc,
+            core_hours_used,
+            core_hours_wasted: sub(core_hours_alloc, core_hours_used),
+            mem_gb_hours_alloc,
+            mem_gb_hours_used,
+            mem_gb_hours_wasted: sub(mem_gb_hours_alloc, mem_gb_hours_used),
+            gpu_hours_alloc,
+            gpu_hours_used: sub(gpu_hours_alloc, gpu_hours_wasted),
+            gpu_hours_wasted,
+            cpu_eff_pct: s.efficiency.cpu_pct,
+            mem_eff_pct: s.efficiency.mem_pct,
+            time_eff_pct: s.efficiency.time_pct,
+            class: a.and_then(|a| serde_name::<JobClass>(&a.classification.class)),
+            verdict: a
+                .and_then(|a| a.scalability.as_ref())
+                .and_then(|sc| serde_name::<Verdict>(&sc.verdict)),
+            flag_oom: has(&|f| matches!(f, FindingKind::Oom { .. })),
+            flag_near_oom: has(&|f| matches!(f, FindingKind::NearOom { .. })),
+            flag_timeout: has(&|f| matches!(f, FindingKind::Timeout { .. })),
+            flag_mem_leak: has(&|f| matches!(f, FindingKind::MemoryLeak { .. })),
+            flag_idle: has(&|f| {
+                matches!(
+                    f,
+                    FindingKind::IdlePhase { .. } | FindingKind::BusyThenIdle { .. }
+                )
+            }),
+            flag_stalled: has(&|f| matches!(f, FindingKind::Stalled { .. })),
+            flag_gpu_finding: has(&|f| matches!(f, FindingKind::Gpu { .. })),
+            partial: s.partial,
+            samples: s.samples,
+        }
+    }
+
+    /// This row's values in [`COLUMNS`] order (what a SQL sink binds, what tests compare).
+    pub fn values(&self) -> Vec<Value> {
+        use Value as V;
+        let t = |x: &Option<String>| x.clone().map_or(V::Null, V::Text);
+        let i = |x: Option<i64>| x.map_or(V::Null, V::Int);
+        let f = |x: Option<f64>| x.map_or(V::Null, V::Float);
+        vec![
+            t(&self.cluster),
+            V::Int(self.job_id.into()),
+            i(self.array_job_id.map(i64::from)),
+            i(self.array_task_id.map(i64::from)),
+            i(self.scheduler_start_unix_s.map(|x| x as i64)),
+            t(&self.name),
+            t(&self.script_sha256),
+            t(&self.user),
+            i(self.uid.map(i64::from)),
+            t(&self.group),
+            i(self.gid.map(i64::from)),
+            t(&self.account),
+            t(&self.partition),
+            t(&self.qos),
+            V::Int(self.node_count.into()),
+            V::Text(self.node_list.clone()),
+            i(self.submit_unix_s.map(|x| x as i64)),
+            V::Int(self.start_unix_ms as i64),
+            V::Int(self.end_unix_ms as i64),
+            V::Float(self.elapsed_s),
+            V::Text(self.state.clone()),
+            i(self.exit_code.map(i64::from)),
+            i(self.alloc_cores.map(i64::from)),
+            i(self.alloc_mem_per_node_bytes.map(|x| x as i64)),
+            i(self.alloc_gpus.map(i64::from)),
+            i(self.time_limit_s.map(|x| x as i64)),
+            f(self.cpu_usage_s),
+            f(self.cpu_user_s),
+            f(self.cpu_system_s),
+            i(self.mem_peak_bytes.map(|x| x as i64)),
+            i(self.mem_rss_peak_bytes.map(|x| x as i64)),
+            i(self.io_read_bytes.map(|x| x as i64)),
+            i(self.io_write_bytes.map(|x| x as i64)),
+            f(self.gpu_util_mean_pct),
+            i(self.gpu_mem_peak_bytes.map(|x| x as i64)),
+            f(self.gpu_energy_kwh),
+            i(self.gpus_idle.map(i64::from)),
+            i(self.gpus_never_used.map(i64::from)),
+            f(self.core_hours_alloc),
+            f(self.core_hours_used),
+            f(self.core_hours_wasted),
+            f(self.mem_gb_hours_alloc),
+            f(self.mem_gb_hours_used),
+            f(self.mem_gb_hours_wasted),
+            f(self.gpu_hours_alloc),
+            f(self.gpu_hours_used),
+            f(self.gpu_hours_wasted),
+            f(self.cpu_eff_pct),
+            f(self.mem_eff_pct),
+            f(self.time_eff_pct),
+            t(&self.class),
+            t(&self.verdict),
+            V::Bool(self.flag_oom),
+            V::Bool(self.flag_near_oom),
+            V::Bool(self.flag_timeout),
+            V::Bool(self.flag_mem_leak),
+            V::Bool(self.flag_idle),
+            V::Bool(self.flag_stalled),
+            V::Bool(self.flag_gpu_finding),
+            V::Bool(self.partial),
+            V::Int(self.samples as i64),
+        ]
+    }
+}
+
+/// One node of one job (the per-node table): the job's key plus this node's own figures.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct NodeRow {
+    pub cluster: Option<String>,
+    pub job_id: u32,
+    pub scheduler_start_unix_s: Option<u64>,
+    pub uid: Option<u32>,
+    pub partition: Option<String>,
+    pub node: String,
+    pub start_unix_ms: u64,
+    pub end_unix_ms: u64,
+    pub alloc_cores: Option<u32>,
+    pub alloc_mem_bytes: Option<u64>,
+    pub cpu_usage_s: Option<f64>,
+    pub mem_peak_bytes: Option<u64>,
+    pub cpu_eff_pct: Option<f64>,
+    pub gpus: u32,
+    pub gpu_util_mean_pct: Option<f64>,
+    pub gpu_energy_kwh: Option<f64>,
+    pub samples: u64,
+}
+
+pub const NODE_COLUMNS: &[(&str, ColType)] = &[
+    ("cluster", ColType::Text),
+    ("job_id", ColType::Int),
+    ("scheduler_start_unix_s", ColType::Int),
+    ("uid", ColType::Int),
+    ("partition", ColType::Text),
+    ("node", ColType::Text),
+    ("start_unix_ms", ColType::Int),
+    ("end_unix_ms", ColType::Int),
+    ("alloc_cores", ColType::Int),
+    ("alloc_mem_bytes", ColType::Int),
+    ("cpu_usage_s", ColType::Float),
+    ("mem_peak_bytes", ColType::Int),
+    ("cpu_eff_pct", ColType::Float),
+    ("gpus", ColType::Int),
+    ("gpu_util_mean_pct", ColType::Float),
+    ("gpu_energy_kwh", ColType::Float),
+    ("samples", ColType::Int),
+];
+
+impl NodeRow {
+    /// The job's nodes that reported (a missing node has no figures of its own; the job row names it).
+    pub fn of(s: &JobSummary) -> Vec<NodeRow> {
+        s.nodes
+            .iter()
+            .map(|n| {
+                let utils: Vec<f64> = n.gpus.iter().filter_map(|g| g.util_mean_pct).collect();
+                let energies: Vec<f64> = n.gpus.iter().filter_map(|g| g.energy_kwh).collect();
+                NodeRow {
+                    cluster: s.cluster.clone(),
+                    job_id: s.job_id,
+                    scheduler_start_unix_s: s.scheduler_start_unix_s,
+                    uid: s.uid,
+                    partition: s.partition.clone(),
+                    node: n.node.clone(),
+                    start_unix_ms: n.start_unix_ms,
+                    end_unix_ms: n.end_unix_ms,
+                    alloc_cores: n.alloc_cores,
+                    alloc_mem_bytes: n.alloc_mem_bytes,
+                    cpu_usage_s: n.cpu.usage_s,
+                    mem_peak_bytes: n.mem.peak_bytes,
+                    cpu_eff_pct: n.cpu_efficiency_pct,
+                    gpus: n.gpus.len() as u32,
+                    gpu_util_mean_pct: (!utils.is_empty())
+                        .then(|| utils.iter().sum::<f64>() / utils.len() as f64),
+                    gpu_energy_kwh: (!energies.is_empty()).then(|| energies.iter().sum()),
+                    samples: n.quality.samples,
+                }
+            })
+            .collect()
+    }
+}
+
+impl NodeRow {
+    /// This row's values in [`NODE_COLUMNS`] order.
+    pub fn values(&self) -> Vec<Value> {
+        use Value as V;
+        let t = |x: &Option<String>| x.clone().map_or(V::Null, V::Text);
+        let i = |x: Option<i64>| x.map_or(V::Null, V::Int);
+        let f = |x: Option<f64>| x.map_or(V::Null, V::Float);
+        vec![
+            t(&self.cluster),
+            V::Int(self.job_id.into()),
+            i(self.scheduler_start_unix_s.map(|x| x as i64)),
+            i(self.uid.map(i64::from)),
+            t(&self.partition),
+            V::Text(self.node.clone()),
+            V::Int(self.start_unix_ms as i64),
+            V::Int(self.end_unix_ms as i64),
+            i(self.alloc_cores.map(i64::from)),
+            i(self.alloc_mem_bytes.map(|x| x as i64)),
+            f(self.cpu_usage_s),
+            i(self.mem_peak_bytes.map(|x| x as i64)),
+            f(self.cpu_eff_pct),
+            V::Int(self.gpus.into()),
+            f(self.gpu_util_mean_pct),
+            f(self.gpu_energy_kwh),
+            V::Int(self.samples as i64),
+        ]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use jobscope_report::pipeline::{self, NodeEnd};
+    use jobscope_report::slurm::{decide_end, v22_05::parse_squeue_json, EpilogEnv};
+    use jobscope_sampler::job::JobFacts;
+    use jobscope_sampler::summary::NodeSummary;
+    use std::path::Path;
+
+    /// The recorded serial job (`report/testdata/recorded/serial`): SLURM's facts and its node
+    /// summary, as the Epilog makes them.
+    fn recorded_serial() -> (JobFacts, NodeSummary) {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../report/testdata/recorded/serial");
+        let squeue = std::fs::read_to_string(dir.join("squeue.json")).unwrap();
+        let facts = parse_squeue_json(&squeue, 64).unwrap();
+        let node = pipeline::node(
+            &pipeline::read_node_dir(&dir.join("node-vm")),
+            "vm",
+            64,
+            NodeEnd::LastRecord { fallback_ms: 0 },
+            facts.uid,
+            &jobscope_sampler::config::Config::default(),
+        )
+        .summary;
+        (facts, node)
+    }
+
+    /// The recorded serial job (`report/testdata/recorded/serial`: its real spool and its real
+    /// `squeue --json` record, submit_time 1795308207 and qos "") built as the Epilog builds it,
+    /// archived as JSON and read back: the row carries the submit time, the QOS and the script hash
+    /// the summary holds; a document written before they were recorded reads back with none.
+    #[test]
+    fn qos_submit_time_and_script_hash_reach_the_row_through_the_archived_json() {
+        let (mut facts, mut node) = recorded_serial();
+        assert_eq!(facts.qos, None, "the test cluster has no accounting");
+        // A cluster with accounting names a QOS (v22_05's tests parse it from scontrol's record).
+        facts.qos = Some("high".into());
+        let cfg = jobscope_sampler::config::Config::default();
+        let hex = "2c26b46b68ffc68ff99b453c1d30413413422d706483bfa0f98a5e886266e7ae";
+        node.script_sha256 = Some(hex.into());
+        let env = EpilogEnv {
+            job_id: 64,
+            node: "vm".into(),
+            ..Default::default()
+        };
+        let facts = env.facts_with(Some(facts));
+        let s = pipeline::job(&facts, vec![node], &["vm".into()], &cfg, "t", &decide_end);
+        let json = serde_json::to_value(&s).unwrap();
+        let back: JobSummary = serde_json::from_value(json.clone()).unwrap();
+        let row = JobRow::of(&back);
+        assert_eq!(row.qos.as_deref(), Some("high"));
+        assert_eq!(row.submit_unix_s, Some(1_795_308_207));
+        assert_eq!(row.script_sha256.as_deref(), Some(hex));
+        let at = |name: &str| COLUMNS.iter().position(|c| c.0 == name).unwrap();
+        let v = row.values();
+        assert_eq!(v[at("qos")], Value::Text("high".into()));
+        assert_eq!(v[at("submit_unix_s")], Value::Int(1_795_308_207));
+        assert_eq!(v[at("script_sha256")], Value::Text(hex.into()));
+
+        let mut old = json;
+        for k in ["qos", "submit_unix_s", "script_sha256"] {
+            assert!(old.as_object_mut().unwrap().remove(k).is_some(), "{k}");
+        }
+        for n in old["nodes"].as_array_mut().unwrap() {
+            n.as_object_mut().unwrap().remove("script_sha256");
+        }
+        let row = JobRow::of(&serde_json::from_value::<JobSummary>(old).unwrap());
+        assert_eq!(
+            (row.qos, row.submit_unix_s, row.script_sha256),
+            (None, None, None)
+        );
+    }
+
+    /// `--qos` and `--by qos` over rows that carry a QOS: the recorded job archived three times
+    /// with QOS `high`, `normal` and none (as a cluster without accounting has it).
+    #[test]
+    fn the_qos_filter_and_grouping_see_the_rows_qos() {
+        use crate::eval::MemEngine;
+        use crate::query::{Engine, GroupKey, Query, Report};
+        let (facts, node) = recorded_serial();
+        let cfg = jobscope_sampler::config::Config::default();
+        let rows: Vec<JobRow> = [Some("high"), Some("normal"), None, Some("high")]
+            .iter()
+            .enumerate()
+            .map(|(i, q)| {
+                let mut f = facts.clone();
+                f.job_id = 100 + i as u32;
+                f.qos = q.map(str::to_string);
+                let s = pipeline::job(
+                    &f,
+                    vec![node.clone()],
+                    &["vm".into()],
+                    &cfg,
+                    "t",
+                    &decide_end,
+                );
+                JobRow::of(&s)
+            })
+            .collect();
+        let eng = MemEngine::new(&rows).unwrap();
+
+        let mut q = Query::new(Report::Jobs);
+        q.filters.qos = vec!["high".into()];
+        let t = eng.run(&q).unwrap();
+        let id = t.column("job_id").unwrap();
+        let ids: Vec<&Value> = t.rows.iter().map(|r| &r[id]).collect();
+        assert_eq!(ids, [&Value::Int(100), &Value::Int(103)]);
+
+        let mut q = Query::new(Report::Usage);
+        q.group_by = vec![GroupKey::Qos];
+        let t = eng.run(&q).unwrap();
+        let (k, n) = (t.column("qos").unwrap(), t.column("jobs").unwrap());
+        let mut groups: Vec<(Value, Value)> = t
+            .rows
+            .iter()
+            .map(|r| (r[k].clone(), r[n].clone()))
+            .collect();
+        groups.sort_by_key(|g| format!("{g:?}"));
+        assert_eq!(
+            groups,
+            [
+                (Value::Null, Value::Int(1)),
+                (Value::Text("high".into()), Value::Int(2)),
+                (Value::Text("normal".into()), Value::Int(1)),
+            ]
+        );
+    }
+}

@@ -1,0 +1,575 @@
+//! `jobscope`, the command: reports (`show`, `top`), `run -- CMD`, the archive, the mail queue, the
+//! index, the audit and PostgreSQL. Each command is a thin layer over the stage crates.
+//!
+//! - [`run`]: `jobscope run -- CMD`, the same report without SLURM;
+//! - [`live`]: `show` and `top` on a running job;
+//! - [`audit`]: `jobscope index` and `jobscope audit`, and who may see what;
+//! - [`pg`]: `jobscope pg`.
+pub mod audit;
+pub mod live;
+pub mod pg;
+pub mod run;
+
+use anyhow::{bail, Result};
+use clap::{Parser, Subcommand};
+use jobscope_archive as archive;
+use jobscope_epilog::flow;
+use jobscope_report::pipeline;
+use jobscope_report::present;
+use jobscope_report::slurm::{EpilogEnv, Slurm};
+use jobscope_sampler::summary::JobSummary;
+use std::io::IsTerminal;
+use std::path::PathBuf;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "jobscope",
+    version,
+    about = "How well did a SLURM job use what it asked for?"
+)]
+struct Cli {
+    /// Configuration file [default: /etc/jobscope/jobscope.toml, which may be absent]. A file
+    /// named here must exist and parse.
+    #[arg(long, global = true)]
+    config: Option<PathBuf>,
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Print a job's report (your own jobs; root and admins: any job).
+    Show {
+        job_id: u32,
+        /// Print the archived JSON summary instead of the text report.
+        #[arg(long)]
+        json: bool,
+        /// List the job id's archived runs (a job id SLURM handed out again is another run).
+        #[arg(long)]
+        list: bool,
+        /// The run that started at this Unix time (seconds; `--list` shows them); default: newest.
+        #[arg(long)]
+        start: Option<u64>,
+        /// The run on this cluster (several clusters sharing one archive).
+        #[arg(long)]
+        cluster: Option<String>,
+    },
+    /// Run the epilog by hand for a job on this node (as root), as SLURM's Epilog= would.
+    Epilog {
+        #[arg(long)]
+        job: Option<u32>,
+        #[arg(long)]
+        node: Option<String>,
+        /// Comma-separated nodes of the job (default: this node only).
+        #[arg(long)]
+        nodelist: Option<String>,
+        /// Print what happened as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print the JSON Schema of the archived summary.
+    Schema,
+    /// The mail queue: `flush` delivers what is due (cron / systemd timer), `list` shows it.
+    Mail {
+        #[command(subcommand)]
+        cmd: MailCmd,
+    },
+    /// The archive: `verify` checks every day's hash-chained MANIFEST against the files.
+    Archive {
+        #[command(subcommand)]
+        cmd: ArchiveCmd,
+    },
+    /// Finish what epilogs could not (cron, every few minutes, as root): partial reports for jobs whose
+    /// other nodes never reported within archive.node_wait_s, and reports from spools a crash left.
+    Reap {
+        /// This node's SLURM name (default: the short host name).
+        #[arg(long)]
+        node: Option<String>,
+        /// Print what was done as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Summarise a spool directory (`<spool>/<job>.<node>`) without SLURM or the archive.
+    Summarize {
+        dir: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
+    /// The Parquet index of the archive that `audit` reads (docs/audit.md): `update`, `rebuild`.
+    Index {
+        #[command(subcommand)]
+        cmd: crate::audit::IndexCmd,
+    },
+    /// Usage, waste and job reports over the archive: root and the admin group see every job,
+    /// anyone else their own (docs/audit.md).
+    Audit {
+        // Boxed: the audit's many filters would make every other command as large.
+        #[command(subcommand)]
+        cmd: Box<crate::audit::AuditCmd>,
+    },
+    /// PostgreSQL (root): `sync` pushes what the archive gained since the last sync, `init` sets
+    /// up tables, roles and row-level security, `map-role` lets a database role see one user's jobs.
+    Pg {
+        #[command(subcommand)]
+        cmd: crate::pg::PgCmd,
+    },
+    /// Run CMD in a cgroup of its own, sample it like a SLURM job and print its report (to
+    /// stderr, or --output) when it ends; exit with CMD's status (128+signal if killed).
+    Run {
+        /// Cores the run asked for (efficiency is measured against them) [default: this machine's].
+        #[arg(long)]
+        cores: Option<u32>,
+        /// Memory the run asked for: 512M, 4G… (powers of 1024) [default: this machine's].
+        #[arg(long, value_parser = parse_mem)]
+        mem: Option<u64>,
+        /// GPUs by identity: all, UUIDs (GPU-…), PCI bus ids, /dev/nvidia<N> [default: all
+        /// NVIDIA GPUs of the machine, if any].
+        #[arg(long)]
+        gpus: Option<String>,
+        /// Seconds between samples after the early ones [default: sampler.cadence_s].
+        #[arg(long)]
+        cadence: Option<u32>,
+        /// The job name in the report [default: CMD's file name].
+        #[arg(long)]
+        name: Option<String>,
+        /// Add the run to the archive (root), as a job of cluster run.cluster ("local").
+        #[arg(long)]
+        archive: bool,
+        /// Mail the report to the user (root; the site's mail settings).
+        #[arg(long)]
+        mail: bool,
+        /// Print the JSON summary instead of the text report.
+        #[arg(long)]
+        json: bool,
+        /// Write the report to this file (a new file) instead of stderr.
+        #[arg(long, short)]
+        output: Option<PathBuf>,
+        /// The command and its arguments (after `--`).
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true, num_args = 1..)]
+        cmd: Vec<std::ffi::OsString>,
+    },
+    /// A running job's figures per node, refreshed in place on a terminal (your own jobs; root:
+    /// any). One screen when not on a terminal, or with --once.
+    Top {
+        job_id: u32,
+        #[arg(long)]
+        once: bool,
+        /// Seconds between refreshes.
+        #[arg(long, default_value_t = 2)]
+        interval: u64,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum MailCmd {
+    /// Deliver queued mail that is due, for at most --budget seconds.
+    Flush {
+        #[arg(long, default_value_t = 60)]
+        budget: u64,
+    },
+    /// List the queue (queued, sent markers, dead letters).
+    List {
+        /// Print the list as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Put a dead letter back in the queue.
+    Retry { id: String },
+}
+
+#[derive(Subcommand, Debug)]
+enum ArchiveCmd {
+    /// Delete archived days older than archive.retention_days (0 keeps everything).
+    Prune,
+    /// Report edited, removed or inserted archive records; exit 1 if any.
+    Verify {
+        #[arg(long)]
+        verbose: bool,
+    },
+}
+
+/// The `jobscope` command line as clap defines it, for the man page and shell completions
+/// (`packaging/xtask`).
+pub fn command() -> clap::Command {
+    <Cli as clap::CommandFactory>::command()
+}
+
+fn parse_mem(s: &str) -> std::result::Result<u64, String> {
+    crate::run::parse_size(s).ok_or_else(|| format!("{s:?}: a size like 512M or 4G"))
+}
+
+fn caller_uid() -> u32 {
+    // SAFETY: getuid cannot fail.
+    unsafe { libc::getuid() }
+}
+
+fn use_color() -> bool {
+    std::io::stdout().is_terminal() && no_color_unset()
+}
+
+fn no_color_unset() -> bool {
+    std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+}
+
+fn print_summary(s: &JobSummary, json: bool) -> Result<()> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(s)?);
+    } else {
+        print!("{}", present::render_text(s, use_color())?);
+    }
+    Ok(())
+}
+
+fn real_main() -> Result<()> {
+    let cli = Cli::parse();
+    match cli.cmd {
+        Cmd::Show {
+            job_id,
+            json,
+            list,
+            start,
+            cluster,
+        } => {
+            let cfg = jobscope_epilog::load_config(&cli.config)?;
+            // A running job: its report so far (`crate::live`), marked running.
+            if !list && start.is_none() && cluster.is_none() {
+                if let Some(l) = crate::live::live(
+                    &cfg,
+                    &*jobscope_report::slurm::detect(),
+                    job_id,
+                    caller_uid(),
+                )? {
+                    return print_summary(&l.summary, json);
+                }
+            }
+            let store = archive::Store::new(&cfg.paths.archive_dir, &cfg.archive.admin_group);
+            if list {
+                let runs = store.runs(job_id, caller_uid())?;
+                if runs.is_empty() {
+                    bail!("job {job_id}: no archived run you can see");
+                }
+                for r in &runs {
+                    println!("{}", r.describe());
+                }
+                return Ok(());
+            }
+            let shown = store.show(
+                job_id,
+                caller_uid(),
+                &archive::Pick {
+                    start_unix_s: start,
+                    cluster,
+                },
+            )?;
+            for n in &shown.notes {
+                eprintln!("jobscope: {n}");
+            }
+            let mut s = shown.loaded.summary;
+            // Version-1 documents come without their analysis (archive::load): recompute it.
+            if s.analysis.is_none() {
+                s.analysis = Some(jobscope_sampler::summary::analysis::analyze(
+                    &s,
+                    &cfg.report,
+                ));
+            }
+            print_summary(&s, json)
+        }
+        Cmd::Epilog {
+            job,
+            node,
+            nodelist,
+            json,
+        } => {
+            let cfg = jobscope_epilog::load_config(&cli.config)?;
+            let mut vars = jobscope_epilog::env_vars_lossy();
+            if let Some(j) = job {
+                vars.insert("SLURM_JOB_ID".into(), j.to_string());
+            }
+            if let Some(n) = node {
+                vars.insert("SLURMD_NODENAME".into(), n);
+            }
+            if let Some(n) = nodelist {
+                vars.insert("SLURM_NODELIST".into(), n);
+            }
+            let env = EpilogEnv::from_vars(&vars).map_err(anyhow::Error::msg)?;
+            let outcome =
+                flow::run_epilog(&cfg, &env, &*jobscope_report::slurm::detect(), &mut |m| {
+                    eprintln!("jobscope: {m}")
+                })?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&outcome)?);
+            } else {
+                println!("job {}: {}", env.job_id, outcome.describe());
+            }
+            Ok(())
+        }
+        Cmd::Reap { node, json } => {
+            let cfg = jobscope_epilog::load_config(&cli.config)?;
+            let slurm = jobscope_report::slurm::detect();
+            // Without slurmctld we cannot tell a running job from a dead one: do nothing rather
+            // than turn running jobs' spools into early partial reports.
+            if !slurm.ping() {
+                bail!("slurmctld does not answer `scontrol ping`; not reaping now");
+            }
+            let node = node.unwrap_or_else(jobscope_report::slurm::short_hostname);
+            let rep = flow::reap(
+                &cfg,
+                &node,
+                jobscope_sampler::sampler::now_unix_ms(),
+                &*slurm,
+                &mut |m| eprintln!("jobscope: {m}"),
+            )?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&rep)?);
+            } else {
+                print!("{}", rep.describe());
+            }
+            Ok(())
+        }
+        Cmd::Mail { cmd } => {
+            let cfg = jobscope_epilog::load_config(&cli.config)?;
+            match cmd {
+                MailCmd::Flush { budget } => println!(
+                    "{}",
+                    jobscope_deliver::notify::flush(
+                        &cfg,
+                        std::time::Duration::from_secs(budget),
+                        jobscope_deliver::mail::queue::FlushMode::Full,
+                    )?
+                ),
+                MailCmd::List { json } => {
+                    let list =
+                        jobscope_deliver::mail::queue::Queue::open(&cfg.mail.queue_dir)?.list();
+                    if json {
+                        println!("{}", serde_json::to_string_pretty(&mail_list_json(&list))?);
+                    } else {
+                        print!("{}", mail_list_table(&list));
+                    }
+                }
+                MailCmd::Retry { id } => {
+                    let ok = jobscope_deliver::mail::queue::Queue::open(&cfg.mail.queue_dir)?
+                        .retry_dead(&id)?;
+                    println!(
+                        "{}",
+                        if ok {
+                            "requeued"
+                        } else {
+                            "no such dead letter"
+                        }
+                    );
+                }
+            }
+            Ok(())
+        }
+        Cmd::Archive {
+            cmd: ArchiveCmd::Prune,
+        } => {
+            let cfg = jobscope_epilog::load_config(&cli.config)?;
+            let (days, copies) =
+                archive::Store::new(&cfg.paths.archive_dir, &cfg.archive.admin_group).prune(
+                    cfg.archive.retention_days,
+                    jobscope_sampler::sampler::now_unix_ms(),
+                )?;
+            println!(
+                "removed {days} day directories and {copies} user copies older than {} days",
+                cfg.archive.retention_days
+            );
+            Ok(())
+        }
+        Cmd::Archive {
+            cmd: ArchiveCmd::Verify { verbose },
+        } => {
+            let cfg = jobscope_epilog::load_config(&cli.config)?;
+            let rep =
+                archive::Store::new(&cfg.paths.archive_dir, &cfg.archive.admin_group).verify();
+            print!("{}", rep.render(verbose));
+            if !rep.ok() {
+                bail!("archive verification found problems");
+            }
+            Ok(())
+        }
+        Cmd::Schema => {
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&jobscope_sampler::summary::json_schema())?
+            );
+            Ok(())
+        }
+        Cmd::Run {
+            cores,
+            mem,
+            gpus,
+            cadence,
+            name,
+            archive,
+            mail,
+            json,
+            output,
+            cmd,
+        } => {
+            let cfg = jobscope_epilog::load_config(&cli.config)?;
+            let opts = crate::run::RunOptions {
+                cores,
+                mem_bytes: mem,
+                gpus,
+                cadence_s: cadence,
+                name,
+                archive,
+                mail,
+                cmd,
+            };
+            // Made before the run: a report that cannot be written is known before CMD runs.
+            let mut out_file = match &output {
+                Some(p) => Some(
+                    std::fs::OpenOptions::new()
+                        .write(true)
+                        .create_new(true)
+                        .open(p)
+                        .map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))?,
+                ),
+                None => None,
+            };
+            let o = crate::run::run(&cfg, &opts, &mut |m| eprintln!("jobscope: {m}"))?;
+            for p in &o.problems {
+                eprintln!("jobscope: {p}");
+            }
+            let text = if json {
+                serde_json::to_string_pretty(&o.summary)? + "\n"
+            } else {
+                let tty = out_file.is_none() && std::io::stderr().is_terminal();
+                present::render_text(&o.summary, tty && no_color_unset())?
+            };
+            use std::io::Write;
+            match out_file.as_mut() {
+                Some(f) => f.write_all(text.as_bytes())?,
+                None => eprint!("{text}"),
+            }
+            if let Some(p) = &o.archived {
+                eprintln!(
+                    "jobscope: archived as job {} of cluster {}: {}",
+                    o.summary.job_id,
+                    cfg.run.cluster,
+                    p.display()
+                );
+            }
+            std::process::exit(o.exit_status);
+        }
+        Cmd::Top {
+            job_id,
+            once,
+            interval,
+        } => {
+            let cfg = jobscope_epilog::load_config(&cli.config)?;
+            let tty = std::io::stdout().is_terminal();
+            let slurm = jobscope_report::slurm::detect();
+            let mut first = true;
+            loop {
+                let Some(l) = crate::live::live(&cfg, &*slurm, job_id, caller_uid())? else {
+                    if first {
+                        bail!("job {job_id} is not running; its report: jobscope show {job_id}");
+                    }
+                    println!("job {job_id} has ended; its report: jobscope show {job_id}");
+                    return Ok(());
+                };
+                let screen = crate::live::top::render(&l, use_color());
+                if once || !tty {
+                    print!("{screen}");
+                    return Ok(());
+                }
+                // Home and clear, then the screen: refreshed in place.
+                print!("\x1b[H\x1b[2J{screen}");
+                use std::io::Write;
+                let _ = std::io::stdout().flush();
+                first = false;
+                std::thread::sleep(std::time::Duration::from_secs(interval.max(1)));
+            }
+        }
+        Cmd::Index { cmd } => {
+            crate::audit::index_cmd(&jobscope_epilog::load_config(&cli.config)?, cmd)
+        }
+        Cmd::Audit { cmd } => {
+            crate::audit::audit_cmd(&jobscope_epilog::load_config(&cli.config)?, *cmd)
+        }
+        Cmd::Pg { cmd } => crate::pg::run(cmd, &jobscope_epilog::load_config(&cli.config)?),
+        Cmd::Summarize { dir, json } => {
+            let cfg = jobscope_epilog::load_config(&cli.config)?;
+            let (s, problems) = pipeline::summarize_dir(&dir, &cfg).map_err(anyhow::Error::msg)?;
+            for p in problems {
+                eprintln!("jobscope: {p}");
+            }
+            print_summary(&s, json)
+        }
+    }
+}
+
+/// `jobscope mail list`, for people: one line per message.
+fn mail_list_table(list: &[jobscope_deliver::mail::queue::Listed]) -> String {
+    if list.is_empty() {
+        return "the mail queue is empty\n".into();
+    }
+    let when = |t: u64| {
+        if t == 0 {
+            "-".to_string()
+        } else {
+            archive::utc_time(t)
+        }
+    };
+    let mut t = format!(
+        "{:<40} {:<6} {:>8} {:>8}  {:<20} {:<20} {}\n",
+        "id", "state", "size", "attempts", "queued (UTC)", "next attempt (UTC)", "to / last error"
+    );
+    for l in list {
+        let m = &l.meta;
+        let note = m
+            .dead_reason
+            .as_deref()
+            .or(m.last_error.as_deref())
+            .map(|e| format!("; {e}"))
+            .unwrap_or_default();
+        t += &format!(
+            "{:<40} {:<6} {:>8} {:>8}  {:<20} {:<20} {}\n",
+            jobscope_report::present::clean(&m.id, 180),
+            if l.dead { "dead" } else { "queued" },
+            jobscope_report::present::fmt_bytes(Some(l.bytes)),
+            m.attempts,
+            when(m.created_unix),
+            if l.dead {
+                "-".to_string()
+            } else {
+                when(m.next_attempt_unix)
+            },
+            jobscope_report::present::clean(&format!("{}{note}", m.to.join(", ")), 200),
+        );
+    }
+    t
+}
+
+/// `jobscope mail list --json`, for scripts.
+fn mail_list_json(list: &[jobscope_deliver::mail::queue::Listed]) -> serde_json::Value {
+    serde_json::Value::Array(
+        list.iter()
+            .map(|l| {
+                let mut v = serde_json::to_value(&l.meta).unwrap_or_default();
+                if let Some(o) = v.as_object_mut() {
+                    o.insert("dead".into(), l.dead.into());
+                    o.insert("bytes".into(), l.bytes.into());
+                }
+                v
+            })
+            .collect(),
+    )
+}
+
+/// `jobscope`: exit 0 on success, 1 with a one-line error otherwise.
+pub fn main() -> i32 {
+    if let Some(rc) = jobscope_deliver::notify::user_file_child() {
+        return rc;
+    }
+    match real_main() {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("jobscope: {e:#}");
+            1
+        }
+    }
+}

@@ -1,0 +1,637 @@
+//! `jobscope run [--cores N] [--mem SIZE] [--gpus LIST] -- CMD ARGS...`: the same report without
+//! SLURM.
+//!
+//! The run supplies what SLURM supplies to the plugin, a [`Scope`] (its own cgroup, from
+//! [`place`], and the allocation from the options or the machine), and from there everything is
+//! the plugin's path: the same sampler ([`jobscope_sampler::sampler`]), GPU monitor, spool writers,
+//! then the one pipeline ([`jobscope_report::pipeline`]) and the presenter, so the report is the one
+//! `jobscope show` prints. The command's end is recorded as a `batch` step (start and exit
+//! readings, exit status), which is what gives a SLURM job its final counters.
+pub mod child;
+pub mod place;
+
+use anyhow::{bail, Context, Result};
+use jobscope_archive as archive;
+use jobscope_report::pipeline::{self, NodeEnd};
+use jobscope_report::GENERATOR;
+use jobscope_sampler::config::Config;
+use jobscope_sampler::gpu::assign::{device_ref_from_path, GpuRef, GpuSelection};
+use jobscope_sampler::gpu::monitor::{cgroup_pid_source, BackendConfig, GpuMonitor, LogLevel};
+use jobscope_sampler::job::JobFacts;
+use jobscope_sampler::proctree::{ProcTreeReader, Reaped};
+use jobscope_sampler::sample::Reading;
+use jobscope_sampler::sampler::{self, now_unix_ms, Faults, Sampler, Schedule, Source, Stoppable};
+use jobscope_sampler::scope::{short_hostname, Scope};
+use jobscope_sampler::spool::writer::{Limits, SeriesWriter, StepWriter};
+use jobscope_sampler::spool::{Event, Header, GPU_FILE_BUDGET_BYTES, STEP_FILES_BUDGET_BYTES};
+use jobscope_sampler::summary::JobSummary;
+use place::Placement;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// What `jobscope run` was asked.
+#[derive(Debug, Clone, Default)]
+pub struct RunOptions {
+    /// Cores to measure the run against (default: the cores this process may run on).
+    pub cores: Option<u32>,
+    /// Memory to measure the run against (default: the machine's).
+    pub mem_bytes: Option<u64>,
+    /// GPUs, by identity: `all`, UUIDs, PCI bus ids or `/dev/nvidia<N>` (default: all the
+    /// NVIDIA GPUs of the machine, if it has any).
+    pub gpus: Option<String>,
+    /// Seconds between samples after the early ones (default: the configuration's).
+    pub cadence_s: Option<u32>,
+    /// The job name (default: the command's file name).
+    pub name: Option<String>,
+    pub archive: bool,
+    pub mail: bool,
+    pub cmd: Vec<OsString>,
+}
+
+/// What a run produced.
+#[derive(Debug)]
+pub struct RunOutcome {
+    pub summary: JobSummary,
+    /// The launcher's exit status (the command's; 128 + signal when a signal ended it).
+    pub exit_status: i32,
+    /// Where the run was archived (`--archive`).
+    pub archived: Option<PathBuf>,
+    /// What went wrong on the way that the report does not show (for stderr).
+    pub problems: Vec<String>,
+}
+
+/// Parses `--mem` values: `512M`, `4G`, `1.5GiB`, `1000000` (bytes); K/M/G/T are powers of 1024
+/// (SLURM's `--mem` convention).
+pub fn parse_size(s: &str) -> Option<u64> {
+    let t = s.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: f64 = num
+        .parse()
+        .ok()
+        .filter(|n: &f64| n.is_finite() && *n >= 0.0)?;
+    let mult: u64 = match unit.trim().to_ascii_uppercase().as_str() {
+        "" | "B" => 1,
+        "K" | "KB" | "KIB" => 1 << 10,
+        "M" | "MB" | "MIB" => 1 << 20,
+        "G" | "GB" | "GIB" => 1 << 30,
+        "T" | "TB" | "TIB" => 1 << 40,
+        _ => return None,
+    };
+    let v = n * mult as f64;
+    (v >= 1.0 && v < u64::MAX as f64).then_some(v as u64)
+}
+
+/// `--gpus`: identities only (an ordinal is no identity: see `sampler/src/gpu/assign.rs`).
+pub fn parse_gpus(s: &str) -> std::result::Result<Vec<GpuRef>, String> {
+    let mut out = Vec::new();
+    for item in s.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+        let r = if item == "all" {
+            GpuRef::AllAccessible
+        } else if item.starts_with("GPU-") || item.starts_with("MIG-") {
+            GpuRef::Uuid(item.to_string())
+        } else if item.starts_with('/') {
+            device_ref_from_path(Path::new(item))
+                .ok_or_else(|| format!("--gpus {item}: not a GPU device path"))?
+        } else if item.contains(':') {
+            GpuRef::PciBusId(item.to_string())
+        } else {
+            return Err(format!(
+                "--gpus {item:?}: give GPUs by identity (all, a UUID GPU-…/MIG-…, a PCI bus id, \
+                 or /dev/nvidia<N>): an index is not the same GPU in every program"
+            ));
+        };
+        out.push(r);
+    }
+    if out.is_empty() {
+        return Err("--gpus: empty list".into());
+    }
+    Ok(out)
+}
+
+/// The cores this process may run on.
+fn machine_cores() -> Option<u32> {
+    std::thread::available_parallelism()
+        .ok()
+        .map(|n| n.get() as u32)
+}
+
+/// `MemTotal` of /proc/meminfo.
+fn machine_mem_bytes() -> Option<u64> {
+    let t = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let kib: u64 = t
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    Some(kib * 1024)
+}
+
+fn machine_has_nvidia() -> bool {
+    std::fs::read_dir("/dev").is_ok_and(|rd| {
+        rd.flatten().any(|e| {
+            e.file_name()
+                .to_str()
+                .and_then(|n| n.strip_prefix("nvidia"))
+                .is_some_and(|m| !m.is_empty() && m.bytes().all(|b| b.is_ascii_digit()))
+        })
+    })
+}
+
+/// The next id of an archived run: a counter in the state directory (root's), under a lock,
+/// from `run.first_job_id` up.
+fn next_archived_id(cfg: &Config) -> Result<u32> {
+    use std::io::{Read, Seek, Write};
+    use std::os::unix::fs::OpenOptionsExt;
+    let dir = &cfg.paths.state_dir;
+    jobscope_sampler::fsutil::ensure_dir(dir, 0o700, 0, 0)?;
+    let path = dir.join("local-run-id");
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(&path)
+        .with_context(|| path.display().to_string())?;
+    // SAFETY: flock on a descriptor we own; released when `f` closes.
+    if unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&f), libc::LOCK_EX) } != 0 {
+        bail!("{}: cannot lock", path.display());
+    }
+    let mut text = String::new();
+    f.read_to_string(&mut text)?;
+    let first = cfg.run.first_job_id;
+    let id = match text.trim().parse::<u32>() {
+        Ok(last) if last >= first => last
+            .checked_add(1)
+            .context("local run ids are used up (run.first_job_id)")?,
+        _ => first,
+    };
+    f.rewind()?;
+    f.set_len(0)?;
+    f.write_all(format!("{id}\n").as_bytes())?;
+    f.sync_all()?;
+    Ok(id)
+}
+
+/// A private spool directory for the run (mode 0700, made new: nothing there can be planted).
+fn private_dir(job_id: u32) -> Result<PathBuf> {
+    use std::os::unix::fs::DirBuilderExt;
+    let base = std::env::temp_dir();
+    for n in 0..100u32 {
+        let d = base.join(format!("jobscope-run-{job_id}-{}-{n}", std::process::id()));
+        match std::fs::DirBuilder::new().mode(0o700).create(&d) {
+            Ok(()) => return Ok(d),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(e).with_context(|| d.display().to_string()),
+        }
+    }
+    bail!("cannot make a private directory in {}", base.display())
+}
+
+fn user_name(uid: u32) -> Option<String> {
+    // SAFETY: getpwuid_r fills pw from buf; both live for the call.
+    unsafe {
+        let mut pw: libc::passwd = std::mem::zeroed();
+        let mut buf = vec![0 as libc::c_char; 4096];
+        let mut out = std::ptr::null_mut();
+        let r = libc::getpwuid_r(uid, &mut pw, buf.as_mut_ptr(), buf.len(), &mut out);
+        (r == 0 && !out.is_null()).then(|| {
+            std::ffi::CStr::from_ptr(pw.pw_name)
+                .to_string_lossy()
+                .into_owned()
+        })
+    }
+}
+
+/// One reading of the run's processes (job and step readings of the `batch` step events).
+fn read_now(placement: &Placement, proc_root: &Path) -> (Option<Reading>, Option<Reading>) {
+    let job = match placement.cgroup() {
+        Some(cg) => Some(cg.read(proc_root).reading),
+        None => {
+            let root = std::process::id();
+            let pr = proc_root.to_path_buf();
+            let mut t =
+                ProcTreeReader::new(root, pr.clone(), Box::new(move || Reaped::of_self(&pr)));
+            Some(t.sample())
+        }
+    };
+    // What this process reaped: every descendant that ended, exactly (as slurmstepd's, see
+    // `plugin/src/steps.rs` `with_reaped_io`).
+    let step = jobscope_sampler::procio::reaped_io(proc_root, std::process::id())
+        .ok()
+        .map(|io| Reading {
+            cpu_usage_ns: job.as_ref().and_then(|j| j.cpu_usage_ns),
+            mem_peak_bytes: job.as_ref().and_then(|j| j.mem_peak_bytes),
+            reaped_read_bytes: Some(io.read_bytes),
+            reaped_write_bytes: Some(io.write_bytes),
+            reaped_read_ops: Some(io.syscr),
+            reaped_write_ops: Some(io.syscw),
+            ..Default::default()
+        });
+    (job, step)
+}
+
+fn boot_time_s() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/stat").ok()?;
+    s.lines()
+        .find_map(|l| l.strip_prefix("btime "))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// Runs the command and makes its report. Blocks SIGINT/SIGTERM/SIGHUP in the calling thread
+/// (they are passed on to the command): call it from the main thread before starting others.
+pub fn run(cfg: &Config, o: &RunOptions, log: &mut dyn FnMut(&str)) -> Result<RunOutcome> {
+    if o.cmd.is_empty() {
+        bail!("no command: jobscope run [options] -- CMD ARGS...");
+    }
+    // SAFETY: these cannot fail.
+    let (euid, uid, gid) = unsafe { (libc::geteuid(), libc::getuid(), libc::getgid()) };
+    if (o.archive || o.mail) && euid != 0 {
+        bail!("--archive and --mail need root: the archive and the mail queue are root's");
+    }
+    let proc_root = PathBuf::from("/proc");
+    let job_id = if o.archive {
+        next_archived_id(cfg)?
+    } else {
+        cfg.run.first_job_id.saturating_add(std::process::id())
+    };
+    let node = short_hostname();
+    let spool = private_dir(job_id)?;
+    let result = run_in(
+        cfg,
+        o,
+        job_id,
+        &node,
+        &spool,
+        (euid, uid, gid),
+        &proc_root,
+        log,
+    );
+    let _ = std::fs::remove_dir_all(&spool);
+    result
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run_in(
+    cfg: &Config,
+    o: &RunOptions,
+    job_id: u32,
+    node: &str,
+    spool: &Path,
+    (euid, uid, gid): (u32, u32, u32),
+    proc_root: &Path,
+    log: &mut dyn FnMut(&str),
+) -> Result<RunOutcome> {
+    let mut notes: Vec<String> = Vec::new();
+    let mut problems: Vec<String> = Vec::new();
+
+    // Where it runs.
+    let proc_self = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+    let mut placement = place::plan(
+        &proc_self,
+        Path::new("/sys/fs/cgroup"),
+        &format!("{job_id}-{}", std::process::id()),
+        euid,
+        &place::RealFs,
+    );
+    let join = match placement.make() {
+        Ok(j) => j,
+        Err(e) => {
+            placement = Placement::ProcTree {
+                why: format!(
+                    "its cgroup could not be made ({e}): followed through its process tree in \
+                     /proc, so memory is resident sets only (no page cache)"
+                ),
+            };
+            vec![]
+        }
+    };
+    if let Placement::ProcTree { why } = &placement {
+        notes.push(why.clone());
+    }
+
+    // What it is measured against.
+    let cores = o.cores.or_else(machine_cores);
+    let mem = o.mem_bytes.or_else(machine_mem_bytes);
+    let mut against = Vec::new();
+    if o.cores.is_none() {
+        against.push(format!(
+            "{} cores",
+            cores.map_or("?".into(), |c| c.to_string())
+        ));
+    }
+    if o.mem_bytes.is_none() {
+        against.push(format!(
+            "{} memory",
+            jobscope_report::present::fmt_bytes(mem)
+        ));
+    }
+    if !against.is_empty() {
+        notes.push(format!(
+            "measured against the whole machine ({}): give --cores/--mem for what the run asked for",
+            against.join(", ")
+        ));
+    }
+    let gpu_refs = match &o.gpus {
+        Some(g) => parse_gpus(g).map_err(anyhow::Error::msg)?,
+        None if machine_has_nvidia() => vec![GpuRef::AllAccessible],
+        None => vec![],
+    };
+    let scope = Scope {
+        cgroup: placement.cgroup().cloned(),
+        alloc_cores: cores,
+        alloc_mem_bytes: mem,
+        node: node.to_string(),
+    };
+    let cadence_s = o.cadence_s.unwrap_or(cfg.sampler.cadence_s).max(1);
+    let start_ms = now_unix_ms();
+    let header = |series: &str| {
+        let mut h = Header {
+            uid,
+            gid,
+            boot_id: std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+                .ok()
+                .map(|s| s.trim().to_string()),
+            boot_time_s: boot_time_s(),
+            cadence_s,
+            plugin_version: GENERATOR.to_string(),
+            ..Header::new(job_id, node, series, start_ms)
+        };
+        scope.describe(&mut h);
+        h
+    };
+    let schedule = Schedule {
+        early: cfg
+            .sampler
+            .early_samples_s
+            .iter()
+            .filter(|&&s| s < cadence_s)
+            .map(|&s| Duration::from_secs(s as u64))
+            .collect(),
+        cadence: Duration::from_secs(cadence_s as u64),
+    };
+
+    child::become_subreaper();
+    child::block_forwarded();
+    let mut steps = StepWriter::create(spool, &header("batch"))?;
+    let (j0, s0) = read_now(&placement, proc_root);
+    steps.event(&Event {
+        t_ms: now_unix_ms(),
+        kind: "step_start".into(),
+        step: Some("batch".into()),
+        job: j0,
+        step_reading: s0,
+        exit_status: None,
+        message: None,
+    })?;
+    let pid = match child::spawn(&o.cmd, &join) {
+        Ok(p) => p,
+        Err(e) => {
+            placement.remove();
+            bail!("cannot run {:?}: {e}", o.cmd[0]);
+        }
+    };
+    let forwarder = child::Forwarder::start(pid)?;
+
+    // The sampler and the GPU monitor, as the plugin starts them.
+    let series_budget = cfg
+        .sampler
+        .max_spool_bytes
+        .saturating_sub(STEP_FILES_BUDGET_BYTES + GPU_FILE_BUDGET_BYTES)
+        .max(16 * 1024);
+    let writer = SeriesWriter::create(
+        spool,
+        "job.jsc",
+        header("job"),
+        Limits {
+            max_bytes: series_budget,
+            max_buckets: 4096,
+        },
+    )?;
+    let source = match placement.cgroup() {
+        Some(cg) => Source::Cgroup(Box::new(cg.reader(proc_root))),
+        None => {
+            let pr = proc_root.to_path_buf();
+            Source::ProcTree(ProcTreeReader::new(
+                std::process::id(),
+                pr.clone(),
+                Box::new(move || Reaped::of_self(&pr)),
+            ))
+        }
+    };
+    let sampler_log: sampler::LogFn = Box::new(|m: &str| eprintln!("jobscope: {m}"));
+    let s = Sampler::with_source(source, Some(writer), sampler_log, Faults::default());
+    let sampler = sampler::spawn(
+        s,
+        schedule.clone(),
+        Box::new(|m: &str| eprintln!("jobscope: {m}")),
+    )?;
+    let gpu = (!gpu_refs.is_empty() && cfg.gpu.enabled).then(|| {
+        let backend = BackendConfig::from_settings(&cfg.gpu);
+        let pids: jobscope_sampler::gpu::monitor::PidSource = match placement.cgroup() {
+            Some(cg) => cgroup_pid_source(cg.memory_dir.clone()),
+            None => {
+                let pr = proc_root.to_path_buf();
+                let mut t = ProcTreeReader::new(std::process::id(), pr, Box::new(Reaped::default));
+                Box::new(move || t.list().into_iter().map(|(p, _)| p).collect())
+            }
+        };
+        let glog: jobscope_sampler::gpu::monitor::GpuLogFn = Box::new(|level, m: &str| {
+            if level != LogLevel::Debug {
+                eprintln!("jobscope: gpu: {m}");
+            }
+        });
+        GpuMonitor::start(
+            GpuSelection::of(gpu_refs.clone()),
+            &backend,
+            spool,
+            header("gpu"),
+            schedule.clone(),
+            pids,
+            glog,
+        )
+    });
+    let gpu = match gpu {
+        Some(Ok(m)) => Some(m),
+        Some(Err(e)) => {
+            problems.push(format!("cannot start the GPU monitor: {e}"));
+            None
+        }
+        None => None,
+    };
+
+    // The command runs.
+    let status = child::wait(pid);
+    let end_ms = now_unix_ms();
+    let orphans_reaped = child::reap_orphans();
+    let (j1, s1) = read_now(&placement, proc_root);
+    let left = match placement.cgroup() {
+        Some(cg) => cg.processes().map(|p| p.len()).unwrap_or(0),
+        None => {
+            let mut t = ProcTreeReader::new(
+                std::process::id(),
+                proc_root.to_path_buf(),
+                Box::new(Reaped::default),
+            );
+            t.list().len()
+        }
+    };
+    forwarder.stop();
+    let status = status.context("waiting for the command")?;
+    steps.event(&Event {
+        t_ms: end_ms,
+        kind: "step_exit".into(),
+        step: Some("batch".into()),
+        job: j1,
+        step_reading: s1,
+        exit_status: Some(status.0),
+        message: None,
+    })?;
+    if left > 0 {
+        notes.push(format!(
+            "{left} process(es) the command started were still running when it ended: left \
+             running, not counted after its end"
+        ));
+    }
+    let _ = orphans_reaped;
+    let deadline = Instant::now() + Duration::from_secs(3);
+    let mut threads: Vec<Box<dyn Stoppable>> = vec![Box::new(sampler)];
+    if let Some(g) = gpu {
+        threads.push(Box::new(g));
+    }
+    for stopped in sampler::stop_all(threads, deadline) {
+        if !stopped {
+            problems.push("a sampling thread did not stop in time".into());
+        }
+    }
+    problems.extend(placement.remove());
+
+    // The report: the one pipeline.
+    let spooled = pipeline::read_node_dir(spool);
+    let mut out = pipeline::node(
+        &spooled,
+        node,
+        job_id,
+        NodeEnd::At(now_unix_ms()),
+        Some(uid),
+        cfg,
+    );
+    for p in &out.problems {
+        log(p);
+    }
+    out.summary.quality.notes.extend(notes);
+    let facts = JobFacts {
+        job_id,
+        name: o.name.clone().or_else(|| {
+            Path::new(&o.cmd[0])
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+        }),
+        user: user_name(uid),
+        uid: Some(uid),
+        gid: Some(gid),
+        group: archive::group_name(gid),
+        cluster: Some(cfg.run.cluster.clone()),
+        cpus: cores,
+        node_count: Some(1),
+        nodes: vec![node.to_string()],
+        mem_per_node_bytes: mem,
+        gpus: o.gpus.clone(),
+        start_unix_s: Some(start_ms / 1000),
+        end_unix_s: Some(end_ms / 1000),
+        exit_code: Some(status.exit_code().unwrap_or(0)),
+        exit_signal: Some(status.signal().unwrap_or(0)),
+        work_dir: std::env::current_dir()
+            .ok()
+            .map(|d| d.display().to_string()),
+        ..Default::default()
+    };
+    let decide = jobscope_report::slurm::decide_end;
+    let mut summary = pipeline::job(
+        &facts,
+        vec![out.summary],
+        &[node.to_string()],
+        cfg,
+        GENERATOR,
+        &decide,
+    );
+    if o.mail {
+        summary.user_options.insert("mail".into(), "always".into());
+    }
+
+    let mut archived = None;
+    if o.archive {
+        let w = archive::Store::new(&cfg.paths.archive_dir, &cfg.archive.admin_group)
+            .write(&summary)
+            .context("archive write failed")?;
+        problems.extend(w.problems);
+        archived = Some(w.path);
+    }
+    if o.mail {
+        jobscope_deliver::notify::notify(cfg, &summary, Some(&facts), &NoScheduler, &mut |m| {
+            problems.push(m.to_string())
+        });
+    }
+    Ok(RunOutcome {
+        summary,
+        exit_status: status.shell_code(),
+        archived,
+        problems,
+    })
+}
+
+/// A local run belongs to no array and has no scheduler to ask.
+struct NoScheduler;
+
+impl jobscope_report::slurm::Slurm for NoScheduler {
+    fn job_facts(&self, _: u32) -> Option<JobFacts> {
+        None
+    }
+    fn array_tasks(&self, _: u32) -> Option<Vec<jobscope_report::slurm::ArrayTask>> {
+        None
+    }
+    fn ping(&self) -> bool {
+        false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_in_slurm_units() {
+        assert_eq!(parse_size("512M"), Some(512 << 20));
+        assert_eq!(parse_size("4G"), Some(4 << 30));
+        assert_eq!(parse_size("1.5GiB"), Some(3 << 29));
+        assert_eq!(parse_size("1000"), Some(1000));
+        assert_eq!(parse_size("2 t"), Some(2 << 40));
+        assert_eq!(parse_size("x"), None);
+        assert_eq!(parse_size("-1G"), None);
+        assert_eq!(parse_size("1Q"), None);
+        assert_eq!(parse_size("0"), None);
+    }
+
+    #[test]
+    fn gpus_by_identity_only() {
+        assert_eq!(parse_gpus("all").unwrap(), vec![GpuRef::AllAccessible]);
+        assert_eq!(
+            parse_gpus("GPU-abc, 0000:3b:00.0").unwrap(),
+            vec![
+                GpuRef::Uuid("GPU-abc".into()),
+                GpuRef::PciBusId("0000:3b:00.0".into())
+            ]
+        );
+        let e = parse_gpus("0,1").unwrap_err();
+        assert!(e.contains("by identity"), "{e}");
+        assert!(parse_gpus("").is_err());
+    }
+}

@@ -1,0 +1,939 @@
+//! The epilog flow, and how one report per job comes out of several nodes' epilogs.
+//!
+//! Each node's epilog:
+//! 1. reads its spool (`<spool_dir>/<job>.<node>/`) and builds its [`NodeSummary`];
+//! 2. stores it in `<state_dir>/<job>/<node>.json` (state_dir must be shared by a job's nodes);
+//! 3. if every node of the job has reported, claims the job (`O_EXCL` on `<state_dir>/<job>/claim`) and
+//!    assembles, archives and renders the one job summary; otherwise it leaves that to the last node;
+//! 4. removes its spool only once the job is archived (marker `<state_dir>/<job>/archived`).
+//!
+//! `jobscope reap` (cron) finishes jobs whose missing nodes never reported within `archive.node_wait_s`
+//! (a partial report naming those nodes), and turns spools orphaned by a crash or reboot into reports.
+
+use anyhow::{Context, Result};
+use jobscope_archive as archive;
+use jobscope_report::pipeline::{self, NodeEnd};
+use jobscope_report::slurm::{EpilogEnv, JobFacts, Slurm};
+use jobscope_sampler::config::Config;
+use jobscope_sampler::fsutil::{create_new, ensure_dir, is_safe_name, read_limited, write_atomic};
+use jobscope_sampler::sampler::now_unix_ms;
+use jobscope_sampler::spool::job_dir;
+use jobscope_sampler::summary::{JobSummary, NodeSummary};
+use std::path::{Path, PathBuf};
+
+pub use jobscope_report::pipeline::GENERATOR;
+
+fn job_state_dir(cfg: &Config, job_id: u32) -> PathBuf {
+    cfg.paths.state_dir.join(job_id.to_string())
+}
+
+/// Stores a node summary in the shared state directory.
+pub fn store_node(cfg: &Config, ns: &NodeSummary) -> Result<()> {
+    ensure_dir(&cfg.paths.state_dir, 0o700, 0, 0)?;
+    let dir = job_state_dir(cfg, ns.job_id);
+    ensure_dir(&dir, 0o700, 0, 0)?;
+    let name = format!("{}.json", ns.node);
+    anyhow::ensure!(is_safe_name(&name), "unsafe node name {:?}", ns.node);
+    write_atomic(&dir, &name, &serde_json::to_vec(ns)?, 0o600, None)?;
+    Ok(())
+}
+
+/// Node summaries stored for a job.
+pub fn stored_nodes(cfg: &Config, job_id: u32) -> Vec<NodeSummary> {
+    let dir = job_state_dir(cfg, job_id);
+    let mut out = Vec::new();
+    if let Ok(rd) = std::fs::read_dir(&dir) {
+        for e in rd.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if !name.ends_with(".json") || name.starts_with('.') {
+                continue;
+            }
+            if let Ok(b) = read_limited(&e.path(), 64 * 1024 * 1024) {
+                if let Ok(ns) = serde_json::from_slice::<NodeSummary>(&b) {
+                    out.push(ns);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// A requeued job runs again under the same id, and its state directory still holds the first
+/// run's `archived` marker, which would make this run's Epilog skip its report. When this node's
+/// spool started well after the archived run's start (the requeue's hold-off is a minute or more;
+/// one run's spool starts within seconds of SLURM's start), this is a later run: the earlier run's
+/// state moves to `<job>.run<start_s>` and this run proceeds. Returns whether it did.
+fn set_aside_earlier_run(
+    cfg: &Config,
+    job_id: u32,
+    spool: &Path,
+    log: &mut dyn FnMut(&str),
+) -> bool {
+    const LATER_RUN_S: u64 = 10;
+    let state = job_state_dir(cfg, job_id);
+    // The marker holds the archived record's path; its name is the run's key.
+    let Some(archived_start_s) = read_limited(&state.join("archived"), 4096)
+        .ok()
+        .and_then(|b| {
+            let p = PathBuf::from(String::from_utf8_lossy(&b).trim());
+            match archive::RecordName::parse(&p.file_name()?.to_string_lossy())? {
+                archive::RecordName::Keyed(k) => Some(k.start_unix_s),
+                archive::RecordName::Legacy(_) => None,
+            }
+        })
+    else {
+        return false;
+    };
+    let Some(spool_start_s) = pipeline::read_node_dir(spool)
+        .header()
+        .map(|h| h.start_unix_ms / 1000)
+    else {
+        return false;
+    };
+    if spool_start_s <= archived_start_s + LATER_RUN_S {
+        return false;
+    }
+    let aside = cfg
+        .paths
+        .state_dir
+        .join(format!("{job_id}.run{archived_start_s}"));
+    match std::fs::rename(&state, &aside) {
+        Ok(()) => {
+            log(&format!(
+                "job {job_id}: a later run (requeued): the run of {archived_start_s} is archived, its state kept in {}",
+                aside.display()
+            ));
+            true
+        }
+        // Another node of the job did it first.
+        Err(_) => !is_archived(cfg, job_id),
+    }
+}
+
+pub fn is_archived(cfg: &Config, job_id: u32) -> bool {
+    job_state_dir(cfg, job_id).join("archived").exists()
+}
+
+/// Claims the right to assemble the job (exactly one node wins).
+fn claim(cfg: &Config, job_id: u32) -> bool {
+    create_new(&job_state_dir(cfg, job_id).join("claim"), 0o600).is_ok()
+}
+
+/// Gives the claim back, so that the next epilog or `reap` tries again.
+fn release_claim(cfg: &Config, job_id: u32) -> std::io::Result<()> {
+    match std::fs::remove_file(job_state_dir(cfg, job_id).join("claim")) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
+    }
+}
+
+/// [`finish_job`] for a job this process has claimed. When finishing fails (the archive cannot be
+/// written, its admin group is missing…), the claim is released: otherwise no later epilog or
+/// `reap` would ever try again, and the report would be lost.
+fn finish_claimed(
+    cfg: &Config,
+    facts: &JobFacts,
+    expected: &[String],
+    slurm: &dyn Slurm,
+    log: &mut dyn FnMut(&str),
+) -> Result<(JobSummary, PathBuf)> {
+    let r = finish_job(cfg, facts, expected, slurm);
+    if r.is_err() {
+        if let Err(e) = release_claim(cfg, facts.job_id) {
+            log(&format!(
+                "job {}: finishing failed and the claim could not be released: {e}",
+                facts.job_id
+            ));
+        }
+    }
+    r
+}
+
+/// Assembles, archives and returns the job summary. The archive is written before anything is removed.
+pub fn finish_job(
+    cfg: &Config,
+    facts: &JobFacts,
+    expected: &[String],
+    slurm: &dyn Slurm,
+) -> Result<(JobSummary, PathBuf)> {
+    let nodes = stored_nodes(cfg, facts.job_id);
+    let mut s = pipeline::job(facts, nodes, expected, cfg, GENERATOR, &|f, e| {
+        slurm.decide_end(f, e)
+    });
+    // The group's name as this node knows it, when SLURM did not say.
+    if s.group.is_none() {
+        s.group = s.gid.and_then(archive::group_name);
+    }
+    // The peer percentile and advice from the user's earlier runs: two small files of the audit
+    // index (archive/src/history.rs), nothing when there is no index.
+    jobscope_archive::history::enrich(cfg, &mut s);
+    let written = archive::Store::new(&cfg.paths.archive_dir, &cfg.archive.admin_group)
+        .write(&s)
+        .context("archive write failed")?;
+    // The manifest line and the owner's copy are not the record: failures are logged, it stands.
+    for p in &written.problems {
+        append_log(&cfg.paths.log_file, &format!("job {}: {p}", s.job_id));
+    }
+
+    let dir = job_state_dir(cfg, facts.job_id);
+    write_atomic(
+        &dir,
+        "archived",
+        written.path.display().to_string().as_bytes(),
+        0o600,
+        None,
+    )?;
+    // The node summaries are inside the archived document now.
+    if let Ok(rd) = std::fs::read_dir(&dir) {
+        for e in rd.flatten() {
+            if e.file_name().to_string_lossy().ends_with(".json") {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+    }
+    Ok((s, written.path))
+}
+
+/// What one Epilog run did.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum Outcome {
+    Archived { path: PathBuf },
+    WaitingForNodes { missing: Vec<String> },
+    AlreadyArchived,
+}
+
+impl Outcome {
+    /// What happened, in words for people (the log, `jobscope epilog`), after `job <id>: `.
+    pub fn describe(&self) -> String {
+        match self {
+            Outcome::Archived { path } => format!("report archived at {}", path.display()),
+            Outcome::WaitingForNodes { missing } => format!(
+                "this node's summary is stored; waiting for {} other node(s): {}",
+                missing.len(),
+                missing.join(", ")
+            ),
+            Outcome::AlreadyArchived => {
+                "already archived (or being archived by another node)".to_string()
+            }
+        }
+    }
+}
+
+/// The Epilog: steps 1–4 of the module doc.
+pub fn run_epilog(
+    cfg: &Config,
+    env: &EpilogEnv,
+    slurm: &dyn Slurm,
+    log: &mut dyn FnMut(&str),
+) -> Result<Outcome> {
+    let dir = job_dir(&cfg.paths.spool_dir, env.job_id, &env.node);
+    // The job is over on this node: its live view too (the extern step removes it at its exit;
+    // this covers an extern step that died first). sampler/src/snapshot.rs.
+    jobscope_sampler::snapshot::remove(&cfg.paths.live_dir, env.job_id, &env.node);
+    if is_archived(cfg, env.job_id) && !set_aside_earlier_run(cfg, env.job_id, &dir, log) {
+        remove_spool(cfg, env.job_id, &env.node, log);
+        return Ok(Outcome::AlreadyArchived);
+    }
+    let out = pipeline::node(
+        &pipeline::read_node_dir(&dir),
+        &env.node,
+        env.job_id,
+        NodeEnd::At(now_unix_ms()),
+        env.uid,
+        cfg,
+    );
+    // A node without a spool (the plugin off, or no step ran here) is normal, not worth a line.
+    for p in out.problems.iter().filter(|p| !p.contains("No such file")) {
+        log(&format!("job {}: {p}", env.job_id));
+    }
+    store_node(cfg, &out.summary)?;
+    let expected = env.expected_nodes();
+    // Remember which nodes the job had, for `reap` when SLURM has forgotten the job.
+    let dir = job_state_dir(cfg, env.job_id);
+    if !dir.join("expected").exists() {
+        write_atomic(
+            &dir,
+            "expected",
+            expected.join("\n").as_bytes(),
+            0o600,
+            None,
+        )?;
+    }
+    let have: Vec<String> = stored_nodes(cfg, env.job_id)
+        .into_iter()
+        .map(|n| n.node)
+        .collect();
+    let missing: Vec<String> = expected
+        .iter()
+        .filter(|e| !have.contains(e))
+        .cloned()
+        .collect();
+    if !missing.is_empty() {
+        return Ok(Outcome::WaitingForNodes { missing });
+    }
+    if !claim(cfg, env.job_id) {
+        // Another node of this job is assembling it right now; its archive marker lets a later
+        // epilog on this node (see `sweep_archived_spools`) remove this node's spool.
+        sweep_archived_spools(cfg, &env.node, log);
+        return Ok(Outcome::AlreadyArchived);
+    }
+    let ctl = slurm.job_facts(env.job_id);
+    if ctl.is_none() {
+        log(&format!(
+            "job {}: SLURM gave no job information; report has no name/limit",
+            env.job_id
+        ));
+    }
+    let facts = env.facts_with(ctl);
+    let (s, path) = finish_claimed(cfg, &facts, &expected, slurm, log)?;
+    remove_spool(cfg, env.job_id, &env.node, log);
+    sweep_archived_spools(cfg, &env.node, log);
+    // Archive first (done above), mail second.
+    jobscope_deliver::notify::notify(cfg, &s, Some(&facts), slurm, log);
+    Ok(Outcome::Archived { path })
+}
+
+/// Removes this node's spools of jobs that have since been archived (a node that did not assemble
+/// its job keeps its spool until the archive exists). Bounded: looks at most at 256 entries per run.
+pub fn sweep_archived_spools(cfg: &Config, node: &str, log: &mut dyn FnMut(&str)) {
+    let Ok(rd) = std::fs::read_dir(&cfg.paths.spool_dir) else {
+        return;
+    };
+    let suffix = format!(".{node}");
+    for e in rd.flatten().take(256) {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some(job) = name
+            .strip_suffix(&suffix)
+            .and_then(|j| j.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if is_archived(cfg, job) {
+            remove_spool(cfg, job, node, log);
+        }
+    }
+}
+
+/// Removes this node's spool of a job, once archived.
+pub fn remove_spool(cfg: &Config, job_id: u32, node: &str, log: &mut dyn FnMut(&str)) {
+    let dir = job_dir(&cfg.paths.spool_dir, job_id, node);
+    if !is_archived(cfg, job_id) {
+        return;
+    }
+    if let Some(keep) = &cfg.archive.keep_spools_dir {
+        copy_spool(&dir, &keep.join(format!("{job_id}.{node}")), log);
+    }
+    if let Ok(m) = std::fs::symlink_metadata(&dir) {
+        if m.is_dir() {
+            if let Err(e) = std::fs::remove_dir_all(&dir) {
+                log(&format!("{}: {e}", dir.display()));
+            }
+        }
+    }
+}
+
+/// What `jobscope reap` did.
+#[derive(Debug, Default, Clone, PartialEq, serde::Serialize)]
+pub struct ReapReport {
+    /// Jobs finished as partial reports because some nodes never reported.
+    pub partial: Vec<ReapedJob>,
+    /// Local spools turned into node summaries because no epilog ever ran for them (crash, reboot).
+    pub orphans: Vec<u32>,
+}
+
+/// A job `reap` archived, and the nodes whose data never arrived.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct ReapedJob {
+    pub job_id: u32,
+    pub missing_nodes: Vec<String>,
+}
+
+impl ReapReport {
+    /// Sentences for people (`jobscope reap`).
+    pub fn describe(&self) -> String {
+        if self.partial.is_empty() && self.orphans.is_empty() {
+            return "nothing to reap\n".into();
+        }
+        let mut t = String::new();
+        for j in &self.orphans {
+            t += &format!("job {j}: this node's spool collected (no epilog ran for it here)\n");
+        }
+        for j in &self.partial {
+            if j.missing_nodes.is_empty() {
+                t += &format!("job {}: archived\n", j.job_id);
+            } else {
+                t += &format!(
+                    "job {}: archived as a partial report; no data from {}\n",
+                    j.job_id,
+                    j.missing_nodes.join(", ")
+                );
+            }
+        }
+        t
+    }
+}
+
+/// Whether the scheduler says the job still holds its allocation (its spools are still written).
+fn is_active(facts: Option<&JobFacts>) -> bool {
+    facts
+        .and_then(|f| f.scheduler_state)
+        .is_some_and(|s| s.is_active())
+}
+
+/// Finishes what epilogs could not:
+/// 1. spools on this node whose job is no longer running and which no epilog collected (the node
+///    crashed or rebooted mid-job, or slurmd died): summarised as partial node summaries;
+/// 2. jobs whose first node summary is older than `archive.node_wait_s` and whose other nodes never
+///    reported (or whose archiving failed before): archived, as partial reports that name the
+///    missing nodes.
+///
+/// SLURM is asked through `slurm`, so the logic can be tested with `jobscope_report::slurm::FakeSlurm`.
+pub fn reap(
+    cfg: &Config,
+    node: &str,
+    now_ms: u64,
+    slurm: &dyn Slurm,
+    log: &mut dyn FnMut(&str),
+) -> Result<ReapReport> {
+    let mut rep = ReapReport::default();
+    sweep_archived_spools(cfg, node, log);
+    prune_state(cfg, now_ms, log);
+    jobscope_deliver::notify::send_pending_digests(cfg, slurm, log);
+    // 1. Orphaned spools of this node (including ones moved aside as stale).
+    let suffix = format!(".{node}");
+    let mut orphan_dirs: Vec<(u32, PathBuf)> = Vec::new();
+    for e in std::fs::read_dir(&cfg.paths.spool_dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .take(1024)
+    {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let base = name
+            .strip_prefix(".stale.")
+            .map(|rest| rest.rsplit_once('.').map(|(a, _)| a).unwrap_or(rest))
+            .unwrap_or(&name);
+        let Some(job) = base
+            .strip_suffix(&suffix)
+            .and_then(|j| j.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let stale = name.starts_with(".stale.");
+        if stale
+            || (!is_archived(cfg, job)
+                && !job_state_dir(cfg, job)
+                    .join(format!("{node}.json"))
+                    .exists()
+                && !is_active(slurm.job_facts(job).as_ref()))
+        {
+            orphan_dirs.push((job, e.path()));
+        }
+    }
+    for (job, dir) in orphan_dirs {
+        // A stale spool of an earlier job with a reused id must not overwrite the later job's data.
+        if dir
+            .file_name()
+            .is_some_and(|n| n.to_string_lossy().starts_with(".stale."))
+            && is_archived(cfg, job)
+        {
+            log(&format!(
+                "reap: {} belongs to an earlier job {job} whose id was reused; kept for inspection",
+                dir.display()
+            ));
+            continue;
+        }
+        let out = pipeline::node(
+            &pipeline::read_node_dir(&dir),
+            node,
+            job,
+            NodeEnd::LastRecord {
+                fallback_ms: now_ms,
+            },
+            None,
+            cfg,
+        );
+        for p in &out.problems {
+            log(&format!("reap: {p}"));
+        }
+        let mut ns = out.summary;
+        ns.quality.notes.push("collected by `jobscope reap`: no epilog ran for this job on this node (crash or reboot?)".into());
+        store_node(cfg, &ns)?;
+        rep.orphans.push(job);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    // 2. Jobs waiting too long for their other nodes.
+    let wait_ms = cfg.archive.node_wait_s.saturating_mul(1000);
+    for e in std::fs::read_dir(&cfg.paths.state_dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .take(4096)
+    {
+        let Some(job) = e.file_name().to_string_lossy().parse::<u32>().ok() else {
+            continue;
+        };
+        if is_archived(cfg, job) {
+            continue;
+        }
+        let nodes = stored_nodes(cfg, job);
+        let Some(oldest) = nodes.iter().map(|n| n.end_unix_ms).min() else {
+            continue;
+        };
+        let ctl = slurm.job_facts(job);
+        if is_active(ctl.as_ref()) {
+            continue;
+        }
+        // The expected node list: what the first epilog recorded, else SLURM's if it still knows
+        // the job, else what the node summaries say.
+        let recorded = read_limited(&job_state_dir(cfg, job).join("expected"), 1 << 20)
+            .ok()
+            .map(|b| {
+                String::from_utf8_lossy(&b)
+                    .lines()
+                    .filter(|l| is_safe_name(l))
+                    .map(str::to_string)
+                    .collect::<Vec<_>>()
+            })
+            .filter(|v| !v.is_empty());
+        let expected: Vec<String> = recorded
+            .or_else(|| {
+                ctl.as_ref()
+                    .map(|f| f.nodes.clone())
+                    .filter(|n| !n.is_empty())
+            })
+            .unwrap_or_else(|| nodes.iter().map(|n| n.node.clone()).collect());
+        let waited = now_ms.saturating_sub(oldest) >= wait_ms;
+        let complete = expected.iter().all(|x| nodes.iter().any(|n| &n.node == x));
+        if !(waited || complete) || !claim(cfg, job) {
+            continue;
+        }
+        // No Epilog environment here: the uid is the spool's, the rest SLURM's if it still knows.
+        let ctl_known = ctl.is_some();
+        let mut facts = ctl.unwrap_or_default();
+        facts.job_id = job;
+        facts.uid = nodes.first().map(|n| n.uid).or(facts.uid);
+        facts.node_count = facts.node_count.or(Some(expected.len() as u32));
+        let missing: Vec<String> = expected
+            .iter()
+            .filter(|x| !nodes.iter().any(|n| &n.node == *x))
+            .cloned()
+            .collect();
+        let (s, path) = finish_claimed(cfg, &facts, &expected, slurm, log)?;
+        jobscope_deliver::notify::notify(cfg, &s, ctl_known.then_some(&facts), slurm, log);
+        log(&format!(
+            "reap: job {job} archived at {} (missing nodes: {missing:?})",
+            path.display()
+        ));
+        rep.partial.push(ReapedJob {
+            job_id: job,
+            missing_nodes: missing,
+        });
+    }
+    Ok(rep)
+}
+
+/// How long the per-job state (claim and `archived` markers, array rows) is kept after archiving:
+/// long enough for late epilogs and `reap` runs to see that the job is done.
+pub const STATE_KEEP_MS: u64 = 7 * 86_400 * 1000;
+
+/// Removes per-job state directories archived more than [`STATE_KEEP_MS`] ago.
+fn prune_state(cfg: &Config, now_ms: u64, log: &mut dyn FnMut(&str)) {
+    let old = |p: &Path| {
+        std::fs::symlink_metadata(p)
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .is_some_and(|d| now_ms.saturating_sub(d.as_millis() as u64) > STATE_KEEP_MS)
+    };
+    for e in std::fs::read_dir(&cfg.paths.state_dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .take(10_000)
+    {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let done = if name == "arrays" {
+            for a in std::fs::read_dir(e.path()).into_iter().flatten().flatten() {
+                if old(&a.path().join("digest-claimed")) {
+                    let _ = std::fs::remove_dir_all(a.path());
+                }
+            }
+            false
+        } else {
+            // `<job>` and the state of an earlier run set aside, `<job>.run<start_s>`.
+            let job = name.split_once(".run").map_or(name.as_str(), |(j, _)| j);
+            job.parse::<u32>().is_ok() && old(&e.path().join("archived"))
+        };
+        if done {
+            if let Err(err) = std::fs::remove_dir_all(e.path()) {
+                log(&format!("reap: {}: {err}", e.path().display()));
+            }
+        }
+    }
+}
+
+/// Copies the regular files of a spool directory (no symlinks followed) into `to`.
+fn copy_spool(from: &Path, to: &Path, log: &mut dyn FnMut(&str)) {
+    if ensure_dir(to, 0o700, 0, 0).is_err() {
+        log(&format!(
+            "{}: cannot create spool copy directory",
+            to.display()
+        ));
+        return;
+    }
+    for e in std::fs::read_dir(from).into_iter().flatten().flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if let (true, Ok(bytes)) = (
+            is_safe_name(&name),
+            read_limited(&e.path(), 4 * 1024 * 1024),
+        ) {
+            let _ = write_atomic(to, &name, &bytes, 0o600, None);
+        }
+    }
+}
+
+/// Appends a line to the epilog log (best effort: the epilog must not fail for want of a log).
+pub fn append_log(path: &Path, line: &str) {
+    use std::io::Write;
+    if let Some(parent) = path.parent() {
+        let _ = std::fs::create_dir_all(parent);
+    }
+    use std::os::unix::fs::OpenOptionsExt;
+    // Root appends here: never through a symlink.
+    if let Ok(mut f) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o640)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+    {
+        // One write(2) per line, so epilogs ending together do not interleave their lines.
+        let _ = f.write_all(format!("{} {line}\n", now_unix_ms() / 1000).as_bytes());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use jobscope_report::pipeline::testing::header;
+    use jobscope_report::slurm::{EndReason, FakeSlurm, JobState};
+    use jobscope_sampler::sample::Reading;
+    use jobscope_sampler::spool::writer::{Limits, SeriesWriter, StepWriter};
+    use jobscope_sampler::spool::{Bucket, End, Event};
+
+    fn cfg(root: &Path) -> Config {
+        let mut c = Config::default();
+        c.paths.spool_dir = root.join("spool");
+        c.paths.state_dir = root.join("state");
+        c.paths.archive_dir = root.join("archive");
+        c.paths.log_file = root.join("log");
+        c.archive.node_wait_s = 60;
+        c
+    }
+
+    /// A spool as the plugin leaves it; `crashed` = the sampler never wrote its end record and no
+    /// step reached its exit (the node died mid-job).
+    fn make_spool(c: &Config, job: u32, node: &str, crashed: bool) {
+        let dir = job_dir(&c.paths.spool_dir, job, node);
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut w =
+            SeriesWriter::create(&dir, "job.jsc", header(job, node, "job"), Limits::default())
+                .unwrap();
+        for i in 0..5u64 {
+            w.push(Bucket {
+                t_first_ms: 1_700_001_000_000 + i * 30_000,
+                t_last_ms: 1_700_001_000_000 + i * 30_000,
+                n: 1,
+                last: Reading {
+                    cpu_usage_ns: Some(i * 30_000_000_000),
+                    mem_current_bytes: Some(1 << 28),
+                    ..Default::default()
+                },
+                gauges: Default::default(),
+            })
+            .unwrap();
+        }
+        if !crashed {
+            w.end(&End {
+                t_ms: 1_700_001_150_000,
+                reason: "stopped".into(),
+                samples_taken: 5,
+                samples_missed: 0,
+            })
+            .unwrap();
+            let mut s = StepWriter::create(&dir, &header(job, node, "batch")).unwrap();
+            s.event(&Event {
+                t_ms: 1_700_001_149_000,
+                kind: "step_exit".into(),
+                step: Some("batch".into()),
+                job: Some(Reading {
+                    cpu_usage_ns: Some(140_000_000_000),
+                    ..Default::default()
+                }),
+                step_reading: None,
+                exit_status: Some(0),
+                message: None,
+            })
+            .unwrap();
+        }
+    }
+
+    /// A controller that does not answer (as in the tests before SLURM is up).
+    fn down() -> FakeSlurm {
+        FakeSlurm::default()
+    }
+
+    fn env(job: u32, node: &str, nodelist: &str) -> EpilogEnv {
+        EpilogEnv {
+            job_id: job,
+            node: node.into(),
+            uid: Some(4242),
+            nodelist: Some(nodelist.into()),
+            exit_code2: Some("0:0".into()),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn two_nodes_give_exactly_one_report_whatever_the_order() {
+        for order in [["a", "b"], ["b", "a"]] {
+            let d = tempfile::tempdir().unwrap();
+            let c = cfg(d.path());
+            make_spool(&c, 77, "a", false);
+            make_spool(&c, 77, "b", false);
+            let mut log = |_: &str| {};
+            let first = run_epilog(&c, &env(77, order[0], "a,b"), &down(), &mut log).unwrap();
+            assert!(
+                matches!(first, Outcome::WaitingForNodes { ref missing } if missing == &vec![order[1].to_string()]),
+                "{first:?}"
+            );
+            let second = run_epilog(&c, &env(77, order[1], "a,b"), &down(), &mut log).unwrap();
+            assert!(matches!(second, Outcome::Archived { .. }), "{second:?}");
+            let again = run_epilog(&c, &env(77, order[0], "a,b"), &down(), &mut log).unwrap();
+            assert!(matches!(again, Outcome::AlreadyArchived));
+            let bytes = archive::find(&c.paths.archive_dir, 77, 0).unwrap();
+            let s: JobSummary = serde_json::from_slice(&bytes).unwrap();
+            assert_eq!(s.nodes.len(), 2);
+            assert!(!s.partial, "{:?}", s.partial_reasons);
+            // 140 CPU-s per node from the batch exit readings
+            assert_eq!(s.cpu.usage_s, Some(280.0));
+            // both spools are gone once archived (the first node's by its next epilog's sweep)
+            assert!(
+                !job_dir(&c.paths.spool_dir, 77, "a").exists()
+                    && !job_dir(&c.paths.spool_dir, 77, "b").exists()
+            );
+        }
+    }
+
+    #[test]
+    fn missing_node_gives_partial_report_after_the_wait() {
+        let d = tempfile::tempdir().unwrap();
+        let c = cfg(d.path());
+        make_spool(&c, 78, "a", false);
+        let mut log = |_: &str| {};
+        run_epilog(&c, &env(78, "a", "a,b"), &down(), &mut log).unwrap();
+        let slurm = FakeSlurm::up();
+        // The wait runs from the job's end on node a: its batch step's exit in the fixture.
+        let end_a = 1_700_001_149_000;
+        let early = reap(&c, "a", end_a + 1_000, &slurm, &mut log).unwrap();
+        assert!(early.partial.is_empty(), "must wait node_wait_s first");
+        let later = reap(&c, "a", end_a + 61_000, &slurm, &mut log).unwrap();
+        assert_eq!(
+            later.partial,
+            vec![ReapedJob {
+                job_id: 78,
+                missing_nodes: vec!["b".to_string()]
+            }]
+        );
+        let s: JobSummary =
+            serde_json::from_slice(&archive::find(&c.paths.archive_dir, 78, 0).unwrap()).unwrap();
+        assert!(s.partial && s.missing_nodes == vec!["b"]);
+        assert!(s.partial_reasons.iter().any(|r| r.contains("node b")));
+    }
+
+    #[test]
+    fn crash_mid_job_still_gives_a_partial_report() {
+        let d = tempfile::tempdir().unwrap();
+        let c = cfg(d.path());
+        make_spool(&c, 79, "a", true);
+        let mut log = |_: &str| {};
+        let r = reap(&c, "a", now_unix_ms(), &FakeSlurm::up(), &mut log).unwrap();
+        assert_eq!(r.orphans, vec![79]);
+        assert_eq!(
+            r.partial.len(),
+            1,
+            "single-node job: complete once its node is in"
+        );
+        let s: JobSummary =
+            serde_json::from_slice(&archive::find(&c.paths.archive_dir, 79, 0).unwrap()).unwrap();
+        assert!(s.partial, "a crashed job's report is partial");
+        assert!(
+            s.partial_reasons
+                .iter()
+                .any(|r| r.contains("stopped early")),
+            "{:?}",
+            s.partial_reasons
+        );
+        // 4 intervals of 30 CPU-s seen before the crash
+        assert_eq!(s.cpu.usage_s, Some(120.0));
+    }
+
+    #[test]
+    fn running_jobs_are_left_alone() {
+        let d = tempfile::tempdir().unwrap();
+        let c = cfg(d.path());
+        make_spool(&c, 80, "a", true);
+        let mut log = |_: &str| {};
+        let slurm = FakeSlurm::up().with_job(80, JobState::Running);
+        let r = reap(&c, "a", now_unix_ms(), &slurm, &mut log).unwrap();
+        assert!(r.orphans.is_empty() && r.partial.is_empty());
+        assert!(job_dir(&c.paths.spool_dir, 80, "a").exists());
+        assert_eq!(slurm.asked.lock().unwrap().as_slice(), &[80]);
+        // Once SLURM says it ended, the spool is collected.
+        let slurm = FakeSlurm::up().with_job(80, JobState::Completed);
+        let r = reap(&c, "a", now_unix_ms(), &slurm, &mut log).unwrap();
+        assert_eq!(r.orphans, vec![80]);
+    }
+
+    #[test]
+    fn a_failed_archive_releases_the_claim_and_reap_archives_later() {
+        let d = tempfile::tempdir().unwrap();
+        let mut c = cfg(d.path());
+        c.archive.admin_group = "no-such-group-jobscope-test".into();
+        make_spool(&c, 81, "a", false);
+        let mut lines = Vec::new();
+        let mut log = |m: &str| lines.push(m.to_string());
+        let err = run_epilog(&c, &env(81, "a", "a"), &down(), &mut log).unwrap_err();
+        assert!(format!("{err:#}").contains("archive"), "{err:#}");
+        assert!(
+            !job_state_dir(&c, 81).join("claim").exists(),
+            "the claim is released when archiving fails"
+        );
+        assert!(!is_archived(&c, 81));
+        assert!(
+            job_dir(&c.paths.spool_dir, 81, "a").exists(),
+            "the spool stays until the job is archived"
+        );
+        // The site fixes its configuration; the next `reap` archives the job.
+        c.archive.admin_group = Config::default().archive.admin_group;
+        let r = reap(&c, "a", now_unix_ms(), &FakeSlurm::up(), &mut log).unwrap();
+        assert_eq!(
+            r.partial,
+            vec![ReapedJob {
+                job_id: 81,
+                missing_nodes: vec![]
+            }]
+        );
+        assert!(is_archived(&c, 81));
+        let s: JobSummary =
+            serde_json::from_slice(&archive::find(&c.paths.archive_dir, 81, 0).unwrap()).unwrap();
+        assert_eq!(s.cpu.usage_s, Some(140.0));
+        assert!(!s.partial, "{:?}", s.partial_reasons);
+    }
+
+    #[test]
+    fn the_epilog_takes_its_facts_from_the_environment_and_slurm() {
+        let d = tempfile::tempdir().unwrap();
+        let c = cfg(d.path());
+        make_spool(&c, 82, "a", false);
+        let mut slurm = FakeSlurm::up();
+        slurm.jobs.insert(
+            82,
+            JobFacts {
+                job_id: 82,
+                name: Some("train".into()),
+                time_limit_s: Some(600),
+                scheduler_state: Some(JobState::Completing),
+                ..Default::default()
+            },
+        );
+        let mut e = env(82, "a", "a");
+        e.exit_code2 = Some("0:125".into());
+        let mut log = |_: &str| {};
+        run_epilog(&c, &e, &slurm, &mut log).unwrap();
+        let s: JobSummary =
+            serde_json::from_slice(&archive::find(&c.paths.archive_dir, 82, 0).unwrap()).unwrap();
+        assert_eq!(s.name.as_deref(), Some("train"));
+        assert_eq!(s.alloc.time_limit_s, Some(600));
+        assert_eq!(s.uid, Some(4242));
+        // SIG_OOM in SLURM_JOB_EXIT_CODE2 is SLURM's OOM report.
+        assert_eq!(s.state, JobState::OutOfMemory);
+        assert_eq!(s.end_reason, Some(EndReason::SchedulerOom));
+    }
+
+    #[test]
+    fn people_get_sentences_scripts_get_json() {
+        let o = Outcome::WaitingForNodes {
+            missing: vec!["b".into(), "c".into()],
+        };
+        assert_eq!(
+            o.describe(),
+            "this node's summary is stored; waiting for 2 other node(s): b, c"
+        );
+        assert_eq!(
+            serde_json::to_value(&o).unwrap(),
+            serde_json::json!({"outcome": "waiting_for_nodes", "missing": ["b", "c"]})
+        );
+        let r = ReapReport {
+            partial: vec![ReapedJob {
+                job_id: 9,
+                missing_nodes: vec!["n2".into()],
+            }],
+            orphans: vec![9],
+        };
+        assert_eq!(
+            r.describe(),
+            "job 9: this node's spool collected (no epilog ran for it here)\n\
+             job 9: archived as a partial report; no data from n2\n"
+        );
+        assert_eq!(ReapReport::default().describe(), "nothing to reap\n");
+    }
+
+    /// A requeued job: the same id runs again; the second run's Epilog finds the first run's
+    /// `archived` marker, sets that state aside, and archives its own report.
+    #[test]
+    fn a_requeued_jobs_second_run_gets_its_own_report() {
+        let d = tempfile::tempdir().unwrap();
+        let c = cfg(d.path());
+        let slurm = FakeSlurm::up();
+        let mut log = |_: &str| {};
+        make_spool(&c, 90, "a", false);
+        let first = run_epilog(&c, &env(90, "a", "a"), &slurm, &mut log).unwrap();
+        assert!(matches!(first, Outcome::Archived { .. }), "{first:?}");
+        // The second run's spool starts five minutes later.
+        let dir = job_dir(&c.paths.spool_dir, 90, "a");
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut h = header(90, "a", "job");
+        h.start_unix_ms += 300_000;
+        let mut w = SeriesWriter::create(&dir, "job.jsc", h, Limits::default()).unwrap();
+        w.push(Bucket {
+            t_first_ms: 1_700_001_300_000,
+            t_last_ms: 1_700_001_300_000,
+            n: 1,
+            last: Reading {
+                cpu_usage_ns: Some(1),
+                ..Default::default()
+            },
+            gauges: Default::default(),
+        })
+        .unwrap();
+        w.end(&End {
+            t_ms: 1_700_001_330_000,
+            reason: "stopped".into(),
+            samples_taken: 1,
+            samples_missed: 0,
+        })
+        .unwrap();
+        let second = run_epilog(&c, &env(90, "a", "a"), &slurm, &mut log).unwrap();
+        assert!(matches!(second, Outcome::Archived { .. }), "{second:?}");
+        let runs = archive::Store::new(&c.paths.archive_dir, &c.archive.admin_group)
+            .runs(90, 0)
+            .unwrap();
+        assert_eq!(runs.len(), 2, "{runs:?}");
+        // Epilogs of the same run later (another node, a retry) still see it archived.
+        let again = run_epilog(&c, &env(90, "a", "a"), &slurm, &mut log).unwrap();
+        assert!(matches!(again, Outcome::AlreadyArchived), "{again:?}");
+    }
+}

@@ -1,0 +1,546 @@
+//! PNG charts of one node's timeline, for the HTML part of the end-of-job mail (inline, `cid:`).
+//!
+//! Drawn with plotters' lean feature set (bitmap backend, line and area series, `ab_glyph` text) into
+//! an RGB buffer and encoded with the `png` crate: no font-kit, fontconfig or freetype, and no file is
+//! written. Labels use the DejaVu Sans TTF bundled under `report-templates/fonts/` (licence beside it),
+//! compiled in so a chart never depends on what fonts a compute node has.
+//!
+//! Gaps stay gaps: a point whose value is `None` (not measured) splits the line rather than drawing 0.
+//! An empty timeline gives a chart with axes and "no samples"; a single point is drawn as a dot.
+
+use crate::present::clean;
+use jobscope_sampler::summary::{NodeSummary, Point};
+use plotters::prelude::*;
+use std::sync::OnceLock;
+
+/// DejaVu Sans 2.37 (Bitstream Vera licence, see `report-templates/fonts/LICENSE-DejaVu.txt`).
+pub const FONT_TTF: &[u8] = include_bytes!("../../report-templates/fonts/DejaVuSans.ttf");
+/// The family name the font is registered under with plotters, and the one every label asks for.
+const FAMILY: &str = "sans-serif";
+
+/// Smallest and largest chart accepted, per side, in pixels.
+pub const MIN_WIDTH: u32 = 64;
+pub const MIN_HEIGHT: u32 = 48;
+pub const MAX_SIDE: u32 = 4096;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ChartError {
+    #[error(
+        "chart size {0}x{1} px is out of range ({MIN_WIDTH}x{MIN_HEIGHT} to {MAX_SIDE}x{MAX_SIDE})"
+    )]
+    Size(u32, u32),
+    #[error("the bundled chart font could not be loaded")]
+    Font,
+    #[error("drawing the chart: {0}")]
+    Draw(String),
+    #[error("encoding the PNG: {0}")]
+    Encode(#[from] png::EncodingError),
+}
+
+/// Registers the bundled font with plotters once per process (plotters keeps a global font table).
+fn font_ready() -> Result<(), ChartError> {
+    static READY: OnceLock<bool> = OnceLock::new();
+    let ok = *READY.get_or_init(|| {
+        plotters::style::register_font(FAMILY, FontStyle::Normal, FONT_TTF).is_ok()
+    });
+    if ok {
+        Ok(())
+    } else {
+        Err(ChartError::Font)
+    }
+}
+
+fn draw_err<E: std::fmt::Display>(e: E) -> ChartError {
+    ChartError::Draw(e.to_string())
+}
+
+/// Busy cores over time on this node (mean per interval as a line, per-interval peak as a shaded band)
+/// against the cores allocated there (a red line).
+pub fn busy_cores_png(n: &NodeSummary, width: u32, height: u32) -> Result<Vec<u8>, ChartError> {
+    let mean = segments(&n.timeline, |p| p.busy_cores);
+    let peak = segments(&n.timeline, |p| p.busy_cores_max.or(p.busy_cores));
+    let alloc = n.alloc_cores.map(f64::from);
+    let spec = Spec {
+        title: format!("{}: busy cores", clean(&n.node, 40)),
+        mean,
+        peak,
+        limit: alloc,
+        scale: 1.0,
+        unit: "cores".into(),
+        labels: [
+            "busy (mean)".into(),
+            "busy (peak)".into(),
+            match n.alloc_cores {
+                Some(c) => format!("allocated ({c})"),
+                None => "allocated".into(),
+            },
+        ],
+    };
+    render(&spec, width, height)
+}
+
+/// Memory charged to the job's cgroup on this node over time (mean per interval as a line, peak as a
+/// shaded band) against its limit (the cgroup limit, else the allocation), as a red line.
+pub fn memory_png(n: &NodeSummary, width: u32, height: u32) -> Result<Vec<u8>, ChartError> {
+    let as_f = |b: Option<u64>| b.map(|b| b as f64);
+    let mean = segments(&n.timeline, |p| as_f(p.mem_bytes));
+    let peak = segments(&n.timeline, |p| as_f(p.mem_bytes_max.or(p.mem_bytes)));
+    let limit = n.mem.limit_bytes.or(n.alloc_mem_bytes).map(|b| b as f64);
+    // One unit for the whole axis, picked from the largest value drawn.
+    let top = peak
+        .iter()
+        .flatten()
+        .map(|&(_, y)| y)
+        .chain(limit)
+        .fold(0.0, f64::max);
+    let (scale, unit) = byte_unit(top);
+    let spec = Spec {
+        title: format!("{}: memory", clean(&n.node, 40)),
+        mean,
+        peak,
+        limit,
+        scale,
+        unit: unit.into(),
+        labels: [
+            "memory (mean)".into(),
+            "memory (peak)".into(),
+            match limit {
+                Some(l) => format!("limit ({})", crate::present::fmt_bytes(Some(l as u64))),
+                None => "limit".into(),
+            },
+        ],
+    };
+    render(&spec, width, height)
+}
+
+/// Binary unit for an axis whose largest value is `max_bytes`: (divisor, name).
+fn byte_unit(max_bytes: f64) -> (f64, &'static str) {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut i = 0;
+    let mut scale = 1.0;
+    while max_bytes / scale >= 1024.0 && i < UNITS.len() - 1 {
+        scale *= 1024.0;
+        i += 1;
+    }
+    (scale, UNITS[i])
+}
+
+/// Unbroken runs of measured points `(t_s, value)`; a missing or non-finite value ends a run.
+fn segments(timeline: &[Point], f: impl Fn(&Point) -> Option<f64>) -> Vec<Vec<(f64, f64)>> {
+    let mut out: Vec<Vec<(f64, f64)>> = Vec::new();
+    let mut cur: Vec<(f64, f64)> = Vec::new();
+    for p in timeline {
+        match f(p) {
+            Some(v) if v.is_finite() && p.t_s.is_finite() => cur.push((p.t_s.max(0.0), v.max(0.0))),
+            _ => {
+                if !cur.is_empty() {
+                    out.push(std::mem::take(&mut cur));
+                }
+            }
+        }
+    }
+    if !cur.is_empty() {
+        out.push(cur);
+    }
+    out
+}
+
+/// What one chart shows. Values are in raw units (seconds, cores or bytes); `scale` divides y for display.
+struct Spec {
+    title: String,
+    mean: Vec<Vec<(f64, f64)>>,
+    peak: Vec<Vec<(f64, f64)>>,
+    limit: Option<f64>,
+    scale: f64,
+    unit: String,
+    /// Legend entries: mean, peak, limit.
+    labels: [String; 3],
+}
+
+/// Seconds per x-axis unit and its name, for a timeline spanning `span_s`.
+fn time_unit(span_s: f64) -> (f64, &'static str) {
+    if span_s <= 180.0 {
+        (1.0, "s")
+    } else if span_s <= 3.0 * 3600.0 {
+        (60.0, "min")
+    } else {
+        (3600.0, "h")
+    }
+}
+
+fn render(spec: &Spec, width: u32, height: u32) -> Result<Vec<u8>, ChartError> {
+    if !(MIN_WIDTH..=MAX_SIDE).contains(&width) || !(MIN_HEIGHT..=MAX_SIDE).contains(&height) {
+        return Err(ChartError::Size(width, height));
+    }
+    font_ready()?;
+    let mut rgb = vec![0u8; width as usize * height as usize * 3];
+    draw(spec, &mut rgb, width, height)?;
+    let mut out = Vec::with_capacity(16 * 1024);
+    let mut enc = png::Encoder::new(&mut out, width, height);
+    enc.set_color(png::ColorType::Rgb);
+    enc.set_depth(png::BitDepth::Eight);
+    let mut w = enc.write_header()?;
+    w.write_image_data(&rgb)?;
+    w.finish()?;
+    Ok(out)
+}
+
+fn draw(spec: &Spec, rgb: &mut [u8], width: u32, height: u32) -> Result<(), ChartError> {
+    let root = BitMapBackend::with_buffer(rgb, (width, height)).into_drawing_area();
+    root.fill(&WHITE).map_err(draw_err)?;
+
+    let t_end = spec
+        .peak
+        .iter()
+        .chain(&spec.mean)
+        .flatten()
+        .map(|&(t, _)| t)
+        .fold(0.0, f64::max);
+    let (t_div, t_unit) = time_unit(t_end);
+    let x_max = (t_end / t_div).max(1.0);
+    let y_top = spec
+        .peak
+        .iter()
+        .chain(&spec.mean)
+        .flatten()
+        .map(|&(_, y)| y)
+        .chain(spec.limit)
+        .fold(0.0, f64::max)
+        / spec.scale;
+    let y_max = if y_top > 0.0 { y_top * 1.1 } else { 1.0 };
+
+    // Text scales with the image, within readable bounds.
+    let font_px = (f64::from(height) / 16.0).clamp(9.0, 28.0);
+    let small = (FAMILY, font_px * 0.85).into_font();
+    let roomy = width >= 200 && height >= 120;
+    let mut builder = ChartBuilder::on(&root);
+    builder.margin((font_px * 0.5) as u32);
+    if roomy {
+        builder
+            .caption(&spec.title, (FAMILY, font_px))
+            .x_label_area_size((font_px * 2.4) as u32)
+            .y_label_area_size((font_px * 3.6) as u32);
+    }
+    let mut chart = builder
+        .build_cartesian_2d(0.0..x_max, 0.0..y_max)
+        .map_err(draw_err)?;
+    if roomy {
+        let y_fmt = |v: &f64| {
+            if y_max >= 5.0 {
+                format!("{v:.0}")
+            } else {
+                format!("{v:.1}")
+            }
+        };
+        let x_fmt = |v: &f64| {
+            if x_max >= 5.0 {
+                format!("{v:.0}")
+            } else {
+                format!("{v:.1}")
+            }
+        };
+        chart
+            .configure_mesh()
+            .bold_line_style(RGBColor(225, 225, 225))
+            .light_line_style(TRANSPARENT)
+            .label_style(small.clone())
+            .axis_desc_style(small.clone())
+            .x_desc(format!("time since start ({t_unit})"))
+            .y_desc(spec.unit.clone())
+            .x_labels(6)
+            .y_labels(5)
+            .x_label_formatter(&x_fmt)
+            .y_label_formatter(&y_fmt)
+            .draw()
+            .map_err(draw_err)?;
+    }
+
+    let xy = |&(t, y): &(f64, f64)| (t / t_div, y / spec.scale);
+    let band = RGBColor(158, 202, 225);
+    let line = RGBColor(33, 113, 181);
+    let limit_color = RGBColor(203, 24, 29);
+
+    for (i, seg) in spec.peak.iter().enumerate() {
+        let s = chart
+            .draw_series(AreaSeries::new(
+                seg.iter().map(xy),
+                0.0,
+                band.mix(0.6).filled(),
+            ))
+            .map_err(draw_err)?;
+        if i == 0 && roomy {
+            s.label(spec.labels[1].as_str())
+                .legend(move |(x, y)| Rectangle::new([(x, y - 4), (x + 14, y + 4)], band.filled()));
+        }
+    }
+    for (i, seg) in spec.mean.iter().enumerate() {
+        let s = chart
+            .draw_series(LineSeries::new(seg.iter().map(xy), line.stroke_width(2)))
+            .map_err(draw_err)?;
+        if i == 0 && roomy {
+            s.label(spec.labels[0].as_str()).legend(move |(x, y)| {
+                PathElement::new([(x, y), (x + 14, y)], line.stroke_width(2))
+            });
+        }
+    }
+    // A run of one point draws no line: mark it so a one-sample job still shows its value.
+    for (runs, color) in [(&spec.peak, band), (&spec.mean, line)] {
+        let dots = runs.iter().filter(|s| s.len() == 1).map(|s| xy(&s[0]));
+        chart
+            .draw_series(dots.map(|p| Circle::new(p, 3, color.filled())))
+            .map_err(draw_err)?;
+    }
+
+    if let Some(l) = spec.limit {
+        let l = l / spec.scale;
+        let s = chart
+            .draw_series(LineSeries::new(
+                [(0.0, l), (x_max, l)],
+                limit_color.stroke_width(2),
+            ))
+            .map_err(draw_err)?;
+        if roomy {
+            s.label(spec.labels[2].as_str()).legend(move |(x, y)| {
+                PathElement::new([(x, y), (x + 14, y)], limit_color.stroke_width(2))
+            });
+        }
+    }
+
+    let empty = spec.mean.is_empty() && spec.peak.is_empty();
+    if empty {
+        let (w, h) = root.dim_in_pixel();
+        let style = TextStyle::from((FAMILY, font_px).into_font())
+            .color(&RGBColor(120, 120, 120))
+            .pos(plotters::style::text_anchor::Pos::new(
+                plotters::style::text_anchor::HPos::Center,
+                plotters::style::text_anchor::VPos::Center,
+            ));
+        root.draw_text("no samples", &style, (w as i32 / 2, h as i32 / 2))
+            .map_err(draw_err)?;
+    } else if roomy {
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperLeft)
+            .label_font(small)
+            .background_style(WHITE.mix(0.7))
+            .border_style(RGBColor(200, 200, 200))
+            .draw()
+            .map_err(draw_err)?;
+    }
+    root.present().map_err(draw_err)?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use jobscope_sampler::summary::{CpuTotals, IoTotals, MemTotals, Quality};
+
+    fn node(timeline: Vec<Point>) -> NodeSummary {
+        NodeSummary {
+            node: "node-1".into(),
+            job_id: 1234,
+            uid: 1000,
+            start_unix_ms: 1_795_305_466_000,
+            end_unix_ms: 1_795_305_466_000 + 3_600_000,
+            elapsed_s: 3600.0,
+            alloc_cores: Some(8),
+            alloc_mem_bytes: Some(16 << 30),
+            cgroup_version: None,
+            cpu: CpuTotals::default(),
+            mem: MemTotals {
+                limit_bytes: Some(16 << 30),
+                ..Default::default()
+            },
+            io: IoTotals::default(),
+            tasks_max: None,
+            threads_max: None,
+            cpu_efficiency_pct: None,
+            steps: vec![],
+            timeline,
+            quality: Quality::default(),
+            user_options: Default::default(),
+            gpus: Vec::new(),
+            pressure: None,
+            script_sha256: None,
+        }
+    }
+
+    fn point(t_s: f64, busy: Option<f64>, mem: Option<u64>) -> Point {
+        Point {
+            t_s,
+            busy_cores: busy,
+            busy_cores_max: busy.map(|b| b * 1.2),
+            mem_bytes: mem,
+            mem_bytes_max: mem.map(|m| m + (256 << 20)),
+            io_bytes_per_s: None,
+            tasks: None,
+        }
+    }
+
+    /// Decodes `bytes` as PNG and returns (width, height).
+    fn png_size(bytes: &[u8]) -> (u32, u32) {
+        let dec = png::Decoder::new(std::io::Cursor::new(bytes));
+        let mut reader = dec.read_info().expect("a PNG header");
+        let mut buf = vec![0; reader.output_buffer_size().expect("buffer size")];
+        let info = reader.next_frame(&mut buf).expect("a whole frame");
+        (info.width, info.height)
+    }
+
+    /// Decodes `bytes` as an RGB(A) PNG: (width, height, rows of RGB pixels).
+    fn png_rgb(bytes: &[u8]) -> (u32, u32, Vec<Vec<[u8; 3]>>) {
+        let dec = png::Decoder::new(std::io::Cursor::new(bytes));
+        let mut reader = dec.read_info().expect("a PNG header");
+        let mut buf = vec![0; reader.output_buffer_size().expect("buffer size")];
+        let info = reader.next_frame(&mut buf).expect("a whole frame");
+        let px = info.color_type.samples();
+        assert!(px >= 3, "{:?}", info.color_type);
+        let rows = buf[..info.buffer_size()]
+            .chunks(info.line_size)
+            .map(|row| {
+                row.chunks(px)
+                    .take(info.width as usize)
+                    .map(|p| [p[0], p[1], p[2]])
+                    .collect()
+            })
+            .collect();
+        (info.width, info.height, rows)
+    }
+
+    /// The mean line's colour in [`draw`].
+    const LINE: [u8; 3] = [33, 113, 181];
+
+    /// Per pixel column, the lowest row (largest y) drawn in `color`, if any.
+    fn lowest_in_columns(rows: &[Vec<[u8; 3]>], width: u32, color: [u8; 3]) -> Vec<Option<usize>> {
+        (0..width as usize)
+            .map(|x| (0..rows.len()).rev().find(|&y| rows[y][x] == color))
+            .collect()
+    }
+
+    /// A timeline that rises from 0.5 to `top` at its middle and falls back (61 points over 1 h).
+    fn peak_in_the_middle(top: f64) -> Vec<Point> {
+        (0..=60)
+            .map(|i| {
+                let rise = 1.0 - (i as f64 - 30.0).abs() / 30.0;
+                let v = 0.5 + (top - 0.5) * rise;
+                point(
+                    i as f64 * 60.0,
+                    Some(v),
+                    Some((v * (1u64 << 30) as f64) as u64),
+                )
+            })
+            .collect()
+    }
+
+    /// The plotted data is in the picture: the mean line's colour runs across most of the width,
+    /// and where the series peaks (the middle) it is drawn far higher than at its two ends.
+    #[test]
+    fn the_series_is_drawn_where_its_data_says() {
+        let n = node(peak_in_the_middle(6.0));
+        for png in [
+            busy_cores_png(&n, 640, 240).unwrap(),
+            memory_png(&n, 640, 240).unwrap(),
+        ] {
+            let (w, h, rows) = png_rgb(&png);
+            let low = lowest_in_columns(&rows, w, LINE);
+            let cols: Vec<usize> = (0..w as usize).filter(|&x| low[x].is_some()).collect();
+            assert!(
+                cols.len() > w as usize / 2,
+                "the line covers {} of {w} columns",
+                cols.len()
+            );
+            let (first, last) = (cols[0], *cols.last().unwrap());
+            let mid = (first + last) / 2;
+            let y_at = |x: usize| low[x].unwrap_or_else(|| panic!("no line in column {x}"));
+            // Rows grow downwards: the peak is at a smaller y than both ends, by a good share of
+            // the picture (0.5 -> 6 of a 0..8.8 or 0..17.6 axis).
+            for end in [first + 2, last - 2] {
+                assert!(
+                    y_at(mid) + h as usize / 6 < y_at(end),
+                    "middle y {} vs end y {} (column {end})",
+                    y_at(mid),
+                    y_at(end)
+                );
+            }
+        }
+    }
+
+    fn ramp(n: usize) -> Vec<Point> {
+        (0..n)
+            .map(|i| {
+                point(
+                    i as f64 * 30.0,
+                    Some((i % 9) as f64),
+                    Some((i as u64 % 12) << 30),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn charts_decode_at_the_requested_size() {
+        let n = node(ramp(120));
+        for (w, h) in [(640, 240), (320, 160), (1200, 500)] {
+            assert_eq!(png_size(&busy_cores_png(&n, w, h).unwrap()), (w, h));
+            assert_eq!(png_size(&memory_png(&n, w, h).unwrap()), (w, h));
+        }
+    }
+
+    #[test]
+    fn empty_one_point_and_gappy_timelines_do_not_panic() {
+        let cases = vec![
+            vec![],
+            vec![point(0.0, Some(1.0), Some(1 << 30))],
+            vec![point(12.0, None, None)],
+            vec![
+                point(0.0, Some(2.0), Some(1 << 20)),
+                point(30.0, None, None),
+                point(60.0, Some(f64::NAN), Some(3 << 20)),
+                point(90.0, Some(f64::INFINITY), None),
+                point(120.0, Some(4.0), Some(2 << 20)),
+            ],
+        ];
+        for tl in cases {
+            let mut n = node(tl);
+            for (w, h) in [(640, 240), (MIN_WIDTH, MIN_HEIGHT)] {
+                assert_eq!(png_size(&busy_cores_png(&n, w, h).unwrap()), (w, h));
+                assert_eq!(png_size(&memory_png(&n, w, h).unwrap()), (w, h));
+            }
+            // Nothing allocated or limited known either.
+            n.alloc_cores = None;
+            n.alloc_mem_bytes = None;
+            n.mem.limit_bytes = None;
+            assert_eq!(png_size(&busy_cores_png(&n, 400, 200).unwrap()), (400, 200));
+            assert_eq!(png_size(&memory_png(&n, 400, 200).unwrap()), (400, 200));
+        }
+    }
+
+    #[test]
+    fn hostile_node_name_and_sizes() {
+        let mut n = node(ramp(3));
+        n.node = format!("evil\r\n\x1b[31m{}", "x".repeat(10_000));
+        assert!(busy_cores_png(&n, 640, 240).is_ok());
+        assert!(matches!(
+            busy_cores_png(&n, 10, 10),
+            Err(ChartError::Size(10, 10))
+        ));
+        assert!(memory_png(&n, 640, 100_000).is_err());
+    }
+
+    #[test]
+    fn segments_split_at_gaps_and_units() {
+        let tl = vec![
+            point(0.0, Some(1.0), None),
+            point(1.0, None, None),
+            point(2.0, Some(2.0), None),
+            point(3.0, Some(3.0), None),
+        ];
+        let s = segments(&tl, |p| p.busy_cores);
+        assert_eq!(s, vec![vec![(0.0, 1.0)], vec![(2.0, 2.0), (3.0, 3.0)]]);
+        assert_eq!(byte_unit(512.0), (1.0, "B"));
+        assert_eq!(byte_unit(3.0 * 1024.0 * 1024.0 * 1024.0).1, "GiB");
+        assert_eq!(time_unit(100.0).1, "s");
+        assert_eq!(time_unit(7200.0).1, "min");
+        assert_eq!(time_unit(86_400.0).1, "h");
+    }
+}

@@ -1,0 +1,611 @@
+//! The words of the report: every typed fact of the model (verdict, class, finding, advice, GPU
+//! finding, end reason, data gaps) is worded here and only here. Numbers go through `format.rs`.
+//! Names from the job or the node (node names, GPU names) are cleaned by the caller's view.
+
+use super::clean::clean;
+use super::format::*;
+use jobscope_sampler::gpu::summary::{GpuAdvice, GpuFinding, GpuRef};
+use jobscope_sampler::gpu::GpuSummary;
+use jobscope_sampler::job::{EndReason, JobState};
+use jobscope_sampler::sample::CgroupVersion;
+use jobscope_sampler::summary::analysis::{
+    AdviceReason, AdviceWithheld, Analysis, Evidence, FindingKind, JobClass, Scalability, Severity,
+    StallResource, Verdict,
+};
+use jobscope_sampler::summary::JobSummary;
+
+pub fn state(s: JobState) -> &'static str {
+    s.as_str()
+}
+
+/// The marker of a running job's report (`jobscope show` on a running job, `cli/src/live/`):
+/// its figures are those up to its last sample. Empty for a job that has ended.
+pub fn running_note(s: &JobSummary) -> String {
+    if s.state != JobState::Running {
+        return String::new();
+    }
+    format!(
+        "still running: figures up to the last sample, {}",
+        jobscope_sampler::time::utc_time(s.end_unix_ms / 1000)
+    )
+}
+
+/// Why the job ended as it did (from the SLURM adapter's typed reason).
+pub fn end_reason(r: &EndReason) -> String {
+    match r {
+        EndReason::OomKills { kills } => format!(
+            "{kills} process(es) killed by the kernel OOM killer in the job cgroup (memory limit reached)"
+        ),
+        EndReason::SchedulerOom => "SLURM reported an out-of-memory kill in the job".into(),
+        EndReason::SchedulerSays { state } => format!("SLURM says {}", state.as_str()),
+        EndReason::TimeLimit { elapsed_s, limit_s } => format!(
+            "ran {} and reached its {} time limit",
+            fmt_duration(*elapsed_s),
+            fmt_slurm_time(*limit_s)
+        ),
+        EndReason::Signal { signal } => format!("terminated by signal {signal}"),
+        EndReason::ExitCode { code } => format!("exit code {code}"),
+        EndReason::StepFailed { code, step } => match step {
+            Some(step) => format!(
+                "step {} failed with exit code {code} although the batch script exited 0",
+                clean(step, 40)
+            ),
+            None => format!("a step failed with exit code {code} although the batch script exited 0"),
+        },
+        EndReason::EndedInProlog => "cancelled while its prolog was running: none of its programs started".into(),
+        EndReason::Preempted => "preempted: a job of a higher-priority partition needed its resources".into(),
+        EndReason::Requeued => "requeued: this run ended and the job runs again under the same id (that run has its own report)".into(),
+        EndReason::Unknown => "neither SLURM nor the job's exit status said how it ended".into(),
+        EndReason::Legacy { text } => clean(text, 200),
+    }
+}
+
+pub fn severity(s: Severity) -> &'static str {
+    match s {
+        Severity::Info => "INFO",
+        Severity::Warning => "WARNING",
+        Severity::Critical => "CRITICAL",
+    }
+}
+
+pub fn verdict(v: Verdict) -> &'static str {
+    match v {
+        Verdict::Serial => "serial",
+        Verdict::Parallel => "parallel",
+        Verdict::PartiallyParallel => "partially parallel",
+        Verdict::Idle => "idle",
+        Verdict::SingleCore => "single core",
+    }
+}
+
+fn cores_word(n: u32) -> &'static str {
+    if n == 1 {
+        "core"
+    } else {
+        "cores"
+    }
+}
+
+/// The verdict's sentence, with its numbers.
+pub fn verdict_statement(sc: &Scalability) -> String {
+    let cores = sc.allocated_cores;
+    let mean = sc.busy_cores_mean;
+    match sc.verdict {
+        Verdict::Idle => format!(
+            "used {mean:.2} cores on average{}: the job was essentially idle",
+            cores.map(|c| format!(" of {c}")).unwrap_or_default()
+        ),
+        Verdict::SingleCore => format!(
+            "used {} of 1 core on average (p95 {})",
+            fmt_cores(mean),
+            fmt_cores(sc.busy_cores_p95)
+        ),
+        Verdict::Serial => format!(
+            "used {} of {} cores for {:.0} % of the time: this job runs serially; request 1 core",
+            fmt_cores(sc.busy_cores_p50),
+            cores.unwrap_or(0),
+            sc.share_time_at_most_one_core_pct
+        ),
+        Verdict::Parallel => format!(
+            "kept {} of {} {} busy on average (p95 {}): scales to its allocation",
+            fmt_cores(mean),
+            cores.unwrap_or(0),
+            cores_word(cores.unwrap_or(0)),
+            fmt_cores(sc.busy_cores_p95)
+        ),
+        Verdict::PartiallyParallel => format!(
+            "used {} cores on average, {} at p95{}, and ≤1 core for {:.0} % of the time{}",
+            fmt_cores(mean),
+            fmt_cores(sc.busy_cores_p95),
+            cores
+                .map(|c| format!(" of {c} allocated"))
+                .unwrap_or_default(),
+            sc.share_time_at_most_one_core_pct,
+            sc.amdahl_speedup_ceiling
+                .map(|c| format!("; more cores could speed it up at most {c:.1}×"))
+                .unwrap_or_default()
+        ),
+    }
+}
+
+/// The imbalance across nodes, if there is one worth saying.
+pub fn imbalance(sc: &Scalability) -> Option<String> {
+    if !sc.underused_nodes.is_empty() {
+        let shares: Vec<String> = sc
+            .nodes
+            .iter()
+            .filter(|l| sc.underused_nodes.contains(&l.node))
+            .map(|l| fmt_pct0(Some(100.0 * l.share_of_mean.unwrap_or(0.0))))
+            .collect();
+        return Some(format!(
+            "node(s) {} did almost no work ({} of the mean node's CPU time): the job is imbalanced across its {} nodes",
+            sc.underused_nodes.iter().map(|n| clean(n, 64)).collect::<Vec<_>>().join(", "),
+            if shares.is_empty() { "none reported".to_string() } else { shares.join(", ") },
+            sc.nodes_allocated
+        ));
+    }
+    sc.imbalance_max_over_mean
+        .filter(|r| *r > 1.5)
+        .map(|r| format!("the busiest node used {r:.1}× the mean node's CPU time"))
+}
+
+pub fn class(c: JobClass) -> &'static str {
+    match c {
+        JobClass::CpuBound => "cpu-bound",
+        JobClass::MemoryBound => "memory-bound",
+        JobClass::IoBound => "io-bound",
+        JobClass::Idle => "idle",
+        JobClass::Mixed => "mixed",
+        JobClass::GpuBound => "gpu-bound",
+        JobClass::GpuIdle => "gpu-idle",
+        JobClass::InsufficientData => "unknown",
+    }
+}
+
+pub fn gpu_ref(r: &GpuRef) -> String {
+    let i = r.index.map_or_else(|| "?".to_string(), |i| i.to_string());
+    match &r.node {
+        Some(n) => format!("{}:{i}", clean(n, 64)),
+        None => i,
+    }
+}
+
+fn gpu_refs(v: &[GpuRef]) -> String {
+    v.iter().map(gpu_ref).collect::<Vec<_>>().join(", ")
+}
+
+/// The figures the class rests on.
+pub fn evidence(class: JobClass, e: &Evidence) -> String {
+    if class == JobClass::InsufficientData {
+        return "no samples".into();
+    }
+    let mut ev = Vec::new();
+    if let Some(c) = e.cpu_efficiency_pct {
+        ev.push(format!("CPU efficiency {}", fmt_pct(Some(c))));
+    }
+    if let Some(m) = e.mem_peak_pct {
+        ev.push(format!("memory peak {} of request", fmt_pct(Some(m))));
+    }
+    if let Some(r) = e.io_bytes_per_s {
+        ev.push(format!("I/O {}/s on average", fmt_bytes(Some(r as u64))));
+    }
+    if let Some(h) = e.mem_limit_hits {
+        ev.push(format!("hit its memory limit {h} time(s) (failcnt)"));
+    }
+    if !e.gpus.is_empty() {
+        let utils = e
+            .gpus
+            .iter()
+            .map(|g| {
+                format!(
+                    "GPU {} {}",
+                    gpu_ref(&g.gpu),
+                    g.util_mean_pct
+                        .map_or("utilization unknown".into(), |u| format!("{u:.0} % busy"))
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(", ");
+        match class {
+            JobClass::GpuIdle => ev.insert(
+                0,
+                format!(
+                    "{} of {} allocated GPU(s) idle: {utils}",
+                    e.gpus_idle,
+                    e.gpus.len()
+                ),
+            ),
+            JobClass::GpuBound => ev.insert(0, utils),
+            _ => ev.push(utils),
+        }
+    }
+    ev.join(", ")
+}
+
+/// `GPU 1 (NVIDIA A100, GPU-5c3e…)` of a GPU summary.
+pub fn gpu_label(g: &GpuSummary) -> String {
+    let n = g
+        .gres_index
+        .or(g.index)
+        .map_or_else(|| "?".to_string(), |i| i.to_string());
+    let kind = match g.kind {
+        Some(jobscope_sampler::gpu::GpuKind::Mig) => "MIG",
+        _ => "GPU",
+    };
+    let id = g
+        .uuid
+        .as_deref()
+        .or(g.pci_bus_id.as_deref())
+        .unwrap_or("unknown id");
+    clean(
+        &match &g.name {
+            Some(name) => format!("{kind} {n} ({name}, {id})"),
+            None => format!("{kind} {n} ({id})"),
+        },
+        160,
+    )
+}
+
+/// A GPU's utilization in words: the device's figures, where they come from when they are point
+/// reads, and the job's own share when other processes used the GPU too (both, so a user on a
+/// shared GPU sees what was theirs).
+pub fn gpu_util(g: &GpuSummary) -> String {
+    use jobscope_sampler::gpu::summary::GpuUtilSource;
+    let device = format!(
+        "mean {}, max {}",
+        fmt_pct(g.util_mean_pct),
+        fmt_pct(g.util_max_pct)
+    );
+    let source = match g.util_source {
+        Some(GpuUtilSource::PointReads) => " (point reads)",
+        Some(GpuUtilSource::Mixed) => " (partly point reads)",
+        _ => "",
+    };
+    match g.job_util_mean_pct {
+        Some(job) if g.other_processes_seen => format!(
+            "device {device}{source}; this job's share mean {}, max {} (other processes used this GPU too)",
+            fmt_pct(Some(job)),
+            fmt_pct(g.job_util_max_pct)
+        ),
+        _ => format!("{device}{source}"),
+    }
+}
+
+pub fn gpu_finding(label: &str, f: &GpuFinding) -> String {
+    match f {
+        GpuFinding::Lost => format!("{label} was lost during the job (fell off the bus)"),
+        GpuFinding::NeverUsed { allocated_s } => format!(
+            "{label} was never used: allocated for {}, no utilization and no process of the job on it",
+            fmt_duration(*allocated_s)
+        ),
+        GpuFinding::IdleTail { tail_s, after_s } => format!(
+            "{label} was used at first, then idle for the last {} (from {} into the job)",
+            fmt_duration(*tail_s),
+            fmt_duration(*after_s)
+        ),
+        GpuFinding::IdlePeriods {
+            count,
+            min_s,
+            total_s,
+        } => format!(
+            "{label} was idle {count} time(s) for at least {} ({} in total)",
+            fmt_duration(*min_s),
+            fmt_duration(*total_s)
+        ),
+        GpuFinding::UtilizationUnknown { mig } => format!(
+            "{label}: utilization is not reported for this device{}",
+            if *mig {
+                " (MIG instance); job processes are used instead"
+            } else {
+                ""
+            }
+        ),
+        GpuFinding::OtherProcesses => {
+            format!("{label}: processes of another job or user ran on this GPU")
+        }
+        GpuFinding::HardwareThrottled { reasons } => format!(
+            "{label} was slowed down by the hardware: {}",
+            clean(&reasons.join(", "), 200)
+        ),
+    }
+}
+
+/// The GPU summary a job-level finding is about (for its label).
+fn find_gpu<'a>(s: &'a JobSummary, r: &GpuRef) -> Option<&'a GpuSummary> {
+    s.nodes
+        .iter()
+        .flat_map(|n| n.gpus.iter())
+        .find(|g| g.node == r.node && g.gres_index.or(g.index) == r.index)
+}
+
+pub fn finding(s: &JobSummary, f: &FindingKind) -> String {
+    match f {
+        FindingKind::MemoryLeak {
+            node,
+            slope_bytes_per_s,
+            r2,
+            growth_bytes,
+        } => format!(
+            "node {}: memory grew steadily by {} per hour (R² {r2:.2}), {} over the job: a leak or an unbounded cache",
+            clean(node, 64),
+            fmt_bytes(Some((slope_bytes_per_s * 3600.0).max(0.0) as u64)),
+            fmt_bytes(Some(growth_bytes.max(0.0) as u64))
+        ),
+        FindingKind::BusyThenIdle {
+            node,
+            busy_s,
+            idle_s,
+            idle_share_pct,
+        } => format!(
+            "node {}: busy for the first {} then idle for the remaining {} ({} of the job)",
+            clean(node, 64),
+            fmt_duration(*busy_s),
+            fmt_duration(*idle_s),
+            fmt_pct0(Some(*idle_share_pct))
+        ),
+        FindingKind::IdlePhase {
+            node,
+            start_s,
+            end_s,
+            idle_cores,
+        } => format!(
+            "node {}: idle (< {idle_cores} cores) for {} from +{} to +{}",
+            clean(node, 64),
+            fmt_duration(end_s - start_s),
+            fmt_duration(*start_s),
+            fmt_duration(*end_s)
+        ),
+        FindingKind::NearOom {
+            node,
+            peak_bytes,
+            limit_bytes,
+            pct,
+        } => format!(
+            "node {}: memory peaked at {} = {} of its {} limit",
+            clean(node, 64),
+            fmt_bytes(Some(*peak_bytes)),
+            fmt_pct(Some(*pct)),
+            fmt_bytes(Some(*limit_bytes))
+        ),
+        FindingKind::Oom { node, kills } => format!(
+            "node {}: the kernel killed {kills} process(es) for exceeding the memory limit",
+            clean(node, 64)
+        ),
+        FindingKind::Timeout { limit_s } => match limit_s {
+            Some(l) => format!("the job was killed at its time limit ({})", fmt_slurm_time(*l)),
+            None => "the job was killed at its time limit".into(),
+        },
+        FindingKind::Stalled {
+            node, resource, pct, ..
+        } => format!(
+            "node {}: stalled on {} {} of the time (tasks waiting for it: kernel pressure stall information)",
+            clean(node, 64),
+            stall_resource(*resource),
+            fmt_pct0(Some(*pct))
+        ),
+        FindingKind::Gpu { gpu, finding } => {
+            let label = match find_gpu(s, gpu) {
+                Some(g) => gpu_label(g),
+                None => format!("GPU {}", gpu_ref(gpu)),
+            };
+            gpu_finding(&label, finding)
+        }
+    }
+}
+
+pub fn stall_resource(r: StallResource) -> &'static str {
+    match r {
+        StallResource::Cpu => "CPU",
+        StallResource::Memory => "memory",
+        StallResource::Io => "I/O",
+    }
+}
+
+/// The stalls line: the share of wall time the job's tasks waited for CPU, memory and I/O (only
+/// the resources the kernel gave figures for). `None` without pressure figures (cgroup v1).
+pub fn stalls(p: &jobscope_sampler::summary::Pressure) -> Option<String> {
+    let mut parts = Vec::new();
+    if let Some(c) = p.cpu_some_pct {
+        parts.push(format!("CPU {}", fmt_pct(Some(c))));
+    }
+    match (p.mem_some_pct, p.mem_full_pct) {
+        (Some(m), Some(f)) => parts.push(format!(
+            "memory {} (all tasks at once {})",
+            fmt_pct(Some(m)),
+            fmt_pct(Some(f))
+        )),
+        (Some(m), None) => parts.push(format!("memory {}", fmt_pct(Some(m)))),
+        _ => {}
+    }
+    if let Some(i) = p.io_some_pct {
+        parts.push(format!("I/O {}", fmt_pct(Some(i))));
+    }
+    (!parts.is_empty()).then(|| {
+        format!(
+            "stalled on {} of the time (over {})",
+            parts.join(", "),
+            fmt_elapsed(p.window_s)
+        )
+    })
+}
+
+/// CPU quota throttling, when the kernel counts it (cgroup v2 `cpu.stat`).
+pub fn throttling(cpu: &jobscope_sampler::summary::CpuTotals) -> Option<String> {
+    match (cpu.throttled_s, cpu.throttled_periods) {
+        (Some(s), Some(n)) => Some(format!("{} in {n} quota period(s)", fmt_secs(Some(s)))),
+        (Some(s), None) => Some(fmt_secs(Some(s))),
+        (None, Some(n)) => Some(format!("in {n} quota period(s)")),
+        (None, None) => None,
+    }
+}
+
+/// What a piece of GPU advice asks for, when it is not an `#SBATCH` option.
+pub fn gpu_advice_line(a: &GpuAdvice) -> String {
+    match a {
+        GpuAdvice::CpuOnlyPartition { .. } => {
+            "Run this job on a CPU-only partition: it did not use its GPU(s)".into()
+        }
+        GpuAdvice::FewerGpus {
+            keep, allocated, ..
+        } => format!("Request {keep} GPU(s) instead of {allocated}"),
+        GpuAdvice::SmallerGpu { .. } => "A MIG slice or a smaller GPU would do".into(),
+        GpuAdvice::ReleaseWhenDone { .. } => "Release the GPUs when the GPU work is done (end the job, or split it into a GPU job and a CPU job)".into(),
+        GpuAdvice::CheckIdleTime { .. } => {
+            "Check why the GPUs were idle half of the time (data loading, CPU-bound phases)".into()
+        }
+    }
+}
+
+pub fn gpu_advice_reason(a: &GpuAdvice) -> String {
+    match a {
+        GpuAdvice::CpuOnlyPartition {
+            gpus,
+            gpu_hours_allocated,
+        } => format!(
+            "{gpus} GPU(s) allocated for {} GPU-hours; no utilization and no process of the job on any of them",
+            fmt_hours(Some(*gpu_hours_allocated))
+        ),
+        GpuAdvice::FewerGpus {
+            unused,
+            gpu_hours_wasted,
+            ..
+        } => format!(
+            "GPU(s) {} were never used ({} GPU-hours wasted)",
+            gpu_refs(unused),
+            fmt_hours(Some(*gpu_hours_wasted))
+        ),
+        GpuAdvice::SmallerGpu {
+            gpus,
+            mem_peak_bytes,
+            mem_total_bytes,
+            util_mean_pct_max,
+        } => format!(
+            "peak GPU memory {} of {}, mean utilization at most {} on GPU(s) {}",
+            fmt_bytes(Some(*mem_peak_bytes)),
+            fmt_bytes(Some(*mem_total_bytes)),
+            fmt_pct0(Some(*util_mean_pct_max)),
+            gpu_refs(gpus)
+        ),
+        GpuAdvice::ReleaseWhenDone { gpus, idle_tail_s } => format!(
+            "GPU(s) {} sat idle for the last {} of the job",
+            gpu_refs(gpus),
+            fmt_duration(*idle_tail_s)
+        ),
+        GpuAdvice::CheckIdleTime {
+            gpu_hours_wasted,
+            gpu_hours_allocated,
+        } => format!(
+            "{} of {} GPU-hours were idle",
+            fmt_hours(Some(*gpu_hours_wasted)),
+            fmt_hours(Some(*gpu_hours_allocated))
+        ),
+    }
+}
+
+/// Why a piece of advice is given, with its numbers. `a` is the analysis it belongs to (the core
+/// advice repeats the verdict).
+pub fn advice_reason(a: &Analysis, r: &AdviceReason) -> String {
+    let statement = a.scalability.as_ref().map(verdict_statement);
+    match r {
+        AdviceReason::Serial {
+            cores,
+            busy_cores_p95,
+            cpu_efficiency_pct,
+            ..
+        }
+        | AdviceReason::FewerCores {
+            cores,
+            busy_cores_p95,
+            cpu_efficiency_pct,
+        } => format!(
+            "{}CPU efficiency was {} of {cores} cores (p95 busy {})",
+            statement.map(|s| format!("{s}; ")).unwrap_or_default(),
+            fmt_pct(Some(*cpu_efficiency_pct)),
+            fmt_cores(*busy_cores_p95)
+        ),
+        AdviceReason::OomKilled { limit_bytes } => format!(
+            "the job was killed for exceeding its {} limit; its true need is unknown, so double it",
+            fmt_bytes(Some(*limit_bytes))
+        ),
+        AdviceReason::NearOom {
+            peak_bytes,
+            request_bytes,
+            pct,
+            headroom_pct,
+        } => format!(
+            "peak {} was {} of the {} request: add {headroom_pct:.0} % headroom",
+            fmt_bytes(Some(*peak_bytes)),
+            fmt_pct(Some(*pct)),
+            fmt_bytes(Some(*request_bytes))
+        ),
+        AdviceReason::MemoryUnused {
+            peak_bytes,
+            request_bytes,
+            pct,
+            headroom_pct,
+        } => format!(
+            "peak {} was only {} of the {} request (+{headroom_pct:.0} % headroom)",
+            fmt_bytes(Some(*peak_bytes)),
+            fmt_pct(Some(*pct)),
+            fmt_bytes(Some(*request_bytes))
+        ),
+        AdviceReason::TimedOut { limit_s } => format!(
+            "the job hit its {} limit before finishing; double it (or checkpoint)",
+            fmt_slurm_time(*limit_s)
+        ),
+        AdviceReason::TimeUnused {
+            elapsed_s,
+            limit_s,
+            margin_pct,
+        } => format!(
+            "ran {} of a {} limit; a tighter limit (+{margin_pct:.0} % margin) starts sooner in backfill",
+            fmt_duration(*elapsed_s),
+            fmt_slurm_time(*limit_s)
+        ),
+        AdviceReason::NodesUnderused { .. } => a
+            .scalability
+            .as_ref()
+            .and_then(imbalance)
+            .unwrap_or_else(|| "some nodes did almost no work".into()),
+        AdviceReason::Gpu { advice } => gpu_advice_reason(advice),
+    }
+}
+
+/// What to say where there is no advice (or only some).
+pub fn no_advice(a: &Analysis) -> String {
+    match &a.advice_withheld {
+        Some(AdviceWithheld::NoData) => {
+            "No advice: there are no samples to judge the job's use by.".into()
+        }
+        Some(AdviceWithheld::ShortJob { elapsed_s, min_s }) => format!(
+            "No advice: the job ran {}, under the {} needed to judge its use.",
+            fmt_elapsed(*elapsed_s),
+            fmt_duration(*min_s as f64)
+        ),
+        None => "Advice: none, the job used its request well.".into(),
+    }
+}
+
+/// A note under the advice when some of it was withheld.
+pub fn advice_note(a: &Analysis) -> Option<String> {
+    match &a.advice_withheld {
+        Some(AdviceWithheld::ShortJob { elapsed_s, min_s }) if !a.advice.is_empty() => {
+            Some(format!(
+                "CPU, memory and time use are judged only from {} on; the job ran {}.",
+                fmt_duration(*min_s as f64),
+                fmt_elapsed(*elapsed_s)
+            ))
+        }
+        _ => None,
+    }
+}
+
+/// Which memory figure SLURM enforces its limit on, for the cgroup version the job ran under.
+pub fn memory_accounting(v: Option<CgroupVersion>) -> &'static str {
+    match v {
+        Some(CgroupVersion::V2) => "SLURM enforces --mem on the cgroup's memory.current: anonymous memory (rss) + page cache + shmem/tmpfs. Page cache is reclaimed under pressure; rss and shmem are not.",
+        _ => "SLURM enforces --mem on the cgroup's memory usage (memory.usage_in_bytes): rss + page cache + shmem/tmpfs. Page cache is reclaimed under pressure; rss and shmem are not.",
+    }
+}
+
+pub const NO_DATA: &str = "No samples: jobscope has no data on how this job used its allocation, so this report claims nothing about it (see the data notes).";

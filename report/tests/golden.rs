@@ -1,0 +1,147 @@
+//! Golden (snapshot) tests of the text report, from spools RECORDED on the real test cluster
+//! (`tests/record-spools.sh`): serial, parallel, memory-leaking, idle-after-work, OOM and a 2-node
+//! imbalanced job. Each case directory holds the nodes' raw spool directories (`node-<name>/`), the
+//! job's `squeue --json` record and its `ExitCode`. The report is rebuilt exactly as the epilog
+//! builds it and compared with `report/testdata/golden/<case>.txt`.
+//!
+//! After an intended change of the report: `JOBSCOPE_BLESS=1 cargo test -p jobscope-report --test golden`,
+//! then review the diff of the golden files.
+
+use jobscope_report::pipeline::{self, NodeEnd};
+use jobscope_report::present::render_text;
+use jobscope_report::slurm::{decide_end, v22_05::parse_squeue_json, EpilogEnv};
+use jobscope_sampler::config::Config;
+use std::path::{Path, PathBuf};
+
+fn testdata() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata")
+}
+
+/// The thresholds of the test cluster the spools were recorded on (slurm-conf/jobscope.toml).
+fn config() -> Config {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../slurm-conf/jobscope.toml");
+    Config::parse(&std::fs::read_to_string(&p).unwrap(), &p).unwrap()
+}
+
+fn report(case: &str) -> String {
+    let dir = testdata().join("recorded").join(case);
+    let squeue = std::fs::read_to_string(dir.join("squeue.json"))
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+    let job_id: u32 = std::fs::read_to_string(dir.join("job_id"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let info = parse_squeue_json(&squeue, job_id).expect("job in squeue.json");
+    let cfg = config();
+    let mut nodes = Vec::new();
+    let mut names = Vec::new();
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.is_dir())
+        .collect();
+    dirs.sort();
+    for d in dirs {
+        let name = d.file_name().unwrap().to_string_lossy().into_owned();
+        let name = name.strip_prefix("node-").unwrap().to_string();
+        // The epilog's "now": right after the last thing the node recorded.
+        let out = pipeline::node(
+            &pipeline::read_node_dir(&d),
+            &name,
+            job_id,
+            NodeEnd::LastRecord { fallback_ms: 0 },
+            info.uid,
+            &cfg,
+        );
+        assert!(out.problems.is_empty(), "{:?}", out.problems);
+        nodes.push(out.summary);
+        names.push(name);
+    }
+    let env = EpilogEnv {
+        job_id,
+        node: names[0].clone(),
+        uid: info.uid,
+        user: info.user.clone(),
+        nodelist: Some(names.join(",")),
+        num_nodes: Some(names.len() as u32),
+        exit_code2: std::fs::read_to_string(dir.join("exit_code2"))
+            .ok()
+            .map(|s| s.trim().to_string()),
+        ..Default::default()
+    };
+    let facts = env.facts_with(Some(info));
+    let s = pipeline::job(&facts, nodes, &names, &cfg, "golden", &decide_end);
+    render_text(&s, false).unwrap()
+}
+
+fn check(case: &str) {
+    let got = report(case);
+    let path = testdata().join("golden").join(format!("{case}.txt"));
+    if std::env::var_os("JOBSCOPE_BLESS").is_some() {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, &got).unwrap();
+    }
+    let want = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{}: {e} (bless with JOBSCOPE_BLESS=1)", path.display()));
+    assert_eq!(
+        got,
+        want,
+        "report for {case} differs from {}",
+        path.display()
+    );
+    // The text report is mailed as text/plain: an MTA delivering to an mbox rewrites a body line
+    // that starts with "From " as ">From ", and the user reads the mangled line.
+    for line in got.lines() {
+        assert!(
+            !line.starts_with("From "),
+            "report for {case}: a line an mbox would rewrite as '>From': {line:?}"
+        );
+    }
+}
+
+#[test]
+fn serial() {
+    check("serial");
+    let r = report("serial");
+    assert!(
+        r.contains("Verdict            serial") && r.contains("#SBATCH --cpus-per-task=1"),
+        "{r}"
+    );
+}
+
+#[test]
+fn parallel() {
+    check("parallel");
+    assert!(!report("parallel").contains("--cpus-per-task"));
+}
+
+#[test]
+fn memory_leak() {
+    check("leak");
+    assert!(report("leak").contains("memory grew steadily"));
+}
+
+#[test]
+fn idle_after_work() {
+    check("idle");
+    assert!(report("idle").contains("then idle for the remaining"));
+}
+
+#[test]
+fn oom() {
+    check("oom");
+    let r = report("oom");
+    assert!(
+        r.contains("State: OUT_OF_MEMORY") && r.contains("--mem="),
+        "{r}"
+    );
+}
+
+#[test]
+fn two_node_imbalanced() {
+    check("two-node-imbalanced");
+    let r = report("two-node-imbalanced");
+    assert!(r.contains("Imbalance") && r.contains("--nodes=1"), "{r}");
+}

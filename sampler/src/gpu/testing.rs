@@ -1,0 +1,104 @@
+//! A scripted, in-process [`GpuBackend`] for tests of the monitor, the plugin glue and the report
+//! (no library, no sysfs). For the real NVML code path against a fake driver, see
+//! `tests/fake-nvml` and `sampler/src/gpu/fake_nvml_tests.rs`.
+
+use super::assign::{resolve, InventoryDevice, Wanted};
+use super::{BackendSample, Cutoff, DeviceSample, GpuBackend, GpuIdentity, GpuKind, OpenResult};
+use std::time::{Duration, Instant};
+
+/// `(sample number from 0, sorted job pids)` → one entry per opened device.
+pub type ScriptFn = Box<dyn FnMut(u64, &[u32]) -> Vec<Option<DeviceSample>> + Send>;
+
+pub struct ScriptedBackend {
+    inventory: Vec<GpuIdentity>,
+    script: ScriptFn,
+    n: u64,
+    opened: usize,
+    /// Sleep this long in every `sample` (bounded by the deadline), to test cadence.
+    pub sample_delay: Option<Duration>,
+    /// Answer `open` with this "unavailable" reason (quiet).
+    pub unavailable: Option<String>,
+    /// Sleep through the monitor's cutoff (a backend stuck where it cannot look at it).
+    pub ignore_cutoff: bool,
+    cutoff: Cutoff,
+}
+
+impl ScriptedBackend {
+    /// `inventory`: the devices it pretends to have (matched by identity like a real backend).
+    pub fn new(
+        inventory: Vec<GpuIdentity>,
+        script: impl FnMut(u64, &[u32]) -> Vec<Option<DeviceSample>> + Send + 'static,
+    ) -> Self {
+        ScriptedBackend {
+            inventory,
+            script: Box::new(script),
+            n: 0,
+            opened: 0,
+            sample_delay: None,
+            unavailable: None,
+            ignore_cutoff: false,
+            cutoff: Cutoff::default(),
+        }
+    }
+}
+
+impl GpuBackend for ScriptedBackend {
+    fn name(&self) -> &'static str {
+        "scripted"
+    }
+
+    fn open(&mut self, wanted: &[Wanted], _deadline: Instant) -> OpenResult {
+        if let Some(u) = &self.unavailable {
+            return OpenResult {
+                unavailable: Some(u.clone()),
+                quiet: true,
+                ..Default::default()
+            };
+        }
+        let inv: Vec<InventoryDevice> = self
+            .inventory
+            .iter()
+            .map(|id| InventoryDevice {
+                identity: id.clone(),
+                drm_minors: match id.kind {
+                    Some(GpuKind::Amd) => id.minor.into_iter().collect(),
+                    _ => vec![],
+                },
+                parent: None,
+            })
+            .collect();
+        let r = resolve(wanted, &inv);
+        let mut out = OpenResult::default();
+        for (wi, ii) in r.matches {
+            let mut id = self.inventory[ii].clone();
+            id.gres_index = wanted[wi].gres_index;
+            out.devices.push((wi, id));
+        }
+        self.opened = out.devices.len();
+        out
+    }
+
+    fn set_cutoff(&mut self, cutoff: Cutoff) {
+        self.cutoff = cutoff;
+    }
+
+    fn sample(&mut self, job_pids: &[u32], deadline: Instant) -> BackendSample {
+        if let Some(d) = self.sample_delay {
+            // Like a driver thread waited on: the deadline or the cutoff ends the wait.
+            let until = (Instant::now() + d).min(deadline);
+            if self.ignore_cutoff {
+                std::thread::sleep(until.saturating_duration_since(Instant::now()));
+            }
+            while !self.cutoff.passed(until) {
+                std::thread::sleep(self.cutoff.slice(until));
+            }
+        }
+        let mut devices = (self.script)(self.n, job_pids);
+        self.n += 1;
+        devices.resize(self.opened, None);
+        BackendSample {
+            devices,
+            events: vec![],
+        }
+    }
+}
