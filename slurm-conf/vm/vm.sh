@@ -6,7 +6,8 @@
 # copies there (slurm-conf/vm/guest/agent.sh), which starts munge, slurmctld and slurmd with the
 # configuration written here and then runs the commands queued by `run`. Root only.
 #
-#   slurm-conf/vm/vm.sh up SUITE [--io on|off] [--max-s S]   boot, start the cluster, wait until idle
+#   slurm-conf/vm/vm.sh up SUITE [--io on|off] [--cgroup-conf KEY=VALUE]... [--max-s S]
+#                                                           boot, start the cluster, wait until idle
 #   slurm-conf/vm/vm.sh run SUITE [--timeout S] CMD...       run CMD (as root, in bash) in the guest;
 #                                                           its stdout/stderr/exit status come back
 #   slurm-conf/vm/vm.sh down SUITE                          power the guest off (qemu's PID, by pid file)
@@ -17,6 +18,7 @@
 #
 # --io on: the slurmd drop-in baked in the image enables +io +pids in SLURM's slurmstepd scope
 #          (a site that wants io.stat per job); off (default): SLURM's own choice (no io, no pids).
+# --cgroup-conf: a line added to the guest's cgroup.conf (e.g. 26.05's CgroupJobIdPaths=yes).
 # --max-s: qemu is started under `timeout` and killed after this many seconds whatever happens
 #          (default 3600): a forgotten VM never outlives a CI run.
 #
@@ -83,13 +85,14 @@ write_conf() {
 }
 
 prepare_share() {
-  local io=$1
+  local io=$1 l; shift
   # the share is ours alone: remove it whole (never follow anything in it)
   if [ -e "$SHARE" ]; then rm -rf --one-file-system "$SHARE"; fi
   install -d -m 0755 "$SHARE" "$SHARE/guest" "$SHARE/state" "$SHARE/queue" "$SHARE/out" "$SHARE/files" "$SHARE/epilog"
   chmod 0777 "$SHARE/out"   # jobs (as alice) may write results there too
   install -m 0755 "$HERE"/guest/*.sh "$SHARE/guest/"
   write_conf
+  for l in "$@"; do printf '%s\n' "$l" >>"$SHARE/etc/slurm/cgroup.conf"; done
   printf 'JOBSCOPE_VM_SUITE=%s\nJOBSCOPE_VM_IO=%s\nJOBSCOPE_VM_NODE=%s\n' "$SUITE" "$io" "$NODE" >"$SHARE/config.env"
 }
 
@@ -106,10 +109,11 @@ accel_args() {
 
 cmd_up() {
   need_root
-  local io=off max_s=3600 t0 accel p
+  local io=off max_s=3600 t0 accel p cgextra=()
   while [ $# -gt 0 ]; do
     case "$1" in
       --io) io=${2:-}; shift 2 ;;
+      --cgroup-conf) [[ ${2:-} =~ ^[A-Za-z]+=[^[:space:]]*$ ]] || die "--cgroup-conf takes KEY=VALUE"; cgextra+=("$2"); shift 2 ;;
       --max-s) max_s=${2:-}; shift 2 ;;
       *) die "up: unknown argument '$1'" ;;
     esac
@@ -124,7 +128,7 @@ cmd_up() {
   [ -z "$p" ] || die "the $SUITE VM is already running (qemu pid $p): $0 down $SUITE"
   install -d -m 0755 "$RUNDIR"
   rm -f "$PIDF" "$RUNDIR/console.log" "$RUNDIR/qemu.out"
-  prepare_share "$io"
+  prepare_share "$io" "${cgextra[@]}"
   accel=$(accel_args)
   t0=$(now)
   echo "$t0" >"$RUNDIR/started"
@@ -218,9 +222,12 @@ cmd_run() {
   return "$(cat "$f.rc")"
 }
 
+# One compound command, parsed whole before it runs, ending in exit: an edit of this file while a
+# `run` waits does not make bash read on into the new text.
+{
 case "${1:-}" in
   up|down|run|status|share) verb=$1; suite_ok "${2:-}"; setup_paths "$2"; shift 2 ;;
-  *) echo "usage: $0 up SUITE [--io on|off] [--max-s S] | run SUITE [--timeout S] CMD... | down SUITE | status SUITE | share SUITE  (SUITE: trixie|sid)" >&2; exit 2 ;;
+  *) echo "usage: $0 up SUITE [--io on|off] [--cgroup-conf KEY=VALUE]... [--max-s S] | run SUITE [--timeout S] CMD... | down SUITE | status SUITE | share SUITE  (SUITE: trixie|sid)" >&2; exit 2 ;;
 esac
 case "$verb" in
   up) cmd_up "$@" ;;
@@ -229,3 +236,5 @@ case "$verb" in
   share) echo "$SHARE" ;;
   run) cmd_run "$@" ;;
 esac
+exit $?
+}
