@@ -39,6 +39,8 @@ NODE=vm                       # image.sh's NODE
 GUEST_CPUS=2
 GUEST_MEM_MB=4096
 GUEST_REALMEM=3072            # what slurm.conf gives the node (the guest keeps the rest)
+# qemu start to node idle: 75-150 s measured on a 2-core host compiling meanwhile, and more than
+# 300 s once under load 18 (docs/vm.md, Timings)
 BOOT_TIMEOUT=${JOBSCOPE_VM_BOOT_TIMEOUT:-300}
 
 log()  { echo "vm: $*"; }
@@ -143,6 +145,7 @@ cmd_up() {
     -virtfs "local,path=$SHARE,mount_tag=jobscope,security_model=none,id=jobscope" \
     -pidfile "$PIDF" \
     </dev/null >"$RUNDIR/qemu.out" 2>&1 &
+  LAUNCHER=$!   # timeout's pid (setsid execs in a background child): gone = qemu gone
   log "booting $SUITE ($accel, io $io, at most $max_s s)"
   if ! wait_until "$BOOT_TIMEOUT" up_done; then
     show_failure
@@ -163,7 +166,9 @@ cmd_up() {
 # the guest is ready (or failed, or qemu died)
 up_done() {
   [ -f "$SHARE/state/ready" ] || [ -f "$SHARE/state/failed" ] && return 0
-  [ -s "$PIDF" ] && [ -z "$(qemu_pid)" ] && { echo "qemu exited" >"$SHARE/state/failed"; return 0; }
+  if ! alive "$LAUNCHER" || { [ -s "$PIDF" ] && [ -z "$(qemu_pid)" ]; }; then
+    echo "qemu exited: $(tr '\n' ' ' <"$RUNDIR/qemu.out" 2>/dev/null)" >"$SHARE/state/failed"; return 0
+  fi
   return 1
 }
 
