@@ -34,6 +34,28 @@ pub struct Run {
     pub busy_cores: Option<f64>,
 }
 
+impl Run {
+    /// What a real run can be: a time after 1970, an elapsed time of at most [`MAX_RUN_S`], a
+    /// memory peak of at most [`MAX_PEAK_BYTES`], busy cores of at most [`MAX_BUSY_CORES`]. The
+    /// file is read by root's Epilog and turned into `#SBATCH` lines: a damaged or forged run
+    /// (`elapsed_s: 1e300`) must not reach advice, nor its arithmetic.
+    pub fn is_sane(&self) -> bool {
+        self.end_unix_ms >= 0
+            && (0.0..=MAX_RUN_S).contains(&self.elapsed_s)
+            && self.mem_peak_bytes.is_none_or(|b| b <= MAX_PEAK_BYTES)
+            && self
+                .busy_cores
+                .is_none_or(|c| (0.0..=MAX_BUSY_CORES).contains(&c))
+    }
+}
+
+/// Ten years: longer than any time limit a site sets.
+pub const MAX_RUN_S: f64 = 10.0 * 366.0 * 86_400.0;
+/// A pebibyte per node.
+pub const MAX_PEAK_BYTES: u64 = 1 << 50;
+/// More cores than a node has.
+pub const MAX_BUSY_CORES: f64 = 1_000_000.0;
+
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct UserHistory {
     /// Job name → runs, oldest first.
@@ -42,6 +64,16 @@ pub struct UserHistory {
     /// were recorded.
     #[serde(default)]
     pub scripts: BTreeMap<String, Vec<Run>>,
+}
+
+impl UserHistory {
+    /// Drops every run that is not [`Run::is_sane`], and keys left without runs.
+    pub fn keep_sane(&mut self) {
+        for m in [&mut self.names, &mut self.scripts] {
+            m.values_mut().for_each(|runs| runs.retain(Run::is_sane));
+            m.retain(|_, runs| !runs.is_empty());
+        }
+    }
 }
 
 /// Keeps the last [`MAX_RUNS`] runs of each key, oldest first, and the [`MAX_NAMES`] keys run most
@@ -124,7 +156,8 @@ pub fn enrich(cfg: &Config, s: &mut JobSummary) {
     if a.insufficient_data {
         return;
     }
-    if let Some(c) = read_json::<Cohorts>(&dir.join(COHORTS), MAX_COHORTS_BYTES) {
+    let cohorts = read_json::<Cohorts>(&dir.join(COHORTS), MAX_COHORTS_BYTES);
+    if let Some(c) = cohorts.filter(Cohorts::is_sane) {
         a.peers = c.rank(
             s.cluster.as_deref(),
             s.partition.as_deref(),
@@ -137,12 +170,13 @@ pub fn enrich(cfg: &Config, s: &mut JobSummary) {
     if s.name.is_none() && s.script_sha256.is_none() {
         return;
     }
-    let Some(h) = read_json::<UserHistory>(
+    let Some(mut h) = read_json::<UserHistory>(
         &dir.join(HISTORY_DIR).join(format!("{uid}.json")),
         MAX_HISTORY_BYTES,
     ) else {
         return;
     };
+    h.keep_sane();
     let this = Run {
         end_unix_ms: s.end_unix_ms as i64,
         mem_peak_bytes: s.mem.peak_bytes,
@@ -211,6 +245,53 @@ mod tests {
             elapsed_s,
             busy_cores: Some(busy),
         }
+    }
+
+    /// A damaged or forged history (`elapsed_s: 1e300`, a peak of 2^63 bytes, negative or NaN
+    /// figures) gives advice from its sane runs only, and nothing when none is left: never an
+    /// `#SBATCH --time` of 213503982334601 days.
+    #[test]
+    fn runs_no_job_can_have_had_are_dropped_before_advice() {
+        let cfg = jobscope_sampler::config::Report::default();
+        let sane = vec![
+            run(100, 600.0, 1.0),
+            run(100, 600.0, 1.0),
+            run(100, 600.0, 1.0),
+        ];
+        let mut insane = vec![
+            run(100, 1e300, 1.0),
+            run(100, -5.0, 1.0),
+            run(100, f64::NAN, 1.0),
+            run(100, 600.0, f64::INFINITY),
+            Run {
+                mem_peak_bytes: Some(1 << 63),
+                ..run(0, 600.0, 1.0)
+            },
+            Run {
+                end_unix_ms: -1,
+                ..run(100, 600.0, 1.0)
+            },
+        ];
+        assert!(insane.iter().all(|r| !r.is_sane()));
+        assert!(sane.iter().all(Run::is_sane));
+        let mut h = UserHistory::default();
+        let mut mixed = sane.clone();
+        mixed.append(&mut insane.clone());
+        h.names.insert("mixed".into(), mixed);
+        h.names.insert("forged".into(), insane.clone());
+        h.scripts.insert("f".repeat(64), insane.split_off(0));
+        h.keep_sane();
+        assert_eq!(h.names.get("mixed"), Some(&sane));
+        assert!(!h.names.contains_key("forged") && h.scripts.is_empty());
+        let this = run(100, 600.0, 1.0);
+        let got = advice_for(&h, Some("mixed"), None, this, 3, &cfg).unwrap();
+        assert_eq!(
+            got.time_request,
+            Some(Request::TimeS(time_flag_s(
+                600.0 * (1.0 + cfg.time_margin_pct / 100.0)
+            )))
+        );
+        assert!(advice_for(&h, Some("forged"), None, this, 3, &cfg).is_none());
     }
 
     #[test]

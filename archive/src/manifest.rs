@@ -189,7 +189,15 @@ pub fn append(day_dir: &Path, file_name: &str, bytes: &[u8]) -> Result<Entry, Ma
         .map_err(io_err(&path))?;
     let text = String::from_utf8_lossy(&text);
     let (seq, prev) = match last_entry(&text) {
-        Some(e) => (e.seq + 1, e.chain),
+        // A last line at the largest sequence number is no line this code wrote (one per record,
+        // from 1): appending after it would wrap, so the day is refused and `archive verify` names it.
+        Some(e) => (
+            e.seq.checked_add(1).ok_or_else(|| ManifestError::Unsafe {
+                path: path.clone(),
+                why: format!("its last line has sequence number {}", e.seq),
+            })?,
+            e.chain,
+        ),
         None => (1, genesis(&day_of(day_dir))),
     };
     let mut e = Entry {
@@ -535,6 +543,30 @@ mod tests {
     fn write(dir: &Path, name: &str, bytes: &[u8]) {
         std::fs::write(dir.join(name), bytes).unwrap();
         append(dir, name, bytes).unwrap();
+    }
+
+    /// A last line at sequence number u64::MAX (a damaged or forged MANIFEST) is not continued:
+    /// the next append is refused with the path, and the file is left as it was rather than given
+    /// a line whose number wrapped and that nothing can parse.
+    #[test]
+    fn a_line_at_the_largest_sequence_number_is_not_continued() {
+        let (_a, d1, _) = archive();
+        let m = d1.join(MANIFEST);
+        let last = read_entries(&d1).unwrap().0.pop().unwrap();
+        let forged = Entry {
+            seq: u64::MAX,
+            ..last
+        };
+        let mut text = std::fs::read_to_string(&m).unwrap();
+        text.push_str(&format!("{} {}\n", forged.record(), forged.chain));
+        std::fs::write(&m, &text).unwrap();
+        std::fs::write(d1.join("9.json"), "{}").unwrap();
+        let err = append(&d1, "9.json", b"{}").unwrap_err().to_string();
+        assert!(
+            err.contains("MANIFEST") && err.contains(&u64::MAX.to_string()),
+            "{err}"
+        );
+        assert_eq!(std::fs::read_to_string(&m).unwrap(), text);
     }
 
     #[test]

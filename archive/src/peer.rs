@@ -51,7 +51,26 @@ impl Dist {
     pub fn median(&self) -> Option<f64> {
         self.quantiles.get(50).copied()
     }
+
+    /// What an indexer can have written: no jobs and no quantiles, or jobs and 101 ascending
+    /// efficiencies within [`EFFICIENCY_PCT`]. The file is read by root's Epilog and printed to
+    /// users, so a damaged or forged one must not reach a report.
+    pub fn is_sane(&self) -> bool {
+        if self.jobs == 0 {
+            return self.quantiles.is_empty();
+        }
+        self.quantiles.len() == 101
+            && self.quantiles.iter().all(|q| EFFICIENCY_PCT.contains(q))
+            && self.quantiles.windows(2).all(|w| w[0] <= w[1])
+    }
 }
+
+/// The efficiencies a cohort can hold, in percent: CPU efficiency passes 100 a little when the
+/// kernel charges more than the allocated cores (a cgroup on v1 without a CPU limit), never tenfold.
+pub const EFFICIENCY_PCT: std::ops::RangeInclusive<f64> = 0.0..=1000.0;
+/// The longest window a cohorts file may claim: the configuration's bound on
+/// `audit.peer_window_days`.
+pub const MAX_WINDOW_DAYS: u32 = 3650;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Cohort {
@@ -69,6 +88,15 @@ pub struct Cohorts {
 }
 
 impl Cohorts {
+    /// Every cohort sane and the window one the configuration allows (see [`Dist::is_sane`]).
+    pub fn is_sane(&self) -> bool {
+        (1..=MAX_WINDOW_DAYS).contains(&self.window_days)
+            && self
+                .cohorts
+                .iter()
+                .all(|c| c.cpu_eff_pct.is_sane() && c.mem_eff_pct.is_sane())
+    }
+
     /// The job's percentile in its cluster and partition, when the cohort has at least `min_jobs`.
     pub fn rank(
         &self,
@@ -130,6 +158,43 @@ mod tests {
         assert!((p - 13.0 / 101.0 * 100.0).abs() < 1e-9, "{p}");
         assert_eq!(d.percentile(0.0), Some(0.0));
         assert_eq!(d.percentile(1000.0), Some(100.0));
+    }
+
+    #[test]
+    fn damaged_cohorts_are_not_sane() {
+        let good = Cohorts {
+            generated_unix_s: 0,
+            window_days: 30,
+            cohorts: vec![Cohort {
+                cluster: None,
+                partition: Some("debug".into()),
+                cpu_eff_pct: Dist::of((0..200).map(f64::from).map(|x| x / 2.0).collect()),
+                mem_eff_pct: Dist::of(vec![]),
+            }],
+        };
+        assert!(good.is_sane());
+        let mut huge = good.clone();
+        huge.cohorts[0].cpu_eff_pct.quantiles[50] = 1e308;
+        let mut window = good.clone();
+        window.window_days = u32::MAX;
+        let mut unsorted = good.clone();
+        unsorted.cohorts[0].cpu_eff_pct.quantiles.swap(3, 90);
+        let mut short = good.clone();
+        short.cohorts[0].cpu_eff_pct.quantiles.pop();
+        let mut nan = good.clone();
+        nan.cohorts[0].cpu_eff_pct.quantiles[100] = f64::NAN;
+        let mut jobs_without = good.clone();
+        jobs_without.cohorts[0].mem_eff_pct.jobs = 5;
+        for (what, c) in [
+            ("median 1e308", huge),
+            ("window u32::MAX", window),
+            ("unsorted", unsorted),
+            ("100 quantiles", short),
+            ("NaN", nan),
+            ("jobs without quantiles", jobs_without),
+        ] {
+            assert!(!c.is_sane(), "{what} passed");
+        }
     }
 
     #[test]

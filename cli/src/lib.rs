@@ -5,6 +5,20 @@
 //! - [`live`]: `show` and `top` on a running job;
 //! - [`audit`]: `jobscope index` and `jobscope audit`, and who may see what;
 //! - [`pg`]: `jobscope pg`.
+
+// Every `print!`/`println!` of this crate goes through [`out::write`]: a reader that went away
+// (`jobscope … | head`) ends the output quietly with exit status 0, where std's macros panic.
+// Declared before the modules so that their textual scope covers them.
+macro_rules! print {
+    ($($t:tt)*) => { $crate::out::write(format_args!($($t)*), false) };
+}
+macro_rules! println {
+    () => { $crate::out::write(format_args!(""), true) };
+    ($($t:tt)*) => { $crate::out::write(format_args!($($t)*), true) };
+}
+
+pub mod out;
+
 pub mod audit;
 pub mod live;
 pub mod pg;
@@ -567,6 +581,8 @@ pub fn main() -> i32 {
     }
     match real_main() {
         Ok(()) => 0,
+        // Output written through a writer of its own (`audit … --format csv`) to a closed pipe.
+        Err(e) if out::is_closed_pipe(&e) => 0,
         Err(e) => {
             eprintln!("jobscope: {e:#}");
             1

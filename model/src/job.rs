@@ -190,6 +190,10 @@ pub enum EndReason {
     /// The job was put back in the queue; it runs again under the same id (that run gets its own
     /// report).
     Requeued,
+    /// The scheduler named no failure and no final state, and jobscope did not see these steps end
+    /// (their slurmstepd died or was killed: no exit status, no end time): how the job ended is
+    /// not known, and COMPLETED would claim more than was seen.
+    StepEndNotSeen { steps: Vec<String> },
     /// Neither the scheduler nor the job's exit status said how the job ended.
     Unknown,
     /// A reason archived as words by schema version 1 (read back, never written).
@@ -228,6 +232,8 @@ pub struct EndEvidence {
     pub failed_step: Option<String>,
     /// Job elapsed time as jobscope measured it.
     pub elapsed_s: f64,
+    /// Steps (not `extern`) jobscope saw start and never saw end, by name, once each.
+    pub steps_without_end: Vec<String>,
 }
 
 /// What the scheduler says about a job, with no scheduler-specific encoding left in it.

@@ -820,7 +820,8 @@ pub fn mem_flag_mib(bytes: f64) -> u64 {
     if mib < 1024.0 {
         ((mib / 100.0).ceil() * 100.0) as u64
     } else {
-        (mib / 1024.0).ceil() as u64 * 1024
+        // Saturating: a float beyond u64 (a damaged input) gives u64::MAX, never a wrapped figure.
+        ((mib / 1024.0).ceil() as u64).saturating_mul(1024)
     }
 }
 
@@ -836,7 +837,8 @@ pub fn mem_flag(bytes: f64) -> String {
 
 /// A `--time` value in seconds, rounded up to 5 minutes (at least 5 minutes).
 pub fn time_flag_s(seconds: f64) -> u64 {
-    ((seconds / 60.0 / 5.0).ceil() * 5.0).max(5.0) as u64 * 60
+    // Saturating: a float beyond u64 (a damaged input) gives u64::MAX, never a wrapped figure.
+    (((seconds / 60.0 / 5.0).ceil() * 5.0).max(5.0) as u64).saturating_mul(60)
 }
 
 /// [`time_flag_s`] in SLURM's notation.

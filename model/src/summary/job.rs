@@ -9,7 +9,7 @@
 //!   data never arrived still counts with its cores.
 
 use super::*;
-use crate::job::{EndEvidence, JobEnd, JobFacts};
+use crate::job::{EndEvidence, JobEnd, JobFacts, JobState};
 
 /// Addition that cannot wrap: node figures come from files on disk, and a sum over many nodes of
 /// large-but-plausible counters must stay large, never become small.
@@ -215,6 +215,14 @@ pub fn assemble(
         // The time limit is SLURM's, enforced from its own start second: judge it against that.
         elapsed_s: slurm_start_ms
             .map_or(elapsed_s, |s| end_unix_ms.saturating_sub(s) as f64 / 1000.0),
+        steps_without_end: {
+            let mut names: Vec<String> = unended_steps(&nodes, facts)
+                .map(|(_, st)| st.step.clone())
+                .collect();
+            names.sort();
+            names.dedup();
+            names
+        },
     };
     let end = decide(facts, &evidence);
     let mut partial_reasons = Vec::new();
@@ -232,6 +240,12 @@ pub fn assemble(
         if n.quality.torn_records {
             partial_reasons.push(format!("node {}: a torn spool record was dropped", n.node));
         }
+    }
+    for (n, st) in unended_steps(&nodes, facts) {
+        partial_reasons.push(format!(
+            "node {}: step {} was not seen to end (its slurmstepd died or was killed): its exit status and its last figures are missing",
+            n.node, st.step
+        ));
     }
     let samples = nodes.iter().map(|n| n.quality.samples).sum();
     let user_options = nodes
@@ -277,6 +291,23 @@ pub fn assemble(
         user_options,
         analysis: None,
     }
+}
+
+/// The steps (not `extern`) jobscope saw start on each node and never saw end, for a job the
+/// scheduler no longer runs (a running job's steps have not ended yet).
+fn unended_steps<'a>(
+    nodes: &'a [NodeSummary],
+    facts: &JobFacts,
+) -> impl Iterator<Item = (&'a NodeSummary, &'a StepSummary)> {
+    let running = matches!(
+        facts.scheduler_state,
+        Some(JobState::Running | JobState::Suspended | JobState::Pending)
+    );
+    nodes
+        .iter()
+        .filter(move |_| !running)
+        .flat_map(|n| n.steps.iter().map(move |st| (n, st)))
+        .filter(|(_, st)| st.step != "extern" && st.end_unix_ms.is_none())
 }
 
 #[cfg(test)]
@@ -403,6 +434,59 @@ mod tests {
         assert_eq!(s.nodes[0].node, "a");
         assert!(!s.partial);
         assert_eq!(s.state, JobState::Completed);
+    }
+
+    /// A step seen to start and never to end (its slurmstepd killed with -9) is named in the
+    /// evidence and makes the record partial; the extern step (no exit of its own) and a running
+    /// job's steps do not.
+    #[test]
+    fn a_step_not_seen_to_end_is_named_and_makes_the_record_partial() {
+        let step = |name: &str, end: Option<u64>| StepSummary {
+            step: name.into(),
+            start_unix_ms: Some(1_000),
+            end_unix_ms: end,
+            exit_status: end.map(|_| 0),
+            elapsed_s: None,
+            cpu_s: None,
+            mem_peak_bytes: None,
+        };
+        let mut a = node("a", 100.0, 1 << 30);
+        a.steps = vec![
+            step("extern", None),
+            step("batch", None),
+            step("0", Some(9_000)),
+        ];
+        let mut b = node("b", 100.0, 1 << 30);
+        b.steps = vec![step("batch", None)];
+        let seen = std::cell::RefCell::new(Vec::new());
+        let decide = |_: &JobFacts, e: &EndEvidence| {
+            seen.borrow_mut().push(e.steps_without_end.clone());
+            completed(&facts(), e)
+        };
+        let s = assemble(
+            &facts(),
+            vec![a.clone(), b],
+            &["a".into(), "b".into()],
+            "t",
+            &decide,
+        );
+        assert_eq!(seen.borrow()[0], vec!["batch".to_string()]);
+        assert!(s.partial);
+        let named: Vec<&String> = s
+            .partial_reasons
+            .iter()
+            .filter(|r| r.contains("step batch was not seen to end"))
+            .collect();
+        assert_eq!(named.len(), 2, "{:?}", s.partial_reasons);
+        assert!(named[0].starts_with("node a:") && named[1].starts_with("node b:"));
+
+        let running = JobFacts {
+            scheduler_state: Some(JobState::Running),
+            ..facts()
+        };
+        let live = assemble(&running, vec![a], &["a".into()], "t", &decide);
+        assert!(!live.partial, "{:?}", live.partial_reasons);
+        assert_eq!(seen.borrow()[1], Vec::<String>::new());
     }
 
     #[test]

@@ -55,6 +55,11 @@ pub fn end_reason(r: &EndReason) -> String {
         EndReason::EndedInProlog => "cancelled while its prolog was running: none of its programs started".into(),
         EndReason::Preempted => "preempted: a job of a higher-priority partition needed its resources".into(),
         EndReason::Requeued => "requeued: this run ended and the job runs again under the same id (that run has its own report)".into(),
+        EndReason::StepEndNotSeen { steps } => format!(
+            "how it ended is unknown: jobscope did not see step{} {} end (its slurmstepd died or was killed), and SLURM named no failure",
+            if steps.len() == 1 { "" } else { "s" },
+            steps.iter().map(|st| clean(st, 40)).collect::<Vec<_>>().join(", ")
+        ),
         EndReason::Unknown => "neither SLURM nor the job's exit status said how it ended".into(),
         EndReason::Legacy { text } => clean(text, 200),
     }

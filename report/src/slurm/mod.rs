@@ -117,6 +117,16 @@ pub fn decide_end(f: &JobFacts, ev: &EndEvidence) -> JobEnd {
             }),
         );
     }
+    // An exit status of 0:0 while COMPLETING is what SLURM shows for a job whose batch step's
+    // slurmstepd was killed, too: without the steps' ends, a success was not seen.
+    if said != JobState::Completed && !ev.steps_without_end.is_empty() {
+        return end(
+            JobState::Unknown,
+            Some(EndReason::StepEndNotSeen {
+                steps: ev.steps_without_end.clone(),
+            }),
+        );
+    }
     if said == JobState::Completed || f.exit_code == Some(0) {
         return end(JobState::Completed, None);
     }
@@ -241,6 +251,7 @@ mod tests {
             failed_step: None,
             oom_kills,
             elapsed_s,
+            steps_without_end: Vec::new(),
         };
         let completing = Some(S::Completing);
         let limited = |mut f: JobFacts, reason: Option<&str>| {
@@ -278,6 +289,10 @@ mod tests {
             ("batch exit 0, a step failed", JobFacts { derived_exit_code: Some(4), ..facts(completing, Some((0, 0))) }, EndEvidence { failed_step: Some("0".into()), ..ev(0, 10.0) }, S::Failed, Some(R::StepFailed { code: 4, step: Some("0".into()) })),
             ("a failed step does not hide the job's own exit code", JobFacts { derived_exit_code: Some(4), ..facts(completing, Some((3, 0))) }, ev(0, 10.0), S::Failed, Some(R::ExitCode { code: 3 })),
             ("cancelled in its prolog", JobFacts { scheduler_reason: Some("Prolog".into()), ..facts(completing, Some((0, 0))) }, ev(0, 0.0), S::Cancelled, Some(R::EndedInProlog)),
+            ("exit 0 while COMPLETING, the batch step's end not seen (its slurmstepd killed)", facts(completing, Some((0, 0))), EndEvidence { steps_without_end: vec!["batch".into()], ..ev(0, 10.0) }, S::Unknown, Some(R::StepEndNotSeen { steps: vec!["batch".into()] })),
+            ("SLURM's final COMPLETED stands (the record says what is missing)", facts(Some(S::Completed), Some((0, 0))), EndEvidence { steps_without_end: vec!["batch".into()], ..ev(0, 10.0) }, S::Completed, None),
+            ("a final CANCELLED stands", facts(Some(S::Cancelled), Some((0, 0))), EndEvidence { steps_without_end: vec!["batch".into()], ..ev(0, 10.0) }, S::Cancelled, Some(R::SchedulerSays { state: S::Cancelled })),
+            ("a signal explains an unseen end", facts(completing, Some((0, 9))), EndEvidence { steps_without_end: vec!["batch".into()], ..ev(0, 10.0) }, S::Cancelled, Some(R::Signal { signal: 9 })),
             ("nobody says", facts(None, None), ev(0, 10.0), S::Unknown, Some(R::Unknown)),
             ("only COMPLETING", facts(completing, None), ev(0, 10.0), S::Unknown, Some(R::Unknown)),
         ];

@@ -242,6 +242,7 @@ mod tests {
             failed_step: None,
             oom_kills: 0,
             elapsed_s: 4.0,
+            steps_without_end: Vec::new(),
         };
         let end = Slurm2411::default().decide_end(&f, &ev);
         assert_eq!(end.state, JobState::Failed);

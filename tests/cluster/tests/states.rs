@@ -114,6 +114,67 @@ fn a_job_cancelled_while_running_is_cancelled_with_its_figures() -> Result<()> {
     Ok(())
 }
 
+/// `kill -9` of the job's batch slurmstepd: SLURM keeps the job RUNNING until it is cancelled, and
+/// then shows it COMPLETING with exit status 0:0 during the Epilog, the same as a success. jobscope
+/// saw the batch step start and never end: the record is not COMPLETED, it names the step, and it
+/// is partial (issue 19 §2: the state is never better than the evidence).
+#[test]
+fn a_batch_step_whose_slurmstepd_was_killed_is_not_completed() -> Result<()> {
+    let _c = ClusterGuard::acquire()?;
+    let id = submit(
+        "alice",
+        &["--job-name=stepd-killed"],
+        &burn_then_sleep(2, 300),
+    )?;
+    wait_running(id)?;
+    std::thread::sleep(Duration::from_secs(6));
+    let pgrep = std::process::Command::new("pgrep")
+        .args(["-f", &format!(r"^slurmstepd: \[{id}\.batch\]")])
+        .output()?;
+    let pids: Vec<i32> = String::from_utf8_lossy(&pgrep.stdout)
+        .split_whitespace()
+        .filter_map(|p| p.parse().ok())
+        .collect();
+    ensure!(pids.len() == 1, "job {id}: batch slurmstepd pids {pids:?}");
+    // SAFETY: kill(2) on a pid just found; SIGKILL as an operator's `kill -9` sends it.
+    ensure!(
+        unsafe { libc::kill(pids[0], libc::SIGKILL) } == 0,
+        "kill -9 {}",
+        pids[0]
+    );
+    std::thread::sleep(Duration::from_secs(3));
+    scancel(id)?;
+    let slurm = wait_job(id, T)?;
+    let (state, reason, s) = archived(id)?;
+    ensure!(
+        state != "COMPLETED",
+        "job {id}: archived COMPLETED {reason} (SLURM {slurm})"
+    );
+    ensure!(
+        s["partial"] == true
+            && s["partial_reasons"]
+                .as_array()
+                .is_some_and(|r| r.iter().any(|r| r
+                    .as_str()
+                    .is_some_and(|r| r.contains("step batch was not seen to end")))),
+        "job {id}: partial {} {}",
+        s["partial"],
+        s["partial_reasons"]
+    );
+    // Either SLURM's final word (CANCELLED) reached the Epilog, or the state is unknown and the
+    // reason names the step.
+    ensure!(
+        (state == "CANCELLED")
+            || (state == "UNKNOWN"
+                && reason["kind"] == "step_end_not_seen"
+                && reason["steps"] == serde_json::json!(["batch"])),
+        "job {id}: archived {state} {reason} (SLURM {slurm})"
+    );
+    let text = report_text(id)?;
+    ensure!(!text.contains("State: COMPLETED"), "job {id}:\n{text}");
+    Ok(())
+}
+
 /// Cancelled while its Prolog still runs: the job never started. If SLURM runs the Epilog for it,
 /// the report says CANCELLED and, having no data, claims nothing.
 #[test]
