@@ -7,12 +7,8 @@
 //! in that order (what a SQL sink binds).
 
 use super::table::{ColType, Value};
-use jobscope_sampler::summary::analysis::{FindingKind, JobClass, Verdict};
+use jobscope_sampler::summary::analysis::{self, FindingKind, JobClass, Verdict};
 use jobscope_sampler::summary::JobSummary;
-
-/// Hours in a second, for the core-/GB-/GPU-hour figures.
-const H: f64 = 1.0 / 3600.0;
-const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
 
 /// One job, flat. Field order = [`COLUMNS`] order.
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -69,7 +65,8 @@ pub struct JobRow {
     pub core_hours_used: Option<f64>,
     pub core_hours_wasted: Option<f64>,
     pub mem_gb_hours_alloc: Option<f64>,
-    /// Per-node peak × elapsed, summed over nodes (what the job needed to hold).
+    /// Per-node peak × elapsed, summed over nodes (what the job needed to hold); `None`
+    /// unless every reported node's peak was measured.
     pub mem_gb_hours_used: Option<f64>,
     pub mem_gb_hours_wasted: Option<f64>,
     pub gpu_hours_alloc: Option<f64>,
@@ -167,43 +164,15 @@ fn serde_name<T: serde::Serialize>(v: &T) -> Option<String> {
     }
 }
 
-fn sub(a: Option<f64>, b: Option<f64>) -> Option<f64> {
-    match (a, b) {
-        (Some(a), Some(b)) => Some((a - b).max(0.0)),
-        _ => None,
-    }
-}
-
 impl JobRow {
-    /// The row of one archived job. Pure. Waste figures are recomputed from the summary's own
-    /// figures (the same rules as `jobscope_sampler::summary::analysis::waste`), so a document whose
-    /// analysis was not kept (a version-1 upgrade) still has them; class, verdict and flags come
-    /// from the stored analysis and are `None`/false without one.
+    /// The row of one archived job. Pure. The waste figures are the report's own
+    /// ([`analysis::waste`], recomputed from the summary's figures, so a document whose analysis
+    /// was not kept, a version-1 upgrade, still has them); class, verdict and flags come from the
+    /// stored analysis and are `None`/false without one.
     pub fn of(s: &JobSummary) -> JobRow {
-        let h = s.elapsed_s * H;
-        let nodes = s.alloc.nodes.max(1) as f64;
         let gpus: Vec<&jobscope_sampler::gpu::summary::GpuSummary> =
             s.nodes.iter().flat_map(|n| n.gpus.iter()).collect();
-
-        let core_hours_alloc = s.alloc.cores.map(|c| c as f64 * h);
-        let core_hours_used = s.cpu.usage_s.map(|c| c * H);
-        let mem_gb_hours_alloc = s
-            .alloc
-            .mem_per_node_bytes
-            .map(|m| m as f64 / GIB * nodes * h);
-        let peaks: Vec<u64> = s.nodes.iter().filter_map(|n| n.mem.peak_bytes).collect();
-        let mem_gb_hours_used =
-            (!peaks.is_empty()).then(|| peaks.iter().map(|&p| p as f64 / GIB).sum::<f64>() * h);
-
-        let (gpu_hours_alloc, gpu_hours_wasted) = if gpus.is_empty() {
-            (None, None)
-        } else {
-            let wasted: Vec<f64> = gpus.iter().filter_map(|g| g.gpu_hours_wasted).collect();
-            (
-                Some(gpus.iter().map(|g| g.gpu_hours_allocated).sum::<f64>()),
-                (!wasted.is_empty()).then(|| wasted.iter().sum()),
-            )
-        };
+        let w = analysis::waste(s);
         let utils: Vec<f64> = gpus.iter().filter_map(|g| g.util_mean_pct).collect();
         let energies: Vec<f64> = gpus.iter().filter_map(|g| g.energy_kwh).collect();
         let slurm_gpus = s
@@ -273,15 +242,15 @@ impl JobRow {
                 .map(|a| a.classification.evidence.gpus_idle),
             gpus_never_used: (!gpus.is_empty())
                 .then(|| gpus.iter().filter(|g| g.never_used).count() as u32),
-            core_hours_alloc,
-            core_hours_used,
-            core_hours_wasted: sub(core_hours_alloc, core_hours_used),
-            mem_gb_hours_alloc,
-            mem_gb_hours_used,
-            mem_gb_hours_wasted: sub(mem_gb_hours_alloc, mem_gb_hours_used),
-            gpu_hours_alloc,
-            gpu_hours_used: sub(gpu_hours_alloc, gpu_hours_wasted),
-            gpu_hours_wasted,
+            core_hours_alloc: w.core_hours_allocated,
+            core_hours_used: w.core_hours_used,
+            core_hours_wasted: w.core_hours_wasted,
+            mem_gb_hours_alloc: w.mem_gb_hours_allocated,
+            mem_gb_hours_used: w.mem_gb_hours_needed,
+            mem_gb_hours_wasted: w.mem_gb_hours_wasted,
+            gpu_hours_alloc: w.gpu_hours_allocated,
+            gpu_hours_used: w.gpu_hours_used(),
+            gpu_hours_wasted: w.gpu_hours_wasted,
             cpu_eff_pct: s.efficiency.cpu_pct,
             mem_eff_pct: s.efficiency.mem_pct,
             time_eff_pct: s.efficiency.time_pct,
@@ -486,27 +455,169 @@ impl NodeRow {
 mod tests {
     use super::*;
     use jobscope_report::pipeline::{self, NodeEnd};
+    use jobscope_report::present::fmt_hours;
     use jobscope_report::slurm::{decide_end, v22_05::parse_squeue_json, EpilogEnv};
     use jobscope_sampler::job::JobFacts;
     use jobscope_sampler::summary::NodeSummary;
     use std::path::Path;
 
-    /// The recorded serial job (`report/testdata/recorded/serial`): SLURM's facts and its node
-    /// summary, as the Epilog makes them.
-    fn recorded_serial() -> (JobFacts, NodeSummary) {
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../report/testdata/recorded/serial");
+    /// A recorded job (`report/testdata/recorded/<case>`): SLURM's facts and its nodes' summaries
+    /// (with their names), as the Epilog makes them.
+    fn recorded(case: &str) -> (JobFacts, Vec<NodeSummary>, Vec<String>) {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../report/testdata/recorded");
+        let dir = dir.join(case);
+        let job_id: u32 = std::fs::read_to_string(dir.join("job_id"))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
         let squeue = std::fs::read_to_string(dir.join("squeue.json")).unwrap();
-        let facts = parse_squeue_json(&squeue, 64).unwrap();
-        let node = pipeline::node(
-            &pipeline::read_node_dir(&dir.join("node-vm")),
-            "vm",
-            64,
-            NodeEnd::LastRecord { fallback_ms: 0 },
-            facts.uid,
-            &jobscope_sampler::config::Config::default(),
-        )
-        .summary;
-        (facts, node)
+        let facts = parse_squeue_json(&squeue, job_id).unwrap();
+        let mut node_dirs: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.is_dir())
+            .collect();
+        node_dirs.sort();
+        let (mut nodes, mut names) = (Vec::new(), Vec::new());
+        for d in node_dirs {
+            let name = d.file_name().unwrap().to_str().unwrap();
+            let name = name.strip_prefix("node-").unwrap().to_string();
+            let out = pipeline::node(
+                &pipeline::read_node_dir(&d),
+                &name,
+                job_id,
+                NodeEnd::LastRecord { fallback_ms: 0 },
+                facts.uid,
+                &jobscope_sampler::config::Config::default(),
+            );
+            nodes.push(out.summary);
+            names.push(name);
+        }
+        (facts, nodes, names)
+    }
+
+    /// The recorded serial job (`report/testdata/recorded/serial`): its one node `vm`.
+    fn recorded_serial() -> (JobFacts, NodeSummary) {
+        let (facts, mut nodes, _) = recorded("serial");
+        (facts, nodes.remove(0))
+    }
+
+    /// The job summary the Epilog makes of `nodes`, with its analysis (the report's figures).
+    fn analysed(facts: &JobFacts, nodes: Vec<NodeSummary>, names: &[String]) -> JobSummary {
+        let env = EpilogEnv {
+            job_id: facts.job_id,
+            node: names[0].clone(),
+            ..Default::default()
+        };
+        let facts = env.facts_with(Some(facts.clone()));
+        let cfg = jobscope_sampler::config::Config::default();
+        pipeline::job(&facts, nodes, names, &cfg, "t", &decide_end)
+    }
+
+    /// The report's waste (the analysis the report is rendered from) and the audit row's, which
+    /// must be the same figures, to the bit.
+    fn assert_same_waste(case: &str, s: &JobSummary) {
+        let w = &s.analysis.as_ref().expect("an analysed summary").waste;
+        let row = JobRow::of(s);
+        let report = [
+            w.core_hours_allocated,
+            w.core_hours_used,
+            w.core_hours_wasted,
+            w.mem_gb_hours_allocated,
+            w.mem_gb_hours_needed,
+            w.mem_gb_hours_wasted,
+            w.gpu_hours_allocated,
+            w.gpu_hours_wasted,
+        ];
+        let audit = [
+            row.core_hours_alloc,
+            row.core_hours_used,
+            row.core_hours_wasted,
+            row.mem_gb_hours_alloc,
+            row.mem_gb_hours_used,
+            row.mem_gb_hours_wasted,
+            row.gpu_hours_alloc,
+            row.gpu_hours_wasted,
+        ];
+        assert_eq!(
+            report, audit,
+            "{case}: the report's waste vs the audit row's"
+        );
+    }
+
+    /// The figure of one waste line of the text report (`Memory GB-hours    0.0099 unused of …`).
+    fn report_line<'a>(text: &'a str, label: &str) -> &'a str {
+        text.lines()
+            .find_map(|l| l.trim_start().strip_prefix(label))
+            .unwrap_or_else(|| panic!("no {label} line in\n{text}"))
+            .trim()
+    }
+
+    /// Every recorded spool: the report's waste and the audit row's are the same figures, and the
+    /// text report shows the row's unused hours. Every recorded job measured its CPU and memory,
+    /// so each figure is known.
+    #[test]
+    fn the_reports_waste_and_the_audit_rows_agree_on_every_recorded_spool() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../report/testdata/recorded");
+        let mut cases: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        cases.sort();
+        assert!(cases.len() >= 6, "{cases:?}");
+        for case in &cases {
+            let (facts, nodes, names) = recorded(case);
+            let s = analysed(&facts, nodes, &names);
+            assert_same_waste(case, &s);
+            let row = JobRow::of(&s);
+            for (name, v) in [
+                ("core_hours_wasted", row.core_hours_wasted),
+                ("mem_gb_hours_wasted", row.mem_gb_hours_wasted),
+            ] {
+                assert!(v.is_some_and(f64::is_finite), "{case}: {name} {v:?}");
+            }
+            let text = jobscope_report::present::render_text(&s, false).unwrap();
+            for (label, unused) in [
+                ("Core-hours", row.core_hours_wasted),
+                ("Memory GB-hours", row.mem_gb_hours_wasted),
+            ] {
+                let line = report_line(&text, label);
+                let want = format!("{} unused of ", fmt_hours(unused));
+                assert!(line.starts_with(&want), "{case}: {line:?} vs {want:?}");
+            }
+        }
+    }
+
+    /// A node whose memory peak was not measured (the recorded serial job with its peak taken
+    /// away): the memory needed and unused are unknown in the report and in the audit row alike,
+    /// and the report says so; it never says the whole allocation was unused.
+    #[test]
+    fn a_node_without_a_memory_peak_has_unknown_memory_waste_in_the_report_and_the_row() {
+        let (facts, mut node) = recorded_serial();
+        assert!(node.mem.peak_bytes.is_some() && facts.mem_per_node_bytes.is_some());
+        node.mem.peak_bytes = None;
+        let s = analysed(&facts, vec![node], &["vm".into()]);
+        assert_same_waste("serial without a peak", &s);
+        let row = JobRow::of(&s);
+        assert!(row.mem_gb_hours_alloc.is_some());
+        assert_eq!(
+            (row.mem_gb_hours_used, row.mem_gb_hours_wasted),
+            (None, None)
+        );
+        // Through the archive's JSON too (what the audit index reads).
+        let back: JobSummary = serde_json::from_value(serde_json::to_value(&s).unwrap()).unwrap();
+        assert_eq!(JobRow::of(&back).mem_gb_hours_wasted, None);
+        let text = jobscope_report::present::render_text(&s, false).unwrap();
+        let line = report_line(&text, "Memory GB-hours");
+        assert!(line.starts_with("n/a unused of "), "{line}");
+        assert!(!line.contains("100 %"), "{line}");
+        assert!(
+            text.contains("memory peak was not measured"),
+            "the report says why:\n{text}"
+        );
+        // The CPU was measured: its waste is still there.
+        assert!(row.core_hours_wasted.is_some());
     }
 
     /// The recorded serial job (`report/testdata/recorded/serial`: its real spool and its real
