@@ -1306,10 +1306,12 @@ mod tests {
             assert_eq!(w.mem_gb_hours_allocated, Some(8.0));
             assert_eq!((w.mem_gb_hours_needed, w.mem_gb_hours_wasted), (None, None));
         }
-        // The CPU figures do not depend on the memory peak: 2 cores × 1 h, 2 core-h used.
+        // The CPU figures do not depend on the memory peak: 2 nodes × 2 cores × 1 h allocated,
+        // one busy core on each for the hour used.
         let w = two(None, None);
-        assert_eq!(w.core_hours_allocated, Some(2.0));
-        assert_eq!(w.core_hours_wasted, Some(0.0));
+        assert_eq!(w.core_hours_allocated, Some(4.0));
+        assert_eq!(w.core_hours_used, Some(2.0));
+        assert_eq!(w.core_hours_wasted, Some(2.0));
     }
 
     #[test]
