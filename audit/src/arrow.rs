@@ -99,13 +99,10 @@ pub fn node_batch(rows: &[NodeRow]) -> anyhow::Result<RecordBatch> {
     batch_of(NODE_COLUMNS, &vals)
 }
 
-/// Hours in a second and bytes in a GiB, as in audit/src/row.rs (`JobRow::of`).
-const H: f64 = 1.0 / 3600.0;
-const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
-
 /// Columns of [`COLUMNS`] the index files do not store, with the stored columns each is computed
-/// from when read: they are exact functions of those, with the same arithmetic as `JobRow::of`
-/// (audit/src/row.rs; a test in audit/src/index/tests.rs holds the two to the same bits).
+/// from when read: they are exact functions of those, computed by the same functions as the
+/// report's waste and `JobRow::of` (`jobscope_sampler::summary::analysis::{core_hours_allocated,
+/// …}`; a test in audit/src/index/tests.rs holds the two to the same bits).
 /// Full-precision floats barely compress, and these six were a third of a file (docs/audit.md).
 pub const DERIVED: &[(&str, &[&str])] = &[
     ("core_hours_alloc", &["alloc_cores", "elapsed_s"]),
@@ -209,16 +206,26 @@ pub fn with_derived(b: &RecordBatch, columns: &[&str]) -> anyhow::Result<RecordB
     let out = |values: Vec<f64>, nulls: Option<NullBuffer>| -> ArrayRef {
         Arc::new(Float64Array::new(values.into(), nulls))
     };
+    use jobscope_sampler::summary::analysis as waste;
     let core_alloc = |cores: &Int64Array, el: &Float64Array| -> Vec<f64> {
         let (c, e) = (cores.values(), el.values());
-        (0..n).map(|r| c[r] as f64 * (e[r] * H)).collect()
+        // A null slot's value is never read; a stored count is a u32 (`JobRow::alloc_cores`).
+        let c = |r: usize| u32::try_from(c[r]).unwrap_or(0);
+        (0..n)
+            .map(|r| waste::core_hours_allocated(c(r), e[r]))
+            .collect()
     };
     let mem_alloc = |m: &Int64Array, nodes: &Int64Array, el: &Float64Array| -> Vec<f64> {
         let (mv, nv, e) = (m.values(), nodes.values(), el.values());
         (0..n)
             .map(|r| {
-                let k = if nodes.is_valid(r) { nv[r].max(1) } else { 1 } as f64;
-                mv[r] as f64 / GIB * k * (e[r] * H)
+                // A null node count is one node, as `max(node_count, 1)` (docs/audit.md).
+                let k = if nodes.is_valid(r) {
+                    u32::try_from(nv[r]).unwrap_or(0)
+                } else {
+                    1
+                };
+                waste::mem_gb_hours_allocated(mv[r] as u64, k, e[r])
             })
             .collect()
     };
@@ -226,7 +233,7 @@ pub fn with_derived(b: &RecordBatch, columns: &[&str]) -> anyhow::Result<RecordB
         alloc
             .iter()
             .zip(used)
-            .map(|(a, u)| (a - u).max(0.0))
+            .map(|(&a, &u)| waste::remaining_h(a, u))
             .collect()
     };
     let mut fields = Vec::with_capacity(columns.len());
@@ -239,11 +246,15 @@ pub fn with_derived(b: &RecordBatch, columns: &[&str]) -> anyhow::Result<RecordB
             }
             "core_hours_used" => {
                 let cpu = f("cpu_usage_s")?;
-                Arc::new(cpu.unary::<_, arrow_array::types::Float64Type>(|x| x * H))
+                Arc::new(cpu.unary::<_, arrow_array::types::Float64Type>(waste::core_hours_used))
             }
             "core_hours_wasted" => {
                 let (cores, el, cpu) = (i("alloc_cores")?, f("elapsed_s")?, f("cpu_usage_s")?);
-                let used: Vec<f64> = cpu.values().iter().map(|x| x * H).collect();
+                let used: Vec<f64> = cpu
+                    .values()
+                    .iter()
+                    .map(|&x| waste::core_hours_used(x))
+                    .collect();
                 out(
                     wasted(core_alloc(cores, el), &used),
                     nulls(&[cores, el, cpu]),

@@ -3,7 +3,9 @@
 //! - [`row`]: the flat row per job (and per node), built from a `JobSummary` by a pure function;
 //! - [`query`]: what is asked (window, filters, group keys, report) and the [`query::Engine`] trait;
 //! - [`table`]: the engine-independent answer; [`render`]: for people and for scripts;
-//! - [`eval`]: the reference evaluation over Arrow batches ([`eval::MemEngine`] in memory);
+//! - [`eval`]: the one evaluation over Arrow batches, shared by the Parquet engine and
+//!   [`eval::MemEngine`] (in memory), so neither is a check on the other: tests hold both to
+//!   expectations computed independently (audit/src/index/tests.rs);
 //! - [`index`]: the Parquet index that holds the rows (the JSON archive stays the truth);
 //! - [`pg`]: the PostgreSQL sink and SQL engine (docs/postgres.md);
 //! - after each index update: [`write_cohorts`] (peer distributions) and [`history`] (a user's

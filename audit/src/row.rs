@@ -4,160 +4,160 @@
 //!
 //! Units are in the names. A figure the summary does not have is `None` (written as a null), never 0.
 //! [`COLUMNS`] lists the columns in order with their types; [`JobRow::values`] gives one row's values
-//! in that order (what a SQL sink binds).
+//! in that order (what a SQL sink binds). All three are generated from the one field list of
+//! `row_table!`, so they cannot drift apart.
 
 use super::table::{ColType, Value};
-use jobscope_sampler::summary::analysis::{FindingKind, JobClass, Verdict};
+use jobscope_sampler::summary::analysis::{self, FindingKind, JobClass, Verdict};
 use jobscope_sampler::summary::JobSummary;
 
-/// Hours in a second, for the core-/GB-/GPU-hour figures.
-const H: f64 = 1.0 / 3600.0;
-const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
-
-/// One job, flat. Field order = [`COLUMNS`] order.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct JobRow {
-    // Identity (the archive's key: cluster, job_id, scheduler_start_unix_s).
-    pub cluster: Option<String>,
-    pub job_id: u32,
-    pub array_job_id: Option<u32>,
-    pub array_task_id: Option<u32>,
-    pub scheduler_start_unix_s: Option<u64>,
-    pub name: Option<String>,
-    /// SHA-256 of the batch script, lower-case hex; `None` for jobs without one (`srun`, `salloc`),
-    /// when it could not be read, and in documents archived before it was recorded.
-    pub script_sha256: Option<String>,
-    pub user: Option<String>,
-    pub uid: Option<u32>,
-    pub group: Option<String>,
-    pub gid: Option<u32>,
-    pub account: Option<String>,
-    pub partition: Option<String>,
-    /// `None` when SLURM named none (a cluster without accounting) or the document predates it.
-    pub qos: Option<String>,
-    pub node_count: u32,
-    /// The nodes of the allocation (reported and missing), sorted, comma-separated.
-    pub node_list: String,
-    /// `None` when SLURM gave none or the document predates it.
-    pub submit_unix_s: Option<u64>,
-    pub start_unix_ms: u64,
-    pub end_unix_ms: u64,
-    pub elapsed_s: f64,
-    /// SLURM's state name (`COMPLETED`, `FAILED`, `TIMEOUT`, …).
-    pub state: String,
-    pub exit_code: Option<i32>,
-    pub alloc_cores: Option<u32>,
-    pub alloc_mem_per_node_bytes: Option<u64>,
-    /// GPUs of the allocation: those measured, else the count in SLURM's GPU list.
-    pub alloc_gpus: Option<u32>,
-    pub time_limit_s: Option<u64>,
-    pub cpu_usage_s: Option<f64>,
-    pub cpu_user_s: Option<f64>,
-    pub cpu_system_s: Option<f64>,
-    pub mem_peak_bytes: Option<u64>,
-    pub mem_rss_peak_bytes: Option<u64>,
-    pub io_read_bytes: Option<u64>,
-    pub io_write_bytes: Option<u64>,
-    /// Mean over the job's GPUs of each GPU's mean utilization (GPUs with a figure).
-    pub gpu_util_mean_pct: Option<f64>,
-    pub gpu_mem_peak_bytes: Option<u64>,
-    pub gpu_energy_kwh: Option<f64>,
-    /// GPUs that were idle or never used (the analysis' count).
-    pub gpus_idle: Option<u32>,
-    pub gpus_never_used: Option<u32>,
-    pub core_hours_alloc: Option<f64>,
-    pub core_hours_used: Option<f64>,
-    pub core_hours_wasted: Option<f64>,
-    pub mem_gb_hours_alloc: Option<f64>,
-    /// Per-node peak × elapsed, summed over nodes (what the job needed to hold).
-    pub mem_gb_hours_used: Option<f64>,
-    pub mem_gb_hours_wasted: Option<f64>,
-    pub gpu_hours_alloc: Option<f64>,
-    pub gpu_hours_used: Option<f64>,
-    pub gpu_hours_wasted: Option<f64>,
-    pub cpu_eff_pct: Option<f64>,
-    pub mem_eff_pct: Option<f64>,
-    pub time_eff_pct: Option<f64>,
-    /// The analysis' class (`cpu_bound`, `gpu_idle`, …); `None` without an analysis.
-    pub class: Option<String>,
-    /// The scalability verdict (`serial`, `parallel`, …); `None` without one.
-    pub verdict: Option<String>,
-    pub flag_oom: bool,
-    pub flag_near_oom: bool,
-    pub flag_timeout: bool,
-    pub flag_mem_leak: bool,
-    pub flag_idle: bool,
-    pub flag_stalled: bool,
-    pub flag_gpu_finding: bool,
-    /// Some data is missing: figures are lower bounds.
-    pub partial: bool,
-    pub samples: u64,
+/// A field type of a row: its column type and its cell. Integers widen to i64 as before (u64 with
+/// `as`: counts, bytes and times stay far below 2⁶³); `Option` is the nullable form of each.
+trait Cell {
+    const TYPE: ColType;
+    fn cell(&self) -> Value;
 }
 
-/// Column names and types, in [`JobRow`] field order. Names are the Parquet and SQL column names.
-pub const COLUMNS: &[(&str, ColType)] = &[
-    ("cluster", ColType::Text),
-    ("job_id", ColType::Int),
-    ("array_job_id", ColType::Int),
-    ("array_task_id", ColType::Int),
-    ("scheduler_start_unix_s", ColType::Int),
-    ("name", ColType::Text),
-    ("script_sha256", ColType::Text),
-    ("user", ColType::Text),
-    ("uid", ColType::Int),
-    ("group", ColType::Text),
-    ("gid", ColType::Int),
-    ("account", ColType::Text),
-    ("partition", ColType::Text),
-    ("qos", ColType::Text),
-    ("node_count", ColType::Int),
-    ("node_list", ColType::Text),
-    ("submit_unix_s", ColType::Int),
-    ("start_unix_ms", ColType::Int),
-    ("end_unix_ms", ColType::Int),
-    ("elapsed_s", ColType::Float),
-    ("state", ColType::Text),
-    ("exit_code", ColType::Int),
-    ("alloc_cores", ColType::Int),
-    ("alloc_mem_per_node_bytes", ColType::Int),
-    ("alloc_gpus", ColType::Int),
-    ("time_limit_s", ColType::Int),
-    ("cpu_usage_s", ColType::Float),
-    ("cpu_user_s", ColType::Float),
-    ("cpu_system_s", ColType::Float),
-    ("mem_peak_bytes", ColType::Int),
-    ("mem_rss_peak_bytes", ColType::Int),
-    ("io_read_bytes", ColType::Int),
-    ("io_write_bytes", ColType::Int),
-    ("gpu_util_mean_pct", ColType::Float),
-    ("gpu_mem_peak_bytes", ColType::Int),
-    ("gpu_energy_kwh", ColType::Float),
-    ("gpus_idle", ColType::Int),
-    ("gpus_never_used", ColType::Int),
-    ("core_hours_alloc", ColType::Float),
-    ("core_hours_used", ColType::Float),
-    ("core_hours_wasted", ColType::Float),
-    ("mem_gb_hours_alloc", ColType::Float),
-    ("mem_gb_hours_used", ColType::Float),
-    ("mem_gb_hours_wasted", ColType::Float),
-    ("gpu_hours_alloc", ColType::Float),
-    ("gpu_hours_used", ColType::Float),
-    ("gpu_hours_wasted", ColType::Float),
-    ("cpu_eff_pct", ColType::Float),
-    ("mem_eff_pct", ColType::Float),
-    ("time_eff_pct", ColType::Float),
-    ("class", ColType::Text),
-    ("verdict", ColType::Text),
-    ("flag_oom", ColType::Bool),
-    ("flag_near_oom", ColType::Bool),
-    ("flag_timeout", ColType::Bool),
-    ("flag_mem_leak", ColType::Bool),
-    ("flag_idle", ColType::Bool),
-    ("flag_stalled", ColType::Bool),
-    ("flag_gpu_finding", ColType::Bool),
-    ("partial", ColType::Bool),
-    ("samples", ColType::Int),
-];
+macro_rules! cells {
+    ($($t:ty => $kind:ident(|$x:ident| $conv:expr)),* $(,)?) => {$(
+        impl Cell for $t {
+            const TYPE: ColType = ColType::$kind;
+            fn cell(&self) -> Value {
+                let $x = self;
+                Value::$kind($conv)
+            }
+        }
+    )*};
+}
+
+cells! {
+    u32 => Int(|x| i64::from(*x)),
+    i32 => Int(|x| i64::from(*x)),
+    u64 => Int(|x| *x as i64),
+    f64 => Float(|x| *x),
+    bool => Bool(|x| *x),
+    String => Text(|x| x.clone()),
+}
+
+impl<T: Cell> Cell for Option<T> {
+    const TYPE: ColType = T::TYPE;
+    fn cell(&self) -> Value {
+        self.as_ref().map_or(Value::Null, Cell::cell)
+    }
+}
+
+/// A row struct, its column list (name = field name, type from the field's type) and its
+/// `values()`, from one list of fields: a column is added, renamed or moved in one place.
+macro_rules! row_table {
+    (
+        $(#[$meta:meta])*
+        struct $row:ident;
+        $(#[$cmeta:meta])*
+        const $cols:ident;
+        { $( $(#[$doc:meta])* $name:ident : $ty:ty, )* }
+    ) => {
+        $(#[$meta])*
+        pub struct $row {
+            $( $(#[$doc])* pub $name: $ty, )*
+        }
+
+        $(#[$cmeta])*
+        pub const $cols: &[(&str, ColType)] = &[$( (stringify!($name), <$ty as Cell>::TYPE), )*];
+
+        impl $row {
+            #[doc = concat!("This row's values in [`", stringify!($cols), "`] order (what a SQL sink binds, what tests compare).")]
+            pub fn values(&self) -> Vec<Value> {
+                vec![$( Cell::cell(&self.$name), )*]
+            }
+        }
+    };
+}
+
+row_table! {
+    /// One job, flat. Field order = [`COLUMNS`] order.
+    #[derive(Debug, Clone, PartialEq, Default)]
+    struct JobRow;
+    /// Column names and types, in [`JobRow`] field order. Names are the Parquet and SQL column names.
+    const COLUMNS;
+    {
+        // Identity (the archive's key: cluster, job_id, scheduler_start_unix_s).
+        cluster: Option<String>,
+        job_id: u32,
+        array_job_id: Option<u32>,
+        array_task_id: Option<u32>,
+        scheduler_start_unix_s: Option<u64>,
+        name: Option<String>,
+        /// SHA-256 of the batch script, lower-case hex; `None` for jobs without one (`srun`, `salloc`),
+        /// when it could not be read, and in documents archived before it was recorded.
+        script_sha256: Option<String>,
+        user: Option<String>,
+        uid: Option<u32>,
+        group: Option<String>,
+        gid: Option<u32>,
+        account: Option<String>,
+        partition: Option<String>,
+        /// `None` when SLURM named none (a cluster without accounting) or the document predates it.
+        qos: Option<String>,
+        node_count: u32,
+        /// The nodes of the allocation (reported and missing), sorted, comma-separated.
+        node_list: String,
+        /// `None` when SLURM gave none or the document predates it.
+        submit_unix_s: Option<u64>,
+        start_unix_ms: u64,
+        end_unix_ms: u64,
+        elapsed_s: f64,
+        /// SLURM's state name (`COMPLETED`, `FAILED`, `TIMEOUT`, …).
+        state: String,
+        exit_code: Option<i32>,
+        alloc_cores: Option<u32>,
+        alloc_mem_per_node_bytes: Option<u64>,
+        /// GPUs of the allocation: those measured, else the count in SLURM's GPU list.
+        alloc_gpus: Option<u32>,
+        time_limit_s: Option<u64>,
+        cpu_usage_s: Option<f64>,
+        cpu_user_s: Option<f64>,
+        cpu_system_s: Option<f64>,
+        mem_peak_bytes: Option<u64>,
+        mem_rss_peak_bytes: Option<u64>,
+        io_read_bytes: Option<u64>,
+        io_write_bytes: Option<u64>,
+        /// Mean over the job's GPUs of each GPU's mean utilization (GPUs with a figure).
+        gpu_util_mean_pct: Option<f64>,
+        gpu_mem_peak_bytes: Option<u64>,
+        gpu_energy_kwh: Option<f64>,
+        /// GPUs that were idle or never used (the analysis' count).
+        gpus_idle: Option<u32>,
+        gpus_never_used: Option<u32>,
+        core_hours_alloc: Option<f64>,
+        core_hours_used: Option<f64>,
+        core_hours_wasted: Option<f64>,
+        mem_gb_hours_alloc: Option<f64>,
+        /// Per-node peak × elapsed, summed over nodes (what the job needed to hold); `None`
+        /// unless every reported node's peak was measured.
+        mem_gb_hours_used: Option<f64>,
+        mem_gb_hours_wasted: Option<f64>,
+        gpu_hours_alloc: Option<f64>,
+        gpu_hours_used: Option<f64>,
+        gpu_hours_wasted: Option<f64>,
+        cpu_eff_pct: Option<f64>,
+        mem_eff_pct: Option<f64>,
+        time_eff_pct: Option<f64>,
+        /// The analysis' class (`cpu_bound`, `gpu_idle`, …); `None` without an analysis.
+        class: Option<String>,
+        /// The scalability verdict (`serial`, `parallel`, …); `None` without one.
+        verdict: Option<String>,
+        flag_oom: bool,
+        flag_near_oom: bool,
+        flag_timeout: bool,
+        flag_mem_leak: bool,
+        flag_idle: bool,
+        flag_stalled: bool,
+        flag_gpu_finding: bool,
+        /// Some data is missing: figures are lower bounds.
+        partial: bool,
+        samples: u64,
+    }
+}
 
 /// The snake_case name serde gives an analysis enum (the archive's own spelling).
 fn serde_name<T: serde::Serialize>(v: &T) -> Option<String> {
@@ -167,43 +167,15 @@ fn serde_name<T: serde::Serialize>(v: &T) -> Option<String> {
     }
 }
 
-fn sub(a: Option<f64>, b: Option<f64>) -> Option<f64> {
-    match (a, b) {
-        (Some(a), Some(b)) => Some((a - b).max(0.0)),
-        _ => None,
-    }
-}
-
 impl JobRow {
-    /// The row of one archived job. Pure. Waste figures are recomputed from the summary's own
-    /// figures (the same rules as `jobscope_sampler::summary::analysis::waste`), so a document whose
-    /// analysis was not kept (a version-1 upgrade) still has them; class, verdict and flags come
-    /// from the stored analysis and are `None`/false without one.
+    /// The row of one archived job. Pure. The waste figures are the report's own
+    /// ([`analysis::waste`], recomputed from the summary's figures, so a document whose analysis
+    /// was not kept, a version-1 upgrade, still has them); class, verdict and flags come from the
+    /// stored analysis and are `None`/false without one.
     pub fn of(s: &JobSummary) -> JobRow {
-        let h = s.elapsed_s * H;
-        let nodes = s.alloc.nodes.max(1) as f64;
         let gpus: Vec<&jobscope_sampler::gpu::summary::GpuSummary> =
             s.nodes.iter().flat_map(|n| n.gpus.iter()).collect();
-
-        let core_hours_alloc = s.alloc.cores.map(|c| c as f64 * h);
-        let core_hours_used = s.cpu.usage_s.map(|c| c * H);
-        let mem_gb_hours_alloc = s
-            .alloc
-            .mem_per_node_bytes
-            .map(|m| m as f64 / GIB * nodes * h);
-        let peaks: Vec<u64> = s.nodes.iter().filter_map(|n| n.mem.peak_bytes).collect();
-        let mem_gb_hours_used =
-            (!peaks.is_empty()).then(|| peaks.iter().map(|&p| p as f64 / GIB).sum::<f64>() * h);
-
-        let (gpu_hours_alloc, gpu_hours_wasted) = if gpus.is_empty() {
-            (None, None)
-        } else {
-            let wasted: Vec<f64> = gpus.iter().filter_map(|g| g.gpu_hours_wasted).collect();
-            (
-                Some(gpus.iter().map(|g| g.gpu_hours_allocated).sum::<f64>()),
-                (!wasted.is_empty()).then(|| wasted.iter().sum()),
-            )
-        };
+        let w = analysis::waste(s);
         let utils: Vec<f64> = gpus.iter().filter_map(|g| g.util_mean_pct).collect();
         let energies: Vec<f64> = gpus.iter().filter_map(|g| g.energy_kwh).collect();
         let slurm_gpus = s
@@ -273,15 +245,15 @@ impl JobRow {
                 .map(|a| a.classification.evidence.gpus_idle),
             gpus_never_used: (!gpus.is_empty())
                 .then(|| gpus.iter().filter(|g| g.never_used).count() as u32),
-            core_hours_alloc,
-            core_hours_used,
-            core_hours_wasted: sub(core_hours_alloc, core_hours_used),
-            mem_gb_hours_alloc,
-            mem_gb_hours_used,
-            mem_gb_hours_wasted: sub(mem_gb_hours_alloc, mem_gb_hours_used),
-            gpu_hours_alloc,
-            gpu_hours_used: sub(gpu_hours_alloc, gpu_hours_wasted),
-            gpu_hours_wasted,
+            core_hours_alloc: w.core_hours_allocated,
+            core_hours_used: w.core_hours_used,
+            core_hours_wasted: w.core_hours_wasted,
+            mem_gb_hours_alloc: w.mem_gb_hours_allocated,
+            mem_gb_hours_used: w.mem_gb_hours_needed,
+            mem_gb_hours_wasted: w.mem_gb_hours_wasted,
+            gpu_hours_alloc: w.gpu_hours_allocated,
+            gpu_hours_used: w.gpu_hours_used(),
+            gpu_hours_wasted: w.gpu_hours_wasted,
             cpu_eff_pct: s.efficiency.cpu_pct,
             mem_eff_pct: s.efficiency.mem_pct,
             time_eff_pct: s.efficiency.time_pct,
@@ -305,120 +277,34 @@ impl JobRow {
             samples: s.samples,
         }
     }
+}
 
-    /// This row's values in [`COLUMNS`] order (what a SQL sink binds, what tests compare).
-    pub fn values(&self) -> Vec<Value> {
-        use Value as V;
-        let t = |x: &Option<String>| x.clone().map_or(V::Null, V::Text);
-        let i = |x: Option<i64>| x.map_or(V::Null, V::Int);
-        let f = |x: Option<f64>| x.map_or(V::Null, V::Float);
-        vec![
-            t(&self.cluster),
-            V::Int(self.job_id.into()),
-            i(self.array_job_id.map(i64::from)),
-            i(self.array_task_id.map(i64::from)),
-            i(self.scheduler_start_unix_s.map(|x| x as i64)),
-            t(&self.name),
-            t(&self.script_sha256),
-            t(&self.user),
-            i(self.uid.map(i64::from)),
-            t(&self.group),
-            i(self.gid.map(i64::from)),
-            t(&self.account),
-            t(&self.partition),
-            t(&self.qos),
-            V::Int(self.node_count.into()),
-            V::Text(self.node_list.clone()),
-            i(self.submit_unix_s.map(|x| x as i64)),
-            V::Int(self.start_unix_ms as i64),
-            V::Int(self.end_unix_ms as i64),
-            V::Float(self.elapsed_s),
-            V::Text(self.state.clone()),
-            i(self.exit_code.map(i64::from)),
-            i(self.alloc_cores.map(i64::from)),
-            i(self.alloc_mem_per_node_bytes.map(|x| x as i64)),
-            i(self.alloc_gpus.map(i64::from)),
-            i(self.time_limit_s.map(|x| x as i64)),
-            f(self.cpu_usage_s),
-            f(self.cpu_user_s),
-            f(self.cpu_system_s),
-            i(self.mem_peak_bytes.map(|x| x as i64)),
-            i(self.mem_rss_peak_bytes.map(|x| x as i64)),
-            i(self.io_read_bytes.map(|x| x as i64)),
-            i(self.io_write_bytes.map(|x| x as i64)),
-            f(self.gpu_util_mean_pct),
-            i(self.gpu_mem_peak_bytes.map(|x| x as i64)),
-            f(self.gpu_energy_kwh),
-            i(self.gpus_idle.map(i64::from)),
-            i(self.gpus_never_used.map(i64::from)),
-            f(self.core_hours_alloc),
-            f(self.core_hours_used),
-            f(self.core_hours_wasted),
-            f(self.mem_gb_hours_alloc),
-            f(self.mem_gb_hours_used),
-            f(self.mem_gb_hours_wasted),
-            f(self.gpu_hours_alloc),
-            f(self.gpu_hours_used),
-            f(self.gpu_hours_wasted),
-            f(self.cpu_eff_pct),
-            f(self.mem_eff_pct),
-            f(self.time_eff_pct),
-            t(&self.class),
-            t(&self.verdict),
-            V::Bool(self.flag_oom),
-            V::Bool(self.flag_near_oom),
-            V::Bool(self.flag_timeout),
-            V::Bool(self.flag_mem_leak),
-            V::Bool(self.flag_idle),
-            V::Bool(self.flag_stalled),
-            V::Bool(self.flag_gpu_finding),
-            V::Bool(self.partial),
-            V::Int(self.samples as i64),
-        ]
+row_table! {
+    /// One node of one job (the per-node table): the job's key plus this node's own figures.
+    #[derive(Debug, Clone, PartialEq, Default)]
+    struct NodeRow;
+    /// Column names and types, in [`NodeRow`] field order.
+    const NODE_COLUMNS;
+    {
+        cluster: Option<String>,
+        job_id: u32,
+        scheduler_start_unix_s: Option<u64>,
+        uid: Option<u32>,
+        partition: Option<String>,
+        node: String,
+        start_unix_ms: u64,
+        end_unix_ms: u64,
+        alloc_cores: Option<u32>,
+        alloc_mem_bytes: Option<u64>,
+        cpu_usage_s: Option<f64>,
+        mem_peak_bytes: Option<u64>,
+        cpu_eff_pct: Option<f64>,
+        gpus: u32,
+        gpu_util_mean_pct: Option<f64>,
+        gpu_energy_kwh: Option<f64>,
+        samples: u64,
     }
 }
-
-/// One node of one job (the per-node table): the job's key plus this node's own figures.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct NodeRow {
-    pub cluster: Option<String>,
-    pub job_id: u32,
-    pub scheduler_start_unix_s: Option<u64>,
-    pub uid: Option<u32>,
-    pub partition: Option<String>,
-    pub node: String,
-    pub start_unix_ms: u64,
-    pub end_unix_ms: u64,
-    pub alloc_cores: Option<u32>,
-    pub alloc_mem_bytes: Option<u64>,
-    pub cpu_usage_s: Option<f64>,
-    pub mem_peak_bytes: Option<u64>,
-    pub cpu_eff_pct: Option<f64>,
-    pub gpus: u32,
-    pub gpu_util_mean_pct: Option<f64>,
-    pub gpu_energy_kwh: Option<f64>,
-    pub samples: u64,
-}
-
-pub const NODE_COLUMNS: &[(&str, ColType)] = &[
-    ("cluster", ColType::Text),
-    ("job_id", ColType::Int),
-    ("scheduler_start_unix_s", ColType::Int),
-    ("uid", ColType::Int),
-    ("partition", ColType::Text),
-    ("node", ColType::Text),
-    ("start_unix_ms", ColType::Int),
-    ("end_unix_ms", ColType::Int),
-    ("alloc_cores", ColType::Int),
-    ("alloc_mem_bytes", ColType::Int),
-    ("cpu_usage_s", ColType::Float),
-    ("mem_peak_bytes", ColType::Int),
-    ("cpu_eff_pct", ColType::Float),
-    ("gpus", ColType::Int),
-    ("gpu_util_mean_pct", ColType::Float),
-    ("gpu_energy_kwh", ColType::Float),
-    ("samples", ColType::Int),
-];
 
 impl NodeRow {
     /// The job's nodes that reported (a missing node has no figures of its own; the job row names it).
@@ -453,60 +339,173 @@ impl NodeRow {
     }
 }
 
-impl NodeRow {
-    /// This row's values in [`NODE_COLUMNS`] order.
-    pub fn values(&self) -> Vec<Value> {
-        use Value as V;
-        let t = |x: &Option<String>| x.clone().map_or(V::Null, V::Text);
-        let i = |x: Option<i64>| x.map_or(V::Null, V::Int);
-        let f = |x: Option<f64>| x.map_or(V::Null, V::Float);
-        vec![
-            t(&self.cluster),
-            V::Int(self.job_id.into()),
-            i(self.scheduler_start_unix_s.map(|x| x as i64)),
-            i(self.uid.map(i64::from)),
-            t(&self.partition),
-            V::Text(self.node.clone()),
-            V::Int(self.start_unix_ms as i64),
-            V::Int(self.end_unix_ms as i64),
-            i(self.alloc_cores.map(i64::from)),
-            i(self.alloc_mem_bytes.map(|x| x as i64)),
-            f(self.cpu_usage_s),
-            i(self.mem_peak_bytes.map(|x| x as i64)),
-            f(self.cpu_eff_pct),
-            V::Int(self.gpus.into()),
-            f(self.gpu_util_mean_pct),
-            f(self.gpu_energy_kwh),
-            V::Int(self.samples as i64),
-        ]
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use jobscope_report::pipeline::{self, NodeEnd};
+    use jobscope_report::present::fmt_hours;
     use jobscope_report::slurm::{decide_end, v22_05::parse_squeue_json, EpilogEnv};
     use jobscope_sampler::job::JobFacts;
     use jobscope_sampler::summary::NodeSummary;
     use std::path::Path;
 
-    /// The recorded serial job (`report/testdata/recorded/serial`): SLURM's facts and its node
-    /// summary, as the Epilog makes them.
-    fn recorded_serial() -> (JobFacts, NodeSummary) {
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../report/testdata/recorded/serial");
+    /// A recorded job (`report/testdata/recorded/<case>`): SLURM's facts and its nodes' summaries
+    /// (with their names), as the Epilog makes them.
+    fn recorded(case: &str) -> (JobFacts, Vec<NodeSummary>, Vec<String>) {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../report/testdata/recorded");
+        let dir = dir.join(case);
+        let job_id: u32 = std::fs::read_to_string(dir.join("job_id"))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
         let squeue = std::fs::read_to_string(dir.join("squeue.json")).unwrap();
-        let facts = parse_squeue_json(&squeue, 64).unwrap();
-        let node = pipeline::node(
-            &pipeline::read_node_dir(&dir.join("node-vm")),
-            "vm",
-            64,
-            NodeEnd::LastRecord { fallback_ms: 0 },
-            facts.uid,
-            &jobscope_sampler::config::Config::default(),
-        )
-        .summary;
-        (facts, node)
+        let facts = parse_squeue_json(&squeue, job_id).unwrap();
+        let mut node_dirs: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.is_dir())
+            .collect();
+        node_dirs.sort();
+        let (mut nodes, mut names) = (Vec::new(), Vec::new());
+        for d in node_dirs {
+            let name = d.file_name().unwrap().to_str().unwrap();
+            let name = name.strip_prefix("node-").unwrap().to_string();
+            let out = pipeline::node(
+                &pipeline::read_node_dir(&d),
+                &name,
+                job_id,
+                NodeEnd::LastRecord { fallback_ms: 0 },
+                facts.uid,
+                &jobscope_sampler::config::Config::default(),
+            );
+            nodes.push(out.summary);
+            names.push(name);
+        }
+        (facts, nodes, names)
+    }
+
+    /// The recorded serial job (`report/testdata/recorded/serial`): its one node `vm`.
+    fn recorded_serial() -> (JobFacts, NodeSummary) {
+        let (facts, mut nodes, _) = recorded("serial");
+        (facts, nodes.remove(0))
+    }
+
+    /// The job summary the Epilog makes of `nodes`, with its analysis (the report's figures).
+    fn analysed(facts: &JobFacts, nodes: Vec<NodeSummary>, names: &[String]) -> JobSummary {
+        let env = EpilogEnv {
+            job_id: facts.job_id,
+            node: names[0].clone(),
+            ..Default::default()
+        };
+        let facts = env.facts_with(Some(facts.clone()));
+        let cfg = jobscope_sampler::config::Config::default();
+        pipeline::job(&facts, nodes, names, &cfg, "t", &decide_end)
+    }
+
+    /// The report's waste (the analysis the report is rendered from) and the audit row's, which
+    /// must be the same figures, to the bit.
+    fn assert_same_waste(case: &str, s: &JobSummary) {
+        let w = &s.analysis.as_ref().expect("an analysed summary").waste;
+        let row = JobRow::of(s);
+        let report = [
+            w.core_hours_allocated,
+            w.core_hours_used,
+            w.core_hours_wasted,
+            w.mem_gb_hours_allocated,
+            w.mem_gb_hours_needed,
+            w.mem_gb_hours_wasted,
+            w.gpu_hours_allocated,
+            w.gpu_hours_wasted,
+        ];
+        let audit = [
+            row.core_hours_alloc,
+            row.core_hours_used,
+            row.core_hours_wasted,
+            row.mem_gb_hours_alloc,
+            row.mem_gb_hours_used,
+            row.mem_gb_hours_wasted,
+            row.gpu_hours_alloc,
+            row.gpu_hours_wasted,
+        ];
+        assert_eq!(
+            report, audit,
+            "{case}: the report's waste vs the audit row's"
+        );
+    }
+
+    /// The figure of one waste line of the text report (`Memory GB-hours    0.0099 unused of …`).
+    fn report_line<'a>(text: &'a str, label: &str) -> &'a str {
+        text.lines()
+            .find_map(|l| l.trim_start().strip_prefix(label))
+            .unwrap_or_else(|| panic!("no {label} line in\n{text}"))
+            .trim()
+    }
+
+    /// Every recorded spool: the report's waste and the audit row's are the same figures, and the
+    /// text report shows the row's unused hours. Every recorded job measured its CPU and memory,
+    /// so each figure is known.
+    #[test]
+    fn the_reports_waste_and_the_audit_rows_agree_on_every_recorded_spool() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../report/testdata/recorded");
+        let mut cases: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        cases.sort();
+        assert!(cases.len() >= 6, "{cases:?}");
+        for case in &cases {
+            let (facts, nodes, names) = recorded(case);
+            let s = analysed(&facts, nodes, &names);
+            assert_same_waste(case, &s);
+            let row = JobRow::of(&s);
+            for (name, v) in [
+                ("core_hours_wasted", row.core_hours_wasted),
+                ("mem_gb_hours_wasted", row.mem_gb_hours_wasted),
+            ] {
+                assert!(v.is_some_and(f64::is_finite), "{case}: {name} {v:?}");
+            }
+            let text = jobscope_report::present::render_text(&s, false).unwrap();
+            for (label, unused) in [
+                ("Core-hours", row.core_hours_wasted),
+                ("Memory GB-hours", row.mem_gb_hours_wasted),
+            ] {
+                let line = report_line(&text, label);
+                let want = format!("{} unused of ", fmt_hours(unused));
+                assert!(line.starts_with(&want), "{case}: {line:?} vs {want:?}");
+            }
+        }
+    }
+
+    /// A node whose memory peak was not measured (the recorded serial job with its peak taken
+    /// away): the memory needed and unused are unknown in the report and in the audit row alike,
+    /// and the report says so; it never says the whole allocation was unused.
+    #[test]
+    fn a_node_without_a_memory_peak_has_unknown_memory_waste_in_the_report_and_the_row() {
+        let (facts, mut node) = recorded_serial();
+        assert!(node.mem.peak_bytes.is_some() && facts.mem_per_node_bytes.is_some());
+        node.mem.peak_bytes = None;
+        let s = analysed(&facts, vec![node], &["vm".into()]);
+        assert_same_waste("serial without a peak", &s);
+        let row = JobRow::of(&s);
+        assert!(row.mem_gb_hours_alloc.is_some());
+        assert_eq!(
+            (row.mem_gb_hours_used, row.mem_gb_hours_wasted),
+            (None, None)
+        );
+        // Through the archive's JSON too (what the audit index reads).
+        let back: JobSummary = serde_json::from_value(serde_json::to_value(&s).unwrap()).unwrap();
+        assert_eq!(JobRow::of(&back).mem_gb_hours_wasted, None);
+        let text = jobscope_report::present::render_text(&s, false).unwrap();
+        let line = report_line(&text, "Memory GB-hours");
+        assert!(line.starts_with("n/a unused of "), "{line}");
+        assert!(!line.contains("100 %"), "{line}");
+        assert!(
+            text.contains("memory peak was not measured"),
+            "the report says why:\n{text}"
+        );
+        // The CPU was measured: its waste is still there.
+        assert!(row.core_hours_wasted.is_some());
     }
 
     /// The recorded serial job (`report/testdata/recorded/serial`: its real spool and its real

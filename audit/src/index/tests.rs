@@ -330,6 +330,94 @@ fn usage_by_user_equals_the_sums_over_the_archived_json() {
     }
 }
 
+/// The usage report computed the obvious way, row by row over the job rows, independently of
+/// `eval.rs` (the rules of docs/audit.md): the rows `keep` selects, grouped by `key` (ascending),
+/// each with its job count, every resource-hour figure summed over the rows that have it (null
+/// when none has), and each efficiency `100 × Σ used ÷ Σ allocated` over the rows with both.
+fn naive_usage(
+    rows: &[JobRow],
+    keep: impl Fn(&JobRow) -> bool,
+    key: impl Fn(&JobRow) -> String,
+) -> Vec<(String, BTreeMap<&'static str, Option<f64>>)> {
+    let mut groups: BTreeMap<String, Vec<&JobRow>> = BTreeMap::new();
+    for r in rows.iter().filter(|r| keep(r)) {
+        groups.entry(key(r)).or_default().push(r);
+    }
+    groups
+        .into_iter()
+        .map(|(k, rs)| {
+            let sum = |f: fn(&JobRow) -> Option<f64>| -> Option<f64> {
+                let v: Vec<f64> = rs.iter().filter_map(|r| f(r)).collect();
+                (!v.is_empty()).then(|| v.iter().sum())
+            };
+            let eff = |used: fn(&JobRow) -> Option<f64>, alloc: fn(&JobRow) -> Option<f64>| {
+                let both: Vec<(f64, f64)> = rs
+                    .iter()
+                    .filter_map(|r| Some((used(r)?, alloc(r)?)))
+                    .collect();
+                let (u, a) = both
+                    .iter()
+                    .fold((0.0, 0.0), |(u, a), (x, y)| (u + x, a + y));
+                (a > 0.0).then(|| 100.0 * u / a)
+            };
+            let m = BTreeMap::from([
+                ("jobs", Some(rs.len() as f64)),
+                ("core_hours_alloc", sum(|r| r.core_hours_alloc)),
+                ("core_hours_used", sum(|r| r.core_hours_used)),
+                ("core_hours_wasted", sum(|r| r.core_hours_wasted)),
+                (
+                    "cpu_eff_pct",
+                    eff(|r| r.core_hours_used, |r| r.core_hours_alloc),
+                ),
+                ("mem_gb_hours_alloc", sum(|r| r.mem_gb_hours_alloc)),
+                ("mem_gb_hours_used", sum(|r| r.mem_gb_hours_used)),
+                ("mem_gb_hours_wasted", sum(|r| r.mem_gb_hours_wasted)),
+                (
+                    "mem_eff_pct",
+                    eff(|r| r.mem_gb_hours_used, |r| r.mem_gb_hours_alloc),
+                ),
+                ("gpu_hours_alloc", sum(|r| r.gpu_hours_alloc)),
+                ("gpu_hours_used", sum(|r| r.gpu_hours_used)),
+                ("gpu_hours_wasted", sum(|r| r.gpu_hours_wasted)),
+                (
+                    "gpu_eff_pct",
+                    eff(|r| r.gpu_hours_used, |r| r.gpu_hours_alloc),
+                ),
+                ("gpu_energy_kwh", sum(|r| r.gpu_energy_kwh)),
+            ]);
+            (k, m)
+        })
+        .collect()
+}
+
+/// A fixture job's start day in UTC, worked out from the fixture's own calendar (day 0 is Monday
+/// 2026-03-02; March has 31 days), not from the engine's date code.
+fn fixture_day(r: &JobRow) -> String {
+    let day = (r.start_unix_ms - T0_MS) / DAY_MS;
+    assert!(day < 30 + 29, "the fixture stays in March and April");
+    match day + 2 {
+        d @ 1..=31 => format!("2026-03-{d:02}"),
+        d => format!("2026-04-{:02}", d - 31),
+    }
+}
+
+/// `t` (a usage table grouped by one key) holds exactly the groups and figures of `want`.
+fn assert_usage(engine: &str, t: &Table, want: &[(String, BTreeMap<&'static str, Option<f64>>)]) {
+    assert_eq!(t.rows.len(), want.len(), "{engine}: groups");
+    for (row, (k, figures)) in t.rows.iter().zip(want) {
+        assert_eq!(row[0], Value::Text(k.clone()), "{engine}: key");
+        assert_eq!(t.columns.len(), 1 + figures.len(), "{engine}: columns");
+        for (name, w) in figures {
+            let got = &row[t.column(name).unwrap()];
+            let ok = match w {
+                None => *got == Value::Null,
+                Some(w) => got.as_f64().is_some_and(|g| close(g, *w)),
+            };
+            assert!(ok, "{engine} {k} {name}: {got:?}, want {w:?}");
+        }
+    }
+}
+
 #[test]
 fn every_report_of_the_parquet_engine_equals_the_in_memory_engine() {
     let fx = fixture();
@@ -375,6 +463,30 @@ fn every_report_of_the_parquet_engine_equals_the_in_memory_engine() {
         let b = mem.run(&q).unwrap();
         a.same_as(&b, 1e-12)
             .unwrap_or_else(|e| panic!("{q:?}: {e}"));
+    }
+    // Both engines run the same `evaluate`, so agreeing with each other proves nothing about it:
+    // usage by user and by day, all jobs and a window with a user filter, against the naive sums.
+    let since_ms = T0_MS + 31 * DAY_MS;
+    let alice_and_bob_since = |r: &JobRow| {
+        r.end_unix_ms >= since_ms && matches!(r.user.as_deref(), Some("alice" | "bob"))
+    };
+    let user = |r: &JobRow| r.user.clone().unwrap();
+    for (key, key_of) in [
+        (GroupKey::User, &user as &dyn Fn(&JobRow) -> String),
+        (GroupKey::Day, &fixture_day),
+    ] {
+        for windowed in [false, true] {
+            let mut q = Query::new(Report::Usage);
+            q.group_by = vec![key];
+            if windowed {
+                q.window.since_unix_s = Some((since_ms / 1000) as i64);
+                q.filters.users = vec!["alice".into(), "bob".into()];
+            }
+            let want = naive_usage(&rows, |r| !windowed || alice_and_bob_since(r), key_of);
+            assert!(want.len() >= 2, "{key:?}: {want:?}");
+            assert_usage("parquet", &pq.run(&q).unwrap(), &want);
+            assert_usage("in-memory", &mem.run(&q).unwrap(), &want);
+        }
     }
 }
 

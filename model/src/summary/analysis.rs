@@ -112,6 +112,7 @@ pub struct Waste {
     /// Memory GB-hours: requested per node × nodes × elapsed.
     pub mem_gb_hours_allocated: Option<f64>,
     /// Peak memory per node × nodes × elapsed: what the job needed to hold for its whole life.
+    /// `None` unless every reported node's peak was measured ([`mem_gb_hours_needed`]).
     pub mem_gb_hours_needed: Option<f64>,
     pub mem_gb_hours_wasted: Option<f64>,
     #[serde(default)]
@@ -575,38 +576,94 @@ pub fn scalability(s: &JobSummary) -> Option<Scalability> {
     })
 }
 
+/// Hours in a second: every resource-hour figure is `× elapsed_s × HOURS_PER_S`.
+pub const HOURS_PER_S: f64 = 1.0 / 3600.0;
+/// Bytes in a GiB: memory GB-hours are GiB-hours.
+pub const BYTES_PER_GIB: f64 = 1024.0 * 1024.0 * 1024.0;
+
+// The formulas of the waste figures, one each. The report ([`waste`]), the audit row and the
+// columns the audit index computes on read (audit/src/arrow.rs `DERIVED`) all call these, so the
+// same job has the same figures in every view, to the bit (a test in audit/src/index/tests.rs
+// holds the index to the row, one in audit/src/row.rs the row to the report).
+
+/// Core-hours allocated: `cores × elapsed`.
+pub fn core_hours_allocated(cores: u32, elapsed_s: f64) -> f64 {
+    f64::from(cores) * (elapsed_s * HOURS_PER_S)
+}
+
+/// Core-hours used: the CPU time.
+pub fn core_hours_used(cpu_usage_s: f64) -> f64 {
+    cpu_usage_s * HOURS_PER_S
+}
+
+/// Memory GB-hours allocated: the request per node × nodes (at least one) × elapsed.
+pub fn mem_gb_hours_allocated(mem_per_node_bytes: u64, nodes: u32, elapsed_s: f64) -> f64 {
+    mem_per_node_bytes as f64 / BYTES_PER_GIB * f64::from(nodes.max(1)) * (elapsed_s * HOURS_PER_S)
+}
+
+/// Memory GB-hours needed: each reported node's peak × elapsed, summed. Unknown (`None`) unless
+/// every node has a measured peak: a node without one would count as needing nothing, and the
+/// job's memory would read as unused when it was only not measured. No node: unknown too.
+pub fn mem_gb_hours_needed(node_peaks_bytes: &[Option<u64>], elapsed_s: f64) -> Option<f64> {
+    if node_peaks_bytes.is_empty() {
+        return None;
+    }
+    let gib: Option<Vec<f64>> = node_peaks_bytes
+        .iter()
+        .map(|p| p.map(|p| p as f64 / BYTES_PER_GIB))
+        .collect();
+    Some(gib?.iter().sum::<f64>() * (elapsed_s * HOURS_PER_S))
+}
+
+/// The part of `total_h` not in `part_h`, never below 0: the unused hours of an allocation (and
+/// the used GPU-hours, the allocation less the wasted ones).
+pub fn remaining_h(total_h: f64, part_h: f64) -> f64 {
+    (total_h - part_h).max(0.0)
+}
+
+/// [`remaining_h`] of two figures that may be unknown: unknown when either is.
+fn remaining(total_h: Option<f64>, part_h: Option<f64>) -> Option<f64> {
+    Some(remaining_h(total_h?, part_h?))
+}
+
+/// Allocated-but-unused resources of the job, from its summary alone. A figure whose inputs were
+/// not measured is `None` (said "not measured" in the report), never 0 used or 100 % unused.
 pub fn waste(s: &JobSummary) -> Waste {
-    let h = s.elapsed_s / 3600.0;
-    let core_alloc = s.alloc.cores.map(|c| c as f64 * h);
-    let core_used = s.cpu.usage_s.map(|c| c / 3600.0);
-    let gb = 1024.0 * 1024.0 * 1024.0;
-    let nodes = s.alloc.nodes.max(1) as f64;
+    let core_alloc = s.alloc.cores.map(|c| core_hours_allocated(c, s.elapsed_s));
+    let core_used = s.cpu.usage_s.map(core_hours_used);
     let mem_alloc = s
         .alloc
         .mem_per_node_bytes
-        .map(|m| m as f64 / gb * nodes * h);
-    let node_peaks: f64 = s
-        .nodes
-        .iter()
-        .filter_map(|n| n.mem.peak_bytes)
-        .map(|p| p as f64 / gb)
-        .sum();
-    let mem_needed = (!s.nodes.is_empty()).then_some(node_peaks * h);
+        .map(|m| mem_gb_hours_allocated(m, s.alloc.nodes, s.elapsed_s));
+    let peaks: Vec<Option<u64>> = s.nodes.iter().map(|n| n.mem.peak_bytes).collect();
+    let mem_needed = mem_gb_hours_needed(&peaks, s.elapsed_s);
+    let gpus: Vec<&crate::gpu::GpuSummary> = s.nodes.iter().flat_map(|n| &n.gpus).collect();
+    let (gpu_alloc, gpu_wasted) = if gpus.is_empty() {
+        (None, None)
+    } else {
+        // A GPU without a figure (its utilization unknown) adds nothing; none with one: unknown.
+        let wasted: Vec<f64> = gpus.iter().filter_map(|g| g.gpu_hours_wasted).collect();
+        (
+            Some(gpus.iter().map(|g| g.gpu_hours_allocated).sum()),
+            (!wasted.is_empty()).then(|| wasted.iter().sum()),
+        )
+    };
     Waste {
         core_hours_allocated: core_alloc,
         core_hours_used: core_used,
-        core_hours_wasted: match (core_alloc, core_used) {
-            (Some(a), Some(u)) => Some((a - u).max(0.0)),
-            _ => None,
-        },
+        core_hours_wasted: remaining(core_alloc, core_used),
         mem_gb_hours_allocated: mem_alloc,
         mem_gb_hours_needed: mem_needed,
-        mem_gb_hours_wasted: match (mem_alloc, mem_needed) {
-            (Some(a), Some(u)) => Some((a - u).max(0.0)),
-            _ => None,
-        },
-        gpu_hours_allocated: None,
-        gpu_hours_wasted: None,
+        mem_gb_hours_wasted: remaining(mem_alloc, mem_needed),
+        gpu_hours_allocated: gpu_alloc,
+        gpu_hours_wasted: gpu_wasted,
+    }
+}
+
+impl Waste {
+    /// GPU-hours used: the allocation less the wasted GPU-hours.
+    pub fn gpu_hours_used(&self) -> Option<f64> {
+        remaining(self.gpu_hours_allocated, self.gpu_hours_wasted)
     }
 }
 
@@ -978,9 +1035,6 @@ fn add_gpus(s: &JobSummary, a: &mut Analysis) {
     if gpus.is_empty() {
         return;
     }
-    a.waste.gpu_hours_allocated = Some(gpus.iter().map(|g| g.gpu_hours_allocated).sum());
-    let wasted: Vec<f64> = gpus.iter().filter_map(|g| g.gpu_hours_wasted).collect();
-    a.waste.gpu_hours_wasted = (!wasted.is_empty()).then(|| wasted.iter().sum());
     use crate::gpu::summary::GpuClass;
     let idle = gpus
         .iter()
@@ -1232,6 +1286,34 @@ mod tests {
             a.advice
         );
         assert!((a.waste.core_hours_wasted.unwrap() - 1200.0 / 3600.0).abs() < 1e-6);
+    }
+
+    /// Two nodes of 1 h, 4 GiB requested each. The expectations are hand-computed: 8 GiB-h
+    /// allocated; with peaks of 1 and 3 GiB, 4 GiB-h needed and 4 unused; with a peak missing
+    /// anywhere, needed and unused are unknown, not "the whole allocation unused".
+    #[test]
+    fn memory_waste_is_unknown_unless_every_node_has_a_peak() {
+        let two = |p1: Option<u64>, p2: Option<u64>| {
+            let mut a = node("a", 3600.0, |_| 1.0, |_| 1 << 30);
+            let mut b = node("b", 3600.0, |_| 1.0, |_| 1 << 30);
+            a.mem.peak_bytes = p1;
+            b.mem.peak_bytes = p2;
+            waste(&job(vec![a, b], None))
+        };
+        let w = two(Some(1 << 30), Some(3 << 30));
+        assert_eq!(w.mem_gb_hours_allocated, Some(8.0));
+        assert_eq!(w.mem_gb_hours_needed, Some(4.0));
+        assert_eq!(w.mem_gb_hours_wasted, Some(4.0));
+        for w in [two(Some(1 << 30), None), two(None, None)] {
+            assert_eq!(w.mem_gb_hours_allocated, Some(8.0));
+            assert_eq!((w.mem_gb_hours_needed, w.mem_gb_hours_wasted), (None, None));
+        }
+        // The CPU figures do not depend on the memory peak: 2 nodes × 2 cores × 1 h allocated,
+        // one busy core on each for the hour used.
+        let w = two(None, None);
+        assert_eq!(w.core_hours_allocated, Some(4.0));
+        assert_eq!(w.core_hours_used, Some(2.0));
+        assert_eq!(w.core_hours_wasted, Some(2.0));
     }
 
     #[test]

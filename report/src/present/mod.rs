@@ -522,18 +522,19 @@ fn report(s: &JobSummary) -> Report {
             .flat_map(|n| n.gpus.iter())
             .map(gpu_view)
             .collect(),
-        // Data-quality notes (a GPU that could not be identified, NVML timeouts, unreadable files).
-        notes: s
-            .nodes
-            .iter()
-            .flat_map(|n| {
+        // Data-quality notes (a waste figure that was not measured, a GPU that could not be
+        // identified, NVML timeouts, unreadable files).
+        notes: words::unmeasured_waste(&a.waste)
+            .into_iter()
+            .map(String::from)
+            .chain(s.nodes.iter().flat_map(|n| {
                 n.quality
                     .notes
                     .iter()
                     .filter(|x| !x.contains("No such file"))
                     .take(10)
                     .map(move |x| clean(&format!("{}: {x}", n.node), 300))
-            })
+            }))
             .collect(),
         nodes: s.nodes.iter().map(node_view).collect(),
         multi_node: s.nodes.len() > 1,

@@ -10,7 +10,7 @@ use jobscope_sampler::job::{EndReason, JobState};
 use jobscope_sampler::sample::CgroupVersion;
 use jobscope_sampler::summary::analysis::{
     AdviceReason, AdviceWithheld, Analysis, Evidence, FindingKind, JobClass, Scalability, Severity,
-    StallResource, Verdict,
+    StallResource, Verdict, Waste,
 };
 use jobscope_sampler::summary::JobSummary;
 
@@ -611,6 +611,21 @@ pub fn memory_accounting(v: Option<CgroupVersion>) -> &'static str {
         Some(CgroupVersion::V2) => "SLURM enforces --mem on the cgroup's memory.current: anonymous memory (rss) + page cache + shmem/tmpfs. Page cache is reclaimed under pressure; rss and shmem are not.",
         _ => "SLURM enforces --mem on the cgroup's memory usage (memory.usage_in_bytes): rss + page cache + shmem/tmpfs. Page cache is reclaimed under pressure; rss and shmem are not.",
     }
+}
+
+/// Why a waste figure is `n/a` although the allocation is known: its use was not measured. Said in
+/// words so that a blank is not read as nothing, or everything, unused.
+pub fn unmeasured_waste(w: &Waste) -> Vec<&'static str> {
+    let mut out = Vec::new();
+    if w.core_hours_allocated.is_some() && w.core_hours_used.is_none() {
+        out.push("CPU time was not measured: the unused core-hours are unknown.");
+    }
+    if w.mem_gb_hours_allocated.is_some() && w.mem_gb_hours_needed.is_none() {
+        out.push(
+            "The memory peak was not measured on every node: the unused memory GB-hours are unknown.",
+        );
+    }
+    out
 }
 
 pub const NO_DATA: &str = "No samples: jobscope has no data on how this job used its allocation, so this report claims nothing about it (see the data notes).";
