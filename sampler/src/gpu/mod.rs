@@ -7,7 +7,7 @@
 //!   numbers only the GPUs it can open, from 0).
 //! - [`GpuBackend`]: the sampling interface; [`nvml::NvmlBackend`] (NVIDIA, through nvml-wrapper in
 //!   a worker thread with a deadline per sample), [`amd::AmdBackend`] (amdgpu sysfs) and
-//!   [`testing::ScriptedBackend`] (tests).
+//!   `testing::ScriptedBackend` (tests; behind the `testing` feature, never in the plugin).
 //! - [`monitor::GpuMonitor`]: the job's GPU sampling thread, separate from the cgroup sampler so a
 //!   hung driver can never stall CPU/memory sampling; it writes `gpu.jsc` ([`spool`]).
 //! - [`summary`]: per-GPU figures and findings for the report, and advice.
@@ -17,10 +17,14 @@
 
 pub mod amd;
 pub mod assign;
+// Test and benchmark code stays out of the plugin that runs inside slurmstepd: only this crate's
+// tests and benches (its dev-dependency on itself turns `testing` on) compile it.
+#[cfg(any(test, feature = "testing"))]
 pub mod bench;
 pub mod monitor;
 pub mod nvml;
 pub mod spool;
+#[cfg(any(test, feature = "testing"))]
 pub mod testing;
 
 #[cfg(test)]
