@@ -5,7 +5,8 @@
 //! builds it and compared with `report/testdata/golden/<case>.txt`.
 //!
 //! After an intended change of the report: `JOBSCOPE_BLESS=1 cargo test -p jobscope-report --test golden`,
-//! then review the diff of the golden files.
+//! then review the diff of the golden files (and of README.md, whose example report is the serial
+//! case's golden file: `readme_example_is_the_serial_golden_report`).
 
 use jobscope_report::pipeline::{self, NodeEnd};
 use jobscope_report::present::render_text;
@@ -108,6 +109,38 @@ fn serial() {
     assert!(
         r.contains("Verdict            serial") && r.contains("#SBATCH --cpus-per-task=1"),
         "{r}"
+    );
+}
+
+/// The README's "Example report" says it is rendered by this test: its block is the serial
+/// golden file, line for line. Blessing rewrites the block after the golden file.
+#[test]
+fn readme_example_is_the_serial_golden_report() {
+    const OPEN: &str = "```text\n$ jobscope show 64\n";
+    let readme_path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md");
+    let readme = std::fs::read_to_string(&readme_path).unwrap();
+    let start = readme
+        .find(OPEN)
+        .map(|i| i + OPEN.len())
+        .unwrap_or_else(|| panic!("README.md: no example block opening with {OPEN:?}"));
+    let end = start
+        + readme[start..]
+            .find("\n```")
+            .expect("README.md: the example block is not closed");
+    let golden_path = testdata().join("golden/serial.txt");
+    if std::env::var_os("JOBSCOPE_BLESS").is_some() {
+        // the report itself, which `serial` writes to the golden file (tests run in any order)
+        let fresh = report("serial");
+        let blessed = format!("{}{}{}", &readme[..start], fresh.trim_end(), &readme[end..]);
+        std::fs::write(&readme_path, blessed).unwrap();
+        return;
+    }
+    let golden = std::fs::read_to_string(&golden_path).unwrap();
+    assert_eq!(
+        &readme[start..end],
+        golden.trim_end(),
+        "README.md's example report differs from {} (bless: JOBSCOPE_BLESS=1 cargo test -p jobscope-report --test golden)",
+        golden_path.display()
     );
 }
 
