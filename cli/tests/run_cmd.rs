@@ -277,7 +277,11 @@ fn ctrl_c_mid_run_still_gives_the_report_of_what_ran() {
     // SAFETY: kill has no memory preconditions; the pid is our child's.
     unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
     let out = child.wait_with_output().unwrap();
-    assert!(t0.elapsed() < Duration::from_secs(10), "ended promptly");
+    assert!(
+        t0.elapsed() < Duration::from_secs(30),
+        "ended at the interrupt, not with the 60 s program: {:?}",
+        t0.elapsed()
+    );
     assert_eq!(out.status.code(), Some(130), "128 + SIGINT: {out:?}");
     let r = report(&s, "int", &out);
     assert_eq!(r["state"], "CANCELLED");

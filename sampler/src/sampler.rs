@@ -437,68 +437,120 @@ mod tests {
 #[cfg(test)]
 mod stop_tests {
     use super::*;
+    use std::sync::atomic::AtomicUsize;
+    use std::sync::Mutex;
 
-    /// A thread that needs `notice` to finish once told to stop.
+    /// A thread that needs `notice` to finish once told to stop. With `peers`, it also waits,
+    /// after its own signal, until every `Slow` sharing the counter was signalled (up to
+    /// `PEERS_WAIT`), so it only finishes if `stop_all` signalled them all before waiting.
+    /// Every deadline a `wait_stopped` is given is recorded in `deadlines`.
     struct Slow {
         tx: Option<Sender<()>>,
         done: Arc<AtomicBool>,
+        signalled: Option<(Arc<AtomicUsize>, usize)>,
+        deadlines: Arc<Mutex<Vec<Instant>>>,
     }
 
+    /// Far longer than the tests take when `stop_all` behaves, and shorter than their deadlines.
+    const PEERS_WAIT: Duration = Duration::from_secs(10);
+
     impl Slow {
-        fn start(notice: Duration) -> Slow {
+        fn start_with(
+            notice: Duration,
+            peers: Option<(Arc<AtomicUsize>, usize)>,
+            deadlines: Arc<Mutex<Vec<Instant>>>,
+        ) -> Slow {
             let (tx, rx) = channel::<()>();
             let done = Arc::new(AtomicBool::new(false));
             let d = done.clone();
+            let p = peers.clone();
             std::thread::spawn(move || {
                 let _ = rx.recv();
+                if let Some((count, all)) = p {
+                    let give_up = Instant::now() + PEERS_WAIT;
+                    while count.load(Ordering::Acquire) < all {
+                        if Instant::now() >= give_up {
+                            return; // never done: the others were not signalled with it
+                        }
+                        std::thread::sleep(Duration::from_millis(5));
+                    }
+                }
                 std::thread::sleep(notice);
                 d.store(true, Ordering::Release);
             });
-            Slow { tx: Some(tx), done }
+            Slow {
+                tx: Some(tx),
+                done,
+                signalled: peers,
+                deadlines,
+            }
         }
     }
 
     impl Stoppable for Slow {
         fn signal_stop(&mut self, _deadline: Instant) {
+            if let Some((count, _)) = &self.signalled {
+                count.fetch_add(1, Ordering::AcqRel);
+            }
             if let Some(tx) = self.tx.take() {
                 let _ = tx.send(());
             }
         }
         fn wait_stopped(self: Box<Self>, deadline: Instant) -> bool {
+            self.deadlines.lock().unwrap().push(deadline);
             wait_until(&self.done, deadline)
         }
     }
 
+    /// Each thread finishes only once both were signalled: signalling one and waiting for it
+    /// before signalling the next (one wait after the other) leaves the first undone at the
+    /// deadline. No upper bound on the time taken: the outcome says it, not the clock.
     #[test]
     fn two_stoppables_signalled_together_finish_within_one_bound() {
         let notice = Duration::from_millis(300);
-        let t0 = Instant::now();
-        let all: Vec<Box<dyn Stoppable>> =
-            vec![Box::new(Slow::start(notice)), Box::new(Slow::start(notice))];
-        let done = stop_all(all, t0 + Duration::from_secs(2));
-        let took = t0.elapsed();
-        assert_eq!(done, [true, true]);
-        assert!(took >= notice, "{took:?}");
-        assert!(
-            took < Duration::from_millis(550),
-            "both stopped in parallel (≈300 ms), not one after the other (600 ms): {took:?}"
-        );
-    }
-
-    #[test]
-    fn stop_all_returns_at_the_deadline_when_one_hangs() {
+        let count = Arc::new(AtomicUsize::new(0));
+        let peers = || Some((count.clone(), 2));
         let t0 = Instant::now();
         let all: Vec<Box<dyn Stoppable>> = vec![
-            Box::new(Slow::start(Duration::from_secs(30))),
-            Box::new(Slow::start(Duration::from_millis(10))),
-            Box::new(Slow::start(Duration::from_secs(30))),
+            Box::new(Slow::start_with(notice, peers(), Arc::default())),
+            Box::new(Slow::start_with(notice, peers(), Arc::default())),
         ];
-        let done = stop_all(all, t0 + Duration::from_millis(400));
+        let done = stop_all(all, t0 + 2 * PEERS_WAIT);
+        let took = t0.elapsed();
+        assert_eq!(
+            done,
+            [true, true],
+            "both signalled before either was waited for"
+        );
+        assert!(took >= notice, "{took:?}");
+    }
+
+    /// Hung threads are all waited for against the one deadline given, not one wait each: every
+    /// `wait_stopped` gets that deadline, and `stop_all` returns with the hung ones undone, long
+    /// before they would finish (600 s).
+    #[test]
+    fn stop_all_returns_at_the_deadline_when_one_hangs() {
+        let deadlines: Arc<Mutex<Vec<Instant>>> = Arc::default();
+        let slow = |notice| Box::new(Slow::start_with(notice, None, deadlines.clone()));
+        let t0 = Instant::now();
+        let deadline = t0 + Duration::from_millis(400);
+        let all: Vec<Box<dyn Stoppable>> = vec![
+            slow(Duration::from_secs(600)),
+            slow(Duration::from_millis(10)),
+            slow(Duration::from_secs(600)),
+        ];
+        let done = stop_all(all, deadline);
         let took = t0.elapsed();
         assert_eq!(done, [false, true, false]);
+        assert_eq!(
+            *deadlines.lock().unwrap(),
+            [deadline; 3],
+            "one bound for all, not one per hung thread"
+        );
+        assert!(took >= Duration::from_millis(400), "{took:?}");
         assert!(
-            took < Duration::from_millis(700),
-            "one bound for all, not one per hung thread: {took:?}"
+            took < Duration::from_secs(300),
+            "returned at the deadline, not when the hung threads end: {took:?}"
         );
     }
 }

