@@ -17,8 +17,14 @@
 //! The fake library is `target/<profile>/deps/libfake_nvml.so` (cargo builds it for this bench,
 //! fake-nvml being a dev-dependency), or `$JOBSCOPE_FAKE_NVML`.
 
-use jobscope_sampler::gpu::bench::{nvml_sample_cost, SampleCost};
-use jobscope_sampler::gpu::{GpuRef, GpuSelection};
+use bench::{nvml_sample_cost, SampleCost};
+// `assign`, `nvml` and `GpuBackend`: what bench.rs reaches as `super::…` from here.
+use jobscope_sampler::gpu::{assign, nvml, GpuBackend, GpuRef, GpuSelection};
+
+/// The measuring code is compiled here (and into the crate's tests), never into the library the
+/// plugin links.
+#[path = "../src/gpu/bench.rs"]
+mod bench;
 use serde_json::{json, Value};
 use std::path::PathBuf;
 use std::time::Duration;

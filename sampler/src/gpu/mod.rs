@@ -7,7 +7,7 @@
 //!   numbers only the GPUs it can open, from 0).
 //! - [`GpuBackend`]: the sampling interface; [`nvml::NvmlBackend`] (NVIDIA, through nvml-wrapper in
 //!   a worker thread with a deadline per sample), [`amd::AmdBackend`] (amdgpu sysfs) and
-//!   `testing::ScriptedBackend` (tests; behind the `testing` feature, never in the plugin).
+//!   `testing::ScriptedBackend` (tests only, never in the plugin).
 //! - [`monitor::GpuMonitor`]: the job's GPU sampling thread, separate from the cgroup sampler so a
 //!   hung driver can never stall CPU/memory sampling; it writes `gpu.jsc` ([`spool`]).
 //! - [`summary`]: per-GPU figures and findings for the report, and advice.
@@ -17,9 +17,10 @@
 
 pub mod amd;
 pub mod assign;
-// Test and benchmark code stays out of the plugin that runs inside slurmstepd: only this crate's
-// tests and benches (its dev-dependency on itself turns `testing` on) compile it.
-#[cfg(any(test, feature = "testing"))]
+// Test and benchmark code stays out of the library the plugin inside slurmstepd links: the NVML
+// cost measurement is compiled into this crate's tests and into benches/gpu.rs (by path) only,
+// the scripted backend into tests only (other crates' tests: the `testing` feature).
+#[cfg(test)]
 pub mod bench;
 pub mod monitor;
 pub mod nvml;
