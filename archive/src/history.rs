@@ -253,11 +253,11 @@ mod tests {
     #[test]
     fn runs_no_job_can_have_had_are_dropped_before_advice() {
         let cfg = jobscope_sampler::config::Report::default();
-        let sane = vec![
-            run(100, 600.0, 1.0),
-            run(100, 600.0, 1.0),
-            run(100, 600.0, 1.0),
-        ];
+        let at = |end_unix_ms: i64| Run {
+            end_unix_ms,
+            ..run(100, 600.0, 1.0)
+        };
+        let sane = vec![at(1), at(2), at(3)];
         let mut insane = vec![
             run(100, 1e300, 1.0),
             run(100, -5.0, 1.0),
@@ -283,8 +283,9 @@ mod tests {
         h.keep_sane();
         assert_eq!(h.names.get("mixed"), Some(&sane));
         assert!(!h.names.contains_key("forged") && h.scripts.is_empty());
-        let this = run(100, 600.0, 1.0);
+        let this = at(4);
         let got = advice_for(&h, Some("mixed"), None, this, 3, &cfg).unwrap();
+        assert_eq!(got.runs, 4);
         assert_eq!(
             got.time_request,
             Some(Request::TimeS(time_flag_s(
