@@ -50,9 +50,9 @@ pub struct Filters {
     pub partitions: Vec<String>,
     pub qos: Vec<String>,
     pub nodes: Vec<String>,
-    /// SLURM state names (`COMPLETED`, `TIMEOUT`, …).
+    /// State names as archived (`COMPLETED`, `TIMEOUT`, …: `JobState::as_str`).
     pub states: Vec<String>,
-    /// Classes as archived (`cpu_bound`, `gpu_idle`, …).
+    /// Classes as archived (`cpu_bound`, `gpu_idle`, …: `JobClass::as_str`).
     pub classes: Vec<String>,
     pub min_elapsed_s: Option<f64>,
     pub gpu: Option<bool>,
@@ -152,13 +152,15 @@ impl GroupKey {
     }
 }
 
-/// Which wasted resource ranks the top wasters.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum WasteMetric {
-    CoreHours,
-    MemGbHours,
-    GpuHours,
+jobscope_sampler::vocab::vocabulary! {
+    // The aliases are the short names `jobscope audit top --metric` has always taken.
+    /// Which wasted resource ranks the top wasters.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+    pub enum WasteMetric {
+        CoreHours = "core_hours" | "core",
+        MemGbHours = "mem_gb_hours" | "mem",
+        GpuHours = "gpu_hours" | "gpu",
+    }
 }
 
 impl WasteMetric {

@@ -7,6 +7,7 @@
 //! also filtered by their uid: another user's data never reaches them.
 
 use anyhow::{bail, Context, Result};
+use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
 use clap::{Args, Subcommand, ValueEnum};
 use jobscope_archive::{self as archive, Store};
 use jobscope_audit::eval::MemEngine;
@@ -15,6 +16,9 @@ use jobscope_audit::query::{Engine, Filters, GroupKey, Query, Report, WasteMetri
 use jobscope_audit::render;
 use jobscope_audit::row::JobRow;
 use jobscope_sampler::config::Config;
+use jobscope_sampler::job::JobState;
+use jobscope_sampler::summary::analysis::JobClass;
+use jobscope_sampler::vocab::Vocabulary;
 use std::io::{IsTerminal, Write};
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
@@ -39,13 +43,6 @@ pub enum Format {
     Csv,
     Json,
     Parquet,
-}
-
-#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
-pub enum Metric {
-    Core,
-    Mem,
-    Gpu,
 }
 
 /// Which engine answers a report.
@@ -83,10 +80,11 @@ pub struct Common {
     /// Jobs that ran on any of these nodes.
     #[arg(long, value_delimiter = ',')]
     node: Vec<String>,
-    /// SLURM states (COMPLETED, FAILED, TIMEOUT, …).
+    /// SLURM states (COMPLETED, FAILED, TIMEOUT, …; any case).
     #[arg(long, value_delimiter = ',')]
     state: Vec<String>,
-    /// Classes (cpu_bound, memory_bound, io_bound, idle, mixed, gpu_bound, gpu_idle).
+    /// Classes (cpu_bound or cpu-bound, memory_bound, io_bound, idle, mixed, gpu_bound, gpu_idle,
+    /// insufficient_data).
     #[arg(long, value_delimiter = ',')]
     class: Vec<String>,
     /// Jobs that ran at least this long (`90s`, `10m`, `2h`).
@@ -130,8 +128,8 @@ pub enum AuditCmd {
     Top {
         #[arg(long, value_delimiter = ',')]
         by: Vec<String>,
-        #[arg(long, value_enum, default_value = "core")]
-        metric: Metric,
+        #[arg(long, default_value = "core", value_parser = spelled::<WasteMetric>())]
+        metric: WasteMetric,
         #[arg(short = 'n', long = "top", default_value_t = 10)]
         n: usize,
         #[command(flatten)]
@@ -322,6 +320,32 @@ fn keys(by: &[String]) -> Result<Vec<GroupKey>> {
         .collect()
 }
 
+/// A clap parser for a vocabulary: lists every spelling in `--help` and completions, and takes
+/// them the way [`Vocabulary::parse`] does (any case, `-` or `_`).
+fn spelled<T: Vocabulary + Send + Sync>() -> impl TypedValueParser<Value = T> {
+    let names = T::all()
+        .iter()
+        .flat_map(|v| std::iter::once(v.spelling()).chain(v.aliases().iter().copied()));
+    PossibleValuesParser::new(names.map(PossibleValue::new).collect::<Vec<_>>())
+        .try_map(|s| T::parse(&s).ok_or_else(|| format!("one of {}", T::spellings())))
+}
+
+/// The values of a filter as archived (`cpu-bound` → `cpu_bound`), or one line naming the valid
+/// ones: a misspelt value would otherwise match nothing and read as "no such jobs".
+fn archived<T: Vocabulary>(flag: &str, given: &[String]) -> Result<Vec<String>> {
+    given
+        .iter()
+        .filter(|s| !s.trim().is_empty())
+        .map(|s| match T::parse(s) {
+            Some(v) => Ok(v.spelling().to_string()),
+            None => bail!(
+                "{flag} {s:?}: one of {} (`-` or `_`, any case)",
+                T::spellings()
+            ),
+        })
+        .collect()
+}
+
 fn query(c: &Common, report: Report, group_by: Vec<GroupKey>) -> Result<Query> {
     let tz = if c.utc { 0 } else { local_offset_s() };
     let now_s = (jobscope_sampler::sampler::now_unix_ms() / 1000) as i64;
@@ -344,8 +368,8 @@ fn query(c: &Common, report: Report, group_by: Vec<GroupKey>) -> Result<Query> {
             partitions: c.partition.clone(),
             qos: c.qos.clone(),
             nodes: c.node.clone(),
-            states: c.state.iter().map(|s| s.to_ascii_uppercase()).collect(),
-            classes: c.class.clone(),
+            states: archived::<JobState>("--state", &c.state)?,
+            classes: archived::<JobClass>("--class", &c.class)?,
             min_elapsed_s: c
                 .min_elapsed
                 .as_deref()
@@ -416,19 +440,7 @@ pub fn audit_cmd(cfg: &Config, cmd: AuditCmd) -> Result<()> {
             metric,
             n,
             common,
-        } => (
-            Report::TopWasters {
-                metric: match metric {
-                    Metric::Core => WasteMetric::CoreHours,
-                    Metric::Mem => WasteMetric::MemGbHours,
-                    Metric::Gpu => WasteMetric::GpuHours,
-                },
-                n,
-            },
-            keys(&by)?,
-            common,
-            false,
-        ),
+        } => (Report::TopWasters { metric, n }, keys(&by)?, common, false),
         AuditCmd::GpuIdle { common } => (Report::GpuIdle, vec![], common, false),
         AuditCmd::CpuOnGpu { busy_pct, common } => {
             let busy_pct = busy_pct.unwrap_or(cfg.audit.busy_pct);
@@ -499,6 +511,44 @@ pub fn audit_cmd(cfg: &Config, cmd: AuditCmd) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn filters_take_either_spelling_and_refuse_an_unknown_word() {
+        let given = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            archived::<JobClass>("--class", &given(&["cpu-bound", "GPU_IDLE", " "])).unwrap(),
+            ["cpu_bound", "gpu_idle"]
+        );
+        assert_eq!(
+            archived::<JobState>("--state", &given(&["out-of-memory", "completed"])).unwrap(),
+            ["OUT_OF_MEMORY", "COMPLETED"]
+        );
+        let e = archived::<JobClass>("--class", &given(&["nope"])).unwrap_err();
+        assert!(e.to_string().contains("cpu_bound, memory_bound"), "{e}");
+    }
+
+    #[derive(clap::Parser)]
+    struct TopArgs {
+        #[arg(long, default_value = "core", value_parser = spelled::<WasteMetric>())]
+        metric: WasteMetric,
+    }
+
+    #[test]
+    fn the_metric_takes_its_short_names_of_old_and_its_archived_ones() {
+        use clap::Parser;
+        let m = |args: &[&str]| {
+            TopArgs::try_parse_from(std::iter::once("top").chain(args.iter().copied()))
+                .map(|a| a.metric)
+        };
+        assert_eq!(m(&[]).unwrap(), WasteMetric::CoreHours);
+        assert_eq!(m(&["--metric", "mem"]).unwrap(), WasteMetric::MemGbHours);
+        assert_eq!(m(&["--metric", "gpu"]).unwrap(), WasteMetric::GpuHours);
+        assert_eq!(
+            m(&["--metric", "core_hours"]).unwrap(),
+            WasteMetric::CoreHours
+        );
+        assert!(m(&["--metric", "disk"]).is_err());
+    }
 
     #[test]
     fn times_and_spans_parse() {

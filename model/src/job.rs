@@ -5,103 +5,46 @@
 
 use serde::{Deserialize, Serialize};
 
-/// A job's state. Serialised as SLURM's upper-case names (`COMPLETED`, `OUT_OF_MEMORY`…), which is
-/// what archived documents hold; a name jobscope does not know reads back as [`JobState::Unknown`].
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize, schemars::JsonSchema,
-)]
-#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
-pub enum JobState {
-    // Final states.
-    Completed,
-    Failed,
-    Cancelled,
-    Timeout,
-    OutOfMemory,
-    NodeFail,
-    Preempted,
-    BootFail,
-    Deadline,
-    // Not (yet) final.
-    Pending,
-    Running,
-    Suspended,
-    Completing,
-    Configuring,
-    Requeued,
-    RequeueHold,
-    Resizing,
-    SpecialExit,
-    Stopped,
-    Signaling,
-    StageOut,
-    /// Nobody said, or a name jobscope does not know.
-    #[default]
-    #[serde(other)]
-    Unknown,
+crate::vocabulary! {
+    /// A job's state. Serialised as SLURM's upper-case names (`COMPLETED`, `OUT_OF_MEMORY`…), which is
+    /// what archived documents hold; a name jobscope does not know reads back as [`JobState::Unknown`].
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+    #[derive(Serialize, Deserialize, schemars::JsonSchema)]
+    pub enum JobState {
+        // Final states.
+        Completed = "COMPLETED",
+        Failed = "FAILED",
+        Cancelled = "CANCELLED",
+        Timeout = "TIMEOUT",
+        OutOfMemory = "OUT_OF_MEMORY",
+        NodeFail = "NODE_FAIL",
+        Preempted = "PREEMPTED",
+        BootFail = "BOOT_FAIL",
+        Deadline = "DEADLINE",
+        // Not (yet) final.
+        Pending = "PENDING",
+        Running = "RUNNING",
+        Suspended = "SUSPENDED",
+        Completing = "COMPLETING",
+        Configuring = "CONFIGURING",
+        Requeued = "REQUEUED",
+        RequeueHold = "REQUEUE_HOLD",
+        Resizing = "RESIZING",
+        SpecialExit = "SPECIAL_EXIT",
+        Stopped = "STOPPED",
+        Signaling = "SIGNALING",
+        StageOut = "STAGE_OUT",
+        /// Nobody said, or a name jobscope does not know.
+        #[default]
+        #[serde(other)]
+        Unknown = "UNKNOWN",
+    }
 }
 
 impl JobState {
-    /// Every state, for tables and tests.
-    pub const ALL: [JobState; 22] = [
-        JobState::Completed,
-        JobState::Failed,
-        JobState::Cancelled,
-        JobState::Timeout,
-        JobState::OutOfMemory,
-        JobState::NodeFail,
-        JobState::Preempted,
-        JobState::BootFail,
-        JobState::Deadline,
-        JobState::Pending,
-        JobState::Running,
-        JobState::Suspended,
-        JobState::Completing,
-        JobState::Configuring,
-        JobState::Requeued,
-        JobState::RequeueHold,
-        JobState::Resizing,
-        JobState::SpecialExit,
-        JobState::Stopped,
-        JobState::Signaling,
-        JobState::StageOut,
-        JobState::Unknown,
-    ];
-
-    /// The name as archived (and as SLURM prints it).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            JobState::Completed => "COMPLETED",
-            JobState::Failed => "FAILED",
-            JobState::Cancelled => "CANCELLED",
-            JobState::Timeout => "TIMEOUT",
-            JobState::OutOfMemory => "OUT_OF_MEMORY",
-            JobState::NodeFail => "NODE_FAIL",
-            JobState::Preempted => "PREEMPTED",
-            JobState::BootFail => "BOOT_FAIL",
-            JobState::Deadline => "DEADLINE",
-            JobState::Pending => "PENDING",
-            JobState::Running => "RUNNING",
-            JobState::Suspended => "SUSPENDED",
-            JobState::Completing => "COMPLETING",
-            JobState::Configuring => "CONFIGURING",
-            JobState::Requeued => "REQUEUED",
-            JobState::RequeueHold => "REQUEUE_HOLD",
-            JobState::Resizing => "RESIZING",
-            JobState::SpecialExit => "SPECIAL_EXIT",
-            JobState::Stopped => "STOPPED",
-            JobState::Signaling => "SIGNALING",
-            JobState::StageOut => "STAGE_OUT",
-            JobState::Unknown => "UNKNOWN",
-        }
-    }
-
-    /// The state of a name as archived; unknown names are [`JobState::Unknown`].
+    /// The state of a name as archived (exactly); unknown names are [`JobState::Unknown`].
     pub fn from_name(name: &str) -> JobState {
-        JobState::ALL
-            .into_iter()
-            .find(|s| s.as_str() == name)
-            .unwrap_or(JobState::Unknown)
+        <JobState as crate::vocab::Vocabulary>::from_exact(name).unwrap_or(JobState::Unknown)
     }
 
     /// The job is over and will not run again under this id.
@@ -312,6 +255,20 @@ mod tests {
             JobState::Unknown
         );
         assert_eq!(JobState::from_name("completed"), JobState::Unknown);
+    }
+
+    #[test]
+    fn archived_state_names_are_unchanged_and_people_may_type_them_loosely() {
+        // The names archived documents hold, as SLURM prints them.
+        let archived = r#"["COMPLETED","FAILED","CANCELLED","TIMEOUT","OUT_OF_MEMORY","NODE_FAIL","PREEMPTED","BOOT_FAIL","DEADLINE","PENDING","RUNNING","SUSPENDED","COMPLETING","CONFIGURING","REQUEUED","REQUEUE_HOLD","RESIZING","SPECIAL_EXIT","STOPPED","SIGNALING","STAGE_OUT","UNKNOWN"]"#;
+        assert_eq!(serde_json::to_string(&JobState::ALL).unwrap(), archived);
+        use crate::vocab::Vocabulary;
+        assert_eq!(
+            JobState::parse("out-of-memory"),
+            Some(JobState::OutOfMemory)
+        );
+        assert_eq!(JobState::parse("completed"), Some(JobState::Completed));
+        assert_eq!(JobState::parse("nope"), None);
     }
 
     #[test]

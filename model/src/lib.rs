@@ -8,6 +8,7 @@
 //! - [`job`]: what the scheduler says about a job ([`job::JobFacts`]), its state and end reason.
 //! - [`params`]: the analysis thresholds.
 //! - [`slurm`]: SLURM's notations (hostlists, cpulists, step ids) as pure parsers.
+//! - [`vocab`]: enums written once with their one spelling (states, classes, event kinds, …).
 //!
 //! Reading files, sampling and SLURM's commands live in `jobscope-sampler` and `jobscope-epilog`, which
 //! depend on this crate; nothing here depends on them.
@@ -19,3 +20,4 @@ pub mod slurm;
 pub mod spool;
 pub mod summary;
 pub mod time;
+pub mod vocab;

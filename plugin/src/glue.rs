@@ -5,7 +5,7 @@ use crate::args::Args;
 use crate::handover;
 use crate::scope::{own_proc_cgroup, slurm_scope, Allocation};
 use crate::steps::{JobCtx, StepRecorder};
-use jobscope_sampler::config::{Config, DEFAULT_CONFIG_PATH};
+use jobscope_sampler::config::{Config, MailPolicy, DEFAULT_CONFIG_PATH};
 use jobscope_sampler::sampler::{spawn, stop_all, SamplerHandle, Stoppable};
 use jobscope_sampler::scope::short_hostname;
 use jobscope_sampler::slurm::{cpulist_count, step_name, STEP_BATCH, STEP_EXTERN};
@@ -21,8 +21,6 @@ use std::time::{Duration, Instant};
 // `BUILT_FOR_SLURM` (slurm-spank 0.2.2's macro wants a literal, so it is generated, not a const).
 include!(concat!(env!("OUT_DIR"), "/spank_plugin.rs"));
 
-/// Values a user may give to `--jobscope-mail`.
-pub const MAIL_CHOICES: &[&str] = &["never", "fail", "end", "always"];
 /// How long `exit` waits, in all, for the sampler and the GPU monitor to write their end records
 /// before leaving them behind: both are signalled first, then waited for against this one
 /// deadline (the GPU monitor's last sample ends early enough before it, see its `signal_stop`).
@@ -195,13 +193,14 @@ impl Jobscope {
 fn user_options(spank: &SpankHandle) -> std::collections::BTreeMap<String, String> {
     let mut m = std::collections::BTreeMap::new();
     if let Ok(Some(v)) = spank.get_option_value("jobscope-mail") {
-        let v = v.to_ascii_lowercase();
-        if MAIL_CHOICES.contains(&v.as_str()) {
-            m.insert("mail".to_string(), v);
-        } else {
-            crate::log_error(&format!(
-                "ignoring --jobscope-mail={v:?}: expected one of {MAIL_CHOICES:?}"
-            ));
+        match MailPolicy::parse(&v) {
+            Some(p) => {
+                m.insert("mail".to_string(), p.as_str().to_string());
+            }
+            None => crate::log_error(&format!(
+                "ignoring --jobscope-mail={v:?}: expected one of {:?}",
+                MailPolicy::ALL.map(MailPolicy::as_str)
+            )),
         }
     }
     m
@@ -220,7 +219,10 @@ unsafe impl Plugin for Jobscope {
             // Options are registered in every context so srun/sbatch accept them and job_prolog sees them.
             let opt = SpankOption::new("jobscope-mail")
                 .takes_value("when")
-                .usage("jobscope: mail the efficiency report: never|fail|end|always (site default otherwise)");
+                .usage(&format!(
+                    "jobscope: mail the efficiency report: {} (site default otherwise)",
+                    MailPolicy::ALL.map(MailPolicy::as_str).join("|")
+                ));
             spank.register_option(opt).map_err(|e| e.to_string())?;
             if matches!(spank.context(), Ok(Context::Remote))
                 && self.args(spank).injects("init_panic")

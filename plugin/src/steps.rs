@@ -11,7 +11,7 @@ use jobscope_sampler::sampler::{now_unix_ms, Faults, Sampler, Schedule};
 use jobscope_sampler::scope::Scope;
 use jobscope_sampler::spool::writer::{Limits, SeriesWriter, StepWriter};
 use jobscope_sampler::spool::{
-    job_dir, Event, Handover, Header, FORMAT_VERSION, GPU_FILE_BUDGET_BYTES,
+    job_dir, Event, EventKind, Handover, Header, FORMAT_VERSION, GPU_FILE_BUDGET_BYTES,
     STEP_FILES_BUDGET_BYTES,
 };
 use std::path::{Path, PathBuf};
@@ -362,11 +362,11 @@ impl StepRecorder {
             }
             Err(e) => crate::log_error(&format!("cannot use spool directory: {e}")),
         }
-        rec.record("step_start");
+        rec.record(EventKind::StepStart);
         rec
     }
 
-    fn record(&mut self, kind: &str) {
+    fn record(&mut self, kind: EventKind) {
         let Some(w) = self.writer.as_mut() else {
             return;
         };
@@ -383,7 +383,7 @@ impl StepRecorder {
             .map(|c| c.read(&proc_root))
             .filter(|s| !s.gone)
             .map(|s| s.reading);
-        if kind != "step_tasks_done" {
+        if kind != EventKind::StepTasksDone {
             if let Err(e) = with_reaped_io(&mut step_reading, &proc_root) {
                 // No I/O accounting in this kernel, or an odd /proc: the sampler's figure stands.
                 crate::log_info(&format!("reaped I/O not read: {e}"));
@@ -391,7 +391,7 @@ impl StepRecorder {
         }
         let e = Event {
             t_ms: now_unix_ms(),
-            kind: kind.into(),
+            kind,
             step: Some(self.ctx.step.clone()),
             job,
             step_reading,
@@ -412,16 +412,16 @@ impl StepRecorder {
         self.tasks_exited += 1;
         if self.tasks_exited >= self.local_tasks && !self.tasks_done_recorded {
             self.tasks_done_recorded = true;
-            self.record("step_tasks_done");
+            self.record(EventKind::StepTasksDone);
         }
     }
 
     pub fn exit(&mut self) {
         self.record_script();
-        self.record("step_exit");
+        self.record(EventKind::StepExit);
     }
 
-    /// Writes the batch script's hash as an event ([`jobscope_sampler::spool::EVENT_BATCH_SCRIPT`]) if
+    /// Writes the batch script's hash as an event ([`EventKind::BatchScript`]) if
     /// its thread has finished; never waits for it (a hash not ready by the step's exit is none).
     fn record_script(&mut self) {
         let (Some(w), Some(h)) = (self.writer.as_mut(), self.script.take()) else {
@@ -433,7 +433,7 @@ impl StepRecorder {
         };
         let e = Event {
             t_ms: now_unix_ms(),
-            kind: jobscope_sampler::spool::EVENT_BATCH_SCRIPT.into(),
+            kind: EventKind::BatchScript,
             step: Some(self.ctx.step.clone()),
             job: None,
             step_reading: None,

@@ -96,30 +96,27 @@ impl Default for Gpu {
     }
 }
 
-/// When a job's owner gets the report by mail (`--jobscope-mail=...`, or the site default).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum MailPolicy {
-    /// No mail.
-    Never,
-    /// Only when the job did not complete (FAILED, TIMEOUT, OUT_OF_MEMORY, CANCELLED, …).
-    Fail,
-    /// At the end of every job, except jobs shorter than `mail.min_elapsed_s` and array tasks
-    /// covered by an array digest.
-    End,
-    /// At the end of every job, short ones and array tasks included.
-    Always,
+jobscope_model::vocabulary! {
+    /// When a job's owner gets the report by mail (`--jobscope-mail=...`, or the site default).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+    pub enum MailPolicy {
+        /// No mail.
+        Never = "never",
+        /// Only when the job did not complete (FAILED, TIMEOUT, OUT_OF_MEMORY, CANCELLED, …).
+        Fail = "fail",
+        /// At the end of every job, except jobs shorter than `mail.min_elapsed_s` and array tasks
+        /// covered by an array digest.
+        End = "end",
+        /// At the end of every job, short ones and array tasks included.
+        Always = "always",
+    }
 }
 
 impl MailPolicy {
+    /// The policy a person wrote (`--jobscope-mail`, `#SBATCH --comment`): any case, blanks
+    /// around it ignored.
     pub fn parse(s: &str) -> Option<MailPolicy> {
-        match s.trim().to_ascii_lowercase().as_str() {
-            "never" => Some(MailPolicy::Never),
-            "fail" => Some(MailPolicy::Fail),
-            "end" => Some(MailPolicy::End),
-            "always" => Some(MailPolicy::Always),
-            _ => None,
-        }
+        <MailPolicy as jobscope_model::vocab::Vocabulary>::parse(s)
     }
 }
 

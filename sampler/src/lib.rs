@@ -25,4 +25,4 @@ pub mod snapshot;
 pub mod spool;
 
 // The pure stages live in jobscope-model; these names keep one path for the plugin and the epilog.
-pub use jobscope_model::{job, params, sample, slurm, summary, time};
+pub use jobscope_model::{job, params, sample, slurm, summary, time, vocab};

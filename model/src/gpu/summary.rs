@@ -17,6 +17,7 @@ use super::event_slot;
 use super::fold::{UTIL_FROM_BUFFER, UTIL_FROM_POINT_READS, UTIL_OTHERS_ACTIVE};
 use super::spool::{DeviceBucket, GpuSeries};
 use super::{GpuIdentity, GpuKind};
+use crate::spool::EventKind;
 use serde::{Deserialize, Serialize};
 
 /// Thresholds of the findings (site-configurable).
@@ -263,7 +264,7 @@ pub fn summarize_gpus_with(
             let lost = series
                 .events
                 .iter()
-                .any(|e| e.kind == "gpu_lost" && event_slot(e) == Some(slot));
+                .any(|e| e.kind == EventKind::GpuLost && event_slot(e) == Some(slot));
             summarize_one(
                 series,
                 slot as u32,
@@ -631,7 +632,7 @@ pub fn gpu_quality_notes(series: &GpuSeries) -> Vec<String> {
         v.push("the GPU monitor did not write its end record".to_string());
     }
     for e in &series.events {
-        if e.kind == "nvml_gave_up" || e.kind == "nvml_timeout" {
+        if e.kind == EventKind::NvmlGaveUp || e.kind == EventKind::NvmlTimeout {
             if let Some(m) = &e.message {
                 v.push(m.clone());
             }
@@ -1034,7 +1035,7 @@ mod tests {
         let mut s = three_gpus();
         s.events.push(Event {
             t_ms: T0 + 100,
-            kind: "gpu_lost".into(),
+            kind: EventKind::GpuLost,
             step: Some("gpu0".into()),
             job: None,
             step_reading: None,

@@ -343,7 +343,7 @@ mod tests {
         f.extend(bucket_frame(&b));
         let e = Event {
             t_ms: T0 + 3_000,
-            kind: "step_exit".into(),
+            kind: EventKind::StepExit,
             step: Some("batch".into()),
             job: Some(b.last.clone()),
             step_reading: None,
@@ -365,6 +365,55 @@ mod tests {
         assert_eq!(d.end, Some(end));
         assert!(!d.torn);
         assert_eq!(d.valid_bytes, f.len() as u64);
+    }
+
+    /// An event frame as a writer of the string-kind era wrote it (fields in `Event`'s order).
+    fn old_event_frame(kind: &str) -> Vec<u8> {
+        let json = format!(
+            r#"{{"t_ms":{},"kind":"{kind}","step":"0","job":null,"step_reading":null,"exit_status":null,"message":"m"}}"#,
+            T0 + 3_000
+        );
+        frame(KIND_EVENT, json.as_bytes())
+    }
+
+    fn decode_one_event(ev: &[u8]) -> Event {
+        let mut f = file_start(&header());
+        f.extend_from_slice(ev);
+        let d = decode_file(&f, Path::new("x")).unwrap();
+        assert!(!d.torn);
+        assert_eq!(d.events.len(), 1);
+        d.events[0].clone()
+    }
+
+    #[test]
+    fn an_unknown_event_kind_decodes_as_other_and_is_written_back_byte_for_byte() {
+        let old = old_event_frame("kernel_oops");
+        let e = decode_one_event(&old);
+        assert_eq!(e.kind, EventKind::Other("kernel_oops".into()));
+        assert_eq!(event_frame(&e), old);
+    }
+
+    #[test]
+    fn every_kind_written_so_far_is_known_and_keeps_its_bytes() {
+        // The names the plugin, the sampler and the GPU backends have written into spools in the wild.
+        for name in [
+            "step_start",
+            "step_tasks_done",
+            "step_exit",
+            "batch_script",
+            "sampler_error",
+            "gpu_lost",
+            "nvml_timeout",
+            "nvml_gave_up",
+            "nvml_error",
+            "sysfs_error",
+        ] {
+            let old = old_event_frame(name);
+            let e = decode_one_event(&old);
+            assert!(!matches!(e.kind, EventKind::Other(_)), "{name}");
+            assert_eq!(e.kind.as_str(), name);
+            assert_eq!(event_frame(&e), old, "{name}");
+        }
     }
 
     #[test]

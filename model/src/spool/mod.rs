@@ -207,8 +207,7 @@ impl Bucket {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Event {
     pub t_ms: u64,
-    /// `step_start`, `step_exit`, `sampler_error`…
-    pub kind: String,
+    pub kind: EventKind,
     #[serde(default)]
     pub step: Option<String>,
     /// The job cgroup at that instant.
@@ -223,9 +222,37 @@ pub struct Event {
     pub message: Option<String>,
 }
 
-/// The kind of the event in which the batch step records its script's SHA-256 (lower-case hex,
-/// in `message`); at most one, written at the step's exit when the hash was ready by then.
-pub const EVENT_BATCH_SCRIPT: &str = "batch_script";
+crate::open_vocabulary! {
+    /// What an [`Event`] records, in the step files and in `gpu.jsc`. Written as its name; a name
+    /// this build does not know (an older or newer writer) reads as [`EventKind::Other`] and is
+    /// written back unchanged.
+    #[derive(Debug, Clone, PartialEq, Eq, Hash)]
+    pub enum EventKind {
+        /// A step's first reading, at its start (plugin, step file).
+        StepStart = "step_start",
+        /// A step's reading when its last local task exited: its own cgroup still exists then.
+        StepTasksDone = "step_tasks_done",
+        /// A step's last reading, at its exit; `exit_status` is the step's.
+        StepExit = "step_exit",
+        /// The batch script's SHA-256 (lower-case hex, in `message`); at most one, written by the
+        /// batch step at its exit when the hash was ready by then.
+        BatchScript = "batch_script",
+        /// The sampler could not read something; `message` says what (a note in the report).
+        SamplerError = "sampler_error",
+        /// NVML says a GPU is lost: it fell off the bus or is otherwise inaccessible.
+        GpuLost = "gpu_lost",
+        /// An NVML call overran its time budget.
+        NvmlTimeout = "nvml_timeout",
+        /// GPU sampling by NVML stopped for the rest of the job; `message` says why.
+        NvmlGaveUp = "nvml_gave_up",
+        /// An NVML call failed (once per device and call).
+        NvmlError = "nvml_error",
+        /// An amdgpu sysfs file could not be read (once per file).
+        SysfsError = "sysfs_error";
+        /// A kind this build does not know, kept as it was read.
+        Other(String),
+    }
+}
 
 /// Written when a series ends normally. Its absence means the writer died (crash, reboot, kill).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -173,22 +173,25 @@ pub struct Scalability {
     pub underused_nodes: Vec<String>,
 }
 
-/// What limited the job, in one word.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema,
-)]
-#[serde(rename_all = "snake_case")]
-pub enum JobClass {
-    CpuBound,
-    MemoryBound,
-    IoBound,
-    Idle,
-    #[default]
-    Mixed,
-    GpuBound,
-    GpuIdle,
-    /// No samples: no class can be given.
-    InsufficientData,
+crate::vocabulary! {
+    // The spelling is the archived one (`cpu_bound`); the report words it with `-` (`cpu-bound`,
+    // and `unknown` for no data, hence that alias): a person may type any of them (`--class`).
+    /// What limited the job, in one word.
+    #[derive(
+        Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema,
+    )]
+    pub enum JobClass {
+        CpuBound = "cpu_bound",
+        MemoryBound = "memory_bound",
+        IoBound = "io_bound",
+        Idle = "idle",
+        #[default]
+        Mixed = "mixed",
+        GpuBound = "gpu_bound",
+        GpuIdle = "gpu_idle",
+        /// No samples: no class can be given.
+        InsufficientData = "insufficient_data" | "unknown",
+    }
 }
 
 /// The figures a class rests on.
@@ -1140,6 +1143,25 @@ pub fn analyze(s: &JobSummary, cfg: &Report) -> Analysis {
 mod tests {
     use super::*;
     use crate::summary::*;
+
+    #[test]
+    fn archived_class_names_are_unchanged_and_both_spellings_parse() {
+        // The names archived documents and the audit's `class` column hold.
+        let archived = r#"["cpu_bound","memory_bound","io_bound","idle","mixed","gpu_bound","gpu_idle","insufficient_data"]"#;
+        assert_eq!(serde_json::to_string(&JobClass::ALL).unwrap(), archived);
+        use crate::vocab::Vocabulary;
+        for (typed, class) in [
+            ("cpu_bound", JobClass::CpuBound),
+            ("cpu-bound", JobClass::CpuBound),
+            ("GPU-idle", JobClass::GpuIdle),
+            ("unknown", JobClass::InsufficientData),
+            ("insufficient-data", JobClass::InsufficientData),
+        ] {
+            assert_eq!(JobClass::parse(typed), Some(class), "{typed}");
+        }
+        assert_eq!(JobClass::parse("nope"), None);
+        assert_eq!(JobClass::parse("cpubound"), None);
+    }
 
     fn node(
         name: &str,

@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::sample::{busy_cores, rate_per_sec, Reading};
-use crate::spool::{GaugeId, SpoolFile};
+use crate::spool::{EventKind, GaugeId, SpoolFile};
 
 /// Points kept per node in the archived timeline (a 30-day job has 86 400 samples; the archive keeps
 /// a chart's worth, with every peak: see [`downsample_timeline`]).
@@ -119,13 +119,13 @@ fn reaped_step_io(steps: &[SpoolFile]) -> [Option<u64>; 4] {
         let start = f
             .events
             .iter()
-            .find(|e| e.kind == "step_start")
+            .find(|e| e.kind == EventKind::StepStart)
             .and_then(|e| e.step_reading.as_ref());
         let exit = f
             .events
             .iter()
             .rev()
-            .find(|e| e.kind == "step_exit")
+            .find(|e| e.kind == EventKind::StepExit)
             .and_then(|e| e.step_reading.as_ref());
         let (Some(start), Some(exit)) = (start, exit) else {
             continue;
@@ -211,7 +211,7 @@ fn recorded_end_ms(series: Option<&SpoolFile>, steps: &[SpoolFile]) -> Option<u6
         .iter()
         .filter(|f| f.header.series == "batch")
         .flat_map(|f| f.events.iter())
-        .filter(|e| e.kind == "step_exit")
+        .filter(|e| e.kind == EventKind::StepExit)
         .map(|e| e.t_ms)
         .max();
     batch_exit.or_else(|| {
@@ -385,8 +385,12 @@ pub fn summarize_node(
     let mut step_summaries: Vec<StepSummary> = steps
         .iter()
         .map(|f| {
-            let exit = f.events.iter().rev().find(|e| e.kind == "step_exit");
-            let start = f.events.iter().find(|e| e.kind == "step_start");
+            let exit = f
+                .events
+                .iter()
+                .rev()
+                .find(|e| e.kind == EventKind::StepExit);
+            let start = f.events.iter().find(|e| e.kind == EventKind::StepStart);
             let start_ms = start.map(|e| e.t_ms).unwrap_or(f.header.start_unix_ms);
             let end_ms = exit.map(|e| e.t_ms);
             let cpu_start = start
@@ -398,7 +402,7 @@ pub fn summarize_node(
                 .events
                 .iter()
                 .rev()
-                .filter(|e| e.kind != "step_start")
+                .filter(|e| e.kind != EventKind::StepStart)
                 .find_map(|e| e.step_reading.as_ref().filter(|r| r.cpu_usage_ns.is_some()));
             StepSummary {
                 step: f.header.series.clone(),
@@ -426,7 +430,8 @@ pub fn summarize_node(
         .iter()
         .flat_map(|f| f.events.iter())
         .filter(|e| {
-            e.kind != "step_start" && e.job.as_ref().is_some_and(|r| r.cpu_usage_ns.is_some())
+            e.kind != EventKind::StepStart
+                && e.job.as_ref().is_some_and(|r| r.cpu_usage_ns.is_some())
         })
         .count() as u64;
     let mut notes = Vec::new();
@@ -437,7 +442,11 @@ pub fn summarize_node(
         );
     }
     if let Some(s) = series {
-        for e in s.events.iter().filter(|e| e.kind == "sampler_error") {
+        for e in s
+            .events
+            .iter()
+            .filter(|e| e.kind == EventKind::SamplerError)
+        {
             if let Some(m) = &e.message {
                 notes.push(format!("sampler: {m}"));
             }
@@ -493,14 +502,14 @@ pub fn summarize_node(
 }
 
 /// The batch script's hash as the batch step recorded it (an event of kind
-/// [`crate::spool::EVENT_BATCH_SCRIPT`] in `step_batch.jsc`, written by `plugin/src/steps.rs`).
+/// [`EventKind::BatchScript`] in `step_batch.jsc`, written by `plugin/src/steps.rs`).
 /// Spool files are untrusted input: anything but 64 hex digits is no hash.
 fn script_sha256(steps: &[SpoolFile]) -> Option<String> {
     steps
         .iter()
         .filter(|f| f.header.series == "batch")
         .flat_map(|f| f.events.iter())
-        .filter(|e| e.kind == crate::spool::EVENT_BATCH_SCRIPT)
+        .filter(|e| e.kind == EventKind::BatchScript)
         .filter_map(|e| e.message.as_deref())
         .find(|m| m.len() == 64 && m.bytes().all(|b| b.is_ascii_hexdigit()))
         .map(str::to_ascii_lowercase)
@@ -599,10 +608,10 @@ mod tests {
         }
     }
 
-    fn step_event(t_ms: u64, kind: &str) -> Event {
+    fn step_event(t_ms: u64, kind: EventKind) -> Event {
         Event {
             t_ms,
-            kind: kind.into(),
+            kind,
             step: Some("batch".into()),
             job: None,
             step_reading: None,
@@ -616,7 +625,7 @@ mod tests {
         let series = |end: Option<u64>| SpoolFile {
             header: header("job", 0),
             buckets: vec![bucket(0, 0, 1), bucket(30_000, 1, 1)],
-            events: vec![step_event(31_000, "sampler_error")],
+            events: vec![step_event(31_000, EventKind::SamplerError)],
             end: end.map(|t_ms| End {
                 t_ms,
                 reason: "stopped".into(),
@@ -629,7 +638,10 @@ mod tests {
         let step = |t| SpoolFile {
             header: header("batch", 10),
             buckets: vec![],
-            events: vec![step_event(10, "step_start"), step_event(t, "step_exit")],
+            events: vec![
+                step_event(10, EventKind::StepStart),
+                step_event(t, EventKind::StepExit),
+            ],
             end: None,
             torn: false,
             valid_bytes: 0,
@@ -675,7 +687,7 @@ mod tests {
                 .iter()
                 .map(|m| Event {
                     message: Some(m.to_string()),
-                    ..step_event(20, crate::spool::EVENT_BATCH_SCRIPT)
+                    ..step_event(20, EventKind::BatchScript)
                 })
                 .collect(),
             end: None,
@@ -720,9 +732,9 @@ mod tests {
             torn: false,
             valid_bytes: 0,
         };
-        let mut start = step_event(t0 + 20, "step_start");
+        let mut start = step_event(t0 + 20, EventKind::StepStart);
         start.step_reading = Some(job_reading(0));
-        let mut exit = step_event(t0 + 12_000, "step_exit");
+        let mut exit = step_event(t0 + 12_000, EventKind::StepExit);
         exit.job = Some(job_reading(12_000));
         exit.exit_status = Some(0);
         let batch = SpoolFile {
@@ -897,7 +909,7 @@ mod tests {
             events: vec![
                 Event {
                     t_ms: 50,
-                    kind: "step_start".into(),
+                    kind: EventKind::StepStart,
                     step: Some("batch".into()),
                     job: None,
                     step_reading: Some(Reading {
@@ -909,7 +921,7 @@ mod tests {
                 },
                 Event {
                     t_ms: 20_000,
-                    kind: "step_exit".into(),
+                    kind: EventKind::StepExit,
                     step: Some("batch".into()),
                     job: Some(Reading {
                         cpu_usage_ns: Some(38_000_000_000),
@@ -1016,12 +1028,12 @@ mod tests {
                 ..Default::default()
             })
         };
-        let mut s = step_event(50, "step_start");
+        let mut s = step_event(50, EventKind::StepStart);
         s.step_reading = reading(start).map(|r| Reading {
             cpu_usage_ns: Some(0),
             ..r
         });
-        let mut e = step_event(20_000, "step_exit");
+        let mut e = step_event(20_000, EventKind::StepExit);
         e.step_reading = reading(exit);
         e.job = Some(Reading {
             cpu_usage_ns: Some(3_000_000_000),

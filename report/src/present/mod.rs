@@ -435,7 +435,7 @@ fn report(s: &JobSummary) -> Report {
         } else {
             String::new()
         },
-        classification: words::class(a.classification.class).into(),
+        classification: words::class(a.classification.class),
         classification_evidence: words::evidence(
             a.classification.class,
             &a.classification.evidence,

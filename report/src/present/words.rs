@@ -154,16 +154,13 @@ pub fn imbalance(sc: &Scalability) -> Option<String> {
         .map(|r| format!("the busiest node used {r:.1}× the mean node's CPU time"))
 }
 
-pub fn class(c: JobClass) -> &'static str {
+/// The class as the report words it: its archived name with `-` (`cpu-bound`), so that what a
+/// reader copies from a report is a `--class` the audit takes (`JobClass::parse`).
+pub fn class(c: JobClass) -> String {
     match c {
-        JobClass::CpuBound => "cpu-bound",
-        JobClass::MemoryBound => "memory-bound",
-        JobClass::IoBound => "io-bound",
-        JobClass::Idle => "idle",
-        JobClass::Mixed => "mixed",
-        JobClass::GpuBound => "gpu-bound",
-        JobClass::GpuIdle => "gpu-idle",
-        JobClass::InsufficientData => "unknown",
+        // No class could be given: the report says so rather than name a class "insufficient-data".
+        JobClass::InsufficientData => "unknown".to_string(),
+        c => c.as_str().replace('_', "-"),
     }
 }
 
@@ -629,3 +626,22 @@ pub fn unmeasured_waste(w: &Waste) -> Vec<&'static str> {
 }
 
 pub const NO_DATA: &str = "No samples: jobscope has no data on how this job used its allocation, so this report claims nothing about it (see the data notes).";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use jobscope_sampler::vocab::Vocabulary;
+
+    #[test]
+    fn every_class_the_report_prints_is_a_class_the_audit_takes() {
+        // What readers have seen in reports so far (the golden reports hold some of them).
+        assert_eq!(class(JobClass::CpuBound), "cpu-bound");
+        assert_eq!(class(JobClass::MemoryBound), "memory-bound");
+        assert_eq!(class(JobClass::GpuIdle), "gpu-idle");
+        assert_eq!(class(JobClass::Mixed), "mixed");
+        assert_eq!(class(JobClass::InsufficientData), "unknown");
+        for c in JobClass::ALL {
+            assert_eq!(JobClass::parse(&class(c)), Some(c), "{}", class(c));
+        }
+    }
+}

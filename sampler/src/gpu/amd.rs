@@ -22,6 +22,7 @@
 use super::assign::{resolve, InventoryDevice, Wanted};
 use super::{BackendSample, DeviceSample, GpuBackend, GpuEvent, GpuIdentity, GpuKind, OpenResult};
 use crate::cgroup::Error;
+use crate::spool::EventKind;
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -223,7 +224,7 @@ impl AmdBackend {
             Err(e) => {
                 if self.reported.insert(e.path().to_path_buf()) {
                     events.push(GpuEvent {
-                        kind: "sysfs_error".into(),
+                        kind: EventKind::SysfsError,
                         slot: Some(slot),
                         message: e.to_string(),
                     });
@@ -546,7 +547,7 @@ mod tests {
         assert_eq!(d.mem_used_bytes, None, "missing: None, no event");
         assert_eq!(d.power_mw, Some(312_000));
         assert_eq!(s.events.len(), 1);
-        assert_eq!(s.events[0].kind, "sysfs_error");
+        assert_eq!(s.events[0].kind, EventKind::SysfsError);
         assert!(s.events[0].message.contains("gpu_busy_percent"));
         assert!(
             b.sample(&[], Instant::now()).events.is_empty(),

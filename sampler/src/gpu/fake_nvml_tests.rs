@@ -12,6 +12,7 @@ use super::nvml::{NvmlBackend, NvmlConfig};
 use super::spool::{read_gpu_file, GPU_FILE_NAME};
 use super::{GpuBackend, GpuKind, GpuSelection, Wanted};
 use crate::sampler::Schedule;
+use crate::spool::EventKind;
 use serde_json::{json, Value};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -246,7 +247,7 @@ fn gpu_lost_is_none_and_one_event() {
     let s = b.sample(&[], soon());
     assert!(s.devices[0].is_none());
     assert_eq!(s.events.len(), 1);
-    assert_eq!(s.events[0].kind, "gpu_lost");
+    assert_eq!(s.events[0].kind, EventKind::GpuLost);
     assert_eq!(s.events[0].slot, Some(0));
     let s = b.sample(&[], soon());
     assert!(
@@ -319,7 +320,7 @@ fn gpu_slow_call_misses_its_sample_within_the_deadline_and_late_answer_is_droppe
         t.elapsed()
     );
     assert!(s.devices[0].is_none());
-    assert_eq!(s.events[0].kind, "nvml_timeout");
+    assert_eq!(s.events[0].kind, EventKind::NvmlTimeout);
     // While the worker is busy: no new request, no new event, no wait (neither for the worker
     // nor until this sample's 60 s deadline).
     let t = Instant::now();
@@ -373,7 +374,7 @@ fn gpu_cutoff_ends_a_wait_on_a_slow_call() {
         t.elapsed()
     );
     assert!(s.devices[0].is_none());
-    assert_eq!(s.events[0].kind, "nvml_timeout");
+    assert_eq!(s.events[0].kind, EventKind::NvmlTimeout);
     setter.join().unwrap();
 }
 
@@ -387,11 +388,11 @@ fn gpu_worker_stuck_too_long_gives_up_nvml_for_the_job() {
     b.open(&wanted(GpuRef::NvidiaMinor(3), None), soon());
     assert!(b.sample(&[], soon()).devices[0].is_some());
     let s = b.sample(&[], Instant::now() + Duration::from_millis(100));
-    assert_eq!(s.events[0].kind, "nvml_timeout");
+    assert_eq!(s.events[0].kind, EventKind::NvmlTimeout);
     std::thread::sleep(Duration::from_millis(400));
     let s = b.sample(&[], soon());
     assert!(s.devices[0].is_none());
-    assert_eq!(s.events[0].kind, "nvml_gave_up");
+    assert_eq!(s.events[0].kind, EventKind::NvmlGaveUp);
     assert!(b.gave_up());
     let s = b.sample(&[], soon());
     assert!(s.devices[0].is_none() && s.events.is_empty());
@@ -413,7 +414,7 @@ fn gpu_init_that_hangs_gives_up_at_the_open_deadline() {
         t.elapsed()
     );
     assert!(o.devices.is_empty() && !o.quiet);
-    assert_eq!(o.events[0].kind, "nvml_gave_up");
+    assert_eq!(o.events[0].kind, EventKind::NvmlGaveUp);
 }
 
 fn header() -> crate::spool::Header {
@@ -527,7 +528,7 @@ fn gpu_monitor_against_fake_nvml_keeps_cadence_through_a_slow_call() {
     let d = s.buckets[0].device(0).unwrap();
     assert_eq!(d.job_processes.map(|g| g.max), Some(1));
     assert_eq!(d.other_processes.map(|g| g.max), Some(1));
-    assert!(s.events.iter().any(|e| e.kind == "nvml_timeout"));
+    assert!(s.events.iter().any(|e| e.kind == EventKind::NvmlTimeout));
     assert!(
         !logs
             .lock()

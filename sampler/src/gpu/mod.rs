@@ -75,8 +75,7 @@ pub struct DeviceSample {
 /// Something that happened to a device or a backend, recorded in the spool as an event.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GpuEvent {
-    /// `gpu_lost`, `nvml_timeout`, `nvml_gave_up`, `nvml_error`, `sysfs_error`…
-    pub kind: String,
+    pub kind: crate::spool::EventKind,
     /// The device's slot in the backend's list, if the event is about one device.
     pub slot: Option<usize>,
     pub message: String,

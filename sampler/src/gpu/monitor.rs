@@ -24,7 +24,7 @@ use super::nvml::{NvmlBackend, NvmlConfig};
 use super::spool::{DeviceBucket, GpuBucket, GpuInfo, GpuLimits, GpuWriter, GPU_FILE_NAME};
 use super::{Cutoff, DeviceSample, GpuBackend, GpuEvent, GpuIdentity, IntervalFold};
 use crate::sampler::{now_unix_ms, Schedule};
-use crate::spool::{End, Event, Gauge, Header};
+use crate::spool::{End, Event, EventKind, Gauge, Header};
 use jobscope_model::gpu::fold::UTIL_FROM_POINT_READS;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
@@ -616,9 +616,9 @@ impl Run {
             .map(|id| format!("{}: ", id.label()))
             .unwrap_or_default();
         let message = format!("{who}{}", e.message);
-        let level = match e.kind.as_str() {
-            "gpu_lost" | "nvml_gave_up" => LogLevel::Error,
-            "nvml_timeout" => {
+        let level = match e.kind {
+            EventKind::GpuLost | EventKind::NvmlGaveUp => LogLevel::Error,
+            EventKind::NvmlTimeout => {
                 self.timeouts_seen += 1;
                 if self.timeouts_seen == 1 {
                     LogLevel::Info

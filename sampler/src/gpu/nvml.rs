@@ -50,6 +50,7 @@ use super::{BackendDrain, DeviceDrain, ProcessUtil, UtilSource};
 use super::{
     BackendSample, Cutoff, DeviceSample, GpuBackend, GpuEvent, GpuIdentity, GpuKind, OpenResult,
 };
+use crate::spool::EventKind;
 use nvml_wrapper::enum_wrappers::device::Sampling;
 use nvml_wrapper::enums::device::{SampleValue, UsedGpuMemory};
 use nvml_wrapper::error::NvmlError;
@@ -155,7 +156,7 @@ impl NvmlBackend {
         self.link = None;
         self.gave_up = true;
         GpuEvent {
-            kind: "nvml_gave_up".into(),
+            kind: EventKind::NvmlGaveUp,
             slot: None,
             message: why,
         }
@@ -344,7 +345,7 @@ impl NvmlBackend {
                 Err(RecvTimeoutError::Timeout) => {
                     link.stuck = Some((seq, sent));
                     return Err(vec![GpuEvent {
-                        kind: "nvml_timeout".into(),
+                        kind: EventKind::NvmlTimeout,
                         slot: None,
                         message: format!(
                             "NVML did not answer within {:.1} s; {what} skipped",
@@ -664,7 +665,7 @@ fn drain_device(
     if lost {
         st.lost[slot] = true;
         events.push(GpuEvent {
-            kind: "gpu_lost".into(),
+            kind: EventKind::GpuLost,
             slot: Some(slot),
             message: "NVML: GPU is lost (fell off the bus or is otherwise inaccessible)".into(),
         });
@@ -693,7 +694,7 @@ fn value<T>(
         Err(e) => {
             if st.reported.insert((slot, call)) {
                 events.push(GpuEvent {
-                    kind: "nvml_error".into(),
+                    kind: EventKind::NvmlError,
                     slot: Some(slot),
                     message: format!("{call}: {e}"),
                 });
@@ -769,7 +770,7 @@ fn sample_device(
     if lost {
         st.lost[slot] = true;
         events.push(GpuEvent {
-            kind: "gpu_lost".into(),
+            kind: EventKind::GpuLost,
             slot: Some(slot),
             message: "NVML: GPU is lost (fell off the bus or is otherwise inaccessible)".into(),
         });

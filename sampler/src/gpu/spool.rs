@@ -105,6 +105,7 @@ mod tests {
     use crate::gpu::{GpuIdentity, SelectionSource};
     use crate::spool::codec::file_start;
     use crate::spool::codec::put_varint;
+    use crate::spool::EventKind;
     use crate::spool::Gauge;
     use proptest::prelude::*;
 
@@ -184,7 +185,7 @@ mod tests {
         w.push(b.clone()).unwrap();
         let e = Event {
             t_ms: T0 + 2_500,
-            kind: "gpu_lost".into(),
+            kind: EventKind::GpuLost,
             step: None,
             job: None,
             step_reading: None,
