@@ -161,6 +161,19 @@ fn main() {
     time("hour-of-week heat map, last 365 days", 3, || {
         eng.run(&heat).unwrap()
     });
+    // The same two with the local zone of the environment (run with TZ=Europe/Oslo): every
+    // job's hour is taken at its own instant's offset.
+    let mut hours = year.clone();
+    hours.group_by = vec![GroupKey::HourOfDay];
+    hours.tz_offset_s = 3600;
+    time("usage by local hour of day, last 365 days", 5, || {
+        eng.run(&hours).unwrap()
+    });
+    let mut local_heat = heat.clone();
+    local_heat.tz_offset_s = 3600;
+    time("local hour-of-week heat map, last 365 days", 3, || {
+        eng.run(&local_heat).unwrap()
+    });
     println!(
         "  groups: {} users (year), {} users (30 days)",
         t1.rows.len(),
