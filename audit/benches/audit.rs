@@ -6,7 +6,7 @@
 //!   cargo bench -p jobscope-audit --bench audit            # AUDIT_BENCH_JOBS=10000000 for 10 M
 
 use jobscope_audit::index::{self, Index, ParquetEngine, Settings};
-use jobscope_audit::query::{Engine, GroupKey, Query, Report};
+use jobscope_audit::query::{Engine, GroupKey, Query, Report, Zone};
 use jobscope_audit::row::JobRow;
 use std::time::Instant;
 
@@ -160,6 +160,19 @@ fn main() {
     heat.window.since_unix_s = Some(end_s - 365 * 86_400);
     time("hour-of-week heat map, last 365 days", 3, || {
         eng.run(&heat).unwrap()
+    });
+    // The same two with the local zone of the environment (run with TZ=Europe/Oslo): every
+    // job's hour is taken at its own instant's offset.
+    let mut hours = year.clone();
+    hours.group_by = vec![GroupKey::HourOfDay];
+    hours.zone = Zone::Local;
+    time("usage by local hour of day, last 365 days", 5, || {
+        eng.run(&hours).unwrap()
+    });
+    let mut local_heat = heat.clone();
+    local_heat.zone = Zone::Local;
+    time("local hour-of-week heat map, last 365 days", 3, || {
+        eng.run(&local_heat).unwrap()
     });
     println!(
         "  groups: {} users (year), {} users (30 days)",

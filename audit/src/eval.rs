@@ -3,13 +3,16 @@
 //! does the same over rows in memory (tests, small archives). Typed column access, no per-row serde.
 
 use super::arrow::job_batch;
-use super::query::{time_keys, Engine, GroupKey, Query, Report, Result, JOB_COLUMNS};
+use super::query::{
+    day_text, month_text, wall_keys, Engine, GroupKey, Query, Report, Result, Zone, JOB_COLUMNS,
+};
 use super::row::JobRow;
 use super::table::{ColType, Table, Value};
 use arrow_array::types::Int32Type;
 use arrow_array::{
     Array, BooleanArray, DictionaryArray, Float64Array, Int64Array, RecordBatch, StringArray,
 };
+use jobscope_sampler::time;
 use std::collections::HashMap;
 
 /// The columns a query reads (the projection handed to the Parquet reader).
@@ -247,12 +250,8 @@ impl Key<'_> {
             Key::Null => Value::Null,
             Key::Int(i) => Value::Int(*i),
             Key::Str(s) => Value::Text(s.to_string()),
-            Key::Day(d) => Value::Text(time_keys(d * 86_400_000).2),
-            Key::Month(m) => Value::Text(format!(
-                "{:04}-{:02}",
-                m.div_euclid(12),
-                m.rem_euclid(12) + 1
-            )),
+            Key::Day(d) => Value::Text(day_text(*d)),
+            Key::Month(m) => Value::Text(month_text(*m)),
         }
     }
 }
@@ -280,6 +279,104 @@ impl std::hash::Hasher for Fx {
 
 type FxBuild = std::hash::BuildHasherDefault<Fx>;
 
+const HOUR_MS: i64 = 3_600_000;
+
+/// A zone's offsets at instants, looked up once per UTC hour: offsets change a few times a year,
+/// and asking the zone (chrono's `Local`: a search in the zone's transitions) for each of a
+/// million jobs would cost more than the rest of a report. Exact for any zone whose offset changes
+/// at most once within an hour (every zone there is): an hour whose two ends disagree is searched
+/// for the second of the change.
+struct Offsets {
+    zone: Zone,
+    hours: HashMap<i64, HourOffsets, FxBuild>,
+    /// The last hour looked up (jobs come in end-time order, so mostly the same hour again).
+    last: Option<(i64, HourOffsets)>,
+}
+
+/// One UTC hour's offsets (ms east): `before` until `change_ms`, `after` from then.
+#[derive(Clone, Copy)]
+struct HourOffsets {
+    before_ms: i64,
+    change_ms: i64,
+    after_ms: i64,
+}
+
+impl Offsets {
+    fn new(zone: Zone) -> Offsets {
+        Offsets {
+            zone,
+            hours: HashMap::default(),
+            last: None,
+        }
+    }
+
+    /// The offset (ms east) at `unix_ms` and the instant until which it holds at least (the
+    /// next change, else the end of the UTC hour); `None` past chrono's range.
+    fn at(&mut self, unix_ms: i64) -> Option<(i64, i64)> {
+        if let Zone::Utc | Zone::Fixed(_) = self.zone {
+            let o = i64::from(self.zone.offset_s(0)?) * 1000;
+            return Some((o, i64::MAX));
+        }
+        let h = unix_ms.div_euclid(HOUR_MS);
+        let ho = match self.last {
+            Some((lh, ho)) if lh == h => ho,
+            _ => {
+                let ho = match self.hours.get(&h) {
+                    Some(&ho) => ho,
+                    None => {
+                        let ho = self.hour(h)?;
+                        self.hours.insert(h, ho);
+                        ho
+                    }
+                };
+                self.last = Some((h, ho));
+                ho
+            }
+        };
+        Some(if unix_ms < ho.change_ms {
+            (ho.before_ms, ho.change_ms)
+        } else {
+            (ho.after_ms, (h + 1) * HOUR_MS)
+        })
+    }
+
+    /// The offsets of UTC hour `h` (hours since the epoch), the second of a change searched by
+    /// halving (offsets change on whole seconds).
+    fn hour(&self, h: i64) -> Option<HourOffsets> {
+        let off = |s: i64| self.zone.offset_s(s).map(|o| i64::from(o) * 1000);
+        let (first_s, last_s) = (h.checked_mul(3600)?, h * 3600 + 3599);
+        let (before_ms, after_ms) = (off(first_s)?, off(last_s)?);
+        let mut change_s = last_s + 1;
+        if before_ms != after_ms {
+            let (mut lo, mut hi) = (first_s, last_s);
+            while hi - lo > 1 {
+                let mid = lo + (hi - lo) / 2;
+                if off(mid)? == before_ms {
+                    lo = mid
+                } else {
+                    hi = mid
+                }
+            }
+            change_s = hi;
+        }
+        Some(HourOffsets {
+            before_ms,
+            change_ms: change_s * 1000,
+            after_ms,
+        })
+    }
+
+    /// The wall-clock reading of `unix_ms` in the zone, and the instant until which the wall clock
+    /// stays in the same hour (the next local hour's start or offset change, whichever is first).
+    fn wall(&mut self, unix_ms: i64) -> Option<(chrono::NaiveDateTime, i64)> {
+        let (o, holds_until) = self.at(unix_ms)?;
+        let local_ms = unix_ms.checked_add(o)?;
+        let w = time::wall(local_ms.div_euclid(1000))?;
+        let next_hour = local_ms.div_euclid(HOUR_MS).checked_add(1)? * HOUR_MS - o;
+        Some((w, next_hour.min(holds_until)))
+    }
+}
+
 /// At most this many group keys at once.
 pub const MAX_KEYS: usize = 8;
 /// A key position's code for "no value".
@@ -296,7 +393,7 @@ const NULL: u64 = u64::MAX;
 pub struct Usage {
     keys: Vec<GroupKey>,
     node_pos: Option<usize>,
-    off_ms: i64,
+    offsets: Offsets,
     /// Per key position: text → id, id → text.
     ids: Vec<HashMap<String, u64, FxBuild>>,
     texts: Vec<Vec<String>>,
@@ -319,7 +416,7 @@ impl Usage {
         anyhow::ensure!(keys.len() <= MAX_KEYS, "at most {MAX_KEYS} group keys");
         Ok(Usage {
             node_pos: keys.iter().position(|&k| k == GroupKey::Node),
-            off_ms: i64::from(q.tz_offset_s) * 1000,
+            offsets: Offsets::new(q.zone),
             ids: vec![HashMap::default(); keys.len()],
             texts: vec![Vec::new(); keys.len()],
             groups: HashMap::default(),
@@ -356,17 +453,18 @@ impl Usage {
         g
     }
 
-    fn time_code(&self, k: GroupKey, ms: i64) -> u64 {
-        let secs = (ms + self.off_ms).div_euclid(1000);
-        let days = secs.div_euclid(86_400);
+    /// A time key's code for a start instant, on the query zone's wall clock at that instant
+    /// ([`NULL`] past chrono's range).
+    fn time_code(&mut self, k: GroupKey, ms: i64) -> u64 {
+        let Some((w, _)) = self.offsets.wall(ms) else {
+            return NULL;
+        };
+        let (hour, dow, day, month) = wall_keys(w);
         (match k {
-            GroupKey::HourOfDay => secs.rem_euclid(86_400) / 3600,
-            GroupKey::DayOfWeek => (days + 3).rem_euclid(7) + 1,
-            GroupKey::Day => days,
-            _ => {
-                let (y, m, _) = super::query::civil_from_days(days);
-                y * 12 + i64::from(m) - 1
-            }
+            GroupKey::HourOfDay => hour,
+            GroupKey::DayOfWeek => dow,
+            GroupKey::Day => day,
+            _ => month,
         }) as u64
     }
 
@@ -911,10 +1009,15 @@ fn cpu_only_on_gpu(q: &Query, batches: &[RecordBatch], busy_pct: f64) -> Result<
     Ok(t)
 }
 
+/// Whole weeks of a job beyond this many are spread evenly over the hours of the week instead of
+/// walked hour by hour: exact at a fixed offset; in a zone with daylight saving within the hour a
+/// change moves, once per change. A year: no job runs that long, but a row may say so.
+const HEATMAP_WALK_WEEKS: i64 = 53;
+
 fn heatmap(q: &Query, batches: &[RecordBatch]) -> Result<Table> {
-    const WEEK_S: f64 = 7.0 * 86_400.0;
+    const WEEK_MS: i64 = 7 * 24 * HOUR_MS;
     let mut cells = [[0.0f64; 24]; 7];
-    let off = f64::from(q.tz_offset_s);
+    let mut offsets = Offsets::new(q.zone);
     for b in batches {
         let v = View { b };
         let (s, e, c) = (
@@ -926,28 +1029,29 @@ fn heatmap(q: &Query, batches: &[RecordBatch]) -> Result<Table> {
             let (Some(s), Some(e), Some(cores)) = (oi(s, i), oi(e, i), oi(c, i)) else {
                 continue;
             };
-            let cores = cores as f64;
-            let mut t = s as f64 / 1000.0 + off;
-            let end = e as f64 / 1000.0 + off;
-            if end <= t {
+            if e <= s {
                 continue;
             }
-            let weeks = ((end - t) / WEEK_S).floor();
-            if weeks >= 1.0 {
+            let cores = cores as f64;
+            let mut t = s;
+            let weeks = (e - s) / WEEK_MS - HEATMAP_WALK_WEEKS;
+            if weeks > 0 {
                 for row in cells.iter_mut() {
                     for x in row.iter_mut() {
-                        *x += weeks * cores;
+                        *x += weeks as f64 * cores;
                     }
                 }
-                t += weeks * WEEK_S;
+                t += weeks * WEEK_MS;
             }
-            while t < end {
-                let hour_start = (t / 3600.0).floor() * 3600.0;
-                let next = (hour_start + 3600.0).min(end);
-                let days = (hour_start / 86_400.0).floor() as i64;
-                let dow = (days + 3).rem_euclid(7) as usize;
-                let h = ((hour_start as i64).rem_euclid(86_400) / 3600) as usize;
-                cells[dow][h] += cores * (next - t) / 3600.0;
+            // Piece by piece, each inside one hour of the wall clock at its own offset.
+            while t < e {
+                let Some((w, until)) = offsets.wall(t) else {
+                    break;
+                };
+                let next = until.min(e);
+                let (hour, dow, _, _) = wall_keys(w);
+                cells[(dow - 1) as usize][hour as usize] +=
+                    cores * (next - t) as f64 / HOUR_MS as f64;
                 t = next;
             }
         }

@@ -22,7 +22,7 @@ pub mod render;
 pub mod row;
 pub mod table;
 
-pub use query::{Engine, Filters, GroupKey, Query, Report, WasteMetric, Window};
+pub use query::{Engine, Filters, GroupKey, Query, Report, WasteMetric, Window, Zone};
 pub use row::{JobRow, NodeRow, COLUMNS, NODE_COLUMNS};
 pub use table::{ColType, Column, Table, Value};
 

@@ -10,7 +10,8 @@
 //!   `gpu = Some(true)`: `alloc_gpus > 0`; `Some(false)`: `alloc_gpus` null or 0.
 //!   `uid`: only that uid's rows (the access rule for a caller outside the admin group).
 //! - Time keys (hour of day, day of week, day, month) are taken from the job's START
-//!   (`start_unix_ms`), shifted by `tz_offset_s` (the caller's local offset, fixed for the query).
+//!   (`start_unix_ms`) on the wall clock of the query's [`Zone`], with the offset of that zone at
+//!   that instant (a job on each side of a daylight-saving change gets its own hour and day).
 //! - Sums are over the non-null values; a sum with no value is null (never 0). Weighted
 //!   efficiencies are `100 × Σ used ÷ Σ alloc` over the rows that have both figures (null when that
 //!   Σ alloc is 0 or there are none).
@@ -18,6 +19,8 @@
 //!   figures (hours, energy) divided equally among those nodes.
 
 use super::table::{ColType, Column, Table};
+use chrono::{Datelike, FixedOffset, Local, NaiveDateTime, Offset, TimeZone, Timelike};
+use jobscope_sampler::time;
 use serde::Serialize;
 
 pub type Result<T> = anyhow::Result<T>;
@@ -72,6 +75,90 @@ impl Filters {
             (&self.states, "state"),
             (&self.classes, "class"),
         ]
+    }
+}
+
+/// The zone a query reads the wall clock in: its time keys, its heat map, its printed times.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Zone {
+    /// UTC (`--utc`).
+    #[default]
+    Utc,
+    /// The process's local zone (chrono's `Local`: `TZ`, else /etc/localtime), each instant with
+    /// its own offset.
+    Local,
+    /// A fixed offset east of UTC, in seconds: a zone without daylight saving.
+    Fixed(i32),
+}
+
+impl Zone {
+    /// The zone's offset from UTC at a Unix time in seconds, seconds east; `None` past chrono's
+    /// range (±262 000 years: no job's time).
+    pub fn offset_s(self, unix_s: i64) -> Option<i32> {
+        match self {
+            Zone::Utc => Some(0),
+            Zone::Fixed(o) => Some(o),
+            Zone::Local => {
+                time::in_zone(unix_s, &Local).map(|t| t.offset().fix().local_minus_utc())
+            }
+        }
+    }
+
+    /// Whether the offset is the same at every instant (UTC, a fixed offset).
+    pub fn is_fixed(self) -> bool {
+        !matches!(self, Zone::Local)
+    }
+
+    /// The instant (Unix seconds) a wall-clock time of this zone names: of the two a repeated
+    /// autumn hour names, the earlier; an error for a time the clocks skip in spring.
+    pub fn instant_of(self, wall: NaiveDateTime) -> anyhow::Result<i64> {
+        let t = match self {
+            Zone::Utc => Some(wall.and_utc().timestamp()),
+            Zone::Fixed(o) => FixedOffset::east_opt(o)
+                .and_then(|z| z.from_local_datetime(&wall).earliest())
+                .map(|t| t.timestamp()),
+            Zone::Local => Local
+                .from_local_datetime(&wall)
+                .earliest()
+                .map(|t| t.timestamp()),
+        };
+        t.ok_or_else(|| {
+            anyhow::anyhow!(
+                "{}: there is no such time in {} (the clocks skip it)",
+                wall.format("%Y-%m-%d %H:%M"),
+                self.name().unwrap_or_else(|| "the local zone".into())
+            )
+        })
+    }
+
+    /// The zone's name as PostgreSQL's `AT TIME ZONE` and a reader take it: `UTC`, the local zone's
+    /// (`TZ`, else the system's: /etc/localtime's link target or /etc/timezone), or a fixed offset
+    /// as `+05:30`. `None`: the local zone has no name this process can find.
+    pub fn name(self) -> Option<String> {
+        match self {
+            Zone::Utc => Some("UTC".into()),
+            Zone::Fixed(o) => FixedOffset::east_opt(o).map(|z| z.to_string()),
+            Zone::Local => local_zone_name(),
+        }
+    }
+
+    /// How printed times name the zone: its name, or `local` when it has none.
+    pub fn label(self) -> String {
+        self.name().unwrap_or_else(|| "local".into())
+    }
+}
+
+/// The local zone's name: `TZ` as the C library reads it (a leading `:` dropped; a path under a
+/// `zoneinfo/` directory named by what follows; empty is UTC), else the system's.
+fn local_zone_name() -> Option<String> {
+    match std::env::var("TZ") {
+        Ok(tz) => {
+            let tz = tz.strip_prefix(':').unwrap_or(&tz);
+            let tz = tz.rsplit_once("zoneinfo/").map_or(tz, |(_, n)| n);
+            Some(if tz.is_empty() { "UTC" } else { tz }.to_string())
+        }
+        Err(_) => iana_time_zone::get_timezone().ok(),
     }
 }
 
@@ -258,8 +345,8 @@ pub struct Query {
     pub report: Report,
     /// Most rows for the job reports (`None`: all).
     pub limit: Option<usize>,
-    /// The local offset from UTC for time keys and the heat map, seconds east.
-    pub tz_offset_s: i32,
+    /// The zone of the time keys and the heat map.
+    pub zone: Zone,
 }
 
 impl Query {
@@ -270,7 +357,7 @@ impl Query {
             group_by: Vec::new(),
             report,
             limit: None,
-            tz_offset_s: 0,
+            zone: Zone::Utc,
         }
     }
 
@@ -327,23 +414,42 @@ impl Query {
     }
 }
 
-pub use jobscope_sampler::time::civil_from_days;
-
-/// The time keys of an instant (ms since the epoch, already shifted to local time):
-/// (hour 0–23, ISO weekday 1–7, `YYYY-MM-DD`, `YYYY-MM`).
-pub fn time_keys(local_ms: i64) -> (i64, i64, String, String) {
-    let s = local_ms.div_euclid(1000);
-    let days = s.div_euclid(86_400);
-    let hour = s.rem_euclid(86_400) / 3600;
-    // 1970-01-01 was a Thursday (ISO 4).
-    let dow = (days + 3).rem_euclid(7) + 1;
-    let (y, m, d) = civil_from_days(days);
+/// The time keys of a wall-clock reading: hour 0–23, ISO weekday 1–7 (Monday 1), the day as
+/// days since 1970-01-01, the month as `year × 12 + month − 1`.
+pub fn wall_keys(w: NaiveDateTime) -> (i64, i64, i64, i64) {
     (
-        hour,
-        dow,
-        format!("{y:04}-{m:02}-{d:02}"),
-        format!("{y:04}-{m:02}"),
+        i64::from(w.hour()),
+        i64::from(w.weekday().number_from_monday()),
+        i64::from(w.date().to_epoch_days()),
+        i64::from(w.year()) * 12 + i64::from(w.month0()),
     )
+}
+
+/// A day key (days since 1970-01-01) as `YYYY-MM-DD`.
+pub fn day_text(days: i64) -> String {
+    let (y, m, d) = time::civil_from_days(days);
+    format!("{y:04}-{m:02}-{d:02}")
+}
+
+/// A month key (`year × 12 + month − 1`) as `YYYY-MM`.
+pub fn month_text(month: i64) -> String {
+    format!(
+        "{:04}-{:02}",
+        month.div_euclid(12),
+        month.rem_euclid(12) + 1
+    )
+}
+
+/// The time keys of an instant (ms since the epoch, already shifted to the wall clock):
+/// (hour 0–23, ISO weekday 1–7, `YYYY-MM-DD`, `YYYY-MM`); past chrono's range, its ends.
+pub fn time_keys(local_ms: i64) -> (i64, i64, String, String) {
+    let w = time::wall(local_ms.div_euclid(1000)).unwrap_or(if local_ms < 0 {
+        NaiveDateTime::MIN
+    } else {
+        NaiveDateTime::MAX
+    });
+    let (hour, dow, day, month) = wall_keys(w);
+    (hour, dow, day_text(day), month_text(month))
 }
 
 #[cfg(test)]

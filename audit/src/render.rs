@@ -2,28 +2,55 @@
 //! (CSV, JSON, Parquet). Untrusted text (job names, accounts) is cleaned of control characters before
 //! it reaches a terminal; CSV quotes per RFC 4180 and defuses spreadsheet formulas.
 
+use super::query::{GroupKey, Zone};
 use super::table::{ColType, Table, Value};
 use anyhow::Result;
+use chrono::FixedOffset;
 use jobscope_report::present::{clean_line, fmt_bytes, fmt_duration, fmt_hours, fmt_pct};
 
 const WEEKDAYS: [&str; 7] = ["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"];
 
-/// `2026-11-22 14:05` (UTC): the job list's start and end.
-fn fmt_time(unix_s: i64) -> String {
-    let (_, _, day, _) = super::query::time_keys(unix_s * 1000);
-    let t = unix_s.rem_euclid(86_400);
-    format!("{day} {:02}:{:02}", t / 3600, t / 60 % 60)
+/// A job's start or end on the zone's wall clock: `2026-11-22 14:05` in UTC (the column's
+/// header says UTC), `2026-03-29 03:30 +02:00` elsewhere (daylight saving gives one zone two
+/// offsets, and the autumn hour is read twice: each time carries its own).
+fn fmt_time(unix_s: i64, zone: Zone) -> String {
+    let at = zone
+        .offset_s(unix_s)
+        .and_then(FixedOffset::east_opt)
+        .and_then(|o| jobscope_sampler::time::in_zone(unix_s, &o));
+    match at {
+        None => format!("@{unix_s}"),
+        Some(t) if zone == Zone::Utc => t.format("%Y-%m-%d %H:%M").to_string(),
+        Some(t) => t.format("%Y-%m-%d %H:%M %:z").to_string(),
+    }
+}
+
+/// A column's header for people: a time says its zone (`end (UTC)`, `hour_of_day (Europe/Oslo)`).
+fn header(name: &str, zone: Zone) -> String {
+    if let Some(what) = name.strip_suffix("_unix_s") {
+        return format!("{what} ({})", zone.label());
+    }
+    let timed = [
+        GroupKey::HourOfDay,
+        GroupKey::DayOfWeek,
+        GroupKey::Day,
+        GroupKey::Month,
+    ];
+    if timed.iter().any(|k| k.column() == name) {
+        return format!("{name} ({})", zone.label());
+    }
+    name.to_string()
 }
 
 /// One cell as a person reads it; the unit is in the column's name, so `core_hours_alloc` reads as
 /// hours, `*_pct` as a percentage, `*_bytes` in binary units.
-fn human(name: &str, v: &Value) -> String {
+fn human(name: &str, v: &Value, zone: Zone) -> String {
     match v {
         Value::Null => "-".into(),
         Value::Bool(b) => if *b { "yes" } else { "no" }.into(),
         Value::Text(s) => clean_line(s, 40),
         Value::Int(i) if name.ends_with("_bytes") => fmt_bytes(Some(*i as u64)),
-        Value::Int(i) if name.ends_with("_unix_s") => fmt_time(*i),
+        Value::Int(i) if name.ends_with("_unix_s") => fmt_time(*i, zone),
         Value::Int(i) if name == "day_of_week" => WEEKDAYS
             .get((*i - 1) as usize)
             .copied()
@@ -37,23 +64,25 @@ fn human(name: &str, v: &Value) -> String {
     }
 }
 
-/// Aligned columns: text left, numbers right; a header line and a rule.
-pub fn text(t: &Table) -> String {
+/// Aligned columns: text left, numbers right; a header line and a rule. Times on `zone`'s wall
+/// clock (the query's), which their headers name.
+pub fn text(t: &Table, zone: Zone) -> String {
     let cells: Vec<Vec<String>> = t
         .rows
         .iter()
         .map(|r| {
             r.iter()
                 .zip(&t.columns)
-                .map(|(v, c)| human(&c.name, v))
+                .map(|(v, c)| human(&c.name, v, zone))
                 .collect()
         })
         .collect();
+    let names: Vec<String> = t.columns.iter().map(|c| header(&c.name, zone)).collect();
     let width = |c: usize| {
         cells
             .iter()
             .map(|r| r[c].chars().count())
-            .chain([t.columns[c].name.chars().count()])
+            .chain([names[c].chars().count()])
             .max()
             .unwrap_or(0)
     };
@@ -78,7 +107,6 @@ pub fn text(t: &Table) -> String {
         }
         s.trim_end().to_string() + "\n"
     };
-    let names: Vec<String> = t.columns.iter().map(|c| c.name.clone()).collect();
     let mut out = line(&names);
     out.push_str(&line(
         &widths.iter().map(|w| "-".repeat(*w)).collect::<Vec<_>>(),
@@ -93,8 +121,8 @@ pub fn text(t: &Table) -> String {
 }
 
 /// The hour-of-week heat map: one line per weekday, one shaded cell per hour (scaled to the
-/// busiest hour), the day's total, and the scale.
-pub fn heatmap(t: &Table) -> String {
+/// busiest hour), the day's total, and the scale; the hours are `zone`'s, which the title names.
+pub fn heatmap(t: &Table, zone: Zone) -> String {
     const SHADES: [char; 5] = [' ', '░', '▒', '▓', '█'];
     let vals: Vec<Vec<f64>> = t
         .rows
@@ -107,7 +135,7 @@ pub fn heatmap(t: &Table) -> String {
         })
         .collect();
     let max = vals.iter().flatten().copied().fold(0.0, f64::max);
-    let mut out = String::from("allocated core-hours by hour of week (local time)\n");
+    let mut out = format!("allocated core-hours by hour of week ({})\n", zone.label());
     out.push_str(&format!(
         "{:<5}{:<24}  {:>9}\n",
         "", "00    06    12    18", "total"
@@ -230,7 +258,7 @@ mod tests {
 
     #[test]
     fn text_is_aligned_and_cleaned() {
-        let s = text(&t());
+        let s = text(&t(), Zone::Utc);
         let lines: Vec<&str> = s.lines().collect();
         // The escape sequence's ESC is dropped and splits the words: `=cmd() [2J`, 10 characters.
         assert_eq!(lines[0], "user        jobs  cpu_eff_pct");
@@ -269,7 +297,7 @@ mod tests {
             }));
             t.rows.push(r);
         }
-        let s = heatmap(&t);
+        let s = heatmap(&t, Zone::Utc);
         let lines: Vec<&str> = s.lines().collect();
         assert_eq!(lines[1].find("06"), Some(11), "{s}");
         assert_eq!(

@@ -9,7 +9,7 @@ use jobscope_archive::{self as archive, Store};
 use jobscope_audit::eval::MemEngine;
 use jobscope_audit::index::{Index, ParquetEngine, Settings};
 use jobscope_audit::pg::{self, engine::PgEngine, schema, sink};
-use jobscope_audit::{Engine, Filters, GroupKey, JobRow, Query, Report, WasteMetric, Window};
+use jobscope_audit::{Engine, Filters, GroupKey, JobRow, Query, Report, WasteMetric, Window, Zone};
 use jobscope_sampler::config::Postgres as PgConfig;
 use jobscope_sampler::summary::analysis::analyze;
 use jobscope_sampler::summary::JobSummary;
@@ -654,7 +654,7 @@ fn the_sql_engine_answers_like_the_parquet_index_and_the_reference_on_the_same_a
         queries.push(Query {
             group_by: keys,
             window: month.clone(),
-            tz_offset_s: 3600 + 1800,
+            zone: Zone::Fixed(3600 + 1800),
             ..Query::new(Report::Usage)
         });
     }
@@ -739,7 +739,7 @@ fn the_sql_engine_answers_like_the_parquet_index_and_the_reference_on_the_same_a
     });
     queries.push(Query::new(Report::Heatmap));
     queries.push(Query {
-        tz_offset_s: -5 * 3600,
+        zone: Zone::Fixed(-5 * 3600),
         window: month.clone(),
         ..Query::new(Report::Heatmap)
     });

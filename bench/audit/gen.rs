@@ -358,21 +358,17 @@ fn hour_weight(hour_of_week: u64) -> f64 {
 
 /// 00:00 UTC of `YYYY-MM-DD`, in seconds.
 fn day_s(date: &str) -> Result<u64> {
-    let v: Vec<i64> = date
-        .split('-')
-        .map(|x| x.parse())
-        .collect::<Result<_, _>>()?;
-    let [y, m, d] = v[..] else {
-        bail!("--end {date:?}: YYYY-MM-DD")
-    };
-    // Days from the civil date (H. Hinnant's algorithm).
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y.rem_euclid(400);
-    let mp = (m + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    Ok(((era * 146_097 + doe - 719_468) * 86_400) as u64)
+    let day = chrono::NaiveDate::parse_from_str(date, "%Y-%m-%d")
+        .with_context(|| format!("--end {date:?}: YYYY-MM-DD"))?;
+    u64::try_from(day.and_time(Default::default()).and_utc().timestamp())
+        .with_context(|| format!("--end {date:?}: before 1970"))
+}
+
+/// The hour of week (Monday 00:00 UTC = 0) of a Unix time in seconds.
+fn hour_of_week(unix_s: u64) -> u64 {
+    use chrono::{Datelike, Timelike};
+    let t = jobscope_sampler::time::utc(unix_s as i64).expect("a time of this century");
+    u64::from(t.weekday().num_days_from_monday()) * 24 + u64::from(t.hour())
 }
 
 struct Args(Vec<String>);
@@ -417,9 +413,8 @@ fn gen(a: &Args) -> Result<()> {
     let cdf = zipf_cdf(nusers);
     let hours = years * 365 * 24;
     let start_s = end_s - hours * 3600;
-    // Monday of the first week: 1970-01-05 was a Monday.
     let weights: Vec<f64> = (0..hours)
-        .map(|h| hour_weight(((start_s / 3600 + h) + 24 * 3) % (7 * 24)))
+        .map(|h| hour_weight(hour_of_week(start_s + h * 3600)))
         .collect();
     let total: f64 = weights.iter().sum();
     let t0 = Instant::now();

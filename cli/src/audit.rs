@@ -12,7 +12,7 @@ use clap::{Args, Subcommand, ValueEnum};
 use jobscope_archive::{self as archive, Store};
 use jobscope_audit::eval::MemEngine;
 use jobscope_audit::index::{Index, ParquetEngine, Settings};
-use jobscope_audit::query::{Engine, Filters, GroupKey, Query, Report, WasteMetric, Window};
+use jobscope_audit::query::{Engine, Filters, GroupKey, Query, Report, WasteMetric, Window, Zone};
 use jobscope_audit::render;
 use jobscope_audit::row::JobRow;
 use jobscope_sampler::config::Config;
@@ -241,69 +241,49 @@ pub fn index_cmd(cfg: &Config, cmd: IndexCmd) -> Result<()> {
     Ok(())
 }
 
-/// `2026-11-01`, `2026-11-01T12:30` (local, by `offset_s`) or Unix seconds.
-fn parse_when(s: &str, offset_s: i32) -> Result<i64> {
+/// `2026-11-01`, `2026-11-01T12:30` (or with a space) on `zone`'s wall clock, at that time's own
+/// offset, or Unix seconds.
+fn parse_when(s: &str, zone: Zone) -> Result<i64> {
+    use chrono::format::ParseErrorKind;
+    use chrono::{NaiveDate, NaiveDateTime, NaiveTime};
     if let Ok(n) = s.parse::<i64>() {
         return Ok(n);
     }
-    let bad = || anyhow::anyhow!("{s:?}: expected YYYY-MM-DD, YYYY-MM-DDTHH:MM or Unix seconds");
-    let (date, time) = s.split_once(['T', ' ']).unwrap_or((s, "00:00"));
-    let mut d = date.split('-');
-    let (y, m, dd) = (
-        d.next()
-            .and_then(|x| x.parse::<i64>().ok())
-            .ok_or_else(bad)?,
-        d.next()
-            .and_then(|x| x.parse::<u32>().ok())
-            .ok_or_else(bad)?,
-        d.next()
-            .and_then(|x| x.parse::<u32>().ok())
-            .ok_or_else(bad)?,
-    );
-    let (hh, mm) = time.split_once(':').ok_or_else(bad)?;
-    let (hh, mm): (i64, i64) = (
-        hh.parse().map_err(|_| bad())?,
-        mm.parse().map_err(|_| bad())?,
-    );
-    if !(1..=12).contains(&m)
-        || !(1..=31).contains(&dd)
-        || !(0..24).contains(&hh)
-        || !(0..60).contains(&mm)
-    {
-        return Err(bad());
-    }
-    let days = jobscope_sampler::time::days_from_civil(y, m, dd)
-        .ok_or_else(|| anyhow::anyhow!("{s:?}: there is no such date"))?;
-    Ok(days * 86_400 + hh * 3600 + mm * 60 - i64::from(offset_s))
+    // One form per shape, so the error is the one of the form meant.
+    let wall = if s.contains('T') {
+        NaiveDateTime::parse_from_str(s, "%Y-%m-%dT%H:%M")
+    } else if s.contains(' ') {
+        NaiveDateTime::parse_from_str(s, "%Y-%m-%d %H:%M")
+    } else {
+        NaiveDate::parse_from_str(s, "%Y-%m-%d").map(|d| d.and_time(NaiveTime::MIN))
+    };
+    let wall = wall.map_err(|e| match e.kind() {
+        ParseErrorKind::OutOfRange | ParseErrorKind::Impossible => {
+            anyhow::anyhow!("{s:?}: there is no such date or time")
+        }
+        _ => anyhow::anyhow!("{s:?}: expected YYYY-MM-DD, YYYY-MM-DDTHH:MM or Unix seconds"),
+    })?;
+    zone.instant_of(wall)
 }
 
-/// `90s`, `10m`, `12h`, `7d`, `2w` (a bare number is seconds).
+/// `90s`, `10m`, `12h`, `7d`, `2w` (a bare number is seconds): a duration, so `7d` is 168 hours
+/// even across a daylight-saving change.
 fn parse_span(s: &str) -> Result<i64> {
+    use chrono::TimeDelta;
     let s = s.trim();
     let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
     let n: i64 = num
         .parse()
         .map_err(|_| anyhow::anyhow!("{s:?}: expected a number and s, m, h, d or w"))?;
-    let mult = match unit {
-        "" | "s" => 1,
-        "m" => 60,
-        "h" => 3600,
-        "d" => 86_400,
-        "w" => 7 * 86_400,
+    let span = match unit {
+        "" | "s" => TimeDelta::try_seconds(n),
+        "m" => TimeDelta::try_minutes(n),
+        "h" => TimeDelta::try_hours(n),
+        "d" => TimeDelta::try_days(n),
+        "w" => TimeDelta::try_weeks(n),
         _ => bail!("{s:?}: the unit must be s, m, h, d or w"),
     };
-    n.checked_mul(mult).context("span too large")
-}
-
-/// The local offset from UTC now, seconds east.
-fn local_offset_s() -> i32 {
-    let now = jobscope_sampler::sampler::now_unix_ms() as libc::time_t / 1000;
-    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
-    // SAFETY: localtime_r writes into tm and reads now.
-    if unsafe { libc::localtime_r(&now, &mut tm) }.is_null() {
-        return 0;
-    }
-    tm.tm_gmtoff as i32
+    Ok(span.context("span too large")?.num_seconds())
 }
 
 fn keys(by: &[String]) -> Result<Vec<GroupKey>> {
@@ -347,14 +327,18 @@ fn archived<T: Vocabulary>(flag: &str, given: &[String]) -> Result<Vec<String>> 
 }
 
 fn query(c: &Common, report: Report, group_by: Vec<GroupKey>) -> Result<Query> {
-    let tz = if c.utc { 0 } else { local_offset_s() };
+    let zone = if c.utc { Zone::Utc } else { Zone::Local };
     let now_s = (jobscope_sampler::sampler::now_unix_ms() / 1000) as i64;
     let since = match (&c.since, &c.last) {
-        (Some(s), _) => Some(parse_when(s, tz)?),
+        (Some(s), _) => Some(parse_when(s, zone)?),
         (None, Some(l)) => Some(now_s - parse_span(l)?),
         (None, None) => None,
     };
-    let until = c.until.as_deref().map(|u| parse_when(u, tz)).transpose()?;
+    let until = c
+        .until
+        .as_deref()
+        .map(|u| parse_when(u, zone))
+        .transpose()?;
     Ok(Query {
         window: Window {
             since_unix_s: since,
@@ -385,7 +369,7 @@ fn query(c: &Common, report: Report, group_by: Vec<GroupKey>) -> Result<Query> {
         group_by,
         report,
         limit: c.limit,
-        tz_offset_s: tz,
+        zone,
     })
 }
 
@@ -492,8 +476,8 @@ pub fn audit_cmd(cfg: &Config, cmd: AuditCmd) -> Result<()> {
         None => Box::new(std::io::stdout()),
     };
     match common.format {
-        Format::Table if heat => out.write_all(render::heatmap(&table).as_bytes())?,
-        Format::Table => out.write_all(render::text(&table).as_bytes())?,
+        Format::Table if heat => out.write_all(render::heatmap(&table, q.zone).as_bytes())?,
+        Format::Table => out.write_all(render::text(&table, q.zone).as_bytes())?,
         Format::Csv => out.write_all(render::csv(&table).as_bytes())?,
         Format::Json => out.write_all(render::json(&table)?.as_bytes())?,
         Format::Parquet => {
@@ -552,13 +536,23 @@ mod tests {
 
     #[test]
     fn times_and_spans_parse() {
-        assert_eq!(parse_when("1700000000", 0).unwrap(), 1_700_000_000);
+        assert_eq!(parse_when("1700000000", Zone::Utc).unwrap(), 1_700_000_000);
         // 2024-02-29 13:05 UTC = 1709211900; the same wall time at UTC+1 is an hour earlier.
-        assert_eq!(parse_when("2024-02-29T13:05", 0).unwrap(), 1_709_211_900);
-        assert_eq!(parse_when("2024-02-29 13:05", 3600).unwrap(), 1_709_208_300);
-        assert_eq!(parse_when("1970-01-01", 0).unwrap(), 0);
-        assert!(parse_when("2024-13-01", 0).is_err());
-        assert!(parse_when("yesterday", 0).is_err());
+        assert_eq!(
+            parse_when("2024-02-29T13:05", Zone::Utc).unwrap(),
+            1_709_211_900
+        );
+        assert_eq!(
+            parse_when("2024-02-29 13:05", Zone::Fixed(3600)).unwrap(),
+            1_709_208_300
+        );
+        assert_eq!(parse_when("1970-01-01", Zone::Utc).unwrap(), 0);
+        for bad in ["2024-13-01", "2026-02-30", "2026-01-01T24:00"] {
+            let e = parse_when(bad, Zone::Utc).unwrap_err().to_string();
+            assert_eq!(e, format!("{bad:?}: there is no such date or time"));
+        }
+        let e = parse_when("yesterday", Zone::Utc).unwrap_err().to_string();
+        assert!(e.contains("expected YYYY-MM-DD"), "{e}");
         assert_eq!(parse_span("7d").unwrap(), 604_800);
         assert_eq!(parse_span("90").unwrap(), 90);
         assert_eq!(parse_span("2w").unwrap(), 1_209_600);

@@ -1,7 +1,7 @@
 //! Calendar dates and the time formats jobscope prints, on `chrono`: the one place a Unix time
 //! becomes a date. Pure: the local time zone (which needs the system's zone files) is the caller's,
 //! through [`in_zone`]; everything here without a zone is UTC and says so.
-use chrono::{DateTime, Datelike, NaiveDate, TimeZone, Utc};
+use chrono::{DateTime, Datelike, NaiveDate, NaiveDateTime, TimeZone, Utc};
 
 /// Milliseconds in a UTC day.
 pub const DAY_MS: u64 = 86_400_000;
@@ -24,6 +24,12 @@ pub fn utc_time(unix_s: u64) -> String {
 pub fn date_path(unix_ms: u64) -> String {
     let (y, m, d) = civil_from_days((unix_ms / DAY_MS) as i64);
     format!("{y:04}/{m:02}/{d:02}")
+}
+
+/// The wall-clock reading of a local time given as seconds on that zone's clock since its
+/// 1970-01-01 00:00 (a Unix time plus the zone's offset at that instant): its hour, weekday, date.
+pub fn wall(local_s: i64) -> Option<NaiveDateTime> {
+    utc(local_s).map(|t| t.naive_utc())
 }
 
 /// The civil date (year, month, day) of day `days` since 1970-01-01, proleptic Gregorian.
@@ -54,6 +60,7 @@ pub fn in_zone<Tz: TimeZone>(unix_s: i64, tz: &Tz) -> Option<DateTime<Tz>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use chrono::Timelike;
 
     #[test]
     fn dates_of_known_instants() {
@@ -71,5 +78,12 @@ mod tests {
         assert_eq!(days_from_civil(2026, 2, 30), None);
         assert_eq!(days_from_civil(2026, 13, 1), None);
         assert_eq!(civil_from_days(-1), (1969, 12, 31));
+        // 2024-02-29 13:05:00 was a Thursday; one second before 1970 a Wednesday at 23 h.
+        let w = wall(1_709_211_900).unwrap();
+        assert_eq!((w.hour(), w.weekday().number_from_monday()), (13, 4));
+        let w = wall(-1).unwrap();
+        assert_eq!((w.hour(), w.weekday().number_from_monday()), (23, 3));
+        assert_eq!(w.date(), NaiveDate::from_ymd_opt(1969, 12, 31).unwrap());
+        assert!(wall(i64::MAX).is_none());
     }
 }

@@ -686,7 +686,7 @@ fn heat_map_spreads_core_hours_over_the_hours_a_job_ran() {
     assert!(close(total, 3.0));
     // In UTC+2 the same job runs Tuesday 01:30-03:00.
     let mut q = Query::new(Report::Heatmap);
-    q.tz_offset_s = 7200;
+    q.zone = crate::query::Zone::Fixed(7200);
     let t = mem.run(&q).unwrap();
     assert_eq!(t.rows[1][2], Value::Float(1.0));
     assert_eq!(t.rows[1][3], Value::Float(2.0));

@@ -6,7 +6,7 @@
 //! Row-level security applies as it does to any query: a role mapped to a uid gets that uid's rows.
 
 use super::schema::ident;
-use crate::query::{Engine, GroupKey, Query, Report, Result, WasteMetric, JOB_COLUMNS};
+use crate::query::{Engine, GroupKey, Query, Report, Result, WasteMetric, Zone, JOB_COLUMNS};
 use crate::table::{ColType, Table, Value};
 use postgres::types::ToSql;
 use postgres::Client;
@@ -82,22 +82,43 @@ fn conditions(q: &Query, s: &mut Sql, spans: Option<(i64, i64)>, uid_only: bool)
     c.join(" AND ")
 }
 
+/// The query's zone as `AT TIME ZONE` takes it: a zone name (PostgreSQL's own tz database gives
+/// each instant its offset), or a fixed offset as an interval (east positive; a text offset would
+/// be read with POSIX's inverted sign).
+fn zone_sql(q: &Query, s: &mut Sql) -> Result<String> {
+    Ok(match q.zone {
+        Zone::Fixed(o) => format!("make_interval(secs => {})", s.p(f64::from(o))),
+        z => {
+            let name = z.name().ok_or_else(|| {
+                anyhow::anyhow!(
+                    "the local time zone has no name to give PostgreSQL: set TZ (e.g. \
+                     TZ=Europe/Oslo) or use --utc"
+                )
+            })?;
+            format!("{}::text", s.p(name))
+        }
+    })
+}
+
+/// The wall-clock time (`timestamp`) in zone `zone` of the instant `ms_expr` (Unix ms).
+fn wall_sql(ms_expr: &str, zone: &str) -> String {
+    format!("(to_timestamp({ms_expr}::float8 / 1000.0::float8) AT TIME ZONE {zone})")
+}
+
 /// The expression of a group key over the row source `w` (and `x.node` for nodes).
-fn key_expr(k: GroupKey, off_ms: &str) -> String {
-    let secs = format!("((w.start_unix_ms + {off_ms}) / 1000)");
+fn key_expr(k: GroupKey, zone: &str) -> String {
+    let wall = wall_sql("w.start_unix_ms", zone);
     match k {
         GroupKey::Node => "x.node COLLATE \"C\"".into(),
-        GroupKey::HourOfDay => format!("({secs} % 86400 / 3600)"),
-        GroupKey::DayOfWeek => format!("(({secs} / 86400 + 3) % 7 + 1)"),
-        GroupKey::Day => {
-            format!("to_char(date '1970-01-01' + ({secs} / 86400)::int, 'YYYY-MM-DD')")
-        }
-        GroupKey::Month => format!("to_char(date '1970-01-01' + ({secs} / 86400)::int, 'YYYY-MM')"),
+        GroupKey::HourOfDay => format!("extract(hour FROM {wall})::bigint"),
+        GroupKey::DayOfWeek => format!("extract(isodow FROM {wall})::bigint"),
+        GroupKey::Day => format!("to_char({wall}, 'YYYY-MM-DD')"),
+        GroupKey::Month => format!("to_char({wall}, 'YYYY-MM')"),
         other => format!("w.{} COLLATE \"C\"", ident(other.column())),
     }
 }
 
-fn usage_sql(q: &Query, s: &mut Sql, spans: Option<(i64, i64)>) -> String {
+fn usage_sql(q: &Query, s: &mut Sql, spans: Option<(i64, i64)>) -> Result<String> {
     let keys = q.keys();
     let timed = keys.iter().any(|k| {
         matches!(
@@ -106,10 +127,10 @@ fn usage_sql(q: &Query, s: &mut Sql, spans: Option<(i64, i64)>) -> String {
         )
     });
     // Every placeholder must appear in the text (PostgreSQL counts them from it).
-    let off_ms = if timed {
-        s.p(i64::from(q.tz_offset_s) * 1000)
+    let zone = if timed {
+        zone_sql(q, s)?
     } else {
-        "0".into()
+        String::new()
     };
     let cond = conditions(q, s, spans, false);
     let by_node = keys.contains(&GroupKey::Node);
@@ -134,7 +155,7 @@ fn usage_sql(q: &Query, s: &mut Sql, spans: Option<(i64, i64)>) -> String {
     let mut sel: Vec<String> = keys
         .iter()
         .enumerate()
-        .map(|(i, k)| format!("{} AS k{i}", key_expr(*k, &off_ms)))
+        .map(|(i, k)| format!("{} AS k{i}", key_expr(*k, &zone)))
         .collect();
     sel.push("count(*)::bigint".into());
     sel.extend([
@@ -176,10 +197,10 @@ fn usage_sql(q: &Query, s: &mut Sql, spans: Option<(i64, i64)>) -> String {
         _ if keys.is_empty() => String::new(),
         _ => format!("ORDER BY {}", key_order.join(", ")),
     };
-    format!(
+    Ok(format!(
         "SELECT {} FROM {from} WHERE {cond} {group} {order}",
         sel.join(", ")
-    )
+    ))
 }
 
 /// The job columns over row source `w`.
@@ -275,23 +296,37 @@ fn cpu_only_sql(q: &Query, s: &mut Sql, spans: Option<(i64, i64)>, busy_pct: f64
     )
 }
 
-fn heatmap_sql(q: &Query, s: &mut Sql, spans: Option<(i64, i64)>) -> String {
-    let off = s.p(f64::from(q.tz_offset_s));
+/// Each job's cores × its time in each hour of the wall clock: its UTC hours (`h`), each cut
+/// where the wall clock starts a new hour inside it (a zone offset by part of an hour), each piece
+/// put in the weekday and hour of the wall clock at its own start (so at its own offset).
+fn heatmap_sql(q: &Query, s: &mut Sql, spans: Option<(i64, i64)>) -> Result<String> {
+    let zone = zone_sql(q, s)?;
     let cond = conditions(q, s, spans, false);
-    format!(
+    let wall = |ms: &str| wall_sql(ms, &zone);
+    Ok(format!(
         "WITH j AS (
-            SELECT alloc_cores::float8 AS cores,
-                   start_unix_ms::float8 / 1000.0::float8 + {off} AS ls,
-                   end_unix_ms::float8 / 1000.0::float8 + {off} AS le
+            SELECT alloc_cores::float8 AS cores, start_unix_ms AS s, end_unix_ms AS e
             FROM jobscope.jobs w
-            WHERE {cond} AND alloc_cores IS NOT NULL AND end_unix_ms > start_unix_ms)
-         SELECT (floor(h / 24.0)::bigint + 3) % 7 + 1 AS dow, h % 24 AS hour,
-                sum(j.cores * (least((h + 1) * 3600.0::float8, j.le) - greatest(h * 3600.0::float8, j.ls))
-                    / 3600.0::float8)
-         FROM j, LATERAL generate_series(floor(j.ls / 3600.0)::bigint,
-                                         ceil(j.le / 3600.0)::bigint - 1) AS h
-         GROUP BY 1, 2"
-    )
+            WHERE {cond} AND alloc_cores IS NOT NULL AND end_unix_ms > start_unix_ms),
+         hr AS (
+            SELECT j.cores, greatest(h * 3600000, j.s) AS a, least((h + 1) * 3600000, j.e) AS b
+            FROM j, LATERAL generate_series(floor(j.s / 3600000.0)::bigint,
+                                             floor((j.e - 1) / 3600000.0)::bigint) AS h),
+         cut AS (
+            SELECT cores, a, b, least(b, a + (extract(epoch FROM date_trunc('hour', {wall_a})
+                   + interval '1 hour' - {wall_a}) * 1000)::bigint) AS c
+            FROM hr),
+         piece AS (
+            SELECT cores, a AS p, c - a AS ms FROM cut
+            UNION ALL
+            SELECT cores, c, b - c FROM cut WHERE c < b)
+         SELECT extract(isodow FROM {wall_p})::bigint, extract(hour FROM {wall_p})::bigint,
+                sum(cores * ms::float8 / 3600000.0::float8)
+         FROM piece
+         GROUP BY 1, 2",
+        wall_a = wall("a"),
+        wall_p = wall("p"),
+    ))
 }
 
 fn cell(row: &postgres::Row, i: usize, kind: ColType) -> Result<Value> {
@@ -335,11 +370,11 @@ impl Engine for PgEngine {
         let spans = Self::spans(&mut client)?;
         let mut s = Sql { params: Vec::new() };
         let sql = match &q.report {
-            Report::Usage | Report::TopWasters { .. } => usage_sql(q, &mut s, spans),
+            Report::Usage | Report::TopWasters { .. } => usage_sql(q, &mut s, spans)?,
             Report::Jobs => jobs_sql(q, &mut s, spans),
             Report::GpuIdle => gpu_idle_sql(q, &mut s, spans),
             Report::CpuOnlyOnGpu { busy_pct } => cpu_only_sql(q, &mut s, spans, *busy_pct),
-            Report::Heatmap => heatmap_sql(q, &mut s, spans),
+            Report::Heatmap => heatmap_sql(q, &mut s, spans)?,
         };
         let refs: Vec<&(dyn ToSql + Sync)> = s.params.iter().map(|b| b.as_ref()).collect();
         let rows = client.query(&sql, &refs)?;
