@@ -482,3 +482,29 @@ fn the_reproduced_sequences() {
         Update,
     ]);
 }
+
+/// Not a check: the cost of an update on a 2 000-job archive, unchanged and after 5 new jobs
+/// (`cargo nextest run --release --run-ignored only -E 'test(update_cost)' --no-capture`).
+#[test]
+#[ignore]
+fn update_cost() {
+    let w = World::new();
+    for i in 0..2000u32 {
+        let mut s = summary(1000 + i, (i % 4) as usize);
+        s.scheduler_start_unix_s = Some(s.scheduler_start_unix_s.unwrap() + u64::from(i));
+        w.store.write(&s).unwrap();
+    }
+    let idx = Index::new(&w.store, w.settings.clone());
+    idx.update(false).unwrap();
+    for round in 0..3 {
+        let t = std::time::Instant::now();
+        let r = idx.update(false).unwrap();
+        eprintln!("no change: {:?} ({} days read)", t.elapsed(), r.days_read);
+        for k in 0..5u32 {
+            w.store.write(&summary(9000 + round * 10 + k, 3)).unwrap();
+        }
+        let t = std::time::Instant::now();
+        let r = idx.update(false).unwrap();
+        eprintln!("5 new jobs: {:?} ({} added)", t.elapsed(), r.jobs_added);
+    }
+}
