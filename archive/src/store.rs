@@ -235,7 +235,8 @@ pub fn list(dir: &Path) -> std::io::Result<Listing> {
 }
 
 /// Real subdirectories (never symlinks) of `p` whose name is all digits, `len` of them if given;
-/// sorted. An unreadable directory has none.
+/// sorted. An unreadable directory has none (for readers that show what they can: `show`, `verify`,
+/// `prune`); [`Store::walk_days`] uses [`numeric_dirs_strict`] instead.
 fn numeric_dirs(p: &Path, len: Option<usize>) -> Vec<(String, PathBuf)> {
     let mut v: Vec<(String, PathBuf)> = std::fs::read_dir(p)
         .map(|rd| {
@@ -243,10 +244,7 @@ fn numeric_dirs(p: &Path, len: Option<usize>) -> Vec<(String, PathBuf)> {
                 .flatten()
                 .filter_map(|e| {
                     let n = e.file_name().into_string().ok()?;
-                    let ok = len.is_none_or(|l| n.len() == l)
-                        && (1..=10).contains(&n.len())
-                        && n.bytes().all(|b| b.is_ascii_digit())
-                        && e.file_type().is_ok_and(|t| t.is_dir());
+                    let ok = numeric_name(&n, len) && e.file_type().is_ok_and(|t| t.is_dir());
                     ok.then(|| (n, e.path()))
                 })
                 .collect()
@@ -254,6 +252,43 @@ fn numeric_dirs(p: &Path, len: Option<usize>) -> Vec<(String, PathBuf)> {
         .unwrap_or_default();
     v.sort();
     v
+}
+
+fn numeric_name(n: &str, len: Option<usize>) -> bool {
+    len.is_none_or(|l| n.len() == l)
+        && (1..=10).contains(&n.len())
+        && n.bytes().all(|b| b.is_ascii_digit())
+}
+
+/// [`numeric_dirs`] for a reader that must see everything or nothing (the index): a directory that
+/// cannot be read, an entry that cannot be, or a dated name that is not a directory (so cannot be
+/// read as one) is an error naming the path, never an empty listing. Symlinks are still not followed
+/// (skipped, as `archive verify` reports).
+fn numeric_dirs_strict(p: &Path, len: Option<usize>) -> Result<Vec<(String, PathBuf)>> {
+    let err = |path: &Path, e: std::io::Error| {
+        anyhow::anyhow!("archive directory {} cannot be read: {e}", path.display())
+    };
+    let mut v = Vec::new();
+    for e in std::fs::read_dir(p).map_err(|e| err(p, e))? {
+        let e = e.map_err(|e| err(p, e))?;
+        let Ok(n) = e.file_name().into_string() else {
+            continue;
+        };
+        if !numeric_name(&n, len) {
+            continue;
+        }
+        let t = e.file_type().map_err(|x| err(&e.path(), x))?;
+        if t.is_symlink() {
+            continue;
+        }
+        if !t.is_dir() {
+            let path = e.path();
+            return Err(err(&path, std::io::Error::from_raw_os_error(libc::ENOTDIR)));
+        }
+        v.push((n, e.path()));
+    }
+    v.sort();
+    Ok(v)
 }
 
 // -------------------------------------------------------------------------------- loading
@@ -422,6 +457,23 @@ impl Store {
                             })
                     })
             })
+    }
+
+    /// The day directories like [`Store::days`], but a year, month or day directory that cannot
+    /// be read is an error naming it: the index must not take an NFS error for "no records".
+    pub fn walk_days(&self) -> Result<Vec<Day>> {
+        let mut out = Vec::new();
+        for (y, yp) in numeric_dirs_strict(&self.root, Some(4))? {
+            for (m, mp) in numeric_dirs_strict(&yp, Some(2))? {
+                for (d, dp) in numeric_dirs_strict(&mp, Some(2))? {
+                    out.push(Day {
+                        date: format!("{y}/{m}/{d}"),
+                        path: dp,
+                    });
+                }
+            }
+        }
+        Ok(out)
     }
 
     /// The owners' directories `users/<uid>/`.

@@ -231,6 +231,11 @@ pub fn index_cmd(cfg: &Config, cmd: IndexCmd) -> Result<()> {
                 secs
             );
         }
+        if !rep.rebuilt {
+            for r in &rep.rebuild_reasons {
+                println!("  rebuilt {r}");
+            }
+        }
         for p in &rep.problems {
             println!("  not indexed: {p}");
         }

@@ -1,14 +1,23 @@
-//! One index writer at a time, also across hosts on a shared filesystem: a lock file created with
-//! `O_EXCL` (atomic on local filesystems and NFSv3+), holding `host pid unix_s`. A lock whose holder
-//! is gone (same host, no such process) or that is older than the staleness limit is taken over.
+//! One index writer at a time, also across hosts on a shared filesystem: an exclusive `flock(2)` on
+//! `<archive>/.index.lock`, held on an open descriptor for the whole update. The kernel (or, on NFS,
+//! the server's lock manager: Linux maps `flock` to byte-range locks there) releases it when the
+//! holder dies, so a dead writer's lock needs no takeover. The file itself is never removed:
+//! removing a locked file would let a second writer lock a new file of the same name while the
+//! first still holds the old one. It holds `host pid unix_s` of the holder, for the message a waiter
+//! prints; the text is never read to decide anything (reading it and then removing the file was a
+//! race in which two takers both went ahead).
 
 use anyhow::{bail, Context, Result};
-use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::fs::File;
+use std::io::{Read, Seek, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::io::AsRawFd;
+use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+/// Held while alive; dropping it (or the process dying) releases the lock.
 pub struct Lock {
-    path: PathBuf,
+    _file: File,
 }
 
 fn host() -> String {
@@ -28,98 +37,162 @@ fn now_s() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
-/// Why an existing lock may be taken over, or `None` while its holder may still be working.
-fn stale(text: &str, stale_s: u64) -> Option<String> {
-    let mut it = text.split_whitespace();
-    let (h, pid, t) = (it.next(), it.next(), it.next());
-    let (Some(h), Some(pid), Some(t)) = (
-        h,
-        pid.and_then(|p| p.parse::<i32>().ok()),
-        t.and_then(|t| t.parse::<u64>().ok()),
-    ) else {
-        return Some("unreadable lock file".into());
-    };
-    if h == host() && pid > 0 {
-        // SAFETY: kill with signal 0 only checks that the process exists.
-        let alive = unsafe { libc::kill(pid, 0) } == 0
-            || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM);
-        if !alive {
-            return Some(format!("process {pid} on {h} is gone"));
+/// `Ok(true)`: locked; `Ok(false)`: another descriptor holds it.
+fn try_flock(f: &File) -> std::io::Result<bool> {
+    loop {
+        // SAFETY: flock on a descriptor we own.
+        if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+            return Ok(true);
+        }
+        let e = std::io::Error::last_os_error();
+        match e.raw_os_error() {
+            Some(libc::EINTR) => continue,
+            Some(libc::EWOULDBLOCK) => return Ok(false),
+            _ => return Err(e),
         }
     }
-    let age = now_s().saturating_sub(t);
-    (age > stale_s).then(|| format!("held by {h} pid {pid} for {age} s"))
 }
 
 impl Lock {
-    /// Takes the lock at `path`, waiting up to `wait_s` for a live holder.
-    pub fn take(path: &Path, stale_s: u64, wait_s: u64) -> Result<Lock> {
+    /// Takes the lock at `path`, waiting up to `wait_s` for the holder to finish.
+    pub fn take(path: &Path, wait_s: u64) -> Result<Lock> {
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .mode(0o640)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
+            .open(path)
+            .with_context(|| format!("taking the index lock {}", path.display()))?;
+        if !f.metadata()?.is_file() {
+            bail!("index lock {} is not a regular file", path.display());
+        }
         let start = std::time::Instant::now();
         loop {
-            match jobscope_sampler::fsutil::create_new(path, 0o640) {
-                Ok(mut f) => {
-                    writeln!(f, "{} {} {}", host(), std::process::id(), now_s())
-                        .and_then(|_| f.sync_all())
-                        .with_context(|| format!("writing {}", path.display()))?;
-                    return Ok(Lock {
-                        path: path.to_path_buf(),
-                    });
-                }
-                Err(jobscope_sampler::fsutil::FsError::Io { source, .. })
-                    if source.kind() == std::io::ErrorKind::AlreadyExists =>
-                {
-                    let text =
-                        jobscope_sampler::fsutil::read_limited(path, 4096).unwrap_or_default();
-                    if let Some(why) = stale(&String::from_utf8_lossy(&text), stale_s) {
-                        // Take over: remove it and try again (another taker may win the O_EXCL race).
-                        eprintln!("jobscope index: taking over a stale lock ({why})");
-                        let _ = std::fs::remove_file(path);
-                        continue;
-                    }
-                    if start.elapsed().as_secs() >= wait_s {
-                        bail!(
-                            "the index is being updated by another process ({}: {})",
-                            path.display(),
-                            String::from_utf8_lossy(&text).trim()
-                        );
-                    }
-                    std::thread::sleep(std::time::Duration::from_millis(200));
-                }
-                Err(e) => return Err(e).context("taking the index lock"),
+            if try_flock(&f).with_context(|| format!("locking {}", path.display()))? {
+                break;
             }
+            if start.elapsed().as_secs() >= wait_s {
+                let mut text = String::new();
+                let _ = (&f).take(256).read_to_string(&mut text);
+                bail!(
+                    "the index is being updated by another process ({}: {})",
+                    path.display(),
+                    text.trim()
+                );
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
         }
-    }
-}
-
-impl Drop for Lock {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.path);
+        // Who holds it, for a waiter's message (best effort: the flock is what excludes).
+        let _ = f.set_len(0).and_then(|_| {
+            (&f).rewind()?;
+            writeln!(&f, "{} {} {}", host(), std::process::id(), now_s())
+        });
+        Ok(Lock { _file: f })
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::{Arc, Barrier};
 
     #[test]
-    fn second_taker_waits_then_fails_and_a_dead_holder_is_taken_over() {
+    fn second_taker_waits_then_fails_and_a_released_lock_is_taken() {
         let d = tempfile::tempdir().unwrap();
         let p = d.path().join("LOCK");
-        let l = Lock::take(&p, 600, 0).unwrap();
-        let e = Lock::take(&p, 600, 0).err().expect("held");
+        let l = Lock::take(&p, 0).unwrap();
+        let e = Lock::take(&p, 0).err().expect("held");
         assert!(e.to_string().contains("another process"), "{e}");
+        assert!(
+            e.to_string().contains(&std::process::id().to_string()),
+            "names the holder: {e}"
+        );
         drop(l);
-        assert!(!p.exists());
-        // A holder on this host whose process is gone (pid far above pid_max).
-        std::fs::write(&p, format!("{} 2147483646 {}\n", host(), now_s())).unwrap();
-        let _l = Lock::take(&p, 600, 0).unwrap();
-        // An old lock of another host.
-        drop(_l);
-        std::fs::write(&p, format!("elsewhere 5 {}\n", now_s() - 1000)).unwrap();
-        let _l = Lock::take(&p, 600, 0).unwrap();
-        drop(_l);
-        // A young lock of another host is respected.
-        std::fs::write(&p, format!("elsewhere 5 {}\n", now_s())).unwrap();
-        assert!(Lock::take(&p, 600, 0).is_err());
+        // A lock file left behind by a writer that is gone (the old pid-text format, or ours
+        // after a crash) holds no flock: it is taken at once.
+        std::fs::write(&p, "elsewhere 5 0\n").unwrap();
+        let _l = Lock::take(&p, 0).unwrap();
+    }
+
+    #[test]
+    fn a_dead_holders_lock_is_released_by_the_kernel() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("LOCK");
+        // A child process takes the lock on a descriptor of its own and is killed while holding
+        // it (the shell locks fd 9 with flock(1), then becomes `sleep`, which keeps fd 9).
+        let script = format!("exec 9>>'{}' && flock -x 9 && exec sleep 30", p.display());
+        let Ok(mut child) = std::process::Command::new("sh")
+            .args(["-c", &script])
+            .spawn()
+        else {
+            panic!("sh cannot be run");
+        };
+        // Wait until the child holds it (bounded: 10 s).
+        let mut held = false;
+        for _ in 0..100 {
+            if let Ok(f) = std::fs::File::open(&p) {
+                if !try_flock(&f).unwrap() {
+                    held = true;
+                    break;
+                }
+            }
+            // Not yet (or we got it first; closing `f` gave it back).
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        assert!(held, "the child never took the lock");
+        assert!(Lock::take(&p, 0).is_err(), "a live holder is respected");
+        child.kill().unwrap();
+        child.wait().unwrap();
+        // No takeover, no staleness limit: the kernel released it when the holder died.
+        let l = Lock::take(&p, 0);
+        assert!(
+            l.is_ok(),
+            "the dead holder's lock was released: {:?}",
+            l.err()
+        );
+    }
+
+    #[test]
+    fn of_many_concurrent_takers_of_a_stale_lock_exactly_one_proceeds_at_a_time() {
+        let d = tempfile::tempdir().unwrap();
+        let p = Arc::new(d.path().join("LOCK"));
+        for round in 0..20 {
+            // A stale lock left by a dead writer of the old format.
+            std::fs::write(&*p, format!("{} 2147483646 0\n", host())).unwrap();
+            let takers = 16;
+            let barrier = Arc::new(Barrier::new(takers));
+            let inside = Arc::new(AtomicUsize::new(0));
+            let most = Arc::new(AtomicUsize::new(0));
+            let won = Arc::new(AtomicUsize::new(0));
+            let hs: Vec<_> = (0..takers)
+                .map(|_| {
+                    let (p, barrier, inside, most, won) = (
+                        p.clone(),
+                        barrier.clone(),
+                        inside.clone(),
+                        most.clone(),
+                        won.clone(),
+                    );
+                    std::thread::spawn(move || {
+                        barrier.wait();
+                        // wait_s 0: only the takers that find it free proceed.
+                        if let Ok(_l) = Lock::take(&p, 0) {
+                            won.fetch_add(1, Ordering::SeqCst);
+                            let n = inside.fetch_add(1, Ordering::SeqCst) + 1;
+                            most.fetch_max(n, Ordering::SeqCst);
+                            std::thread::sleep(std::time::Duration::from_millis(20));
+                            inside.fetch_sub(1, Ordering::SeqCst);
+                        }
+                    })
+                })
+                .collect();
+            for h in hs {
+                h.join().unwrap();
+            }
+            assert_eq!(most.load(Ordering::SeqCst), 1, "round {round}: two inside");
+            assert!(won.load(Ordering::SeqCst) >= 1, "round {round}: nobody");
+        }
     }
 }

@@ -38,7 +38,7 @@ use crate::table::Table;
 use anyhow::{bail, Context, Result};
 use arrow_array::{Array, Int64Array, RecordBatch};
 use jobscope_archive::manifest;
-use jobscope_archive::{self as archive, Store, MAX_DOC_BYTES};
+use jobscope_archive::{self as archive, Key, Store, MAX_DOC_BYTES};
 use jobscope_sampler::config::Report;
 use parquet::arrow::arrow_reader::{
     ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReaderBuilder,
@@ -66,6 +66,46 @@ pub struct DayMark {
     pub size: u64,
     pub seq: u64,
     pub chain: String,
+    /// The day directory's [`Stamp`] when it was listed (`None`: too recent to be trusted, see
+    /// [`RACY_S`]): a record written without its MANIFEST line changes the directory, not the
+    /// manifest, so a day is read again when either changed.
+    #[serde(default)]
+    pub dir: Option<Stamp>,
+}
+
+/// A file's identity and change times. An equal stamp means the file was not written to,
+/// replaced or renamed over since: each of those moves its ctime, which no one can set back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Stamp {
+    pub ino: u64,
+    pub size: u64,
+    pub ctime_ns: i64,
+    pub mtime_ns: i64,
+}
+
+/// A stamp taken within this many seconds of the file's last change proves nothing later:
+/// filesystem timestamps are coarse (a clock tick), so a change in the same tick leaves them
+/// equal. Such a file is checked in full next time (git's "racily clean" entries).
+const RACY_S: i64 = 2;
+
+fn stamp_of(md: &std::fs::Metadata) -> Stamp {
+    use std::os::unix::fs::MetadataExt;
+    Stamp {
+        ino: md.ino(),
+        size: md.size(),
+        ctime_ns: md.ctime().saturating_mul(1_000_000_000) + md.ctime_nsec(),
+        mtime_ns: md.mtime().saturating_mul(1_000_000_000) + md.mtime_nsec(),
+    }
+}
+
+/// The stamp of `md` if it is old enough to be trusted by a later update.
+fn settled(md: &std::fs::Metadata) -> Option<Stamp> {
+    let st = stamp_of(md);
+    let now_ns = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as i64);
+    let last = st.ctime_ns.max(st.mtime_ns);
+    (now_ns.saturating_sub(last) > RACY_S * 1_000_000_000).then_some(st)
 }
 
 /// One Parquet file of the index.
@@ -78,6 +118,15 @@ pub struct Part {
     /// Smallest and largest `end_unix_ms` in the file (a window skips a file without opening it).
     pub min_end_ms: Option<i64>,
     pub max_end_ms: Option<i64>,
+    /// SHA-256 of the whole file as written: damage (a flipped bit, another part copied over it)
+    /// is found before a query trips on it, and its month is rebuilt. `None`: written by an
+    /// earlier jobscope (checked by decoding every page once, then recorded).
+    #[serde(default)]
+    pub sha256: Option<String>,
+    /// The file's [`Stamp`] when its checksum last matched: while it is unchanged the file is not
+    /// read again (an update must not read the whole index).
+    #[serde(default)]
+    pub stamp: Option<Stamp>,
 }
 
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
@@ -97,6 +146,8 @@ pub struct UpdateReport {
     pub why: Option<String>,
     pub days_read: usize,
     pub months_rebuilt: Vec<String>,
+    /// Why each month in `months_rebuilt` was (a day gone, a manifest changed, a damaged part…).
+    pub rebuild_reasons: Vec<String>,
     pub jobs_added: u64,
     pub parts_written: usize,
     pub parts_compacted: usize,
@@ -288,13 +339,19 @@ fn write_part_batches(
     }
     w.close()?;
     f.sync_all()?;
-    std::fs::rename(&tmp, dir.join(&name))?;
+    // Read back from the page cache: what is on disk is what later updates compare with.
+    let sha256 = manifest::sha256_file(&tmp).with_context(|| format!("{}", tmp.display()))?;
+    let path = dir.join(&name);
+    std::fs::rename(&tmp, &path)?;
+    let stamp = settled(&std::fs::symlink_metadata(&path)?);
     Ok(Part {
         file: format!("{rel_dir}/{name}"),
         month: month.to_string(),
         rows,
         min_end_ms,
         max_end_ms,
+        sha256: Some(sha256),
+        stamp,
     })
 }
 
@@ -330,22 +387,162 @@ fn rows_of(path: &Path, report: &Report) -> Result<(JobRow, Vec<NodeRow>)> {
     Ok((JobRow::of(&s), NodeRow::of(&s)))
 }
 
-/// Rows of new records, grouped by month.
+/// The key of an archived run ([`archive::Key::of`]) from its row's columns.
+fn key_of(cluster: Option<&str>, job_id: u32, sched_start_s: Option<u64>, start_ms: u64) -> Key {
+    Key {
+        job_id,
+        start_unix_s: sched_start_s.unwrap_or(start_ms / 1000),
+        cluster: cluster.and_then(archive::cluster_label),
+    }
+}
+
+fn key_of_row(r: &JobRow) -> Key {
+    key_of(
+        r.cluster.as_deref(),
+        r.job_id,
+        r.scheduler_start_unix_s,
+        r.start_unix_ms,
+    )
+}
+
+/// The columns [`key_of`] reads.
+const KEY_COLUMNS: [&str; 4] = [
+    "cluster",
+    "job_id",
+    "scheduler_start_unix_s",
+    "start_unix_ms",
+];
+
+/// The keys of the runs in `parts` (reading only the key columns).
+fn keys_in(dir: &Path, parts: &[&Part]) -> Result<BTreeSet<Key>> {
+    use arrow_array::cast::AsArray;
+    use arrow_array::types::Int64Type;
+    let mut out = BTreeSet::new();
+    for p in parts {
+        let f = std::fs::File::open(dir.join(&p.file))
+            .with_context(|| format!("index part {}", p.file))?;
+        let b = ParquetRecordBatchReaderBuilder::try_new(f)
+            .with_context(|| format!("index part {} is damaged", p.file))?;
+        let idx = KEY_COLUMNS
+            .iter()
+            .map(|c| b.schema().index_of(c))
+            .collect::<std::result::Result<Vec<_>, _>>()?;
+        let mask = ProjectionMask::roots(b.parquet_schema(), idx);
+        for batch in b.with_projection(mask).with_batch_size(64 * 1024).build()? {
+            let batch = batch.with_context(|| format!("index part {} is damaged", p.file))?;
+            let col = |n: &str| batch.column_by_name(n).context("key column missing");
+            let cluster = col("cluster")?
+                .as_string_opt::<i32>()
+                .context("cluster is not text")?;
+            let int = |n: &str| -> Result<&Int64Array> {
+                col(n)?
+                    .as_primitive_opt::<Int64Type>()
+                    .with_context(|| format!("{n} is not Int64"))
+            };
+            let (job, sched, start) = (
+                int("job_id")?,
+                int("scheduler_start_unix_s")?,
+                int("start_unix_ms")?,
+            );
+            for i in 0..batch.num_rows() {
+                out.insert(key_of(
+                    (!cluster.is_null(i)).then(|| cluster.value(i)),
+                    job.value(i) as u32,
+                    (!sched.is_null(i)).then(|| sched.value(i) as u64),
+                    start.value(i) as u64,
+                ));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// One run's rows and the record they come from.
+type Rows = (JobRow, Vec<NodeRow>, PathBuf);
+
+/// Rows of new records, grouped by month, one per key: the key is unique by construction.
 #[derive(Default)]
 struct Pending {
-    jobs: BTreeMap<String, Vec<JobRow>>,
-    nodes: BTreeMap<String, Vec<NodeRow>>,
+    months: BTreeMap<String, BTreeMap<Key, Rows>>,
 }
 
 impl Pending {
-    fn add(&mut self, month: &str, path: &Path, s: &Settings, problems: &mut Vec<String>) {
+    /// Adds the rows of the record at `path`, returning its key (`None`: not readable, named in
+    /// `problems`). A key already pending is replaced by this later record, and said.
+    fn add(
+        &mut self,
+        month: &str,
+        path: &Path,
+        s: &Settings,
+        problems: &mut Vec<String>,
+    ) -> Option<Key> {
         match rows_of(path, &s.report) {
             Ok((j, n)) => {
-                self.jobs.entry(month.to_string()).or_default().push(j);
-                self.nodes.entry(month.to_string()).or_default().extend(n);
+                let k = key_of_row(&j);
+                let m = self.months.entry(month.to_string()).or_default();
+                if let Some((_, _, old)) = m.insert(k.clone(), (j, n, path.to_path_buf())) {
+                    problems.push(format!(
+                        "{}: the same run as {} (one row, from the later)",
+                        path.display(),
+                        old.display()
+                    ));
+                }
+                Some(k)
             }
-            Err(e) => problems.push(format!("{}: {e:#}", path.display())),
+            Err(e) => {
+                problems.push(format!("{}: {e:#}", path.display()));
+                None
+            }
         }
+    }
+}
+
+/// Marks `month` to be rebuilt, saying why (once per month).
+fn redo(months: &mut BTreeSet<String>, reasons: &mut Vec<String>, month: &str, why: String) {
+    if months.insert(month.to_string()) {
+        reasons.push(format!("{month}: {why}"));
+    }
+}
+
+/// A day's MANIFEST size (0 when there is none) and directory metadata, taken before reading it.
+fn day_stat(d: &archive::Day) -> Result<(u64, std::fs::Metadata)> {
+    let dir = std::fs::symlink_metadata(&d.path)
+        .with_context(|| format!("archive day {} cannot be read", d.path.display()))?;
+    let m = d.path.join(manifest::MANIFEST);
+    let size = match std::fs::symlink_metadata(&m) {
+        Ok(md) => md.len(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
+        Err(e) => bail!("{} cannot be read: {e}", m.display()),
+    };
+    Ok((size, dir))
+}
+
+/// A day's manifest lines and the records in it. The manifest first: a line is appended after
+/// its record is written, so every record a line names is in the listing that follows.
+fn read_day(d: &archive::Day) -> Result<(Vec<manifest::Entry>, u64, archive::Listing)> {
+    let (entries, size) = manifest::read_entries(&d.path)?;
+    let listing = archive::list(&d.path)
+        .with_context(|| format!("archive day {} cannot be read", d.path.display()))?;
+    if listing.truncated {
+        bail!(
+            "archive day {} has more entries than can be listed",
+            d.path.display()
+        );
+    }
+    Ok((entries, size, listing))
+}
+
+fn mark(entries: &[manifest::Entry], size: u64, dir: &std::fs::Metadata) -> DayMark {
+    let last = entries.last();
+    DayMark {
+        size,
+        seq: last.map_or(0, |e| e.seq),
+        chain: last.map_or_else(String::new, |e| e.chain.clone()),
+        // Not held to RACY_S as parts are: a record added in the clock tick of this stamp but
+        // after the listing is missed only if its MANIFEST line never comes (the line grows the
+        // manifest), and then only until the day changes again or its month is rebuilt; holding
+        // it would re-read every day written in the last seconds at each update.
+        dir: Some(stamp_of(dir)),
     }
 }
 
@@ -361,11 +558,7 @@ impl<'a> Index<'a> {
     }
 
     fn lock(&self) -> Result<lock::Lock> {
-        lock::Lock::take(
-            &self.store.root().join(LOCK),
-            self.settings.lock_stale_s,
-            self.settings.lock_wait_s,
-        )
+        lock::Lock::take(&self.store.root().join(LOCK), self.settings.lock_wait_s)
     }
 
     /// Brings the index up to date with the archive (a full rebuild when `rebuild`, or when the
@@ -375,6 +568,8 @@ impl<'a> Index<'a> {
         let s = &self.settings;
         mkdir(&s.dir, s.admin_gid)?;
         let mut rep = UpdateReport::default();
+        // Months whose parts are thrown away and made again from their day directories.
+        let mut rebuild_months: BTreeSet<String> = BTreeSet::new();
         let mut state = if rebuild {
             rep.why = Some("asked for".into());
             None
@@ -384,13 +579,12 @@ impl<'a> Index<'a> {
                     rep.why = Some("no index yet".into());
                     None
                 }
-                Ok(st) => match self.check_parts(&st) {
-                    Ok(()) => Some(st),
-                    Err(e) => {
-                        rep.why = Some(format!("{e:#}"));
-                        None
+                Ok(mut st) => {
+                    for (month, why) in self.validate(&mut st) {
+                        redo(&mut rebuild_months, &mut rep.rebuild_reasons, &month, why);
                     }
-                },
+                    Some(st)
+                }
                 Err(e) => {
                     rep.why = Some(format!("{e:#}"));
                     None
@@ -406,42 +600,41 @@ impl<'a> Index<'a> {
         });
         let next_part = state.next_part.max(1);
 
-        // Which months must be rebuilt, which days have new lines.
-        let days: Vec<archive::Day> = self.store.days().collect();
-        let mut rebuild_months: BTreeSet<String> = BTreeSet::new();
+        // A directory that cannot be read stops the update here, the index as it was.
+        let days = self.store.walk_days()?;
         if rep.rebuilt {
             rebuild_months.extend(days.iter().map(|d| month_of_day(&d.date)));
         }
-        let mut pending = Pending::default();
+        // A day indexed before and gone now (pruned, moved, removed): its rows go with it, as a
+        // rebuild from the archive would have it. Its month is made again from the days left.
+        let present: BTreeSet<&str> = days.iter().map(|d| d.date.as_str()).collect();
+        for k in state.days.keys().filter(|k| !present.contains(k.as_str())) {
+            redo(
+                &mut rebuild_months,
+                &mut rep.rebuild_reasons,
+                &month_of_day(k),
+                format!("day {k} is gone"),
+            );
+        }
+
+        // Which days changed, what they gained: records of new MANIFEST lines, and records without
+        // a line (`orphan`: the writer died between the record and its line).
         let mut marks: BTreeMap<String, DayMark> = BTreeMap::new();
+        let mut found: BTreeMap<String, Vec<(PathBuf, bool)>> = BTreeMap::new();
         for d in &days {
             let month = month_of_day(&d.date);
-            let size =
-                std::fs::symlink_metadata(d.path.join(manifest::MANIFEST)).map_or(0, |m| m.len());
-            let old = state.days.get(&d.date);
-            if !rebuild_months.contains(&month) && old.is_some_and(|o| o.size == size) {
-                continue;
-            }
-            let (entries, size) = match manifest::read_entries(&d.path) {
-                Ok(x) => x,
-                Err(e) => {
-                    rep.problems.push(format!("{}: {e}", d.date));
-                    (Vec::new(), size)
-                }
-            };
-            rep.days_read += 1;
-            let last = entries.last();
-            marks.insert(
-                d.date.clone(),
-                DayMark {
-                    size,
-                    seq: last.map_or(0, |e| e.seq),
-                    chain: last.map_or_else(String::new, |e| e.chain.clone()),
-                },
-            );
             if rebuild_months.contains(&month) {
                 continue;
             }
+            let old = state.days.get(&d.date);
+            let (size, dir_md) = day_stat(d)?;
+            let dir = stamp_of(&dir_md);
+            if old.is_some_and(|o| o.size == size && o.dir == Some(dir)) {
+                continue;
+            }
+            let (entries, size, listing) = read_day(d)?;
+            rep.days_read += 1;
+            marks.insert(d.date.clone(), mark(&entries, size, &dir_md));
             let consumed = old.map_or(0, |o| o.seq);
             let prefix_ok = match old {
                 None => true,
@@ -449,66 +642,122 @@ impl<'a> Index<'a> {
                 Some(o) => entries.iter().any(|e| e.seq == o.seq && e.chain == o.chain),
             };
             let (done, new): (Vec<_>, Vec<_>) = entries.iter().partition(|e| e.seq <= consumed);
-            let rewritten = new.iter().any(|e| done.iter().any(|x| x.name == e.name));
-            if !prefix_ok || rewritten {
-                rebuild_months.insert(month);
+            if !prefix_ok {
+                let why = format!("the MANIFEST of {} changed or is gone", d.date);
+                redo(&mut rebuild_months, &mut rep.rebuild_reasons, &month, why);
                 continue;
             }
+            if new.iter().any(|e| done.iter().any(|x| x.name == e.name)) {
+                let why = format!("a record of {} was written again", d.date);
+                redo(&mut rebuild_months, &mut rep.rebuild_reasons, &month, why);
+                continue;
+            }
+            let lined: BTreeSet<&str> = entries.iter().map(|e| e.name.as_str()).collect();
+            let f = found.entry(month).or_default();
             // The latest line of each name wins (a file listed twice among the new lines).
             let names: BTreeSet<&str> = new.iter().map(|e| e.name.as_str()).collect();
-            for name in names {
-                pending.add(&month, &d.path.join(name), s, &mut rep.problems);
+            f.extend(names.into_iter().map(|n| (d.path.join(n), false)));
+            f.extend(
+                listing
+                    .records
+                    .iter()
+                    .filter(|r| r.regular && r.name.is_some() && !lined.contains(r.file.as_str()))
+                    .map(|r| (d.path.join(&r.file), true)),
+            );
+        }
+        // Each run one row: a record whose key the month already has is skipped when it has no
+        // line (it was indexed as an orphan before), and makes the month rebuilt when a new line
+        // names it (a newer write of that run: the files are the truth).
+        let mut pending = Pending::default();
+        for (month, list) in found {
+            if rebuild_months.contains(&month) || list.is_empty() {
+                continue;
+            }
+            let parts: Vec<&Part> = state.jobs.iter().filter(|p| p.month == month).collect();
+            let have = match keys_in(&s.dir, &parts) {
+                Ok(k) => k,
+                Err(e) => {
+                    redo(
+                        &mut rebuild_months,
+                        &mut rep.rebuild_reasons,
+                        &month,
+                        format!("{e:#}"),
+                    );
+                    continue;
+                }
+            };
+            for (path, orphan) in list {
+                let named = path
+                    .file_name()
+                    .and_then(|n| archive::RecordName::parse(&n.to_string_lossy()));
+                if let (true, Some(archive::RecordName::Keyed(k))) = (orphan, &named) {
+                    if have.contains(k) {
+                        continue;
+                    }
+                }
+                let Some(k) = pending.add(&month, &path, s, &mut rep.problems) else {
+                    continue;
+                };
+                if have.contains(&k) {
+                    if orphan {
+                        pending.months.entry(month.clone()).or_default().remove(&k);
+                        continue;
+                    }
+                    let why = format!("{} is a run the index has", path.display());
+                    redo(&mut rebuild_months, &mut rep.rebuild_reasons, &month, why);
+                    break;
+                }
             }
         }
         // Months rebuilt from their day directories' records (the files are the truth).
         for month in &rebuild_months {
-            pending.jobs.remove(month);
-            pending.nodes.remove(month);
-            pending.jobs.entry(month.clone()).or_default();
+            pending.months.insert(month.clone(), BTreeMap::new());
             for d in days.iter().filter(|d| &month_of_day(&d.date) == month) {
-                match archive::list(&d.path) {
-                    Ok(l) => {
-                        for r in l.records.iter().filter(|r| r.regular && r.name.is_some()) {
-                            pending.add(month, &d.path.join(&r.file), s, &mut rep.problems);
-                        }
-                    }
-                    Err(e) => rep.problems.push(format!("{}: {e}", d.date)),
+                let (_, dir_md) = day_stat(d)?;
+                let (entries, size, listing) = read_day(d)?;
+                rep.days_read += 1;
+                marks.insert(d.date.clone(), mark(&entries, size, &dir_md));
+                for r in listing
+                    .records
+                    .iter()
+                    .filter(|r| r.regular && r.name.is_some())
+                {
+                    pending.add(month, &d.path.join(&r.file), s, &mut rep.problems);
                 }
             }
         }
         state.jobs.retain(|p| !rebuild_months.contains(&p.month));
         state.nodes.retain(|p| !rebuild_months.contains(&p.month));
-        // Days that are gone (pruned) are forgotten; their rows stay until their month is rebuilt.
-        state.days.retain(|k, _| days.iter().any(|d| &d.date == k));
+        state.days.retain(|k, _| {
+            present.contains(k.as_str()) && !rebuild_months.contains(&month_of_day(k))
+        });
         state.days.extend(marks);
         rep.months_rebuilt = rebuild_months.into_iter().collect();
 
         let mut seq = next_part;
-        for (month, mut rows) in std::mem::take(&mut pending.jobs) {
-            if rows.is_empty() {
+        for (month, runs) in std::mem::take(&mut pending.months) {
+            if runs.is_empty() {
                 continue;
             }
-            rows.sort_by_key(|r| (r.end_unix_ms, r.job_id));
-            rep.jobs_added += rows.len() as u64;
-            state.jobs.push(write_part(
-                s,
-                "jobs",
-                &month,
-                seq,
-                &stored_job_batch(&job_batch(&rows)?)?,
-            )?);
+            let (mut jobs, mut nodes) = (Vec::new(), Vec::new());
+            for (j, n, _) in runs.into_values() {
+                jobs.push(j);
+                nodes.extend(n);
+            }
+            jobs.sort_by_key(|r| (r.end_unix_ms, r.job_id));
+            rep.jobs_added += jobs.len() as u64;
+            let batch = stored_job_batch(&job_batch(&jobs)?)?;
+            state.jobs.push(write_part(s, "jobs", &month, seq, &batch)?);
             seq += 1;
             rep.parts_written += 1;
-        }
-        for (month, mut rows) in std::mem::take(&mut pending.nodes) {
-            if rows.is_empty() {
-                continue;
+            if !nodes.is_empty() {
+                nodes.sort_by_key(|r| (r.end_unix_ms, r.job_id));
+                let batch = node_batch(&nodes)?;
+                state
+                    .nodes
+                    .push(write_part(s, "nodes", &month, seq, &batch)?);
+                seq += 1;
             }
-            rows.sort_by_key(|r| (r.end_unix_ms, r.job_id));
-            state
-                .nodes
-                .push(write_part(s, "nodes", &month, seq, &node_batch(&rows)?)?);
-            seq += 1;
         }
         // Compaction: a month of more than `compact_parts` parts gets fewer. Bounded work per update:
         // the month's largest part stays as it is while the others together hold under a quarter
@@ -559,22 +808,69 @@ impl<'a> Index<'a> {
         Ok(rep)
     }
 
-    /// Every listed part exists and is a Parquet file with the expected columns.
-    fn check_parts(&self, st: &State) -> Result<()> {
-        for (p, schema) in st
-            .jobs
-            .iter()
-            .map(|p| (p, stored_job_schema()))
-            .chain(st.nodes.iter().map(|p| (p, node_schema())))
-        {
-            let f = std::fs::File::open(self.settings.dir.join(&p.file))
-                .with_context(|| format!("index part {} is missing", p.file))?;
-            let b = ParquetRecordBatchReaderBuilder::try_new(f)
-                .with_context(|| format!("index part {} is damaged", p.file))?;
-            if b.schema().fields() != schema.fields() {
-                bail!("index part {} has other columns", p.file);
+    /// Checks every listed part against state.json: listed once, under its own month, there, and
+    /// with the checksum it was written with (read again only when its [`Stamp`] moved). Returns
+    /// the months to rebuild and why; records the checksums and stamps it verified in `st`.
+    fn validate(&self, st: &mut State) -> BTreeMap<String, String> {
+        let mut bad = BTreeMap::new();
+        let mut seen = BTreeSet::new();
+        for (table, parts) in [("jobs", &mut st.jobs), ("nodes", &mut st.nodes)] {
+            for p in parts.iter_mut() {
+                if let Err(e) = self.check_part(table, p, &mut seen) {
+                    bad.entry(p.month.clone()).or_insert(format!("{e:#}"));
+                }
             }
         }
+        bad
+    }
+
+    fn check_part(&self, table: &str, p: &mut Part, seen: &mut BTreeSet<String>) -> Result<()> {
+        let name = p.file.strip_prefix(&format!("{table}/{}/", p.month));
+        if !name
+            .is_some_and(|n| n.starts_with("part-") && n.ends_with(".parquet") && !n.contains('/'))
+        {
+            bail!("index part {} is listed under month {}", p.file, p.month);
+        }
+        if !seen.insert(p.file.clone()) {
+            bail!("index part {} is listed twice", p.file);
+        }
+        let path = self.settings.dir.join(&p.file);
+        let md = std::fs::symlink_metadata(&path)
+            .with_context(|| format!("index part {} is missing", p.file))?;
+        if !md.is_file() {
+            bail!("index part {} is not a regular file", p.file);
+        }
+        if p.sha256.is_some() && p.stamp == Some(stamp_of(&md)) {
+            return Ok(());
+        }
+        let sum = manifest::sha256_file(&path)
+            .with_context(|| format!("index part {} cannot be read", p.file))?;
+        match &p.sha256 {
+            Some(want) if *want != sum => {
+                bail!("index part {} is not what was written (SHA-256)", p.file)
+            }
+            Some(_) => {}
+            None => {
+                // Written before checksums were kept: every page decoded once, then trusted.
+                let schema = if table == "jobs" {
+                    stored_job_schema()
+                } else {
+                    node_schema()
+                };
+                let batches = read_part(&self.settings.dir, p)
+                    .with_context(|| format!("index part {} is damaged", p.file))?;
+                let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
+                if batches
+                    .iter()
+                    .any(|b| b.schema().fields() != schema.fields())
+                    || rows as u64 != p.rows
+                {
+                    bail!("index part {} has other columns or rows", p.file);
+                }
+                p.sha256 = Some(sum);
+            }
+        }
+        p.stamp = settled(&md);
         Ok(())
     }
 
@@ -925,5 +1221,7 @@ impl Engine for ParquetEngine {
     }
 }
 
+#[cfg(test)]
+mod faults;
 #[cfg(test)]
 mod tests;
