@@ -121,6 +121,14 @@ fn a_job_cancelled_while_running_is_cancelled_with_its_figures() -> Result<()> {
 #[test]
 fn a_batch_step_whose_slurmstepd_was_killed_is_not_completed() -> Result<()> {
     let _c = ClusterGuard::acquire()?;
+    // SLURM may drain the node whose slurmstepd it lost: the tests after this one need it back.
+    struct ResumeNodes;
+    impl Drop for ResumeNodes {
+        fn drop(&mut self) {
+            let _ = resume_nodes();
+        }
+    }
+    let _resume = ResumeNodes;
     let id = submit(
         "alice",
         &["--job-name=stepd-killed"],
