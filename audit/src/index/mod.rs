@@ -13,16 +13,17 @@
 //! parts can be rebuilt from that month's day directories alone.
 //!
 //! Incremental: the per-day MANIFEST lists every archive write in order (archive/src/manifest.rs);
-//! state.json keeps, per day, the manifest's size, last sequence number and chain value consumed. A
-//! day whose manifest did not grow is skipped without reading it; new lines are indexed; a day whose
-//! consumed prefix changed, or a record written again (a retried write replaces its record), makes
-//! its month rebuilt from the archive. A record without a manifest line (the manifest append failed;
-//! `archive verify` reports it) is picked up by the next rebuild of its month.
+//! state.json keeps, per day, the manifest's size, last sequence number and chain value consumed,
+//! and the day directory's stamp. A day whose manifest and directory did not change is skipped
+//! without reading it; new lines, and records without a line, are indexed, one row per run key
+//! within the month; a day gone, a consumed prefix changed, or a record written again makes its
+//! month rebuilt from the archive. An unreadable directory or manifest stops the update.
 //!
 //! Crash safety: parts are written under new names and only become part of the index when
 //! state.json (written atomically) lists them; files it does not list are removed by the next
-//! writer. A missing or unreadable state.json, or a listed part that is missing or unreadable, makes
-//! the next update a full rebuild: the index can always be thrown away.
+//! writer. A missing or unreadable state.json makes the next update a full rebuild; a listed part
+//! that is missing, listed twice, under another month or not what was written (its SHA-256) makes
+//! its month rebuilt: the index can always be thrown away.
 
 pub mod lock;
 
