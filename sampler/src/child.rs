@@ -269,19 +269,19 @@ mod tests {
         );
     }
 
+    /// `script` run with its output cut at 4096 bytes and `limit_ms` to end.
+    fn run_cut_at_4096(script: &str, limit_ms: u64) -> Ended {
+        let bounds = Bounds {
+            max_output_bytes: 4096,
+            ..bounds(limit_ms)
+        };
+        wait_bounded(sh(script).spawn().unwrap(), None, bounds).unwrap()
+    }
+
     #[test]
     fn output_is_cut_at_the_bound_and_the_writer_is_neither_blocked_nor_killed() {
         // 1 MiB through a 64 KiB pipe: the writer finishes only if the rest is read.
-        let child = sh("head -c 1048576 /dev/zero").spawn().unwrap();
-        let e = wait_bounded(
-            child,
-            None,
-            Bounds {
-                max_output_bytes: 4096,
-                ..bounds(30_000)
-            },
-        )
-        .unwrap();
+        let e = run_cut_at_4096("head -c 1048576 /dev/zero", 30_000);
         assert_eq!(e.stdout.bytes.len(), 4096);
         assert!(!e.stdout.complete);
         assert_eq!(
@@ -294,16 +294,7 @@ mod tests {
 
     #[test]
     fn an_endless_writer_is_killed_at_the_bound_with_its_output_cut() {
-        let child = sh("exec cat /dev/zero").spawn().unwrap();
-        let e = wait_bounded(
-            child,
-            None,
-            Bounds {
-                max_output_bytes: 4096,
-                ..bounds(300)
-            },
-        )
-        .unwrap();
+        let e = run_cut_at_4096("exec cat /dev/zero", 300);
         assert!(e.status.is_none());
         assert_eq!(e.stdout.bytes.len(), 4096);
         assert!(!e.stdout.complete);
@@ -311,16 +302,7 @@ mod tests {
 
     #[test]
     fn output_of_exactly_the_bound_is_complete() {
-        let child = sh("head -c 4096 /dev/zero").spawn().unwrap();
-        let e = wait_bounded(
-            child,
-            None,
-            Bounds {
-                max_output_bytes: 4096,
-                ..bounds(30_000)
-            },
-        )
-        .unwrap();
+        let e = run_cut_at_4096("head -c 4096 /dev/zero", 30_000);
         assert_eq!(e.stdout.bytes.len(), 4096);
         assert!(e.succeeded());
     }
