@@ -26,12 +26,12 @@
 //! catch that, keep each day's chain head ([`DayReport::head`]) somewhere else (syslog, the admin
 //! mail, another host) and compare.
 
-use jobscope_sampler::fsutil::is_safe_name;
+use jobscope_sampler::fsutil::{is_safe_name, open_regular, Access};
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{Read, Write};
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 
@@ -151,22 +151,9 @@ pub fn append(day_dir: &Path, file_name: &str, bytes: &[u8]) -> Result<Entry, Ma
         return Err(ManifestError::BadName(file_name.escape_debug().to_string()));
     }
     let path = day_dir.join(MANIFEST);
-    let mut f = std::fs::OpenOptions::new()
-        .read(true)
-        .append(true)
-        .create(true)
-        .mode(0o640)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(&path)
-        .map_err(io_err(&path))?;
+    let mut f = open_regular(&path, Access::AppendOrCreate(0o640)).map_err(io_err(&path))?;
     flock(&f, libc::LOCK_EX, &path)?;
     let md = f.metadata().map_err(io_err(&path))?;
-    if !md.is_file() {
-        return Err(ManifestError::Unsafe {
-            path,
-            why: "not a regular file".into(),
-        });
-    }
     if md.len() > MAX_MANIFEST_BYTES {
         return Err(ManifestError::Unsafe {
             path,
@@ -230,11 +217,7 @@ pub fn append(day_dir: &Path, file_name: &str, bytes: &[u8]) -> Result<Entry, Ma
 /// against the latest line naming it.
 pub fn read_entries(day_dir: &Path) -> Result<(Vec<Entry>, u64), ManifestError> {
     let path = day_dir.join(MANIFEST);
-    let f = match std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(&path)
-    {
+    let f = match open_regular(&path, Access::Read) {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((Vec::new(), 0)),
         Err(e) => return Err(io_err(&path)(e)),
@@ -385,10 +368,7 @@ impl VerifyReport {
 
 /// SHA-256 of a regular file's bytes (symlinks refused).
 pub fn sha256_file(path: &Path) -> std::io::Result<String> {
-    let mut f = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(path)?;
+    let mut f = open_regular(path, Access::Read)?;
     let mut h = Sha256::new();
     let mut buf = vec![0u8; 64 * 1024];
     loop {
@@ -413,11 +393,7 @@ pub fn verify_day(day_dir: &Path, day: &str, files: &[(String, bool)]) -> DayRep
     r.files = present.len();
 
     let path = day_dir.join(MANIFEST);
-    let text = match std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(&path)
-    {
+    let text = match open_regular(&path, Access::Read) {
         Ok(f) => {
             // A shared lock: never read a line an epilog is half-way through appending.
             if let Err(e) = flock(&f, libc::LOCK_SH, &path) {

@@ -27,11 +27,13 @@
 
 use crate::manifest::{self, DayReport, VerifyReport};
 use anyhow::{bail, ensure, Context, Result};
-use jobscope_sampler::fsutil::{ensure_dir, is_safe_name, write_atomic};
-use jobscope_sampler::summary::{JobSummary, SCHEMA_VERSION};
+use jobscope_sampler::config::Label;
+use jobscope_sampler::config::Report;
+use jobscope_sampler::fsutil::{ensure_dir, is_safe_name, open_regular, write_atomic, Access};
+use jobscope_sampler::summary::{analysis, JobSummary, SCHEMA_VERSION};
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Read;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 /// A document larger than this is not read.
@@ -88,21 +90,10 @@ fn day_start_s(date: &str) -> Option<u64> {
     u64::try_from(days).ok().map(|d| d * 86_400)
 }
 
-/// The cluster part of a file name: SLURM's ClusterName with anything but `[A-Za-z0-9_-]` replaced
-/// by `_`, at most 64 characters; `None` for an empty name.
+/// The cluster part of a file name: SLURM's ClusterName made a [`Label`] (anything but
+/// `[A-Za-z0-9_-]` replaced by `_`, at most 64 characters); `None` for an empty name.
 pub fn cluster_label(cluster: &str) -> Option<String> {
-    let l: String = cluster
-        .chars()
-        .take(64)
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect();
-    (!l.is_empty()).then_some(l)
+    Label::sanitised(cluster).map(|l| l.as_str().to_string())
 }
 
 /// What makes an archived run unique: the cluster, SLURM's job id and the start second.
@@ -162,7 +153,7 @@ impl RecordName {
         let start_unix_s = digits(start)?;
         let cluster = match it.next() {
             None => None,
-            Some(c) if cluster_label(c).as_deref() == Some(c) => Some(c.to_string()),
+            Some(c) if Label::new(c).is_ok() => Some(c.to_string()),
             Some(_) => return None,
         };
         Some(RecordName::Keyed(Key {
@@ -301,11 +292,12 @@ pub struct Loaded {
     pub stored_version: u32,
 }
 
-/// Reads an archived document: THE way any archived JSON becomes a [`JobSummary`] (show, the array
-/// digest, tests). Version 1 is upgraded: `uid` 4294967295 (its "unknown") becomes absent, `gid`
-/// and `group` are absent, and its stored `analysis` is dropped (its wording and vocabulary are
-/// not version 2's): callers recompute it with `summary::analysis::analyze`.
-pub fn load(bytes: &[u8]) -> Result<Loaded> {
+/// Reads an archived document: THE way any archived JSON becomes a [`JobSummary`] (show, the audit,
+/// the index, PostgreSQL, tests). Version 1 is upgraded: `uid` 4294967295 (its "unknown") becomes
+/// absent, `gid` and `group` are absent, and its stored `analysis` is dropped (its wording and
+/// vocabulary are not version 2's). A document without its analysis gets it here, computed with
+/// the site's `thresholds`, so that every reader sees an analysed document.
+pub fn load(bytes: &[u8], thresholds: &Report) -> Result<Loaded> {
     let mut v: serde_json::Value = serde_json::from_slice(bytes).context("not a JSON document")?;
     let stored = v
         .get("schema_version")
@@ -328,8 +320,11 @@ pub fn load(bytes: &[u8]) -> Result<Loaded> {
         ),
         n => bail!("unknown schema_version {n}"),
     }
-    let summary: JobSummary = serde_json::from_value(v)
+    let mut summary: JobSummary = serde_json::from_value(v)
         .with_context(|| format!("not a valid schema-version-{stored} job summary"))?;
+    if summary.analysis.is_none() {
+        summary.analysis = Some(analysis::analyze(&summary, thresholds));
+    }
     Ok(Loaded {
         summary,
         stored_version: stored as u32,
@@ -593,15 +588,16 @@ impl Store {
     /// Reads one run for the caller and checks that it is what jobscope wrote for that run (see the
     /// module doc: an owner's copy must be root's, unwritable, with one link, on the archive's
     /// file system).
-    pub fn read(&self, run: &Run, caller_uid: u32) -> Result<(Loaded, Vec<String>)> {
+    /// `thresholds`: see [`load`].
+    pub fn read(
+        &self,
+        run: &Run,
+        caller_uid: u32,
+        thresholds: &Report,
+    ) -> Result<(Loaded, Vec<String>)> {
         let shown = run.path.display();
-        let f = std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
-            .open(&run.path)
-            .with_context(|| format!("{shown}"))?;
+        let f = open_regular(&run.path, Access::Read).with_context(|| format!("{shown}"))?;
         let md = f.metadata().with_context(|| format!("{shown}"))?;
-        ensure!(md.is_file(), "{shown}: not a regular file");
         ensure!(
             md.len() <= MAX_DOC_BYTES,
             "{shown}: {} bytes, more than {MAX_DOC_BYTES}",
@@ -644,7 +640,7 @@ impl Store {
         (&f).take(MAX_DOC_BYTES + 1)
             .read_to_end(&mut bytes)
             .with_context(|| format!("{shown}"))?;
-        let loaded = load(&bytes).with_context(|| format!("{shown}"))?;
+        let loaded = load(&bytes, thresholds).with_context(|| format!("{shown}"))?;
         let s = &loaded.summary;
         let consistent = match &run.name {
             RecordName::Keyed(k) => Key::of(s) == *k,
@@ -664,7 +660,13 @@ impl Store {
 
     /// The run of `job_id` to show the caller: the newest one matching `pick`, with a note when
     /// there are others.
-    pub fn show(&self, job_id: u32, caller_uid: u32, pick: &Pick) -> Result<Shown> {
+    pub fn show(
+        &self,
+        job_id: u32,
+        caller_uid: u32,
+        pick: &Pick,
+        thresholds: &Report,
+    ) -> Result<Shown> {
         let runs = self.runs(job_id, caller_uid)?;
         if runs.is_empty() {
             if caller_uid == 0 {
@@ -684,7 +686,7 @@ impl Store {
                     .join("\n  ")
             );
         };
-        let (loaded, mut notes) = self.read(&run, caller_uid)?;
+        let (loaded, mut notes) = self.read(&run, caller_uid, thresholds)?;
         if runs.len() > 1 {
             notes.push(format!(
                 "job id {job_id} was archived {} times; showing the run {}. `jobscope show {job_id} --list` lists them; --start and --cluster pick one",
@@ -889,12 +891,29 @@ mod tests {
     /// A real document (the stored v1 fixture, upgraded) made into job `job` of uid 1001 that ran
     /// from `start_s` to `end_s`.
     fn summary(job: u32, start_s: u64, end_s: u64) -> JobSummary {
-        let mut s = load(V1_TWO_NODE.as_bytes()).unwrap().summary;
+        let mut s = load(V1_TWO_NODE.as_bytes(), &Report::default())
+            .unwrap()
+            .summary;
         s.job_id = job;
         s.start_unix_ms = start_s * 1000;
         s.end_unix_ms = end_s * 1000;
         s.uid = Some(1001);
-        s
+        // As a reader gets it back: analysed (by `load`), its figures once through JSON.
+        s.analysis = None;
+        load(&serde_json::to_vec(&s).unwrap(), &Report::default())
+            .unwrap()
+            .summary
+    }
+
+    /// The document less its analysis, which is present after every load (see [`load`]) but
+    /// whose computed floats may come back one ulp apart through JSON (serde_json parses without
+    /// `float_roundtrip`): the stored figures are compared exactly.
+    fn figures(s: &JobSummary) -> JobSummary {
+        assert!(s.analysis.is_some(), "a loaded document is analysed");
+        JobSummary {
+            analysis: None,
+            ..s.clone()
+        }
     }
 
     fn store() -> (tempfile::TempDir, Store) {
@@ -1005,7 +1024,9 @@ mod tests {
             let runs = st.runs(77, caller).unwrap();
             assert_eq!(runs.len(), 2, "caller {caller}");
             // Newest by default, with a note that there is another.
-            let shown = st.show(77, caller, &Pick::default()).unwrap();
+            let shown = st
+                .show(77, caller, &Pick::default(), &Report::default())
+                .unwrap();
             assert_eq!(shown.loaded.summary.name.as_deref(), Some("second run"));
             assert!(
                 shown.notes.iter().any(|n| n.contains("archived 2 times")),
@@ -1021,10 +1042,11 @@ mod tests {
                         start_unix_s: Some(DAY + 100),
                         cluster: None,
                     },
+                    &Report::default(),
                 )
                 .unwrap();
             assert_eq!(older.loaded.summary.start_unix_ms, (DAY + 100) * 1000);
-            assert_eq!(older.loaded.summary, first);
+            assert_eq!(figures(&older.loaded.summary), figures(&first));
         }
         let none = st.show(
             77,
@@ -1033,6 +1055,7 @@ mod tests {
                 start_unix_s: Some(1),
                 cluster: None,
             },
+            &Report::default(),
         );
         let e = format!("{:#}", none.unwrap_err());
         assert!(
@@ -1059,8 +1082,10 @@ mod tests {
                 "users/1001/78-1795219300-jobscope.json",
             ]
         );
-        let shown = st.show(78, 0, &Pick::default()).unwrap();
-        assert_eq!(shown.loaded.summary, retry);
+        let shown = st
+            .show(78, 0, &Pick::default(), &Report::default())
+            .unwrap();
+        assert_eq!(figures(&shown.loaded.summary), figures(&retry));
         assert!(shown.notes.is_empty(), "{:?}", shown.notes);
         assert_eq!(
             std::fs::read(w.user_copy.as_ref().unwrap()).unwrap(),
@@ -1123,11 +1148,15 @@ mod tests {
         st.write(&summary(83, DAY, DAY + 10)).unwrap();
         let copy = w.user_copy.unwrap();
         let show = || {
-            st.show(82, 1001, &Pick::default())
+            st.show(82, 1001, &Pick::default(), &Report::default())
                 .map(|s| s.loaded.summary)
         };
         assert_eq!(show().unwrap().job_id, 82);
-        assert!(st.show(82, 1002, &Pick::default()).is_err(), "another uid");
+        assert!(
+            st.show(82, 1002, &Pick::default(), &Report::default())
+                .is_err(),
+            "another uid"
+        );
 
         // What the owner can do in their directory: replace the file with their own.
         let mut forged = summary(82, DAY, DAY + 10);
@@ -1160,7 +1189,7 @@ mod tests {
         assert!(e.contains("holds job 83"), "{e}");
         // Root reads the record, not the copy.
         assert_eq!(
-            st.show(82, 0, &Pick::default())
+            st.show(82, 0, &Pick::default(), &Report::default())
                 .unwrap()
                 .loaded
                 .summary
@@ -1218,16 +1247,31 @@ mod tests {
 
     #[test]
     fn the_v1_fixture_loads_shows_and_keeps_its_figures() {
+        let mut thresholds_mattered = false;
         for text in [V1_TWO_NODE, V1_OOM] {
             let v: serde_json::Value = serde_json::from_str(text).unwrap();
-            let l = load(text.as_bytes()).unwrap();
+            let l = load(text.as_bytes(), &Report::default()).unwrap();
             assert_eq!(l.stored_version, 1);
             let s = &l.summary;
             assert_eq!(s.schema_version, SCHEMA_VERSION);
-            assert!(
-                s.analysis.is_none(),
-                "v1 analysis is dropped, recomputed by callers"
+            // v1's analysis is dropped (not version 2's words) and recomputed with the thresholds given.
+            let mut bare = s.clone();
+            bare.analysis = None;
+            assert_eq!(
+                s.analysis,
+                Some(analysis::analyze(&bare, &Report::default()))
             );
+            // Both fixtures are shorter than the default minimum for advice (60 s): 1 s lets it be given.
+            let strict = Report {
+                min_elapsed_for_advice_s: 1,
+                ..Report::default()
+            };
+            let strict_load = load(text.as_bytes(), &strict).unwrap().summary;
+            assert_eq!(
+                strict_load.analysis,
+                Some(analysis::analyze(&bare, &strict))
+            );
+            thresholds_mattered |= strict_load.analysis != s.analysis;
             assert_eq!((s.gid, s.group.as_deref()), (None, None));
             assert_eq!(s.uid.map(u64::from), v["uid"].as_u64());
             assert_eq!(Some(s.job_id as u64), v["job_id"].as_u64());
@@ -1251,30 +1295,31 @@ mod tests {
             }
             // The state reads back as the same word.
             assert_eq!(serde_json::to_value(s.state).unwrap(), v["state"]);
-            // `show`: the analysis recomputed, the text rendered.
-            let mut s = l.summary.clone();
-            s.analysis = Some(jobscope_sampler::summary::analysis::analyze(
-                &s,
-                &jobscope_sampler::config::Config::default().report,
-            ));
+            // `show`: the text rendered.
+            let s = l.summary.clone();
             let text = jobscope_report::present::render_text(&s, false).unwrap();
             assert!(text.contains(&format!("{}", s.job_id)), "{text}");
         }
+        assert!(thresholds_mattered, "the site's thresholds were not used");
         // Version 1's "unknown uid" becomes absent.
         let mut v: serde_json::Value = serde_json::from_str(V1_OOM).unwrap();
         v["uid"] = u32::MAX.into();
-        let l = load(&serde_json::to_vec(&v).unwrap()).unwrap();
+        let l = load(&serde_json::to_vec(&v).unwrap(), &Report::default()).unwrap();
         assert_eq!(l.summary.uid, None);
         // Other versions are refused with a reason.
         v["schema_version"] = 3.into();
-        let e = format!("{:#}", load(&serde_json::to_vec(&v).unwrap()).unwrap_err());
+        let e = format!(
+            "{:#}",
+            load(&serde_json::to_vec(&v).unwrap(), &Report::default()).unwrap_err()
+        );
         assert!(e.contains("newer"), "{e}");
-        assert!(load(b"{\"job_id\":1}").is_err());
-        assert!(load(b"[1]").is_err());
+        assert!(load(b"{\"job_id\":1}", &Report::default()).is_err());
+        assert!(load(b"[1]", &Report::default()).is_err());
         // A document written now loads as itself.
         let s = summary(85, DAY, DAY + 10);
-        let l = load(&serde_json::to_vec(&s).unwrap()).unwrap();
-        assert_eq!((l.stored_version, l.summary), (SCHEMA_VERSION, s));
+        let l = load(&serde_json::to_vec(&s).unwrap(), &Report::default()).unwrap();
+        assert_eq!(l.stored_version, SCHEMA_VERSION);
+        assert_eq!(figures(&l.summary), figures(&s));
     }
 
     /// An archive as version 1 left it: `<job>.json` in the end day, the owner's own 0400 copy.
@@ -1291,10 +1336,14 @@ mod tests {
         std::os::unix::fs::chown(mine.join("69.json"), Some(1001), Some(0)).unwrap();
         std::fs::set_permissions(mine.join("69.json"), std::fs::Permissions::from_mode(0o400))
             .unwrap();
-        let root = st.show(69, 0, &Pick::default()).unwrap();
+        let root = st
+            .show(69, 0, &Pick::default(), &Report::default())
+            .unwrap();
         assert_eq!(root.loaded.stored_version, 1);
         assert!(root.notes.is_empty());
-        let own = st.show(69, 1001, &Pick::default()).unwrap();
+        let own = st
+            .show(69, 1001, &Pick::default(), &Report::default())
+            .unwrap();
         assert_eq!(own.loaded.summary, root.loaded.summary);
         assert!(
             own.notes[0].contains("cannot be vouched for"),
@@ -1307,9 +1356,11 @@ mod tests {
         // The same id archived again under schema 2: two runs, the new one shown by default.
         let s = summary(69, DAY + 86_400, DAY + 86_500);
         st.write(&s).unwrap();
-        let shown = st.show(69, 0, &Pick::default()).unwrap();
+        let shown = st
+            .show(69, 0, &Pick::default(), &Report::default())
+            .unwrap();
         assert_eq!(shown.runs.len(), 2);
-        assert_eq!(shown.loaded.summary, s);
+        assert_eq!(figures(&shown.loaded.summary), figures(&s));
         assert!(shown.runs[0].describe().contains("ended 2026/11/21"));
     }
 
@@ -1369,7 +1420,8 @@ mod tests {
         assert!(!linked.regular);
         assert_eq!(st.runs(91, 0).unwrap().len(), 1);
         assert!(
-            st.show(91, 0, &Pick::default()).is_err(),
+            st.show(91, 0, &Pick::default(), &Report::default())
+                .is_err(),
             "a symlink is not read"
         );
         let rep = st.verify();

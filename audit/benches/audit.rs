@@ -193,9 +193,12 @@ fn main() {
                 .unwrap();
         v["job_id"] = id.into();
         v["end_unix_ms"] = (START_MS + u64::from(id) * 1000).into();
-        jobscope_archive::load(&serde_json::to_vec(&v).unwrap())
-            .unwrap()
-            .summary
+        jobscope_archive::load(
+            &serde_json::to_vec(&v).unwrap(),
+            &jobscope_sampler::config::Report::default(),
+        )
+        .unwrap()
+        .summary
     };
     for id in 1..=1000 {
         store.write(&doc(id)).unwrap();

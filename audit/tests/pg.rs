@@ -11,6 +11,7 @@ use jobscope_audit::index::{Index, ParquetEngine, Settings};
 use jobscope_audit::pg::{self, engine::PgEngine, schema, sink};
 use jobscope_audit::{Engine, Filters, GroupKey, JobRow, Query, Report, WasteMetric, Window, Zone};
 use jobscope_sampler::config::Postgres as PgConfig;
+use jobscope_sampler::config::Report as Thresholds;
 use jobscope_sampler::summary::analysis::analyze;
 use jobscope_sampler::summary::JobSummary;
 use std::path::{Path, PathBuf};
@@ -123,7 +124,9 @@ fn gpu_json(node: &str, slot: u32, util: f64, hours: f64) -> serde_json::Value {
 /// another user, partition, size, time and use. GPU-partition jobs get GPUs, some never used;
 /// some jobs in the GPU partition have none (the CPU-only-on-GPU report).
 fn job(rng: &mut Rng, i: u32) -> JobSummary {
-    let mut s = archive::load(TEMPLATE.as_bytes()).unwrap().summary;
+    let mut s = archive::load(TEMPLATE.as_bytes(), &Thresholds::default())
+        .unwrap()
+        .summary;
     let (user, uid, group) = USERS[rng.below(4) as usize];
     let part = PARTITIONS[rng.below(3) as usize];
     s.cluster = Some("alpha".into());
@@ -256,7 +259,7 @@ fn sync_pushes_every_job_once_into_monthly_partitions_and_again_changes_nothing(
     let jobs = archive_jobs(&store, &mut rng, 0..150);
     let mut c = pg::connect(&cfg).unwrap();
 
-    let rep = sink::sync(&mut c, &store, "test").unwrap();
+    let rep = sink::sync(&mut c, &store, "test", &Thresholds::default()).unwrap();
     assert!(rep.problems.is_empty(), "{:?}", rep.problems);
     assert_eq!(rep.pushed.inserted, 150);
     assert_eq!(count(&mut c, "SELECT count(*) FROM jobscope.jobs"), 150);
@@ -332,13 +335,17 @@ fn sync_pushes_every_job_once_into_monthly_partitions_and_again_changes_nothing(
             .collect()
     };
     let before = versions(&mut c);
-    let rep = sink::sync(&mut c, &store, "test").unwrap();
+    let rep = sink::sync(&mut c, &store, "test", &Thresholds::default()).unwrap();
     assert_eq!((rep.lines, rep.pushed.inserted), (0, 0));
     // Pushing every archived file again by hand: all unchanged, not even a new row version.
     let mut items = Vec::new();
     for day in store.days() {
         for rec in archive::list(&day.path).unwrap().records {
-            let l = archive::load(&std::fs::read(day.path.join(&rec.file)).unwrap()).unwrap();
+            let l = archive::load(
+                &std::fs::read(day.path.join(&rec.file)).unwrap(),
+                &Thresholds::default(),
+            )
+            .unwrap();
             items.push(sink::Item::of(&l.summary, &rec.file).unwrap());
         }
     }
@@ -359,14 +366,17 @@ fn a_rewritten_record_replaces_its_row_and_an_edited_file_is_not_pushed() {
     let mut jobs = archive_jobs(&store, &mut rng, 0..3);
     let mut c = pg::connect(&cfg).unwrap();
     assert_eq!(
-        sink::sync(&mut c, &store, "test").unwrap().pushed.inserted,
+        sink::sync(&mut c, &store, "test", &Thresholds::default())
+            .unwrap()
+            .pushed
+            .inserted,
         3
     );
 
     // A retried write of the same key (the archive replaces the record and appends a line).
     jobs[1].cpu.usage_s = Some(1234.5);
     store.write(&jobs[1]).unwrap();
-    let rep = sink::sync(&mut c, &store, "test").unwrap();
+    let rep = sink::sync(&mut c, &store, "test", &Thresholds::default()).unwrap();
     assert_eq!(
         (
             rep.pushed.inserted,
@@ -398,7 +408,7 @@ fn a_rewritten_record_replaces_its_row_and_an_edited_file_is_not_pushed() {
     store.write(&jobs[0]).unwrap();
     // Force a re-read of the whole day: forget its checkpoint.
     c.execute("DELETE FROM jobscope.sync_days", &[]).unwrap();
-    let rep = sink::sync(&mut c, &store, "test").unwrap();
+    let rep = sink::sync(&mut c, &store, "test", &Thresholds::default()).unwrap();
     assert_eq!(rep.problems.len(), 1, "{:?}", rep.problems);
     assert!(
         rep.problems[0].contains(&key.file_name()),
@@ -431,7 +441,10 @@ fn sync_resumes_after_the_database_was_down_with_every_job_once() {
     {
         let mut c = pg::connect(&cfg).unwrap();
         assert_eq!(
-            sink::sync(&mut c, &store, "test").unwrap().pushed.inserted,
+            sink::sync(&mut c, &store, "test", &Thresholds::default())
+                .unwrap()
+                .pushed
+                .inserted,
             60
         );
     }
@@ -448,7 +461,7 @@ fn sync_resumes_after_the_database_was_down_with_every_job_once() {
     // Back: the next sync pushes exactly what it missed.
     script("up", OUTAGE_DIR, OUTAGE_PORT);
     let mut c = pg::connect(&cfg).unwrap();
-    let rep = sink::sync(&mut c, &store, "test").unwrap();
+    let rep = sink::sync(&mut c, &store, "test", &Thresholds::default()).unwrap();
     assert_eq!((rep.pushed.inserted, rep.pushed.updated), (40, 0));
     // A connection lost in the middle of a sync: the day being pushed is not committed, and
     // the next sync finishes it without duplicates.
@@ -463,9 +476,9 @@ fn sync_resumes_after_the_database_was_down_with_every_job_once() {
         killer
             .execute("SELECT pg_terminate_backend($1)", &[&pid])
             .unwrap();
-        assert!(sink::sync(&mut victim, &store, "test").is_err());
+        assert!(sink::sync(&mut victim, &store, "test", &Thresholds::default()).is_err());
     }
-    let rep = sink::sync(&mut c, &store, "test").unwrap();
+    let rep = sink::sync(&mut c, &store, "test", &Thresholds::default()).unwrap();
     assert_eq!(rep.pushed.inserted, 30);
     assert_eq!(count(&mut c, "SELECT count(*) FROM jobscope.jobs"), 130);
     assert_eq!(
@@ -518,7 +531,7 @@ fn row_level_security_a_mapped_role_sees_only_its_users_jobs() {
     let mut rng = Rng(4);
     let jobs = archive_jobs(&store, &mut rng, 0..120);
     let mut admin = pg::connect(&cfg).unwrap();
-    sink::sync(&mut admin, &store, "test").unwrap();
+    sink::sync(&mut admin, &store, "test", &Thresholds::default()).unwrap();
 
     login_role(&mut admin, "rls_alice", "pw-alice");
     login_role(&mut admin, "rls_bob", "pw-bob");
@@ -605,14 +618,18 @@ fn the_sql_engine_answers_like_the_parquet_index_and_the_reference_on_the_same_a
     let mut rng = Rng(5);
     archive_jobs(&store, &mut rng, 0..400);
     let mut c = pg::connect(&cfg).unwrap();
-    sink::sync(&mut c, &store, "test").unwrap();
+    sink::sync(&mut c, &store, "test", &Thresholds::default()).unwrap();
     let pg_engine = PgEngine::new(c);
 
     // The reference: rows of the archived files as read back from disk.
     let mut rows = Vec::new();
     for day in store.days() {
         for rec in archive::list(&day.path).unwrap().records {
-            let l = archive::load(&std::fs::read(day.path.join(&rec.file)).unwrap()).unwrap();
+            let l = archive::load(
+                &std::fs::read(day.path.join(&rec.file)).unwrap(),
+                &Thresholds::default(),
+            )
+            .unwrap();
             rows.push(JobRow::of(&l.summary));
         }
     }
@@ -789,7 +806,7 @@ fn hostile_text_is_stored_as_text_and_harms_nothing() {
     s.account = Some("a\u{0}b".into());
     store.write(&s).unwrap();
     let mut c = pg::connect(&cfg).unwrap();
-    let rep = sink::sync(&mut c, &store, "test").unwrap();
+    let rep = sink::sync(&mut c, &store, "test", &Thresholds::default()).unwrap();
     assert!(rep.problems.is_empty(), "{:?}", rep.problems);
     let r = c
         .query_one(

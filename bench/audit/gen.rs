@@ -530,7 +530,11 @@ fn archive_jobs(store: &Store, rng: &mut Rng, ids: std::ops::Range<u32>, day: u6
     const TEMPLATE: &str =
         include_str!("../../report/testdata/archive-v1/two-node-imbalanced.json");
     for i in ids {
-        let mut s = archive::load(TEMPLATE.as_bytes())?.summary;
+        let mut s = archive::load(
+            TEMPLATE.as_bytes(),
+            &jobscope_sampler::config::Report::default(),
+        )?
+        .summary;
         s.job_id = 100_000 + i;
         s.uid = Some(10_000 + rng.below(50) as u32);
         s.user = Some(format!("u{:05}", s.uid.unwrap() - 10_000));

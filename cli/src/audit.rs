@@ -402,18 +402,9 @@ pub fn own_rows(cfg: &Config, uid: u32) -> Result<(Vec<JobRow>, Vec<String>)> {
         }
         let loaded = jobscope_sampler::fsutil::read_limited(&p, archive::MAX_DOC_BYTES)
             .map_err(anyhow::Error::from)
-            .and_then(|b| archive::load(&b));
+            .and_then(|b| archive::load(&b, &cfg.report));
         match loaded {
-            Ok(l) if l.summary.uid == Some(uid) => {
-                let mut s = l.summary;
-                if s.analysis.is_none() {
-                    s.analysis = Some(jobscope_sampler::summary::analysis::analyze(
-                        &s,
-                        &cfg.report,
-                    ));
-                }
-                rows.push(JobRow::of(&s));
-            }
+            Ok(l) if l.summary.uid == Some(uid) => rows.push(JobRow::of(&l.summary)),
             Ok(_) => notes.push(format!("{}: another user's job, skipped", r.file)),
             Err(e) => notes.push(format!("{}: {e:#}", r.file)),
         }

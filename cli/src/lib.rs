@@ -274,19 +274,12 @@ fn real_main() -> Result<()> {
                     start_unix_s: start,
                     cluster,
                 },
+                &cfg.report,
             )?;
             for n in &shown.notes {
                 eprintln!("jobscope: {n}");
             }
-            let mut s = shown.loaded.summary;
-            // Version-1 documents come without their analysis (archive::load): recompute it.
-            if s.analysis.is_none() {
-                s.analysis = Some(jobscope_sampler::summary::analysis::analyze(
-                    &s,
-                    &cfg.report,
-                ));
-            }
-            print_summary(&s, json)
+            print_summary(&shown.loaded.summary, json)
         }
         Cmd::Epilog {
             job,

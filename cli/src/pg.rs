@@ -53,7 +53,7 @@ pub fn run(cmd: PgCmd, cfg: &Config) -> Result<()> {
         }
         PgCmd::Sync { json } => {
             let store = Store::new(&cfg.paths.archive_dir, &cfg.archive.admin_group);
-            let rep = sink::sync(&mut client, &store, &cfg.postgres.source)?;
+            let rep = sink::sync(&mut client, &store, &cfg.postgres.source, &cfg.report)?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&rep)?);
             } else {
@@ -81,7 +81,8 @@ pub fn run(cmd: PgCmd, cfg: &Config) -> Result<()> {
             let mut items = Vec::new();
             for f in &files {
                 let bytes = std::fs::read(f).with_context(|| format!("{}", f.display()))?;
-                let l = archive::load(&bytes).with_context(|| format!("{}", f.display()))?;
+                let l = archive::load(&bytes, &cfg.report)
+                    .with_context(|| format!("{}", f.display()))?;
                 items.push(sink::Item::of(&l.summary, &f.display().to_string())?);
             }
             let p = sink::push(&mut client, &items)?;

@@ -16,10 +16,12 @@ use crate::mail::queue::{FlushMode, FlushOptions, Queue, RetryPolicy};
 use crate::mail::transport::{SendmailConfig, SmtpConfig, TlsMode, Transport};
 use anyhow::{Context, Result};
 use jobscope_report::present::{self, Templates, View};
-use jobscope_report::slurm::{JobFacts, JobState, Slurm};
+use jobscope_report::slurm::{ArrayTask, JobFacts, JobState, Slurm};
+use jobscope_sampler::child::{wait_bounded, Bounds};
 use jobscope_sampler::config::{Config, MailPolicy, MailTransportKind, SmtpTls};
 use jobscope_sampler::fsutil::{ensure_dir, is_safe_name, read_limited, write_atomic};
 use jobscope_sampler::summary::JobSummary;
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -180,13 +182,14 @@ fn send(
 /// is running). COMPLETING counts as finished: those tasks are in their epilogs too. `None` if SLURM
 /// could not be asked.
 pub fn array_tasks_remaining(slurm: &dyn Slurm, array_id: u32, this_job: u32) -> Option<usize> {
-    Some(
-        slurm
-            .array_tasks(array_id)?
-            .iter()
-            .filter(|t| t.job_id != this_job && t.state.is_unfinished())
-            .count(),
-    )
+    Some(remaining_of(&slurm.array_tasks(array_id)?, this_job))
+}
+
+fn remaining_of(tasks: &[ArrayTask], this_job: u32) -> usize {
+    tasks
+        .iter()
+        .filter(|t| t.job_id != this_job && t.state.is_unfinished())
+        .count()
 }
 
 /// Everything after the archive write. Never fails the epilog: problems are logged. `facts` is
@@ -286,19 +289,36 @@ fn array_task_done(
         0o600,
         None,
     )?;
-    let Some(remaining) = array_tasks_remaining(slurm, array_id, s.job_id) else {
+    let Some(tasks) = slurm.array_tasks(array_id) else {
         log(&format!("array {array_id}: cannot ask SLURM which tasks remain; digest deferred to the next task"));
         return Ok(());
     };
-    if remaining > 0 {
+    if remaining_of(&tasks, s.job_id) > 0 {
         return Ok(());
     }
     if jobscope_sampler::fsutil::create_new(&dir.join("digest-claimed"), 0o600).is_err() {
         return Ok(());
     }
-    // Tasks that ended at the same moment may still be writing their rows.
-    std::thread::sleep(Duration::from_millis(1500));
-    let rows = read_rows(&dir);
+    // Tasks that ended at the same moment may still be writing their rows: wait for the row of
+    // each task SLURM shows COMPLETING (its Epilog, which writes the row, is running). A task
+    // past COMPLETING wrote its row already, or never ran (cancelled while pending) and has none.
+    let expected: BTreeSet<u32> = tasks
+        .iter()
+        .filter(|t| t.job_id != s.job_id && t.state == JobState::Completing)
+        .map(|t| t.task_id.unwrap_or(t.job_id))
+        .chain([row.task_id])
+        .collect();
+    let rows = wait_for_rows(&dir, &expected, ROWS_WAIT);
+    let have: BTreeSet<u32> = rows.iter().map(|r| r.task_id).collect();
+    let missing: Vec<String> = expected.difference(&have).map(u32::to_string).collect();
+    if !missing.is_empty() {
+        log(&format!(
+            "array {array_id}: no row from task(s) {} after {} s; the digest lists the {} it has",
+            missing.join(","),
+            ROWS_WAIT.as_secs(),
+            rows.len()
+        ));
+    }
     let failed = rows.iter().any(|r| !r.state.is_success());
     if policy == MailPolicy::Fail && !failed {
         log(&format!(
@@ -386,6 +406,23 @@ pub fn send_pending_digests(cfg: &Config, slurm: &dyn Slurm, log: &mut dyn FnMut
     }
 }
 
+/// How long the last task waits for the rows of tasks that ended with it. Their Epilogs write a
+/// row within milliseconds of each other; this only bounds a task whose Epilog never does.
+const ROWS_WAIT: Duration = Duration::from_secs(10);
+
+/// The rows in `dir` once they include every task of `expected`, or what is there after `bound`.
+fn wait_for_rows(dir: &Path, expected: &BTreeSet<u32>, bound: Duration) -> Vec<ArrayRow> {
+    let until = std::time::Instant::now() + bound;
+    loop {
+        let rows = read_rows(dir);
+        let have: BTreeSet<u32> = rows.iter().map(|r| r.task_id).collect();
+        if expected.is_subset(&have) || std::time::Instant::now() >= until {
+            return rows;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 fn read_rows(dir: &Path) -> Vec<ArrayRow> {
     let mut rows: Vec<ArrayRow> = std::fs::read_dir(dir)
         .into_iter()
@@ -405,7 +442,6 @@ fn read_rows(dir: &Path) -> Vec<ArrayRow> {
 /// all privileges (setgroups, setgid, setuid) before it opens anything, and opens with
 /// `O_CREAT|O_EXCL|O_NOFOLLOW`, so root never writes into a user's directory and no symlink is followed.
 pub fn workdir_report(s: &JobSummary, info: Option<&JobFacts>, text: &str) -> Result<()> {
-    use std::io::Write;
     use std::os::unix::process::CommandExt;
     let dir = info
         .and_then(|i| i.work_dir.clone())
@@ -419,7 +455,9 @@ pub fn workdir_report(s: &JobSummary, info: Option<&JobFacts>, text: &str) -> Re
         path.is_absolute(),
         "working directory {dir:?} is not absolute"
     );
-    let gid = user_gid(uid).context("no such user")?;
+    let gid = jobscope_sampler::users::by_uid(uid)
+        .context("no such user")?
+        .gid;
     let mut cmd = std::process::Command::new(std::env::current_exe()?);
     cmd.arg("--write-user-file")
         .arg(&path)
@@ -439,40 +477,28 @@ pub fn workdir_report(s: &JobSummary, info: Option<&JobFacts>, text: &str) -> Re
             Ok(())
         });
     }
-    let mut child = cmd.spawn()?;
-    child
-        .stdin
-        .take()
-        .context("stdin")?
-        .write_all(text.as_bytes())?;
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    loop {
-        if let Some(st) = child.try_wait()? {
-            anyhow::ensure!(st.success(), "writer exited with {st}");
-            return Ok(());
-        }
-        if std::time::Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            anyhow::bail!("writer timed out (working directory on a hung filesystem?)");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
-fn user_gid(uid: u32) -> Option<u32> {
-    let mut pw: libc::passwd = unsafe { std::mem::zeroed() };
-    let mut buf = vec![0 as libc::c_char; 16 * 1024];
-    let mut out: *mut libc::passwd = std::ptr::null_mut();
-    // SAFETY: valid pointers for the duration of the call.
-    let rc = unsafe { libc::getpwuid_r(uid, &mut pw, buf.as_mut_ptr(), buf.len(), &mut out) };
-    (rc == 0 && !out.is_null()).then_some(pw.pw_gid)
+    let ended = wait_bounded(
+        cmd.spawn()?,
+        Some(text.as_bytes().to_vec()),
+        Bounds {
+            limit: Duration::from_secs(5),
+            max_output_bytes: 0,
+            pipe_grace: Duration::from_secs(1),
+            kill_group: false,
+        },
+    )?;
+    let Some(st) = ended.status else {
+        anyhow::bail!("writer timed out (working directory on a hung filesystem?)");
+    };
+    anyhow::ensure!(st.success(), "writer exited with {st}");
+    ended
+        .input
+        .context("the writer did not read the whole report")
 }
 
 /// The unprivileged half of [`workdir_report`]: runs as the user, writes stdin to a new file.
 pub fn write_user_file(path: &Path) -> i32 {
     use std::io::{Read, Write};
-    use std::os::unix::fs::OpenOptionsExt;
     // SAFETY: getuid cannot fail.
     if unsafe { libc::getuid() } == 0 {
         return 2;
@@ -485,12 +511,10 @@ pub fn write_user_file(path: &Path) -> i32 {
     {
         return 1;
     }
-    let f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o644)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(path);
+    let f = jobscope_sampler::fsutil::open_regular(
+        path,
+        jobscope_sampler::fsutil::Access::CreateNew(0o644),
+    );
     match f.and_then(|mut f| f.write_all(&data)) {
         Ok(()) => 0,
         Err(_) => 1,
@@ -532,6 +556,50 @@ mod tests {
             effective_policy(None, &[], MailPolicy::Fail),
             (MailPolicy::Fail, "site default")
         );
+    }
+
+    fn write_row(dir: &Path, task_id: u32) {
+        let row = ArrayRow {
+            task_id,
+            job_id: 80 + task_id,
+            state: JobState::Completed,
+            elapsed_s: 1.0,
+            cpu_pct: None,
+            mem_peak_bytes: None,
+            mem_pct: None,
+        };
+        let name = format!("task-{task_id}.json");
+        write_atomic(dir, &name, &serde_json::to_vec(&row).unwrap(), 0o600, None).unwrap();
+    }
+
+    #[test]
+    fn the_digest_waits_for_the_row_of_a_task_still_writing_it() {
+        let d = tempfile::tempdir().unwrap();
+        write_row(d.path(), 1);
+        let dir = d.path().to_path_buf();
+        // Task 2's Epilog writes its row a little later than the last task looks.
+        let late = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(300));
+            write_row(&dir, 2);
+        });
+        let expected = BTreeSet::from([1, 2]);
+        // The bound is far above the 300 ms: only the row's arrival can end the wait in time.
+        let rows = wait_for_rows(d.path(), &expected, Duration::from_secs(60));
+        late.join().unwrap();
+        let ids: Vec<u32> = rows.iter().map(|r| r.task_id).collect();
+        assert_eq!(ids, vec![1, 2]);
+    }
+
+    #[test]
+    fn a_row_that_never_comes_ends_the_wait_at_the_bound_with_the_others() {
+        let d = tempfile::tempdir().unwrap();
+        write_row(d.path(), 1);
+        let rows = wait_for_rows(
+            d.path(),
+            &BTreeSet::from([1, 2]),
+            Duration::from_millis(100),
+        );
+        assert_eq!(rows.iter().map(|r| r.task_id).collect::<Vec<_>>(), vec![1]);
     }
 
     #[test]

@@ -600,15 +600,11 @@ pub fn append_log(path: &Path, line: &str) {
     if let Some(parent) = path.parent() {
         let _ = std::fs::create_dir_all(parent);
     }
-    use std::os::unix::fs::OpenOptionsExt;
-    // Root appends here: never through a symlink.
-    if let Ok(mut f) = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .mode(0o640)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(path)
-    {
+    // Root appends here: never through a symlink, never blocked on a FIFO.
+    if let Ok(mut f) = jobscope_sampler::fsutil::open_regular(
+        path,
+        jobscope_sampler::fsutil::Access::AppendOrCreate(0o640),
+    ) {
         // One write(2) per line, so epilogs ending together do not interleave their lines.
         let _ = f.write_all(format!("{} {line}\n", now_unix_ms() / 1000).as_bytes());
     }

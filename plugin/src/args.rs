@@ -3,6 +3,7 @@
 //! They override the config file. Unknown or malformed arguments are logged and ignored: a typo on the
 //! plugstack line must not stop jobs.
 
+use jobscope_sampler::config::AbsPath;
 use std::path::PathBuf;
 
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -25,13 +26,12 @@ impl Args {
         let mut a = Args::default();
         for arg in argv {
             let (k, v) = arg.split_once('=').unwrap_or((arg, ""));
-            let path = |v: &str| -> Option<PathBuf> {
-                let p = PathBuf::from(v);
-                (p.is_absolute()
-                    && !p
-                        .components()
-                        .any(|c| matches!(c, std::path::Component::ParentDir)))
-                .then_some(p)
+            let mut why = None;
+            let mut path = |v: &str| -> Option<PathBuf> {
+                AbsPath::new(v)
+                    .map_err(|e| why = Some(e.to_string()))
+                    .ok()
+                    .map(AbsPath::into_path_buf)
             };
             let ok = match k {
                 "config" => path(v).map(|p| a.config = Some(p)).is_some(),
@@ -56,8 +56,10 @@ impl Args {
                 _ => false,
             };
             if !ok {
-                a.problems
-                    .push(format!("ignoring plugstack argument {arg:?}"));
+                a.problems.push(match why {
+                    Some(why) => format!("ignoring plugstack argument {arg:?}: {why}"),
+                    None => format!("ignoring plugstack argument {arg:?}"),
+                });
             }
         }
         a
@@ -86,5 +88,27 @@ mod tests {
         assert_eq!(a.spool_dir, Some(PathBuf::from("/tmp/s")));
         assert_eq!(a.problems.len(), 3);
         assert!(a.injects("sampler_panic"));
+    }
+
+    #[test]
+    fn paths_must_be_absolute_without_dot_dot_and_say_so() {
+        let a = Args::parse([
+            "config=/etc/jobscope/j.toml",
+            "proc_root=/proc/./",
+            "spool_dir=/var/spool/../../etc",
+            "handover_dir=relative/h",
+            "cgroup_root=",
+        ]);
+        assert_eq!(a.config, Some(PathBuf::from("/etc/jobscope/j.toml")));
+        assert_eq!(a.proc_root, Some(PathBuf::from("/proc/./")));
+        assert_eq!(
+            (&a.spool_dir, &a.handover_dir, &a.cgroup_root),
+            (&None, &None, &None)
+        );
+        assert_eq!(a.problems.len(), 3, "{:?}", a.problems);
+        for p in &a.problems {
+            assert!(p.contains("must be an absolute path without '..'"), "{p}");
+            assert!(!p.contains('\n'), "one line: {p}");
+        }
     }
 }

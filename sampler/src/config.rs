@@ -11,6 +11,105 @@ pub const DEFAULT_CONFIG_PATH: &str = "/etc/jobscope/jobscope.toml";
 /// A config file larger than this is refused (it is read by root inside slurmstepd).
 const MAX_CONFIG_BYTES: u64 = 256 * 1024;
 
+/// A path the configuration or the plugstack line names: absolute and without `..`, so that what
+/// root opens does not depend on its current directory and cannot climb out of the directory an
+/// admin reviewed. THE check for every path value (docs/configuration.md says so).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AbsPath(PathBuf);
+
+/// Why a value was refused, one line.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ValueError {
+    #[error("must be an absolute path without '..': {0}")]
+    NotAbsolute(String),
+    #[error("{0:?}: 1 to {MAX_LABEL_CHARS} of A-Z a-z 0-9 _ -{1}")]
+    BadLabel(String, &'static str),
+}
+
+impl AbsPath {
+    pub fn new(path: impl Into<PathBuf>) -> Result<AbsPath, ValueError> {
+        let p = path.into();
+        if p.is_absolute()
+            && !p
+                .components()
+                .any(|c| matches!(c, std::path::Component::ParentDir))
+        {
+            Ok(AbsPath(p))
+        } else {
+            Err(ValueError::NotAbsolute(p.display().to_string()))
+        }
+    }
+
+    pub fn into_path_buf(self) -> PathBuf {
+        self.0
+    }
+}
+
+impl std::ops::Deref for AbsPath {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+/// Most characters of a [`Label`].
+pub const MAX_LABEL_CHARS: usize = 64;
+
+/// A name that becomes part of a file name or a key: a cluster's name (`run.cluster`, the cluster
+/// part of an archive file name) and `postgres.source`. 1 to [`MAX_LABEL_CHARS`] of
+/// `A-Z a-z 0-9 _ -`; `postgres.source` also admits `.` (as it always has: refusing it now would
+/// make a working configuration invalid), which a cluster label never has, since a cluster name
+/// with a `.` has been archived with a `_` there and must keep naming the same files.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Label(String);
+
+impl Label {
+    /// A cluster label, as given.
+    pub fn new(s: &str) -> Result<Label, ValueError> {
+        Label::checked(s, "")
+    }
+
+    /// A `postgres.source` label: [`Label::new`]'s characters and `.`.
+    pub fn source(s: &str) -> Result<Label, ValueError> {
+        Label::checked(s, ".")
+    }
+
+    /// `s` made a cluster label: any other character becomes `_`, and it is cut at
+    /// [`MAX_LABEL_CHARS`]; `None` when `s` is empty.
+    pub fn sanitised(s: &str) -> Option<Label> {
+        let l: String = s
+            .chars()
+            .take(MAX_LABEL_CHARS)
+            .map(|c| if Label::allowed(c, "") { c } else { '_' })
+            .collect();
+        Label::new(&l).ok()
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    fn allowed(c: char, extra: &str) -> bool {
+        c.is_ascii_alphanumeric() || c == '_' || c == '-' || extra.contains(c)
+    }
+
+    fn checked(s: &str, extra: &'static str) -> Result<Label, ValueError> {
+        let n = s.chars().count();
+        if (1..=MAX_LABEL_CHARS).contains(&n) && s.chars().all(|c| Label::allowed(c, extra)) {
+            Ok(Label(s.to_string()))
+        } else {
+            let more = if extra.is_empty() { "" } else { " ." };
+            Err(ValueError::BadLabel(s.to_string(), more))
+        }
+    }
+}
+
+impl std::fmt::Display for Label {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
@@ -477,18 +576,7 @@ impl Config {
     }
 
     fn validate(&self) -> Result<(), String> {
-        let c = &self.run.cluster;
-        if c.is_empty()
-            || c.len() > 64
-            || !c
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
-        {
-            return Err(format!(
-                "run.cluster = {:?}: 1 to 64 of A-Z a-z 0-9 _ -",
-                self.run.cluster
-            ));
-        }
+        Label::new(&self.run.cluster).map_err(|e| format!("run.cluster = {e}"))?;
         let s = &self.sampler;
         if !(1..=3600).contains(&s.cadence_s) {
             return Err(format!(
@@ -513,15 +601,7 @@ impl Config {
             ("log_file", &self.paths.log_file),
             ("live_dir", &self.paths.live_dir),
         ] {
-            if !p.is_absolute()
-                || p.components()
-                    .any(|c| matches!(c, std::path::Component::ParentDir))
-            {
-                return Err(format!(
-                    "paths.{name} must be an absolute path without '..': {}",
-                    p.display()
-                ));
-            }
+            AbsPath::new(p).map_err(|e| format!("paths.{name} {e}"))?;
         }
         let a = &self.audit;
         for (name, p) in [
@@ -529,15 +609,7 @@ impl Config {
             ("metrics_file", &a.metrics_file),
         ] {
             if let Some(p) = p {
-                if !p.is_absolute()
-                    || p.components()
-                        .any(|c| matches!(c, std::path::Component::ParentDir))
-                {
-                    return Err(format!(
-                        "audit.{name} must be an absolute path without '..': {}",
-                        p.display()
-                    ));
-                }
+                AbsPath::new(p).map_err(|e| format!("audit.{name} {e}"))?;
             }
         }
         if !(1..=10_000).contains(&a.compact_parts) {
@@ -591,8 +663,8 @@ impl Config {
             ));
         }
         let pg = &self.postgres;
-        if pg.password_file.as_ref().is_some_and(|p| !p.is_absolute()) {
-            return Err("postgres.password_file must be an absolute path".into());
+        if let Some(p) = &pg.password_file {
+            AbsPath::new(p).map_err(|e| format!("postgres.password_file {e}"))?;
         }
         if !(1..=300).contains(&pg.connect_timeout_s) {
             return Err(format!(
@@ -600,18 +672,7 @@ impl Config {
                 pg.connect_timeout_s
             ));
         }
-        if pg.source.is_empty()
-            || pg.source.len() > 64
-            || !pg
-                .source
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || "_-.".contains(c))
-        {
-            return Err(format!(
-                "postgres.source {:?}: 1-64 characters of A-Z a-z 0-9 _ - .",
-                pg.source
-            ));
-        }
+        Label::source(&pg.source).map_err(|e| format!("postgres.source {e}"))?;
         Ok(())
     }
 }
@@ -619,6 +680,74 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn abs_path_accepts_absolute_paths_and_refuses_relative_or_dot_dot() {
+        for ok in ["/", "/var/spool/jobscope", "/a/./b", "/a..b/c.."] {
+            assert_eq!(&*AbsPath::new(ok).unwrap(), Path::new(ok));
+        }
+        for bad in ["", "relative", "./x", "../x", "/var/../etc", "/a/b/.."] {
+            let e = AbsPath::new(bad).unwrap_err().to_string();
+            assert_eq!(e, format!("must be an absolute path without '..': {bad}"));
+        }
+    }
+
+    #[test]
+    fn label_accepts_1_to_64_of_its_characters_and_refuses_others() {
+        let max = "a".repeat(64);
+        for ok in ["local", "cluster-A_9", "x", max.as_str()] {
+            assert_eq!(Label::new(ok).unwrap().as_str(), ok);
+        }
+        let over = "a".repeat(65);
+        for bad in ["", "a.b", "a b", "a/b", "..", "é", "x\n", over.as_str()] {
+            let e = Label::new(bad).unwrap_err().to_string();
+            assert_eq!(e, format!("{bad:?}: 1 to 64 of A-Z a-z 0-9 _ -"));
+        }
+        // postgres.source: the same, and dots.
+        assert_eq!(Label::source("site.a").unwrap().as_str(), "site.a");
+        assert!(Label::source("a b")
+            .unwrap_err()
+            .to_string()
+            .ends_with("_ - ."));
+        assert!(Label::source(&over).is_err());
+    }
+
+    #[test]
+    fn label_sanitised_replaces_and_cuts() {
+        assert_eq!(
+            Label::sanitised("my cluster/../x").unwrap().as_str(),
+            "my_cluster____x"
+        );
+        assert_eq!(Label::sanitised("é").unwrap().as_str(), "_");
+        assert_eq!(
+            Label::sanitised(&"b".repeat(70)).unwrap().as_str(),
+            "b".repeat(64)
+        );
+        assert_eq!(Label::sanitised(""), None);
+    }
+
+    #[test]
+    fn path_and_label_keys_are_refused_in_one_line_naming_the_key() {
+        for (toml, key) in [
+            (
+                "[paths]\nspool_dir = \"/var/../x\"",
+                "paths.spool_dir must be",
+            ),
+            ("[audit]\nindex_dir = \"idx\"", "audit.index_dir must be"),
+            (
+                "[postgres]\npassword_file = \"pw\"",
+                "postgres.password_file must be",
+            ),
+            ("[run]\ncluster = \"a.b\"", "run.cluster = \"a.b\""),
+            ("[postgres]\nsource = \"a b\"", "postgres.source \"a b\""),
+        ] {
+            let e = Config::parse(toml, Path::new("c")).unwrap_err().to_string();
+            assert!(e.contains(key), "{toml}: {e}");
+            assert!(!e.contains('\n'), "{e}");
+        }
+        let ok = "[run]\ncluster = \"c-1\"\n[postgres]\nsource = \"site.a\"";
+        Config::parse(ok, Path::new("c")).unwrap();
+    }
 
     #[test]
     fn empty_file_gives_defaults() {

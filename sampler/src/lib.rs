@@ -9,10 +9,14 @@
 //! - [`gpu`]: which GPUs are the job's, NVML/amdgpu sampling in its own thread, the `gpu.jsc` writer.
 //! - [`config`]: the site configuration file.
 //! - [`digest`]: SHA-256 as lower-case hex (manifests, the batch script's hash).
-//! - [`fsutil`]: root-owned directory and atomic-write helpers that refuse symlink tricks.
+//! - [`fsutil`]: root-owned directory and atomic-write helpers that refuse symlink tricks, and THE
+//!   no-follow, non-blocking open of a regular file ([`fsutil::open_regular`]).
+//! - [`child`]: a helper program run with a bound on its time, input and output.
+//! - [`users`]: the user database (`getpwuid_r`).
 //!
 //! The pure stages (spool format, summaries, analysis) are in `jobscope-model`, re-exported below.
 pub mod cgroup;
+pub mod child;
 pub mod config;
 pub mod digest;
 pub mod fsutil;
@@ -23,6 +27,7 @@ pub mod sampler;
 pub mod scope;
 pub mod snapshot;
 pub mod spool;
+pub mod users;
 
 // The pure stages live in jobscope-model; these names keep one path for the plugin and the epilog.
 pub use jobscope_model::{job, params, sample, slurm, summary, time, vocab};

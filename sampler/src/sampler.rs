@@ -381,11 +381,7 @@ pub fn spawn(
                 sampler.finish(reason);
             }));
             if let Err(p) = result {
-                let msg = p
-                    .downcast_ref::<&str>()
-                    .map(|s| s.to_string())
-                    .or_else(|| p.downcast_ref::<String>().cloned())
-                    .unwrap_or_else(|| "non-string panic".into());
+                let msg = panic_message(p.as_ref());
                 log_panic(&format!(
                     "sampler thread panicked, sampling stopped for this job: {msg}"
                 ));
@@ -399,9 +395,27 @@ pub fn spawn(
     })
 }
 
+/// The text a panic was raised with (`panic!("...")` gives a `&str` or a `String`), for the log
+/// line that replaces the panic: a caught panic must still say what went wrong.
+pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "non-string panic".into())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn panic_message_is_the_text_the_panic_was_raised_with() {
+        let caught = |f: fn()| panic_message(std::panic::catch_unwind(f).unwrap_err().as_ref());
+        assert_eq!(caught(|| panic!("a literal")), "a literal");
+        assert_eq!(caught(|| panic!("formatted {}", 42)), "formatted 42");
+        assert_eq!(caught(|| std::panic::panic_any(7_u8)), "non-string panic");
+    }
 
     #[test]
     fn schedule_has_early_samples_then_cadence() {

@@ -381,10 +381,7 @@ fn read_part(dir: &Path, p: &Part) -> Result<Vec<RecordBatch>> {
 /// The rows of one archived record, or why not.
 fn rows_of(path: &Path, report: &Report) -> Result<(JobRow, Vec<NodeRow>)> {
     let bytes = jobscope_sampler::fsutil::read_limited(path, MAX_DOC_BYTES)?;
-    let mut s = archive::load(&bytes)?.summary;
-    if s.analysis.is_none() {
-        s.analysis = Some(jobscope_sampler::summary::analysis::analyze(&s, report));
-    }
+    let s = archive::load(&bytes, report)?.summary;
     Ok((JobRow::of(&s), NodeRow::of(&s)))
 }
 

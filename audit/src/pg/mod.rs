@@ -15,8 +15,9 @@ pub mod sink;
 
 use anyhow::{bail, Context, Result};
 use jobscope_sampler::config::Postgres as PgConfig;
+use jobscope_sampler::fsutil::{open_regular, Access};
 use std::io::Read;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::str::FromStr;
 use std::time::Duration;
@@ -26,18 +27,9 @@ pub use postgres::Client;
 /// The password from `password_file`: its first line. The file must be a regular file (not a
 /// link) that neither group nor others may read, as for the SMTP password.
 pub fn read_password(path: &Path) -> Result<String> {
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(path)
+    let f = open_regular(path, Access::Read)
         .with_context(|| format!("postgres.password_file {}", path.display()))?;
     let md = f.metadata()?;
-    if !md.is_file() {
-        bail!(
-            "postgres.password_file {}: not a regular file",
-            path.display()
-        );
-    }
     if md.mode() & 0o077 != 0 {
         bail!(
             "postgres.password_file {}: readable by group or others (mode {:o}); chmod 600 it",

@@ -17,13 +17,14 @@ use crate::{ColType, JobRow, Value, COLUMNS};
 use anyhow::{Context, Result};
 use jobscope_archive::manifest;
 use jobscope_archive::{self as archive, Key, Store};
+use jobscope_sampler::config::Report;
+use jobscope_sampler::fsutil;
 use jobscope_sampler::summary::JobSummary;
 use postgres::types::ToSql;
 use postgres::Client;
 use serde::Serialize;
 use std::collections::{BTreeMap, HashSet};
 use std::io::Read;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 /// Rows per INSERT statement (66 parameters each; PostgreSQL allows 65 535 per statement).
@@ -198,20 +199,20 @@ pub struct SyncReport {
 
 /// Reads an archived file without following links, bounded.
 fn read_doc(path: &Path) -> std::io::Result<Vec<u8>> {
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(path)?;
-    if !f.metadata()?.is_file() {
-        return Err(std::io::Error::other("not a regular file"));
-    }
+    let f = fsutil::open_regular(path, fsutil::Access::Read)?;
     let mut b = Vec::new();
     f.take(MAX_DOC_BYTES).read_to_end(&mut b)?;
     Ok(b)
 }
 
 /// Pushes what the archive's manifests list past this source's checkpoint (see the module doc).
-pub fn sync(client: &mut Client, store: &Store, source: &str) -> Result<SyncReport> {
+/// `thresholds` analyse a document stored without its analysis ([`archive::load`]).
+pub fn sync(
+    client: &mut Client,
+    store: &Store,
+    source: &str,
+    thresholds: &Report,
+) -> Result<SyncReport> {
     super::schema::ensure(client)?;
     let mut done: BTreeMap<String, (i64, i64)> = BTreeMap::new();
     for r in client.query(
@@ -262,7 +263,7 @@ pub fn sync(client: &mut Client, store: &Store, source: &str) -> Result<SyncRepo
                 ));
                 continue;
             }
-            match archive::load(&bytes).and_then(|l| Item::of(&l.summary, &rel)) {
+            match archive::load(&bytes, thresholds).and_then(|l| Item::of(&l.summary, &rel)) {
                 Ok(it) => items.push(it),
                 Err(err) => rep.problems.push(format!("{rel}: not pushed: {err:#}")),
             }

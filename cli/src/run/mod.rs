@@ -147,19 +147,12 @@ fn machine_has_nvidia() -> bool {
 /// The next id of an archived run: a counter in the state directory (root's), under a lock,
 /// from `run.first_job_id` up.
 fn next_archived_id(cfg: &Config) -> Result<u32> {
+    use jobscope_sampler::fsutil::{open_regular, Access};
     use std::io::{Read, Seek, Write};
-    use std::os::unix::fs::OpenOptionsExt;
     let dir = &cfg.paths.state_dir;
     jobscope_sampler::fsutil::ensure_dir(dir, 0o700, 0, 0)?;
     let path = dir.join("local-run-id");
-    let mut f = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(&path)
+    let mut f = open_regular(&path, Access::ReadWriteOrCreate(0o600))
         .with_context(|| path.display().to_string())?;
     // SAFETY: flock on a descriptor we own; released when `f` closes.
     if unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&f), libc::LOCK_EX) } != 0 {
@@ -194,21 +187,6 @@ fn private_dir(job_id: u32) -> Result<PathBuf> {
         }
     }
     bail!("cannot make a private directory in {}", base.display())
-}
-
-fn user_name(uid: u32) -> Option<String> {
-    // SAFETY: getpwuid_r fills pw from buf; both live for the call.
-    unsafe {
-        let mut pw: libc::passwd = std::mem::zeroed();
-        let mut buf = vec![0 as libc::c_char; 4096];
-        let mut out = std::ptr::null_mut();
-        let r = libc::getpwuid_r(uid, &mut pw, buf.as_mut_ptr(), buf.len(), &mut out);
-        (r == 0 && !out.is_null()).then(|| {
-            std::ffi::CStr::from_ptr(pw.pw_name)
-                .to_string_lossy()
-                .into_owned()
-        })
-    }
 }
 
 /// One reading of the run's processes (job and step readings of the `batch` step events).
@@ -535,7 +513,7 @@ fn run_in(
                 .file_name()
                 .map(|n| n.to_string_lossy().into_owned())
         }),
-        user: user_name(uid),
+        user: jobscope_sampler::users::by_uid(uid).map(|u| u.name),
         uid: Some(uid),
         gid: Some(gid),
         group: archive::group_name(gid),

@@ -26,12 +26,14 @@
 //! `dead/`.
 
 use super::transport::{Deliver, SendError};
-use jobscope_sampler::fsutil::{ensure_dir, is_safe_name, read_limited, write_atomic, FsError};
+use jobscope_sampler::fsutil::{
+    ensure_dir, is_safe_name, open_regular, read_limited, write_atomic, Access, FsError,
+};
 use lettre::address::Envelope;
 use lettre::Address;
 use serde::{Deserialize, Serialize};
 use std::fs::File;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -269,15 +271,7 @@ impl IdLock {
     fn acquire(path: &Path, wait: Duration) -> Result<Option<IdLock>, QueueError> {
         let until = Instant::now() + wait;
         loop {
-            let f = std::fs::OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create(true)
-                .truncate(false)
-                .mode(0o600)
-                .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-                .open(path)
-                .map_err(io_err(path))?;
+            let f = open_regular(path, Access::ReadWriteOrCreate(0o600)).map_err(io_err(path))?;
             // SAFETY: flock on a descriptor we own.
             let rc = unsafe {
                 libc::flock(
@@ -349,14 +343,7 @@ impl Queue {
         {
             return;
         }
-        let Ok(f) = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(&path)
-        else {
+        let Ok(f) = open_regular(&path, Access::ReadWriteOrCreate(0o600)) else {
             return;
         };
         let Ok(len) = libc::off_t::try_from(bytes) else {

@@ -15,8 +15,8 @@
 //! sendmail's "no such user/host, bad data, bad usage" exit codes are permanent; the rest (refused
 //! connection, timeout, 4xx, EX_TEMPFAIL, a killed program) are transient.
 
+use jobscope_sampler::child::{wait_bounded, Bounds};
 use lettre::address::Envelope;
-use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -226,26 +226,6 @@ fn sendmail_exit_is_permanent(code: i32) -> bool {
     )
 }
 
-/// Reads up to 4 KiB of `r` (then drains the rest) on a thread; the text arrives on the channel.
-fn capture(mut r: impl Read + Send + 'static) -> std::sync::mpsc::Receiver<String> {
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let mut kept = Vec::new();
-        let mut buf = [0u8; 4096];
-        loop {
-            match r.read(&mut buf) {
-                Ok(0) | Err(_) => break,
-                Ok(n) => {
-                    let room = 4096usize.saturating_sub(kept.len());
-                    kept.extend_from_slice(&buf[..n.min(room)]);
-                }
-            }
-        }
-        let _ = tx.send(String::from_utf8_lossy(&kept).trim().to_string());
-    });
-    rx
-}
-
 fn send_sendmail(
     c: &SendmailConfig,
     envelope: &Envelope,
@@ -281,7 +261,7 @@ fn send_sendmail(
             _ => break,
         }
     }
-    let mut child = spawned.map_err(|e| {
+    let child = spawned.map_err(|e| {
         let what = format!("sendmail {}: {e}", c.path.display());
         match e.kind() {
             std::io::ErrorKind::NotFound | std::io::ErrorKind::PermissionDenied => {
@@ -290,48 +270,29 @@ fn send_sendmail(
             _ => SendError::Transient(what),
         }
     })?;
-    let pgid = child.id() as libc::pid_t;
-    let stderr = child.stderr.take().map(capture);
-    let mut stdin = child.stdin.take().expect("stdin was piped");
-    let body = message.to_vec();
-    let writer = std::thread::spawn(move || {
-        let r = stdin.write_all(&body);
-        drop(stdin); // EOF
-        r
-    });
-
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(st)) => break st,
-            Ok(None) => {}
-            Err(e) => {
-                return Err(SendError::Transient(format!(
-                    "sendmail {}: waiting: {e}",
-                    c.path.display()
-                )))
-            }
-        }
-        if started.elapsed() >= limit {
-            // SAFETY: kill(2) on the process group of a child we started (pgid == its pid).
-            unsafe {
-                libc::kill(-pgid, libc::SIGKILL);
-            }
-            let _ = child.kill();
-            let _ = child.wait();
-            return Err(SendError::Transient(format!(
-                "sendmail {}: no answer within {:.1} s; killed",
-                c.path.display(),
-                limit.as_secs_f64()
-            )));
-        }
-        std::thread::sleep(Duration::from_millis(5));
+    let ended = wait_bounded(
+        child,
+        Some(message.to_vec()),
+        Bounds {
+            limit: limit.saturating_sub(started.elapsed()),
+            max_output_bytes: 4096,
+            // A grandchild may keep stderr open: don't wait for it long.
+            pipe_grace: Duration::from_millis(200),
+            kill_group: true,
+        },
+    )
+    .map_err(|e| SendError::Transient(format!("sendmail {}: waiting: {e}", c.path.display())))?;
+    let Some(status) = ended.status else {
+        return Err(SendError::Transient(format!(
+            "sendmail {}: no answer within {:.1} s; killed",
+            c.path.display(),
+            limit.as_secs_f64()
+        )));
     };
-    // The child is gone, so the writer gets EPIPE if it was still writing; it cannot block.
-    let wrote = writer.join().unwrap_or(Ok(()));
-    // A grandchild may keep stderr open: don't wait for it long.
-    let err_text = stderr
-        .and_then(|rx| rx.recv_timeout(Duration::from_millis(200)).ok())
-        .unwrap_or_default();
+    let wrote = ended.input;
+    let err_text = String::from_utf8_lossy(&ended.stderr.bytes)
+        .trim()
+        .to_string();
     let detail = if err_text.is_empty() {
         String::new()
     } else {

@@ -661,7 +661,7 @@ pub fn run_bounded_env(
     vars: &[(&str, &str)],
     limit: Duration,
 ) -> Option<String> {
-    let mut child = Command::new(program)
+    let child = Command::new(program)
         .args(args)
         .env_clear()
         .env("PATH", "/usr/bin:/bin:/usr/sbin:/sbin")
@@ -671,32 +671,22 @@ pub fn run_bounded_env(
         .stderr(Stdio::null())
         .spawn()
         .ok()?;
-    let mut out = child.stdout.take()?;
-    let reader = std::thread::spawn(move || {
-        use std::io::Read;
-        let mut buf = Vec::new();
-        let _ = out.by_ref().take(64 * 1024 * 1024).read_to_end(&mut buf);
-        buf
-    });
-    let deadline = std::time::Instant::now() + limit;
-    loop {
-        match child.try_wait() {
-            Ok(Some(st)) => {
-                let buf = reader.join().ok()?;
-                return st
-                    .success()
-                    .then(|| String::from_utf8_lossy(&buf).into_owned());
-            }
-            Ok(None) if std::time::Instant::now() < deadline => {
-                std::thread::sleep(Duration::from_millis(10))
-            }
-            _ => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return None;
-            }
-        }
-    }
+    let ended = jobscope_sampler::child::wait_bounded(
+        child,
+        None,
+        jobscope_sampler::child::Bounds {
+            limit,
+            max_output_bytes: 64 * 1024 * 1024,
+            // What is left in the pipe after the exit is at most its 64 KiB buffer.
+            pipe_grace: Duration::from_secs(2),
+            kill_group: false,
+        },
+    )
+    .ok()?;
+    // Output cut short is never parsed: a partial record would read as a different job.
+    ended
+        .succeeded()
+        .then(|| String::from_utf8_lossy(&ended.stdout.bytes).into_owned())
 }
 
 /// SLURM 22.05 through its commands in `/usr/bin`.

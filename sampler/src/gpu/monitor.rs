@@ -267,11 +267,7 @@ impl GpuMonitor {
                     run.main(&rx);
                 }));
                 if let Err(p) = result {
-                    let msg = p
-                        .downcast_ref::<&str>()
-                        .map(|s| s.to_string())
-                        .or_else(|| p.downcast_ref::<String>().cloned())
-                        .unwrap_or_else(|| "non-string panic".into());
+                    let msg = crate::sampler::panic_message(p.as_ref());
                     (*log)(
                         LogLevel::Error,
                         &format!("GPU monitor panicked, GPU sampling stopped for this job: {msg}"),
