@@ -90,9 +90,12 @@ fn job(file: &str, job_id: u32, class: JobClass) -> jobscope_sampler::summary::J
     let p = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../report/testdata/archive-v1")
         .join(file);
-    let mut s = jobscope_archive::load(&std::fs::read(&p).unwrap())
-        .unwrap()
-        .summary;
+    let mut s = jobscope_archive::load(
+        &std::fs::read(&p).unwrap(),
+        &jobscope_sampler::config::Report::default(),
+    )
+    .unwrap()
+    .summary;
     s.job_id = job_id;
     let mut a = analyze(&s, &jobscope_sampler::config::Report::default());
     a.classification.class = class;

@@ -31,7 +31,12 @@ const JOBS: u32 = 10;
 type RunKey = (String, u64, u64);
 
 fn summary(job: u32, day: usize) -> JobSummary {
-    let mut s = archive::load(V1_DOC.as_bytes()).unwrap().summary;
+    let mut s = archive::load(
+        V1_DOC.as_bytes(),
+        &jobscope_sampler::config::Report::default(),
+    )
+    .unwrap()
+    .summary;
     let start_s = DAY0_S + day as u64 * 86_400 + 3_600 + u64::from(job);
     s.job_id = job;
     s.cluster = Some("c1".into());
