@@ -28,43 +28,11 @@ SUITE=trixie
 # inside the rootfs (slurmd does), configured "local delivery only" like the host's
 # (slurm-conf/install-deps.sh), delivering into the /var/mail the cluster shares with the host.
 PACKAGES=slurmctld,slurmd,slurm-client,libslurm-dev,munge,procps,python3,exim4-daemon-light
-# Written into the rootfs after the packages (exim4-config reads it; the daemon is never started:
-# sendmail delivers in a process of its own): local delivery only, listening nowhere.
-EXIM_CONF="dc_eximconfig_configtype='local'
-dc_other_hostnames=''
-dc_local_interfaces='127.0.0.1 ; ::1'
-dc_readhost=''
-dc_relay_domains=''
-dc_minimaldns='false'
-dc_relay_nets=''
-dc_smarthost=''
-CFILEMODE='644'
-dc_use_split_config='false'
-dc_hide_mailname=''
-dc_mailname_in_oh='true'
-dc_localdelivery='mail_spool'"
-KEYRING=/usr/share/keyrings/debian-archive-keyring.gpg
 
 log() { echo "trixie-rootfs: $*"; }
 die() { echo "trixie-rootfs: ERROR: $*" >&2; exit 1; }
-
-host_mirror() {
-  local m
-  # deb822 sources first (Debian 12's default), then one-line sources.list
-  m=$(awk 'tolower($1) == "uris:" { for (i = 2; i <= NF; i++) if ($i ~ /\/debian\/?$/) { print $i; exit } }' \
-        /etc/apt/sources.list.d/*.sources 2>/dev/null | head -n1) || true
-  if [ -z "$m" ]; then
-    m=$(awk '$1 == "deb" { for (i = 2; i <= NF; i++) if ($i ~ /^https?:\/\/.*\/debian\/?$/) { print $i; exit } }' \
-          /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null | head -n1) || true
-  fi
-  [ -n "$m" ] || die "no Debian mirror found in /etc/apt/sources.list*"
-  echo "${m%/}"
-}
-
-# whether anything is mounted at or below directory $1 (/proc/self/mountinfo field 5)
-mounted_under() {
-  awk -v r="$1" '$5 == r || index($5, r "/") == 1 { f = 1 } END { exit !f }' /proc/self/mountinfo
-}
+# EXIM_CONF, KEYRING, host_mirror, mounted_under
+. "$(cd "$(dirname "${BASH_SOURCE[0]}")/../lib" && pwd)/debian-root.sh"
 
 # the exim settings are part of what the stamp records: an edit rebuilds the rootfs
 stamp_text() { printf 'suite=%s\npackages=%s\nexim=%s\n' "$SUITE" "$PACKAGES" "$(printf '%s' "$EXIM_CONF" | md5sum | cut -c1-12)"; }

@@ -36,20 +36,6 @@ BAKED=$HERE/image          # copied over the rootfs as is (systemd units, the bo
 # use; exim4-daemon-light: /usr/sbin/sendmail for `mail.transport = "sendmail"`, local delivery
 # only as in slurm-conf/trixie/rootfs.sh; e2fsprogs: fsck of the root at boot.
 PACKAGES=linux-image-amd64,systemd-sysv,udev,kmod,dbus,slurmctld,slurmd,slurm-client,libslurm-dev,munge,procps,python3,iproute2,mawk,passwd,e2fsprogs,exim4-daemon-light
-EXIM_CONF="dc_eximconfig_configtype='local'
-dc_other_hostnames=''
-dc_local_interfaces='127.0.0.1 ; ::1'
-dc_readhost=''
-dc_relay_domains=''
-dc_minimaldns='false'
-dc_relay_nets=''
-dc_smarthost=''
-CFILEMODE='644'
-dc_use_split_config='false'
-dc_hide_mailname=''
-dc_mailname_in_oh='true'
-dc_localdelivery='mail_spool'"
-KEYRING=/usr/share/keyrings/debian-archive-keyring.gpg
 NODE=vm                    # the guest's hostname and SLURM NodeName
 NODE_ADDR=192.0.2.10       # dummy0's address (jobscope-vm-hook); TEST-NET-1, routed nowhere
 # test users, with the host's uids where it has them (files in the 9p share keep their numbers)
@@ -58,24 +44,10 @@ DISK_SLACK_MB=1536         # free space in disk.img for jobs, logs, spool (the d
 
 log() { echo "vm-image: $*"; }
 die() { echo "vm-image: ERROR: $*" >&2; exit 1; }
+# EXIM_CONF, KEYRING, host_mirror, mounted_under
+. "$HERE/../lib/debian-root.sh"
 
 suite_ok() { case "$1" in trixie|sid) return 0 ;; *) die "unknown suite '$1' (trixie or sid)" ;; esac; }
-
-host_mirror() {
-  local m
-  m=$(awk 'tolower($1) == "uris:" { for (i = 2; i <= NF; i++) if ($i ~ /\/debian\/?$/) { print $i; exit } }' \
-        /etc/apt/sources.list.d/*.sources 2>/dev/null | head -n1) || true
-  if [ -z "$m" ]; then
-    m=$(awk '$1 == "deb" { for (i = 2; i <= NF; i++) if ($i ~ /^https?:\/\/.*\/debian\/?$/) { print $i; exit } }' \
-          /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null | head -n1) || true
-  fi
-  [ -n "$m" ] || die "no Debian mirror found in /etc/apt/sources.list*"
-  echo "${m%/}"
-}
-
-mounted_under() {
-  awk -v r="$1" '$5 == r || index($5, r "/") == 1 { f = 1 } END { exit !f }' /proc/self/mountinfo
-}
 
 baked_hash() { (cd "$BAKED" && find . -type f -print0 | sort -z | xargs -0 sha256sum; stat -c '%a %n' $(find . -type f | sort)) | sha256sum | cut -c1-16; }
 
