@@ -17,6 +17,9 @@ pub struct Args {
     /// `disabled=1`: load but do nothing (a switch for admins).
     pub disabled: bool,
     /// Fault injection for the real-cluster tests: `inject=sampler_panic|init_panic|exit_panic`.
+    /// Only a plugin built with the `fault-injection` feature takes it (the cluster tests install
+    /// such a build as `jobscope_spank_faults.so`); the packaged plugin logs it and ignores it,
+    /// so a stray `inject=` on a production plugstack line can never panic on purpose.
     pub inject: Vec<String>,
     pub problems: Vec<String>,
 }
@@ -49,9 +52,15 @@ impl Args {
                     a.disabled = v != "0";
                     true
                 }
-                "inject" => {
+                "inject" if cfg!(feature = "fault-injection") => {
                     a.inject.extend(v.split(',').map(str::to_string));
                     true
+                }
+                "inject" => {
+                    a.problems.push(format!(
+                        "ignoring plugstack argument {arg:?}: this plugin is built without the fault-injection feature"
+                    ));
+                    continue;
                 }
                 _ => false,
             };
@@ -65,6 +74,7 @@ impl Args {
         a
     }
 
+    /// Always false without the `fault-injection` feature (`inject` then stays empty).
     pub fn injects(&self, what: &str) -> bool {
         self.inject.iter().any(|i| i == what)
     }
@@ -82,12 +92,39 @@ mod tests {
             "bogus=1",
             "cadence=0",
             "spool_dir=rel",
-            "inject=sampler_panic",
         ]);
         assert_eq!(a.cadence_s, Some(10));
         assert_eq!(a.spool_dir, Some(PathBuf::from("/tmp/s")));
         assert_eq!(a.problems.len(), 3);
-        assert!(a.injects("sampler_panic"));
+    }
+
+    /// The packaged plugin (no `fault-injection` feature) ignores `inject=` with one log line:
+    /// nothing is injected, and the other arguments still apply.
+    #[cfg(not(feature = "fault-injection"))]
+    #[test]
+    fn inject_is_ignored_with_a_log_line_without_the_feature() {
+        let a = Args::parse(["inject=sampler_panic,init_panic,exit_panic", "cadence=10"]);
+        for what in ["sampler_panic", "init_panic", "exit_panic"] {
+            assert!(!a.injects(what), "{what} injected");
+        }
+        assert_eq!(a.cadence_s, Some(10));
+        assert_eq!(a.problems.len(), 1, "{:?}", a.problems);
+        assert!(
+            a.problems[0].contains("\"inject=sampler_panic,init_panic,exit_panic\"")
+                && a.problems[0].contains("without the fault-injection feature"),
+            "{:?}",
+            a.problems
+        );
+    }
+
+    /// The cluster tests' build (`--features fault-injection`) takes `inject=`.
+    #[cfg(feature = "fault-injection")]
+    #[test]
+    fn inject_is_taken_with_the_feature() {
+        let a = Args::parse(["inject=sampler_panic,exit_panic"]);
+        assert!(a.injects("sampler_panic") && a.injects("exit_panic"));
+        assert!(!a.injects("init_panic"));
+        assert!(a.problems.is_empty(), "{:?}", a.problems);
     }
 
     #[test]

@@ -26,6 +26,14 @@ include!(concat!(env!("OUT_DIR"), "/spank_plugin.rs"));
 /// deadline (the GPU monitor's last sample ends early enough before it, see its `signal_stop`).
 const STOP_WAIT: Duration = Duration::from_secs(2);
 
+/// Marks a plugin built with the `fault-injection` feature in its dynamic symbols (`nm -D`):
+/// packaging/build-debs.sh refuses to package such a build, and plugin/tests/no_fault_injection.rs
+/// checks that the default build has neither this mark nor the injected panics.
+#[cfg(feature = "fault-injection")]
+#[no_mangle]
+#[allow(non_upper_case_globals)]
+pub static jobscope_fault_injection: u8 = 1;
+
 #[derive(Default)]
 pub struct Jobscope {
     args: Option<Args>,
@@ -224,6 +232,7 @@ unsafe impl Plugin for Jobscope {
                     MailPolicy::ALL.map(MailPolicy::as_str).join("|")
                 ));
             spank.register_option(opt).map_err(|e| e.to_string())?;
+            #[cfg(feature = "fault-injection")]
             if matches!(spank.context(), Ok(Context::Remote))
                 && self.args(spank).injects("init_panic")
             {
@@ -278,6 +287,7 @@ unsafe impl Plugin for Jobscope {
             if !matches!(spank.context(), Ok(Context::Remote)) {
                 return Ok(());
             }
+            #[cfg(feature = "fault-injection")]
             if let Some(args) = &self.args {
                 if args.injects("exit_panic") {
                     panic!("jobscope fault injection: exit panic");
