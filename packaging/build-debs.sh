@@ -39,6 +39,15 @@ lint() {
   lintian --info --display-info --fail-on error "$@" || rc=$?
   [ "$rc" = 0 ] || die "lintian reports errors (above)"
 }
+# no_fault_injection <so>: refuses a plugin built with the fault-injection feature (the cluster tests'
+# jobscope_spank_faults.so; plugin/Cargo.toml), which marks itself with an exported symbol.
+no_fault_injection() {
+  local syms
+  syms=$(objdump -T "$1") || die "cannot read the dynamic symbols of $1"
+  if grep -qw jobscope_fault_injection <<<"$syms"; then
+    die "$1 is built with the fault-injection feature: rebuild without it (cargo build --release --workspace)"
+  fi
+}
 plugin_version() {
   python3 - "$1" <<'PY'
 import struct, subprocess, sys
@@ -79,6 +88,7 @@ case "$slurm" in
     [ -f "$so" ] || die "$so missing: run slurm-conf/trixie/cluster.sh build"
     v=$(plugin_version "$so") || die "cannot read plugin_version from $so"
     [ "$(( v ))" = "$(( num ))" ] || die "$so exports plugin_version $v, the headers say $num: rebuild (slurm-conf/trixie/cluster.sh build)"
+    no_fault_injection "$so"
     rm -f "$t24"/debian/jobscope-spank-slurm*.deb
     CARGO_TARGET_DIR=$t24 cargo deb -p jobscope-plugin --variant slurm24.11 --no-build --strip \
       --output "$t24/debian/"
@@ -109,6 +119,7 @@ fi
 for f in jobscope jobscope-epilog libjobscope_spank.so jobscope-xtask; do
   [ -f "$TARGET/release/$f" ] || die "$TARGET/release/$f missing: run cargo build --release --workspace"
 done
+no_fault_injection "$TARGET/release/libjobscope_spank.so"
 
 docs=$TARGET/release/jobscope-docs
 rm -rf "$docs"

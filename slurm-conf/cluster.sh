@@ -46,6 +46,10 @@ CLUSTER_NAME=jobscope
 UP_TIMEOUT=${JOBSCOPE_CLUSTER_UP_TIMEOUT:-60}
 
 PLUGIN_SO=/usr/local/lib/slurm/jobscope_spank.so
+# The plugin built with the fault-injection feature (tests/run-all.sh builds it as
+# target/release/jobscope_spank_faults.so), for the cluster tests' inject= cases only: beside the
+# packaged plugin under its own name, loaded only by a plugstack line a test writes for its jobs.
+FAULTS_PLUGIN_SO=/usr/local/lib/slurm/jobscope_spank_faults.so
 CLI_BIN=/usr/local/bin/jobscope
 EPILOG_BIN=/usr/local/sbin/jobscope-epilog
 JS_CONFIG=/etc/jobscope/jobscope.toml
@@ -434,6 +438,13 @@ cmd_install() {
     install -D -m 0755 "$rel/jobscope" "$CLI_BIN"
     install -D -m 0755 "$rel/jobscope-epilog" "$EPILOG_BIN"
     log "installed $PLUGIN_SO $CLI_BIN $EPILOG_BIN"
+  fi
+  # Test-only: the fault-injection plugin, from the build in either mode (no package has it).
+  if [ -f "$rel/jobscope_spank_faults.so" ]; then
+    install -D -m 0755 "$rel/jobscope_spank_faults.so" "$FAULTS_PLUGIN_SO"
+    log "installed $FAULTS_PLUGIN_SO (fault injection, cluster tests only)"
+  else
+    warn "$rel/jobscope_spank_faults.so not built: the inject= cluster test needs it (cargo build --release --workspace --features jobscope-plugin/fault-injection, then copy target/release/libjobscope_spank.so to that name; tests/run-all.sh does)"
   fi
   # Test-only: the fake NVML of the GPU cluster tests, outside every production and linker path.
   if [ -f "$rel/libfake_nvml.so" ]; then

@@ -113,8 +113,16 @@ if [ "$skip_deps" = 0 ]; then
   bash slurm-conf/install-deps.sh; end_phase $? || abort "dependencies missing"
 fi
 
-phase "build: cargo build --release --workspace"
-cargo build --release --workspace; end_phase $? || abort "build failed"
+# The fault cases of the cluster tests (inject=, tests/cluster/tests/foundation.rs) need a plugin built
+# with the fault-injection feature, which the packaged one must not have: that build comes first,
+# with every other crate as in the workspace build (so only the plugin crate is compiled twice), and
+# is copied aside as jobscope_spank_faults.so (cluster.sh install puts it beside the packaged one);
+# the workspace build after it puts the plugin without the feature back into target/release.
+phase "build: cargo build --release --workspace (first with jobscope-plugin/fault-injection, kept as jobscope_spank_faults.so)"
+REL=${CARGO_TARGET_DIR:-$REPO/target}/release
+cargo build --release --workspace --features jobscope-plugin/fault-injection \
+  && cp "$REL/libjobscope_spank.so" "$REL/jobscope_spank_faults.so" \
+  && cargo build --release --workspace; end_phase $? || abort "build failed"
 
 phase "unit tests (workspace except $CLUSTER_PKG)"
 run_tests unit; end_phase $?

@@ -53,6 +53,8 @@ LOGDIR=/var/log/slurm
 DAEMON_PATH=/usr/sbin:/usr/bin:/sbin:/bin
 UP_TIMEOUT=${JOBSCOPE_CLUSTER_UP_TIMEOUT:-60}
 PLUGIN_IN_ROOT=$ROOT/usr/local/lib/slurm/jobscope_spank.so
+# The fault-injection build of the plugin (cmd_build), for the cluster tests' inject= cases only.
+FAULTS_IN_ROOT=$ROOT/usr/local/lib/slurm/jobscope_spank_faults.so
 TARGET_24=${JOBSCOPE_TARGET_24_11:-$REPO/target/slurm-24.11}
 export PATH="$DAEMON_PATH:${PATH:-}"
 
@@ -331,12 +333,30 @@ cmd_build() {
   local inc=$ROOT/usr/include t0
   [ -f "$inc/slurm/spank.h" ] || die "no 24.11 headers at $inc (run slurm-conf/trixie/rootfs.sh build)"
   t0=$(now)
-  ( cd "$REPO" && env JOBSCOPE_SLURM_INCLUDE="$inc" BINDGEN_EXTRA_CLANG_ARGS="-I$inc" \
-      CARGO_TARGET_DIR="$TARGET_24" cargo build --release -p jobscope-plugin )
+  # First with the fault-injection feature, kept as jobscope_spank_faults.so for the cluster tests'
+  # inject= cases; then without it, the plugin that is packaged and installed (only the plugin crate
+  # is compiled twice).
+  ( cd "$REPO" && export JOBSCOPE_SLURM_INCLUDE="$inc" BINDGEN_EXTRA_CLANG_ARGS="-I$inc" \
+      CARGO_TARGET_DIR="$TARGET_24" \
+    && cargo build --release -p jobscope-plugin --features fault-injection \
+    && cp "$TARGET_24/release/libjobscope_spank.so" "$TARGET_24/release/jobscope_spank_faults.so" \
+    && cargo build --release -p jobscope-plugin )
   # Only the plugin depends on SLURM's headers: the CLI and the Epilog talk to SLURM through its
   # commands (report/src/slurm/), so the host's build runs in the rootfs unchanged (trixie's C
   # library is newer than bookworm's) and a second build of them, arrow and all, is not needed.
-  log "built $TARGET_24/release/libjobscope_spank.so against $inc ($(since "$t0") s)"
+  log "built $TARGET_24/release/libjobscope_spank.so and jobscope_spank_faults.so against $inc ($(since "$t0") s)"
+}
+
+# install_faults_plugin: the fault-injection build (cmd_build) into the rootfs, in either install
+# mode (no package has it); the cluster tests' inject= cases point a plugstack line at it.
+install_faults_plugin() {
+  local so=$TARGET_24/release/jobscope_spank_faults.so
+  if [ -f "$so" ]; then
+    install -D -m 0755 "$so" "$FAULTS_IN_ROOT"
+    log "installed $FAULTS_IN_ROOT (fault injection, cluster tests only)"
+  else
+    warn "$so not built: the inject= cluster test needs it (run $0 build)"
+  fi
 }
 
 # The packaged files (plugin/Cargo.toml's slurm24.11 variant, epilog/Cargo.toml), as in
@@ -387,6 +407,7 @@ cmd_install() {
     local host_target=${CARGO_TARGET_DIR:-$REPO/target}
     if [ $# -eq 0 ]; then set -- "$host_target/debian" "$TARGET_24/debian"; fi
     install_packages "$@"
+    install_faults_plugin
     return
   fi
   [ $# -eq 0 ] || die "install takes no arguments but --packages [DIR...]"
@@ -403,6 +424,7 @@ cmd_install() {
   install -m 0755 "$host/jobscope" "$ROOT/usr/local/bin/jobscope"
   install -m 0755 "$host/jobscope-epilog" "$ROOT/usr/local/sbin/jobscope-epilog"
   log "installed into $ROOT/usr/local: lib/slurm/jobscope_spank.so, bin/jobscope, sbin/jobscope-epilog"
+  install_faults_plugin
 }
 
 case "${1:-}" in

@@ -38,6 +38,9 @@ pub const PLUGSTACK_CONF: &str = "/etc/slurm/plugstack.conf.d/jobscope.conf";
 pub const PLUGIN_SO: &str = "/usr/local/lib/slurm/jobscope_spank.so";
 /// The plugstack line `cluster.sh install` writes (the plugin with no arguments).
 pub const DEFAULT_PLUGSTACK_LINE: &str = "optional /usr/local/lib/slurm/jobscope_spank.so";
+/// The plugin built with the `fault-injection` feature (`inject=`), which the packaged one is not:
+/// `cluster.sh install` puts it here (inside the rootfs for 24.11), beside the packaged plugin.
+pub const FAULTS_PLUGIN_SO: &str = "/usr/local/lib/slurm/jobscope_spank_faults.so";
 /// Jobs are submitted from per-job directories below this one (kept after the test, so the
 /// job's output can still be read; they are small).
 pub const WORK_BASE: &str = "/tmp/jobscope-cluster-tests";
@@ -512,6 +515,23 @@ impl Drop for PlugstackGuard {
 pub fn set_plugin_args(args: &str) -> Result<PlugstackGuard> {
     let line = format!("{DEFAULT_PLUGSTACK_LINE} {}", args.trim());
     set_plugstack_line(line.trim_end())
+}
+
+/// [`set_plugin_args`] for the fault-injection build ([`FAULTS_PLUGIN_SO`]) in place of the
+/// packaged plugin, e.g. `set_fault_plugin_args("inject=sampler_panic")`: only the jobs started
+/// while the guard lives load it.
+pub fn set_fault_plugin_args(args: &str) -> Result<PlugstackGuard> {
+    let so = match release_root() {
+        Some(root) => root.join(FAULTS_PLUGIN_SO.trim_start_matches('/')),
+        None => PathBuf::from(FAULTS_PLUGIN_SO),
+    };
+    ensure!(
+        so.is_file(),
+        "{} missing: build it (tests/run-all.sh's build phase, or slurm-conf/trixie/cluster.sh build) \
+         and run cluster.sh install",
+        so.display()
+    );
+    set_plugstack_line(&format!("optional {FAULTS_PLUGIN_SO} {}", args.trim()))
 }
 
 /// Writes an arbitrary plugstack line (e.g. `required ...`); the guard restores.
