@@ -342,9 +342,9 @@ impl NodeRow {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use jobscope_report::pipeline::{self, NodeEnd};
+    use jobscope_report::pipeline;
     use jobscope_report::present::fmt_hours;
-    use jobscope_report::slurm::{decide_end, v22_05::parse_squeue_json, EpilogEnv};
+    use jobscope_report::slurm::{decide_end, EpilogEnv};
     use jobscope_sampler::job::JobFacts;
     use jobscope_sampler::summary::NodeSummary;
     use std::path::Path;
@@ -352,37 +352,8 @@ mod tests {
     /// A recorded job (`report/testdata/recorded/<case>`): SLURM's facts and its nodes' summaries
     /// (with their names), as the Epilog makes them.
     fn recorded(case: &str) -> (JobFacts, Vec<NodeSummary>, Vec<String>) {
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../report/testdata/recorded");
-        let dir = dir.join(case);
-        let job_id: u32 = std::fs::read_to_string(dir.join("job_id"))
-            .unwrap()
-            .trim()
-            .parse()
-            .unwrap();
-        let squeue = std::fs::read_to_string(dir.join("squeue.json")).unwrap();
-        let facts = parse_squeue_json(&squeue, job_id).unwrap();
-        let mut node_dirs: Vec<_> = std::fs::read_dir(&dir)
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .filter(|p| p.is_dir())
-            .collect();
-        node_dirs.sort();
-        let (mut nodes, mut names) = (Vec::new(), Vec::new());
-        for d in node_dirs {
-            let name = d.file_name().unwrap().to_str().unwrap();
-            let name = name.strip_prefix("node-").unwrap().to_string();
-            let out = pipeline::node(
-                &pipeline::read_node_dir(&d),
-                &name,
-                job_id,
-                NodeEnd::LastRecord { fallback_ms: 0 },
-                facts.uid,
-                &jobscope_sampler::config::Config::default(),
-            );
-            nodes.push(out.summary);
-            names.push(name);
-        }
-        (facts, nodes, names)
+        let r = pipeline::testing::recorded(case, &jobscope_sampler::config::Config::default());
+        (r.facts, r.nodes, r.names)
     }
 
     /// The recorded serial job (`report/testdata/recorded/serial`): its one node `vm`.

@@ -197,8 +197,78 @@ mod tests {
 /// (the `testing` feature; no package enables it).
 #[cfg(any(test, feature = "testing"))]
 pub mod testing {
+    use crate::slurm::v22_05::parse_squeue_json;
     use jobscope_sampler::cgroup::CgroupVersion;
+    use jobscope_sampler::config::Config;
+    use jobscope_sampler::job::JobFacts;
     use jobscope_sampler::spool::Header;
+    use jobscope_sampler::summary::NodeSummary;
+    use std::path::{Path, PathBuf};
+
+    /// A job recorded on the real test cluster (`report/testdata/recorded/<case>`,
+    /// `tests/record-spools.sh`): SLURM's facts from its `squeue --json`, and each node's summary
+    /// as the Epilog makes it from the node's raw spool directory (`node-<name>/`).
+    pub struct Recorded {
+        pub dir: PathBuf,
+        pub job_id: u32,
+        pub facts: JobFacts,
+        pub nodes: Vec<NodeSummary>,
+        /// The nodes' names, in the order of `nodes`.
+        pub names: Vec<String>,
+    }
+
+    /// Reads the recorded job `case` with the thresholds `cfg`; panics (these are tests' fixtures)
+    /// on a missing file or a spool the pipeline reports a problem with.
+    pub fn recorded(case: &str, cfg: &Config) -> Recorded {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("testdata/recorded")
+            .join(case);
+        let read = |f: &str| {
+            std::fs::read_to_string(dir.join(f))
+                .unwrap_or_else(|e| panic!("{}/{f}: {e}", dir.display()))
+        };
+        let job_id: u32 = read("job_id").trim().parse().expect("job_id");
+        let facts =
+            parse_squeue_json(&read("squeue.json"), job_id).expect("the job in squeue.json");
+        let mut dirs: Vec<PathBuf> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.is_dir())
+            .collect();
+        dirs.sort();
+        let (mut nodes, mut names) = (Vec::new(), Vec::new());
+        for d in dirs {
+            let name = d.file_name().unwrap().to_string_lossy();
+            let name = name
+                .strip_prefix("node-")
+                .expect("node-<name>/")
+                .to_string();
+            // The Epilog's "now": right after the last thing the node recorded.
+            let out = super::node(
+                &super::read_node_dir(&d),
+                &name,
+                job_id,
+                super::NodeEnd::LastRecord { fallback_ms: 0 },
+                facts.uid,
+                cfg,
+            );
+            assert!(
+                out.problems.is_empty(),
+                "{}: {:?}",
+                d.display(),
+                out.problems
+            );
+            nodes.push(out.summary);
+            names.push(name);
+        }
+        Recorded {
+            dir,
+            job_id,
+            facts,
+            nodes,
+            names,
+        }
+    }
 
     /// A spool header as the plugin writes it: uid/gid 4242, cgroup v1, 2 cores, 1 GiB.
     pub fn header(job: u32, node: &str, series: &str) -> Header {

@@ -8,9 +8,9 @@
 //! then review the diff of the golden files (and of README.md, whose example report is the serial
 //! case's golden file: `readme_example_is_the_serial_golden_report`).
 
-use jobscope_report::pipeline::{self, NodeEnd};
+use jobscope_report::pipeline;
 use jobscope_report::present::render_text;
-use jobscope_report::slurm::{decide_end, v22_05::parse_squeue_json, EpilogEnv};
+use jobscope_report::slurm::{decide_end, EpilogEnv};
 use jobscope_sampler::config::Config;
 use std::path::{Path, PathBuf};
 
@@ -25,41 +25,9 @@ fn config() -> Config {
 }
 
 fn report(case: &str) -> String {
-    let dir = testdata().join("recorded").join(case);
-    let squeue = std::fs::read_to_string(dir.join("squeue.json"))
-        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
-    let job_id: u32 = std::fs::read_to_string(dir.join("job_id"))
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
-    let info = parse_squeue_json(&squeue, job_id).expect("job in squeue.json");
     let cfg = config();
-    let mut nodes = Vec::new();
-    let mut names = Vec::new();
-    let mut dirs: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .unwrap()
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.is_dir())
-        .collect();
-    dirs.sort();
-    for d in dirs {
-        let name = d.file_name().unwrap().to_string_lossy().into_owned();
-        let name = name.strip_prefix("node-").unwrap().to_string();
-        // The epilog's "now": right after the last thing the node recorded.
-        let out = pipeline::node(
-            &pipeline::read_node_dir(&d),
-            &name,
-            job_id,
-            NodeEnd::LastRecord { fallback_ms: 0 },
-            info.uid,
-            &cfg,
-        );
-        assert!(out.problems.is_empty(), "{:?}", out.problems);
-        nodes.push(out.summary);
-        names.push(name);
-    }
+    let r = pipeline::testing::recorded(case, &cfg);
+    let (dir, job_id, info, nodes, names) = (r.dir, r.job_id, r.facts, r.nodes, r.names);
     let env = EpilogEnv {
         job_id,
         node: names[0].clone(),
