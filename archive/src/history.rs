@@ -49,6 +49,26 @@ impl Run {
     }
 }
 
+impl Run {
+    /// A run from a job's figures; busy cores are CPU time ÷ elapsed, none for a run of no
+    /// elapsed time (one formula for the Epilog's run and the index's).
+    pub fn of(
+        end_unix_ms: i64,
+        mem_peak_bytes: Option<u64>,
+        elapsed_s: f64,
+        cpu_usage_s: Option<f64>,
+    ) -> Run {
+        Run {
+            end_unix_ms,
+            mem_peak_bytes,
+            elapsed_s,
+            busy_cores: cpu_usage_s
+                .filter(|_| elapsed_s > 0.0)
+                .map(|c| c / elapsed_s),
+        }
+    }
+}
+
 /// Ten years: longer than any time limit a site sets.
 pub const MAX_RUN_S: f64 = 10.0 * 366.0 * 86_400.0;
 /// A pebibyte per node.
@@ -73,6 +93,54 @@ impl UserHistory {
             m.values_mut().for_each(|runs| runs.retain(Run::is_sane));
             m.retain(|_, runs| !runs.is_empty());
         }
+    }
+}
+
+impl UserHistory {
+    /// Adds `run` under its job name and under its batch script's hash (each when known).
+    pub fn add(&mut self, name: Option<&str>, script_sha256: Option<&str>, run: Run) {
+        if let Some(n) = name {
+            self.names.entry(n.to_string()).or_default().push(run);
+        }
+        if let Some(k) = script_sha256 {
+            self.scripts.entry(k.to_string()).or_default().push(run);
+        }
+    }
+
+    /// Drops the runs that ended before `since_unix_ms` (out of the [`HISTORY_DAYS`] window), keys
+    /// left without runs, and bounds what is left ([`bound`]).
+    pub fn trim(&mut self, since_unix_ms: i64) {
+        for m in [&mut self.names, &mut self.scripts] {
+            m.values_mut()
+                .for_each(|runs| runs.retain(|r| r.end_unix_ms >= since_unix_ms));
+            m.retain(|_, runs| !runs.is_empty());
+            bound(m);
+        }
+    }
+}
+
+/// The path of `uid`'s history file under the index directory `index_dir`.
+pub fn user_file(index_dir: &std::path::Path, uid: u32) -> std::path::PathBuf {
+    index_dir.join(HISTORY_DIR).join(format!("{uid}.json"))
+}
+
+/// Reads `uid`'s history file (bounded, no link, no FIFO), keeping only sane runs; `Ok(None)` when
+/// there is none, an error naming the file when it cannot be read or decoded.
+pub fn read_user(index_dir: &std::path::Path, uid: u32) -> Result<Option<UserHistory>, String> {
+    let path = user_file(index_dir, uid);
+    match jobscope_sampler::fsutil::read_limited(&path, MAX_HISTORY_BYTES) {
+        Ok(b) => {
+            let mut h: UserHistory =
+                serde_json::from_slice(&b).map_err(|e| format!("{}: {e}", path.display()))?;
+            h.keep_sane();
+            Ok(Some(h))
+        }
+        Err(jobscope_sampler::fsutil::FsError::Io { source, .. })
+            if source.kind() == std::io::ErrorKind::NotFound =>
+        {
+            Ok(None)
+        }
+        Err(e) => Err(e.to_string()),
     }
 }
 
@@ -170,23 +238,15 @@ pub fn enrich(cfg: &Config, s: &mut JobSummary) {
     if s.name.is_none() && s.script_sha256.is_none() {
         return;
     }
-    let Some(mut h) = read_json::<UserHistory>(
-        &dir.join(HISTORY_DIR).join(format!("{uid}.json")),
-        MAX_HISTORY_BYTES,
-    ) else {
+    let Ok(Some(h)) = read_user(&dir, uid) else {
         return;
     };
-    h.keep_sane();
-    let this = Run {
-        end_unix_ms: s.end_unix_ms as i64,
-        mem_peak_bytes: s.mem.peak_bytes,
-        elapsed_s: s.elapsed_s,
-        busy_cores: s
-            .cpu
-            .usage_s
-            .filter(|_| s.elapsed_s > 0.0)
-            .map(|c| c / s.elapsed_s),
-    };
+    let this = Run::of(
+        s.end_unix_ms as i64,
+        s.mem.peak_bytes,
+        s.elapsed_s,
+        s.cpu.usage_s,
+    );
     a.history = advice_for(
         &h,
         s.name.as_deref(),

@@ -64,8 +64,13 @@ pub fn needed_columns(q: &Query) -> Vec<&'static str> {
             add("alloc_cores");
         }
         Report::Jobs | Report::GpuIdle | Report::CpuOnlyOnGpu { .. } => {
-            for n in JOB_INPUTS {
-                add(n);
+            // The listed columns, the times read as stored (milliseconds).
+            for (n, _) in JOB_COLUMNS {
+                add(match *n {
+                    "start_unix_s" => "start_unix_ms",
+                    "end_unix_s" => "end_unix_ms",
+                    other => other,
+                });
             }
             if q.report == Report::GpuIdle {
                 add("gpus_idle");
@@ -90,29 +95,6 @@ const USAGE_INPUTS: &[&str] = &[
     "gpu_energy_kwh",
 ];
 
-const JOB_INPUTS: &[&str] = &[
-    "cluster",
-    "job_id",
-    "array_job_id",
-    "array_task_id",
-    "user",
-    "account",
-    "partition",
-    "state",
-    "start_unix_ms",
-    "end_unix_ms",
-    "elapsed_s",
-    "node_count",
-    "alloc_cores",
-    "alloc_gpus",
-    "cpu_eff_pct",
-    "mem_peak_bytes",
-    "mem_eff_pct",
-    "core_hours_alloc",
-    "core_hours_wasted",
-    "gpu_hours_wasted",
-    "class",
-];
 
 /// Typed access to one batch's columns by name.
 struct View<'a> {

@@ -3,10 +3,12 @@
 
 use crate::index::{Index, ParquetEngine};
 use crate::query::{Query, Report};
+use crate::row::JobRow;
 use anyhow::{Context, Result};
 use arrow_array::{Array, Float64Array, Int64Array, StringArray};
-use jobscope_archive::history::{bound, Run, UserHistory, HISTORY_DAYS, HISTORY_DIR};
+use jobscope_archive::history::{Run, UserHistory, HISTORY_DAYS, HISTORY_DIR};
 use std::collections::BTreeMap;
+use std::path::Path;
 
 /// Writes `<index>/history/<uid>.json` for every user with jobs in the last [`HISTORY_DAYS`].
 pub fn write_history(idx: &Index) -> Result<usize> {
@@ -59,26 +61,17 @@ pub fn write_history(idx: &Index) -> Result<usize> {
             if !q.window.contains_end_ms(end.value(i)) {
                 continue;
             }
-            let elapsed_s = el.value(i);
-            let run = Run {
-                end_unix_ms: end.value(i),
-                mem_peak_bytes: (!peak.is_null(i)).then(|| peak.value(i) as u64),
-                elapsed_s,
-                busy_cores: (!cpu.is_null(i) && elapsed_s > 0.0).then(|| cpu.value(i) / elapsed_s),
-            };
-            let h = users.entry(uid.value(i)).or_default();
-            if !name.is_null(i) {
-                h.names
-                    .entry(name.value(i).to_string())
-                    .or_default()
-                    .push(run);
-            }
-            if !script.is_null(i) {
-                h.scripts
-                    .entry(script.value(i).to_string())
-                    .or_default()
-                    .push(run);
-            }
+            let run = Run::of(
+                end.value(i),
+                (!peak.is_null(i)).then(|| peak.value(i) as u64),
+                el.value(i),
+                (!cpu.is_null(i)).then(|| cpu.value(i)),
+            );
+            users.entry(uid.value(i)).or_default().add(
+                (!name.is_null(i)).then(|| name.value(i)),
+                (!script.is_null(i)).then(|| script.value(i)),
+                run,
+            );
         }
     }
     let owner = (unsafe { libc::geteuid() } == 0).then_some((0, idx.settings.admin_gid));
@@ -88,16 +81,113 @@ pub fn write_history(idx: &Index) -> Result<usize> {
         std::fs::create_dir_all(&dir)?;
     }
     let n = users.len();
-    for (uid, mut h) in users {
-        bound(&mut h.names);
-        bound(&mut h.scripts);
-        jobscope_sampler::fsutil::write_atomic(
-            &dir,
-            &format!("{uid}.json"),
-            &serde_json::to_vec(&h)?,
-            0o640,
-            owner,
-        )?;
+    let since_ms = (now_s - HISTORY_DAYS * 86_400) * 1000;
+    for (uid, h) in users.iter_mut() {
+        h.trim(since_ms);
+        write_user(&dir, *uid, h, owner)?;
     }
+    // A user without a run in the window any more has no history: the file goes.
+    for e in std::fs::read_dir(&dir).with_context(|| dir.display().to_string())? {
+        let e = e.with_context(|| dir.display().to_string())?;
+        let name = e.file_name();
+        let uid = name
+            .to_str()
+            .and_then(|n| n.strip_suffix(".json"))
+            .and_then(|u| u.parse::<i64>().ok());
+        if uid.is_some_and(|u| !users.contains_key(&u)) {
+            std::fs::remove_file(e.path()).with_context(|| e.path().display().to_string())?;
+        }
+    }
+    jobscope_sampler::fsutil::write_atomic(
+        &dir,
+        WRITTEN_MARK,
+        now_s.to_string().as_bytes(),
+        0o640,
+        owner,
+    )?;
     Ok(n)
+}
+
+/// Written beside the users' files after each whole rewrite ([`write_history`]): its time. An
+/// update that only added jobs then rewrites only their users' files ([`add_runs`]) while this is
+/// under a day old; the daily whole rewrite drops the runs that left the window.
+pub const WRITTEN_MARK: &str = "written-at.txt";
+
+/// How old the last whole rewrite may be for an update to rewrite only the users with new jobs.
+pub const REWRITE_ALL_AFTER_S: i64 = 86_400;
+
+fn write_user(dir: &Path, uid: i64, h: &UserHistory, owner: Option<(u32, u32)>) -> Result<()> {
+    jobscope_sampler::fsutil::write_atomic(
+        dir,
+        &format!("{uid}.json"),
+        &serde_json::to_vec(h)?,
+        0o640,
+        owner,
+    )?;
+    Ok(())
+}
+
+/// When the history was last written whole (the [`WRITTEN_MARK`]), if it was.
+fn last_whole_write_s(dir: &Path) -> Option<i64> {
+    let b = jobscope_sampler::fsutil::read_limited(&dir.join(WRITTEN_MARK), 64).ok()?;
+    std::str::from_utf8(&b).ok()?.trim().parse().ok()
+}
+
+/// What [`update_history`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HistoryWrite {
+    /// Every user's file, from the index.
+    Whole(usize),
+    /// Only the files of the users with new jobs (their new runs added to their files).
+    Users(usize),
+    /// Nothing changed since the last write.
+    Unchanged,
+}
+
+/// Keeps the history current after an index update at the cost of what changed: the whole history
+/// from the index after a rebuild, after any month was made again (rows may have gone), when the
+/// last whole write is a day old or missing; otherwise, when the update only added jobs (`added`),
+/// each of their users' files gets their new runs (read, added, trimmed to the window, written).
+pub fn update_history(idx: &Index, added: Option<&[JobRow]>) -> Result<HistoryWrite> {
+    let dir = idx.settings.dir.join(HISTORY_DIR);
+    let now_s = (jobscope_sampler::sampler::now_unix_ms() / 1000) as i64;
+    let fresh =
+        last_whole_write_s(&dir).is_some_and(|t| (0..REWRITE_ALL_AFTER_S).contains(&(now_s - t)));
+    let Some(added) = added.filter(|_| fresh) else {
+        return Ok(HistoryWrite::Whole(write_history(idx)?));
+    };
+    let mut by_user: BTreeMap<u32, Vec<&JobRow>> = BTreeMap::new();
+    for r in added {
+        if let Some(uid) = r
+            .uid
+            .filter(|_| r.name.is_some() || r.script_sha256.is_some())
+        {
+            by_user.entry(uid).or_default().push(r);
+        }
+    }
+    if by_user.is_empty() {
+        return Ok(HistoryWrite::Unchanged);
+    }
+    let owner = (unsafe { libc::geteuid() } == 0).then_some((0, idx.settings.admin_gid));
+    let since_ms = (now_s - HISTORY_DAYS * 86_400) * 1000;
+    for (uid, rows) in &by_user {
+        // A file that cannot be read is made again from the index, whole, with everyone's.
+        let Ok(h) = jobscope_archive::history::read_user(&idx.settings.dir, *uid) else {
+            return Ok(HistoryWrite::Whole(write_history(idx)?));
+        };
+        let mut h = h.unwrap_or_default();
+        for r in rows {
+            // As the index stores and the whole rewrite reads them (`end_unix_ms` as Int64).
+            let run = Run::of(
+                r.end_unix_ms as i64,
+                r.mem_peak_bytes,
+                r.elapsed_s,
+                r.cpu_usage_s,
+            );
+            h.add(r.name.as_deref(), r.script_sha256.as_deref(), run);
+        }
+        h.trim(since_ms);
+        write_user(&dir, i64::from(*uid), &h, owner)?;
+    }
+    Ok(HistoryWrite::Users(by_user.len()))
 }

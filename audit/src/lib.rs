@@ -182,18 +182,59 @@ pub fn write_metrics(cfg: &Config, idx: &Index, path: &std::path::Path) -> Resul
     Ok(())
 }
 
-/// What follows an index update: the peer distributions and the metrics textfile. A failure here
-/// is reported, never undoes the update.
-pub fn after_update(cfg: &Config, idx: &Index) -> Vec<String> {
+/// How often the peer distributions are made again while jobs come in: they are quantiles over
+/// `audit.peer_window_days` (30 by default) of a partition's jobs, which an hour's jobs move by a
+/// fraction of a percent, and making them reads the whole window from the index.
+pub const COHORTS_REFRESH_S: i64 = 3600;
+/// The longest the peer distributions go unwritten, so their window follows the calendar.
+pub const COHORTS_MAX_AGE_S: i64 = 86_400;
+
+/// How old `<index>/cohorts.json` is by its own `generated_unix_s` (None: missing or unreadable).
+fn cohorts_age_s(idx: &Index, now_s: i64) -> Option<i64> {
+    let b = jobscope_sampler::fsutil::read_limited(
+        &idx.settings.dir.join(peer::COHORTS),
+        peer::MAX_COHORTS_BYTES,
+    )
+    .ok()?;
+    let c: peer::Cohorts = serde_json::from_slice(&b).ok()?;
+    Some(now_s - c.generated_unix_s).filter(|a| *a >= 0)
+}
+
+/// What follows an index update (`rep`), at the cost of what it changed: the peer distributions
+/// when jobs came or went and they are an hour old, or a day old in any case; the run history of
+/// the users with new jobs (all users after a rebuild or once a day, [`history::update_history`]);
+/// the metrics textfile. A failure here is reported, never undoes the update.
+pub fn after_update(cfg: &Config, idx: &Index, rep: &index::UpdateReport) -> Vec<String> {
     let mut out = Vec::new();
-    match write_cohorts(cfg, idx) {
-        Ok(n) => out.push(format!("peer distributions: {n} cohorts")),
-        Err(e) => out.push(format!("peer distributions not written: {e:#}")),
+    let now_s = (jobscope_sampler::sampler::now_unix_ms() / 1000) as i64;
+    let changed = rep.rebuilt || !rep.months_rebuilt.is_empty() || rep.jobs_added > 0;
+    let due = match cohorts_age_s(idx, now_s) {
+        None => true,
+        Some(age) => {
+            age >= COHORTS_MAX_AGE_S || rep.rebuilt || (changed && age >= COHORTS_REFRESH_S)
+        }
+    };
+    if due {
+        match write_cohorts(cfg, idx) {
+            Ok(n) => out.push(format!("peer distributions: {n} cohorts")),
+            Err(e) => out.push(format!("peer distributions not written: {e:#}")),
+        }
+    } else {
+        out.push("peer distributions: current (made again hourly while jobs come in)".into());
     }
-    match history::write_history(idx) {
-        Ok(n) => out.push(format!(
+    let added = if changed {
+        rep.added.as_deref()
+    } else {
+        Some(&[][..])
+    };
+    match history::update_history(idx, added) {
+        Ok(history::HistoryWrite::Whole(n)) => out.push(format!(
             "run history (by job name and batch script): {n} users"
         )),
+        Ok(history::HistoryWrite::Users(n)) => out.push(format!(
+            "run history (by job name and batch script): {n} users with new jobs"
+        )),
+        Ok(history::HistoryWrite::Unchanged) => out.push("run history: current".into()),
         Err(e) => out.push(format!("run history not written: {e:#}")),
     }
     if let Some(p) = &cfg.audit.metrics_file {

@@ -316,6 +316,8 @@ pub const USAGE_COLUMNS: &[(&str, ColType)] = &[
 pub const JOB_COLUMNS: &[(&str, ColType)] = &[
     ("cluster", ColType::Text),
     ("job_id", ColType::Int),
+    // The job's name as SLURM gave it (user text: cleaned for a terminal, quoted and defused in CSV).
+    ("name", ColType::Text),
     ("array_job_id", ColType::Int),
     ("array_task_id", ColType::Int),
     ("user", ColType::Text),

@@ -160,8 +160,9 @@ pub fn heatmap(t: &Table, zone: Zone) -> String {
 }
 
 fn csv_field(s: &str) -> String {
-    // A leading =, +, - or @ is a formula to a spreadsheet: defuse it with a quote.
-    let s = if s.starts_with(['=', '+', '-', '@']) && s.parse::<f64>().is_err() {
+    // A leading =, +, - or @ is a formula to a spreadsheet (and a leading tab or carriage return
+    // hides one from the eye): defuse it with a quote.
+    let s = if s.starts_with(['=', '+', '-', '@', '\t', '\r']) && s.parse::<f64>().is_err() {
         format!("'{s}")
     } else {
         s.to_string()

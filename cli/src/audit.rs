@@ -207,7 +207,7 @@ pub fn index_cmd(cfg: &Config, cmd: IndexCmd) -> Result<()> {
     let t0 = std::time::Instant::now();
     let rep = idx.update(rebuild)?;
     let secs = t0.elapsed().as_secs_f64();
-    let after = jobscope_audit::after_update(cfg, &idx);
+    let after = jobscope_audit::after_update(cfg, &idx, &rep);
     if json {
         let mut v = serde_json::to_value(&rep)?;
         v["seconds"] = secs.into();

@@ -11,7 +11,8 @@ use jobscope_sampler::sampler::{now_unix_ms, Faults, Sampler, Schedule};
 use jobscope_sampler::scope::Scope;
 use jobscope_sampler::spool::writer::{Limits, SeriesWriter, StepWriter};
 use jobscope_sampler::spool::{
-    job_dir, Event, EventKind, Handover, Header, FORMAT_VERSION, GPU_FILE_BUDGET_BYTES,
+    job_dir, Event, EventKind, Handover, Header, StepsNotRecorded, FORMAT_VERSION,
+    GPU_FILE_BUDGET_BYTES, MORE_NOT_LISTED, STEPS_NOT_RECORDED_FILE, STEPS_NOT_RECORDED_MAX_BYTES,
     STEP_FILES_BUDGET_BYTES,
 };
 use std::path::{Path, PathBuf};
@@ -348,11 +349,18 @@ impl StepRecorder {
             Ok(dir) => {
                 // Step files share a fixed part of the 1 MiB budget; past it, steps are not recorded
                 // (the batch step, always first, is; it holds the job's final counters).
-                if step_files_bytes(&dir) > STEP_FILES_BUDGET_BYTES.saturating_sub(4096) {
+                if step_files_bytes(&dir) > step_files_cap() {
                     crate::log_info(&format!(
                         "spool of job {} is at its cap; step {} is not recorded",
                         ctx.job_id, ctx.step
                     ));
+                    // Its name is listed, so the report can say which steps its table lacks.
+                    if let Err(e) = list_step_not_recorded(&dir, &ctx.step) {
+                        crate::log_error(&format!(
+                            "cannot list step {} as not recorded: {e}",
+                            ctx.step
+                        ));
+                    }
                 } else {
                     match StepWriter::create(&dir, &ctx.header(&ctx.step, None)) {
                         Ok(w) => rec.writer = Some(w),
@@ -472,6 +480,41 @@ fn with_reaped_io(
     Ok(())
 }
 
+/// The step files' share of the spool, less the list of the steps past it (and one step file's
+/// worth of slack, as a step file grows after it is created).
+fn step_files_cap() -> u64 {
+    STEP_FILES_BUDGET_BYTES.saturating_sub(STEPS_NOT_RECORDED_MAX_BYTES + 4096)
+}
+
+/// Appends `step` to the job's [`STEPS_NOT_RECORDED_FILE`] (one short line, `O_APPEND`, so the
+/// steps of one job, each in its own slurmstepd, do not overwrite each other), or, when the list is
+/// full, the [`MORE_NOT_LISTED`] line; never past [`STEPS_NOT_RECORDED_MAX_BYTES`] and one such line.
+fn list_step_not_recorded(dir: &Path, step: &str) -> Result<(), String> {
+    use jobscope_sampler::fsutil::{open_regular, Access};
+    use std::io::Write;
+    let path = dir.join(STEPS_NOT_RECORDED_FILE);
+    let line =
+        StepsNotRecorded::line(step).ok_or_else(|| format!("{step:?} is not a step name"))?;
+    let mut f = open_regular(&path, Access::AppendOrCreate(0o600))
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    let len = f
+        .metadata()
+        .map_err(|e| format!("{}: {e}", path.display()))?
+        .len();
+    let more = format!("{MORE_NOT_LISTED}\n");
+    let text = if len + (line.len() + more.len()) as u64 <= STEPS_NOT_RECORDED_MAX_BYTES {
+        line
+    } else if len <= STEPS_NOT_RECORDED_MAX_BYTES {
+        // Full: say that more steps came. The few steps after this one still fitting under the
+        // bound say it again (the reader counts it once); then the file stops growing.
+        more
+    } else {
+        return Ok(());
+    };
+    f.write_all(text.as_bytes())
+        .map_err(|e| format!("{}: {e}", path.display()))
+}
+
 fn step_files_bytes(dir: &Path) -> u64 {
     std::fs::read_dir(dir)
         .map(|rd| {
@@ -487,6 +530,53 @@ fn step_files_bytes(dir: &Path) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 19 §3: past the step files' budget every further step is listed, from many
+    /// slurmstepds at once, none lost or torn, and the list stops at its bound saying more came.
+    #[test]
+    fn steps_past_the_budget_are_listed_and_the_list_is_bounded() {
+        let d = tempfile::tempdir().unwrap();
+        let dir = d.path().to_path_buf();
+        let threads: Vec<_> = (0..8u32)
+            .map(|t| {
+                let dir = dir.clone();
+                std::thread::spawn(move || {
+                    for i in 0..50u32 {
+                        list_step_not_recorded(&dir, &(t * 1000 + i).to_string()).unwrap();
+                    }
+                })
+            })
+            .collect();
+        threads.into_iter().for_each(|t| t.join().unwrap());
+        let read = || {
+            let b = std::fs::read(dir.join(STEPS_NOT_RECORDED_FILE)).unwrap();
+            (b.len() as u64, StepsNotRecorded::parse(&b))
+        };
+        let (_, n) = read();
+        assert_eq!(n.steps.len(), 400);
+        assert!(!n.more);
+        for t in 0..8u32 {
+            for i in 0..50u32 {
+                assert!(n.steps.contains(&(t * 1000 + i).to_string()), "{t}/{i} lost");
+            }
+        }
+        // Thousands of steps more: the file stops near its bound and says more came.
+        for i in 0..5000u32 {
+            list_step_not_recorded(&dir, &(100_000 + i).to_string()).unwrap();
+        }
+        let (len, n) = read();
+        assert!(len <= STEPS_NOT_RECORDED_MAX_BYTES + 2, "{len} bytes");
+        assert!(n.more && n.steps.len() > 2000 && n.steps.len() < 5400, "{}", n.steps.len());
+        // Not a step name: refused, nothing written.
+        assert!(list_step_not_recorded(&dir, "../x").is_err());
+        // A link planted in its place is not followed.
+        let d2 = tempfile::tempdir().unwrap();
+        let target = d2.path().join("target");
+        std::fs::write(&target, b"keep").unwrap();
+        std::os::unix::fs::symlink(&target, d2.path().join(STEPS_NOT_RECORDED_FILE)).unwrap();
+        assert!(list_step_not_recorded(d2.path(), "7").is_err());
+        assert_eq!(std::fs::read(&target).unwrap(), b"keep");
+    }
 
     #[test]
     fn reaped_io_is_added_to_the_steps_reading_or_makes_one() {

@@ -9,7 +9,7 @@
 //! An empty timeline gives a chart with axes and "no samples"; a single point is drawn as a dot.
 
 use crate::present::clean;
-use jobscope_sampler::summary::{NodeSummary, Point};
+use jobscope_sampler::summary::{JobSummary, NodeSummary, Point};
 use plotters::prelude::*;
 use std::sync::OnceLock;
 
@@ -55,13 +55,22 @@ fn draw_err<E: std::fmt::Display>(e: E) -> ChartError {
 }
 
 /// Busy cores over time on this node (mean per interval as a line, per-interval peak as a shaded band)
-/// against the cores allocated there (a red line).
-pub fn busy_cores_png(n: &NodeSummary, width: u32, height: u32) -> Result<Vec<u8>, ChartError> {
+/// against the cores allocated there (a red line). `axis_s`: the job's time axis ([`job_axis_s`]),
+/// shared by every chart of the job; spans without a reading are shaded and labelled.
+pub fn busy_cores_png(
+    n: &NodeSummary,
+    axis_s: f64,
+    width: u32,
+    height: u32,
+) -> Result<Vec<u8>, ChartError> {
     let mean = segments(&n.timeline, |p| p.busy_cores);
+    let missing = missing_spans(&n.timeline, axis_s, |p| p.busy_cores);
     let peak = segments(&n.timeline, |p| p.busy_cores_max.or(p.busy_cores));
     let alloc = n.alloc_cores.map(f64::from);
     let spec = Spec {
         title: format!("{}: busy cores", clean(&n.node, 40)),
+        axis_s,
+        missing,
         mean,
         peak,
         limit: alloc,
@@ -80,10 +89,17 @@ pub fn busy_cores_png(n: &NodeSummary, width: u32, height: u32) -> Result<Vec<u8
 }
 
 /// Memory charged to the job's cgroup on this node over time (mean per interval as a line, peak as a
-/// shaded band) against its limit (the cgroup limit, else the allocation), as a red line.
-pub fn memory_png(n: &NodeSummary, width: u32, height: u32) -> Result<Vec<u8>, ChartError> {
+/// shaded band) against its limit (the cgroup limit, else the allocation), as a red line. `axis_s`
+/// as for [`busy_cores_png`].
+pub fn memory_png(
+    n: &NodeSummary,
+    axis_s: f64,
+    width: u32,
+    height: u32,
+) -> Result<Vec<u8>, ChartError> {
     let as_f = |b: Option<u64>| b.map(|b| b as f64);
     let mean = segments(&n.timeline, |p| as_f(p.mem_bytes));
+    let missing = missing_spans(&n.timeline, axis_s, |p| as_f(p.mem_bytes));
     let peak = segments(&n.timeline, |p| as_f(p.mem_bytes_max.or(p.mem_bytes)));
     let limit = n.mem.limit_bytes.or(n.alloc_mem_bytes).map(|b| b as f64);
     // One unit for the whole axis, picked from the largest value drawn.
@@ -96,6 +112,8 @@ pub fn memory_png(n: &NodeSummary, width: u32, height: u32) -> Result<Vec<u8>, C
     let (scale, unit) = byte_unit(top);
     let spec = Spec {
         title: format!("{}: memory", clean(&n.node, 40)),
+        axis_s,
+        missing,
         mean,
         peak,
         limit,
@@ -111,6 +129,61 @@ pub fn memory_png(n: &NodeSummary, width: u32, height: u32) -> Result<Vec<u8>, C
         ],
     };
     render(&spec, width, height)
+}
+
+/// The time axis of a job's charts, seconds: its elapsed time, or the last point of any node's
+/// timeline if later, so every chart of the job runs to the job's end (a series that stops early
+/// shows where its readings stop, issue 19 §3).
+pub fn job_axis_s(s: &JobSummary) -> f64 {
+    s.nodes
+        .iter()
+        .flat_map(|n| n.timeline.iter().map(|p| p.t_s).chain([n.elapsed_s]))
+        .chain([s.elapsed_s])
+        .filter(|t| t.is_finite())
+        .fold(0.0, f64::max)
+}
+
+/// The spans of `[0, axis_s]` where the series `f` has no reading: from the last point that had one
+/// (or 0) to the next point that has one (or the axis's end), around every run of points without a
+/// value, and after the last point when the axis runs past it.
+fn missing_spans(
+    timeline: &[Point],
+    axis_s: f64,
+    f: impl Fn(&Point) -> Option<f64>,
+) -> Vec<(f64, f64)> {
+    let has = |p: &Point| p.t_s.is_finite() && f(p).is_some_and(f64::is_finite);
+    let mut out = Vec::new();
+    let mut last_seen = 0.0_f64;
+    let mut gap_from: Option<f64> = None;
+    for p in timeline.iter().filter(|p| p.t_s.is_finite()) {
+        if has(p) {
+            if let Some(from) = gap_from.take() {
+                out.push((from, p.t_s.max(from)));
+            }
+            last_seen = p.t_s.max(0.0);
+        } else if gap_from.is_none() {
+            gap_from = Some(last_seen);
+        }
+    }
+    let end = if axis_s.is_finite() { axis_s } else { 0.0 };
+    match gap_from {
+        Some(from) => out.push((from, end.max(from))),
+        // The axis outlasts the series' last point only when other readings (or the job) went on.
+        None if timeline.iter().any(has) && end > last_seen => {
+            let cadence = timeline
+                .windows(2)
+                .map(|w| w[1].t_s - w[0].t_s)
+                .filter(|d| d.is_finite() && *d > 0.0)
+                .fold(f64::INFINITY, f64::min);
+            // Less than one sampling interval after the last point is the normal end of a job.
+            if end - last_seen > if cadence.is_finite() { cadence } else { 0.0 } {
+                out.push((last_seen, end));
+            }
+        }
+        None => {}
+    }
+    out.retain(|(a, b)| b > a);
+    out
 }
 
 /// Binary unit for an axis whose largest value is `max_bytes`: (divisor, name).
@@ -148,6 +221,10 @@ fn segments(timeline: &[Point], f: impl Fn(&Point) -> Option<f64>) -> Vec<Vec<(f
 /// What one chart shows. Values are in raw units (seconds, cores or bytes); `scale` divides y for display.
 struct Spec {
     title: String,
+    /// The job's time axis, seconds (the x axis runs from 0 to it, or to the last point if later).
+    axis_s: f64,
+    /// Spans without a reading of this series, seconds: shaded and labelled "no reading".
+    missing: Vec<(f64, f64)>,
     mean: Vec<Vec<(f64, f64)>>,
     peak: Vec<Vec<(f64, f64)>>,
     limit: Option<f64>,
@@ -195,6 +272,8 @@ fn draw(spec: &Spec, rgb: &mut [u8], width: u32, height: u32) -> Result<(), Char
         .chain(&spec.mean)
         .flatten()
         .map(|&(t, _)| t)
+        .chain(spec.missing.iter().map(|&(_, b)| b))
+        .chain([spec.axis_s].into_iter().filter(|t| t.is_finite()))
         .fold(0.0, f64::max);
     let (t_div, t_unit) = time_unit(t_end);
     let x_max = (t_end / t_div).max(1.0);
@@ -259,6 +338,24 @@ fn draw(spec: &Spec, rgb: &mut [u8], width: u32, height: u32) -> Result<(), Char
     let band = RGBColor(158, 202, 225);
     let line = RGBColor(33, 113, 181);
     let limit_color = RGBColor(203, 24, 29);
+    // A pale sand, apart from the grey grid and the blues of the data.
+    let gap_color = RGBColor(240, 228, 190);
+
+    // Where this series has no reading: shaded, under the data, so a line that stops is not
+    // mistaken for the job's end.
+    for (i, &(a, b)) in spec.missing.iter().enumerate() {
+        let s = chart
+            .draw_series([Rectangle::new(
+                [(a / t_div, 0.0), (b / t_div, y_max)],
+                gap_color.mix(0.8).filled(),
+            )])
+            .map_err(draw_err)?;
+        if i == 0 && roomy {
+            s.label("no reading").legend(move |(x, y)| {
+                Rectangle::new([(x, y - 4), (x + 14, y + 4)], gap_color.filled())
+            });
+        }
+    }
 
     for (i, seg) in spec.peak.iter().enumerate() {
         let s = chart
@@ -363,6 +460,7 @@ mod tests {
             gpus: Vec::new(),
             pressure: None,
             script_sha256: None,
+            steps_not_recorded: None,
         }
     }
 
@@ -438,8 +536,8 @@ mod tests {
     fn the_series_is_drawn_where_its_data_says() {
         let n = node(peak_in_the_middle(6.0));
         for png in [
-            busy_cores_png(&n, 640, 240).unwrap(),
-            memory_png(&n, 640, 240).unwrap(),
+            busy_cores_png(&n, n.elapsed_s, 640, 240).unwrap(),
+            memory_png(&n, n.elapsed_s, 640, 240).unwrap(),
         ] {
             let (w, h, rows) = png_rgb(&png);
             let low = lowest_in_columns(&rows, w, LINE);
@@ -465,6 +563,95 @@ mod tests {
         }
     }
 
+    /// The colour of the "no reading" shading in [`draw`]: (240, 228, 190) at 0.8 over white.
+    fn is_gap_shade(p: [u8; 3]) -> bool {
+        p[0].abs_diff(243) <= 3 && p[1].abs_diff(233) <= 3 && p[2].abs_diff(203) <= 3
+    }
+
+    /// Issue 19 §3: a job of 9.7 s whose memory readings stop at 5 s while its CPU readings go on.
+    /// Both charts run to the job's end; the memory chart shades 5 s..9.7 s as "no reading" and its
+    /// line stops where its data does, near half the width of the busy line.
+    #[test]
+    fn a_series_that_stops_early_shows_where_its_readings_are_missing() {
+        let timeline: Vec<Point> = (1..=10)
+            .map(|i| {
+                let t = (i as f64 * 0.97).min(9.7);
+                point(t, Some(1.0), (t <= 5.0).then_some(1 << 30))
+            })
+            .collect();
+        let mut n = node(timeline);
+        n.elapsed_s = 9.7;
+        assert_eq!(missing_spans(&n.timeline, 9.7, |p| p.busy_cores), vec![]);
+        let mem = missing_spans(&n.timeline, 9.7, |p| p.mem_bytes.map(|b| b as f64));
+        assert!(
+            mem.len() == 1 && (mem[0].0 - 4.85).abs() < 1e-9 && mem[0].1 == 9.7,
+            "{mem:?}"
+        );
+
+        let right_of = |png: &[u8], color: &dyn Fn([u8; 3]) -> bool| {
+            let (w, _, rows) = png_rgb(png);
+            (0..w as usize)
+                .filter(|&x| rows.iter().any(|r| color(r[x])))
+                .max()
+                .expect("the colour is drawn")
+        };
+        let busy = busy_cores_png(&n, 9.7, 640, 240).unwrap();
+        let memory = memory_png(&n, 9.7, 640, 240).unwrap();
+        let busy_end = right_of(&busy, &|p| p == LINE);
+        let mem_end = right_of(&memory, &|p| p == LINE);
+        let gap_end = right_of(&memory, &is_gap_shade);
+        // Same axis: the busy line and the memory chart's shaded gap both reach the job's end.
+        assert!(
+            gap_end.abs_diff(busy_end) <= 3,
+            "gap ends at {gap_end}, busy line at {busy_end}"
+        );
+        // The memory line stops about half-way (4.85 of 9.7 s of the plot's width).
+        assert!(
+            mem_end + 100 < busy_end,
+            "memory line ends at {mem_end}, busy at {busy_end}"
+        );
+        // The busy chart has no gap to shade.
+        let (w, _, rows) = png_rgb(&busy);
+        let shaded = (0..w as usize)
+            .filter(|&x| rows.iter().any(|r| is_gap_shade(r[x])))
+            .count();
+        assert!(shaded < 20, "{shaded} columns of the busy chart are shaded");
+    }
+
+    #[test]
+    fn missing_spans_cover_gaps_head_and_tail() {
+        let p = |t: f64, m: Option<u64>| point(t, Some(1.0), m);
+        let tl = vec![
+            p(30.0, None),
+            p(60.0, Some(1)),
+            p(90.0, None),
+            p(120.0, None),
+            p(150.0, Some(1)),
+            p(180.0, Some(1)),
+        ];
+        let f = |p: &Point| p.mem_bytes.map(|b| b as f64);
+        assert_eq!(
+            missing_spans(&tl, 180.0, f),
+            vec![(0.0, 60.0), (60.0, 150.0)]
+        );
+        // The axis past the last point by less than a sampling interval is the job's normal end.
+        assert_eq!(
+            missing_spans(&tl, 200.0, f),
+            vec![(0.0, 60.0), (60.0, 150.0)]
+        );
+        assert_eq!(
+            missing_spans(&tl, 400.0, f),
+            vec![(0.0, 60.0), (60.0, 150.0), (180.0, 400.0)]
+        );
+        // No reading at all: the whole axis; no points: nothing to say.
+        assert_eq!(missing_spans(&[p(30.0, None)], 60.0, f), vec![(0.0, 60.0)]);
+        assert_eq!(missing_spans(&[], 60.0, f), vec![]);
+        assert_eq!(
+            missing_spans(&tl, f64::NAN, f),
+            vec![(0.0, 60.0), (60.0, 150.0)]
+        );
+    }
+
     fn ramp(n: usize) -> Vec<Point> {
         (0..n)
             .map(|i| {
@@ -481,8 +668,14 @@ mod tests {
     fn charts_decode_at_the_requested_size() {
         let n = node(ramp(120));
         for (w, h) in [(640, 240), (320, 160), (1200, 500)] {
-            assert_eq!(png_size(&busy_cores_png(&n, w, h).unwrap()), (w, h));
-            assert_eq!(png_size(&memory_png(&n, w, h).unwrap()), (w, h));
+            assert_eq!(
+                png_size(&busy_cores_png(&n, n.elapsed_s, w, h).unwrap()),
+                (w, h)
+            );
+            assert_eq!(
+                png_size(&memory_png(&n, n.elapsed_s, w, h).unwrap()),
+                (w, h)
+            );
         }
     }
 
@@ -503,15 +696,27 @@ mod tests {
         for tl in cases {
             let mut n = node(tl);
             for (w, h) in [(640, 240), (MIN_WIDTH, MIN_HEIGHT)] {
-                assert_eq!(png_size(&busy_cores_png(&n, w, h).unwrap()), (w, h));
-                assert_eq!(png_size(&memory_png(&n, w, h).unwrap()), (w, h));
+                assert_eq!(
+                    png_size(&busy_cores_png(&n, n.elapsed_s, w, h).unwrap()),
+                    (w, h)
+                );
+                assert_eq!(
+                    png_size(&memory_png(&n, n.elapsed_s, w, h).unwrap()),
+                    (w, h)
+                );
             }
             // Nothing allocated or limited known either.
             n.alloc_cores = None;
             n.alloc_mem_bytes = None;
             n.mem.limit_bytes = None;
-            assert_eq!(png_size(&busy_cores_png(&n, 400, 200).unwrap()), (400, 200));
-            assert_eq!(png_size(&memory_png(&n, 400, 200).unwrap()), (400, 200));
+            assert_eq!(
+                png_size(&busy_cores_png(&n, n.elapsed_s, 400, 200).unwrap()),
+                (400, 200)
+            );
+            assert_eq!(
+                png_size(&memory_png(&n, n.elapsed_s, 400, 200).unwrap()),
+                (400, 200)
+            );
         }
     }
 
@@ -519,12 +724,12 @@ mod tests {
     fn hostile_node_name_and_sizes() {
         let mut n = node(ramp(3));
         n.node = format!("evil\r\n\x1b[31m{}", "x".repeat(10_000));
-        assert!(busy_cores_png(&n, 640, 240).is_ok());
+        assert!(busy_cores_png(&n, n.elapsed_s, 640, 240).is_ok());
         assert!(matches!(
-            busy_cores_png(&n, 10, 10),
+            busy_cores_png(&n, n.elapsed_s, 10, 10),
             Err(ChartError::Size(10, 10))
         ));
-        assert!(memory_png(&n, 640, 100_000).is_err());
+        assert!(memory_png(&n, n.elapsed_s, 640, 100_000).is_err());
     }
 
     #[test]

@@ -402,8 +402,8 @@ fn mutated_spools_never_panic_nor_give_absurd_figures() {
             .render_html(&view, &mut warnings)
             .unwrap_or_else(|e| panic!("case {case}: html: {e}"));
         for node in s.nodes.iter().take(2) {
-            let _ = jobscope_report::charts::busy_cores_png(node, 240, 100);
-            let _ = jobscope_report::charts::memory_png(node, 240, 100);
+            let _ = jobscope_report::charts::busy_cores_png(node, node.elapsed_s, 240, 100);
+            let _ = jobscope_report::charts::memory_png(node, node.elapsed_s, 240, 100);
         }
     }
 }

@@ -155,7 +155,15 @@ pub struct UpdateReport {
     pub jobs_total: u64,
     /// Records that could not be indexed (unreadable, not a summary): named, never silently dropped.
     pub problems: Vec<String>,
+    /// The rows this update added, when adding them is all it did (no rebuild, no month made again,
+    /// at most [`MAX_ADDED_KEPT`]): what the files written after it from the index need to change
+    /// (`crate::history::update_history`). `None`: rows may have gone too; rewrite from the index.
+    #[serde(skip)]
+    pub added: Option<Vec<JobRow>>,
 }
+
+/// The most added rows an [`UpdateReport`] keeps; past it, what follows the update rereads the index.
+pub const MAX_ADDED_KEPT: usize = 100_000;
 
 /// Settings of the index (from `[audit]` in the configuration).
 #[derive(Debug, Clone)]
@@ -732,6 +740,7 @@ impl<'a> Index<'a> {
         state.days.extend(marks);
         rep.months_rebuilt = rebuild_months.into_iter().collect();
 
+        rep.added = (rep.months_rebuilt.is_empty() && !rep.rebuilt).then(Vec::new);
         let mut seq = next_part;
         for (month, runs) in std::mem::take(&mut pending.months) {
             if runs.is_empty() {
@@ -755,6 +764,12 @@ impl<'a> Index<'a> {
                     .nodes
                     .push(write_part(s, "nodes", &month, seq, &batch)?);
                 seq += 1;
+            }
+            if let Some(a) = rep.added.as_mut() {
+                a.extend(jobs);
+                if a.len() > MAX_ADDED_KEPT {
+                    rep.added = None;
+                }
             }
         }
         // Compaction: a month of more than `compact_parts` parts gets fewer. Bounded work per update:

@@ -109,6 +109,7 @@ fn summary(s: &Spec) -> JobSummary {
                 .collect(),
             pressure: None,
             script_sha256: None,
+            steps_not_recorded: None,
         })
         .collect();
     let mut j = JobSummary {
@@ -811,13 +812,13 @@ fn after_an_update_the_epilog_gets_peers_and_history_and_metrics_count_the_archi
         .collect();
     fx.write(&specs);
     let idx = fx.index();
-    idx.update(false).unwrap();
+    let rep = idx.update(false).unwrap();
     let tmp = tempfile::tempdir().unwrap();
     let mut cfg = jobscope_sampler::config::Config::default();
     cfg.paths.archive_dir = fx.store.root().to_path_buf();
     cfg.audit.index_dir = Some(fx.settings.dir.clone());
     cfg.audit.metrics_file = Some(tmp.path().join("jobscope.prom"));
-    let notes = crate::after_update(&cfg, &idx);
+    let notes = crate::after_update(&cfg, &idx, &rep);
     assert!(
         notes.iter().all(|n| !n.contains("not written")),
         "{notes:?}"
@@ -1000,4 +1001,84 @@ fn a_small_part_from_an_update_is_all_snappy() {
     for (name, codec) in &c {
         assert_eq!(*codec, Compression::SNAPPY, "{name}");
     }
+}
+
+/// Issue 19 §5: an update that only added jobs rewrites the history files of their users and no
+/// other, leaves the peer distributions alone within the hour, and the files it leaves are those
+/// a whole rewrite from the index gives; an update that changed nothing writes nothing; a rebuild
+/// rewrites everything.
+#[test]
+fn an_update_rewrites_only_the_history_its_new_jobs_change() {
+    let fx = fixture();
+    let now_ms = jobscope_sampler::sampler::now_unix_ms();
+    let recent = |id: u32, user: &'static str, uid: u32| {
+        let mut s = spec(id, user, uid, "debug", 0);
+        s.start_ms = now_ms - 2 * DAY_MS + u64::from(id) * 60_000;
+        s
+    };
+    let mut cfg = jobscope_sampler::config::Config::default();
+    cfg.paths.archive_dir = fx.store.root().to_path_buf();
+    cfg.audit.index_dir = Some(fx.settings.dir.clone());
+    let hist = fx.settings.dir.join("history");
+    let files = || -> BTreeMap<String, (Vec<u8>, u64)> {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::read_dir(&hist)
+            .unwrap()
+            .map(|e| e.unwrap())
+            .filter(|e| e.file_name().to_string_lossy().ends_with(".json"))
+            .map(|e| {
+                let p = e.path();
+                let ino = std::fs::metadata(&p).unwrap().ino();
+                (e.file_name().to_string_lossy().into_owned(), (std::fs::read(&p).unwrap(), ino))
+            })
+            .collect()
+    };
+    let cohorts = || std::fs::read(fx.settings.dir.join("cohorts.json")).unwrap();
+
+    fx.write(&[recent(1, "alice", 1001), recent(2, "bob", 1002), recent(3, "carol", 1003)]);
+    let idx = fx.index();
+    let rep = idx.update(false).unwrap();
+    let notes = crate::after_update(&cfg, &idx, &rep);
+    assert!(notes.iter().any(|n| n.ends_with(": 3 users")), "{notes:?}");
+    let (before, cohorts_before) = (files(), cohorts());
+    assert_eq!(before.len(), 3);
+
+    // Two more jobs of alice and one of bob: their two files are written again, carol's is not.
+    fx.write(&[recent(4, "alice", 1001), recent(5, "alice", 1001), recent(6, "bob", 1002)]);
+    let rep = idx.update(false).unwrap();
+    assert_eq!(rep.added.as_ref().map(Vec::len), Some(3));
+    let notes = crate::after_update(&cfg, &idx, &rep);
+    assert!(notes.iter().any(|n| n.ends_with("2 users with new jobs")), "{notes:?}");
+    assert!(notes.iter().any(|n| n.starts_with("peer distributions: current")), "{notes:?}");
+    assert_eq!(cohorts(), cohorts_before, "the cohorts were written again within the hour");
+    let after = files();
+    assert_eq!(after["1003.json"], before["1003.json"], "carol's file was rewritten");
+    for f in ["1001.json", "1002.json"] {
+        assert_ne!(after[f].1, before[f].1, "{f} was not rewritten");
+    }
+    let alice: jobscope_archive::history::UserHistory =
+        serde_json::from_slice(&after["1001.json"].0).unwrap();
+    let runs: usize = alice.names.values().map(Vec::len).sum();
+    assert_eq!(runs, 3, "{alice:?}");
+
+    // What the update left is what a whole rewrite from the index gives.
+    let bytes = |m: BTreeMap<String, (Vec<u8>, u64)>| -> BTreeMap<String, Vec<u8>> {
+        m.into_iter().map(|(k, (b, _))| (k, b)).collect()
+    };
+    crate::history::write_history(&idx).unwrap();
+    assert_eq!(bytes(after), bytes(files()));
+
+    // Nothing new: nothing written.
+    let before = files();
+    let rep = idx.update(false).unwrap();
+    let notes = crate::after_update(&cfg, &idx, &rep);
+    assert!(notes.iter().any(|n| n == "run history: current"), "{notes:?}");
+    assert_eq!(files(), before);
+
+    // A rebuild may have dropped rows: everything is made again.
+    let rep = idx.update(true).unwrap();
+    assert!(rep.added.is_none());
+    let notes = crate::after_update(&cfg, &idx, &rep);
+    assert!(notes.iter().any(|n| n.ends_with(": 3 users")), "{notes:?}");
+    assert!(notes.iter().any(|n| n.starts_with("peer distributions: 1 cohorts")), "{notes:?}");
 }

@@ -272,6 +272,8 @@ pub fn build_mail(
     // Charts first: the HTML names only the ones that exist.
     let mut images: Vec<SinglePart> = Vec::new();
     let size = (opts.chart_width, opts.chart_height);
+    // One time axis for every chart of the job.
+    let axis_s = charts::job_axis_s(s);
     let nodes = view
         .report
         .as_mut()
@@ -291,13 +293,13 @@ pub fn build_mail(
             (
                 "busy cores",
                 cpu_cid,
-                charts::busy_cores_png(n, size.0, size.1),
+                charts::busy_cores_png(n, axis_s, size.0, size.1),
                 &mut nv.cpu_chart,
             ),
             (
                 "memory",
                 mem_cid,
-                charts::memory_png(n, size.0, size.1),
+                charts::memory_png(n, axis_s, size.0, size.1),
                 &mut nv.mem_chart,
             ),
         ] {
@@ -422,6 +424,7 @@ pub(crate) mod tests {
             gpus: Vec::new(),
             pressure: None,
             script_sha256: None,
+            steps_not_recorded: None,
         };
         JobSummary {
             schema_version: SCHEMA_VERSION,

@@ -315,4 +315,65 @@ pub fn step_file_name(step: &str) -> Option<String> {
     }
 }
 
+/// The steps a node's spool has no file for: past [`STEP_FILES_BUDGET_BYTES`] the plugin appends each
+/// further step's name here, one per line (a few bytes a step), so the report can say how many steps
+/// its step table lacks. Bounded by [`STEPS_NOT_RECORDED_MAX_BYTES`]; a line [`MORE_NOT_LISTED`] says
+/// that more steps came after the list was full.
+pub const STEPS_NOT_RECORDED_FILE: &str = "steps-not-recorded.txt";
+/// The most bytes of [`STEPS_NOT_RECORDED_FILE`] (about 3 000 steps' names), inside the steps' budget.
+pub const STEPS_NOT_RECORDED_MAX_BYTES: u64 = 16 * 1024;
+/// The line ending [`STEPS_NOT_RECORDED_FILE`] when a step's name no longer fit in it.
+pub const MORE_NOT_LISTED: &str = "+";
+
+/// What [`STEPS_NOT_RECORDED_FILE`] says: the steps that ran on the node with no step file.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct StepsNotRecorded {
+    /// The steps' names as SLURM gave them (each once, in the order they started).
+    pub steps: Vec<String>,
+    /// More steps than `steps` went unrecorded (the list itself was full): `steps.len()` is a floor.
+    pub more: bool,
+}
+
+impl StepsNotRecorded {
+    /// Parses the file's bytes: one valid step name ([`step_file_name`]) per line; other lines
+    /// (a torn last line, garbage) are skipped; a name listed twice counts once.
+    pub fn parse(bytes: &[u8]) -> StepsNotRecorded {
+        let mut out = StepsNotRecorded::default();
+        let mut seen = std::collections::HashSet::new();
+        for line in bytes.split(|&b| b == b'\n') {
+            let Ok(line) = std::str::from_utf8(line) else {
+                continue;
+            };
+            if line == MORE_NOT_LISTED {
+                out.more = true;
+            } else if step_file_name(line).is_some() && seen.insert(line) {
+                out.steps.push(line.to_string());
+            }
+        }
+        out
+    }
+
+    /// The line the plugin appends for `step`, `None` for a name that is not a valid step name.
+    pub fn line(step: &str) -> Option<String> {
+        step_file_name(step).map(|_| format!("{step}\n"))
+    }
+}
+
 pub use codec::decode_file;
+
+#[cfg(test)]
+mod steps_not_recorded_tests {
+    use super::*;
+
+    #[test]
+    fn the_list_is_parsed_once_per_step_and_garbage_is_skipped() {
+        let n = StepsNotRecorded::parse(b"67\n68\n67\n../etc\n\xff\xfe\n+\n69\n7");
+        // "7" is a torn last line or a whole one: a valid name either way, counted.
+        assert_eq!(n.steps, vec!["67", "68", "69", "7"]);
+        assert!(n.more);
+        assert_eq!(StepsNotRecorded::parse(b""), StepsNotRecorded::default());
+        assert_eq!(StepsNotRecorded::line("12").as_deref(), Some("12\n"));
+        assert_eq!(StepsNotRecorded::line("a\nb"), None);
+        assert_eq!(StepsNotRecorded::line(""), None);
+    }
+}

@@ -1223,6 +1223,7 @@ mod tests {
             gpus: Vec::new(),
             pressure: None,
             script_sha256: None,
+            steps_not_recorded: None,
         }
     }
 

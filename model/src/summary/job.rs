@@ -350,6 +350,7 @@ mod tests {
             gpus: Vec::new(),
             pressure: None,
             script_sha256: None,
+            steps_not_recorded: None,
         }
     }
 

@@ -153,6 +153,10 @@ pub struct NodeSummary {
     /// no batch script (`srun`, `salloc`), and when the script could not be read.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub script_sha256: Option<String>,
+    /// Steps that ran on this node without a step file (the spool's share for step files was full):
+    /// the step table lacks them; the node's totals come from the job's cgroup and include them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub steps_not_recorded: Option<crate::spool::StepsNotRecorded>,
 }
 
 /// Efficiency figures, each in percent of what was allocated.

@@ -498,6 +498,7 @@ pub fn summarize_node(
         gpus: Vec::new(),
         pressure: pressure(&rs),
         script_sha256: script_sha256(steps),
+        steps_not_recorded: None,
     }
 }
 
@@ -522,6 +523,8 @@ pub struct NodeSpool {
     pub series: Option<SpoolFile>,
     pub steps: Vec<SpoolFile>,
     pub gpu: Option<crate::gpu::GpuSeries>,
+    /// The steps past the step files' budget ([`crate::spool::STEPS_NOT_RECORDED_FILE`]).
+    pub steps_not_recorded: Option<crate::spool::StepsNotRecorded>,
     /// Files that could not be read or decoded (reported, not fatal).
     pub problems: Vec<String>,
 }
@@ -554,6 +557,31 @@ impl NodeSpool {
     }
 }
 
+/// The data note for steps without a step file: how many, which (the first and last few), and what
+/// the figures still cover.
+pub fn steps_not_recorded_note(n: &crate::spool::StepsNotRecorded) -> String {
+    let count = if n.more {
+        format!("more than {}", n.steps.len())
+    } else {
+        n.steps.len().to_string()
+    };
+    let names = if n.steps.len() <= 6 {
+        n.steps.join(", ")
+    } else {
+        let (head, tail) = (&n.steps[..3], &n.steps[n.steps.len() - 2..]);
+        format!("{}, …, {}", head.join(", "), tail.join(", "))
+    };
+    let names = if names.is_empty() {
+        String::new()
+    } else {
+        format!(": {names}{}", if n.more { ", …" } else { "" })
+    };
+    format!(
+        "{count} step(s) not recorded, the spool's share for steps being full{names}; \
+         the step table lacks them, the node's CPU, memory and I/O totals (the job's cgroup) include them"
+    )
+}
+
 /// The node summary of a spool, with its GPUs. `end_unix_ms` is when the job ended on this node (the
 /// Epilog: now; afterwards: [`NodeSpool::last_record_ms`]). What could not be read, and what the GPU
 /// series says about its own quality, become the node's quality notes.
@@ -565,6 +593,14 @@ pub fn summarize_node_spool(
 ) -> NodeSummary {
     let mut ns = summarize_node(spool.series.as_ref(), &spool.steps, node, end_unix_ms);
     ns.quality.notes.extend(spool.problems.iter().cloned());
+    if let Some(n) = spool
+        .steps_not_recorded
+        .as_ref()
+        .filter(|n| !n.steps.is_empty() || n.more)
+    {
+        ns.quality.notes.push(steps_not_recorded_note(n));
+        ns.steps_not_recorded = Some(n.clone());
+    }
     if let Some(series) = &spool.gpu {
         ns.quality
             .notes
@@ -870,6 +906,40 @@ mod tests {
         assert_eq!((n1.cpu.throttled_s, n1.cpu.throttled_periods), (None, None));
         let job1 = crate::summary::job::assemble(&facts, vec![n1], &["vm".into()], "t", &decide);
         assert_eq!(job1.pressure, None);
+    }
+
+    /// Issue 19 §3: steps without a file are counted in the node's summary and said in its notes:
+    /// how many, which, and what the totals still cover.
+    #[test]
+    fn steps_without_a_file_are_counted_and_said() {
+        let names: Vec<String> = (67..300).map(|i| i.to_string()).collect();
+        let spool = NodeSpool {
+            steps_not_recorded: Some(crate::spool::StepsNotRecorded {
+                steps: names.clone(),
+                more: false,
+            }),
+            ..Default::default()
+        };
+        let ns = summarize_node_spool(&spool, "n1", 0, &Default::default());
+        assert_eq!(ns.steps_not_recorded.as_ref().map(|n| n.steps.len()), Some(233));
+        let note = ns.quality.notes.iter().find(|n| n.contains("not recorded")).expect("a note");
+        assert!(note.starts_with("233 step(s) not recorded"), "{note}");
+        assert!(note.contains("67, 68, 69, …, 298, 299") && note.contains("include them"), "{note}");
+        // More than the list holds: a floor, said as one.
+        let spool = NodeSpool {
+            steps_not_recorded: Some(crate::spool::StepsNotRecorded { steps: names, more: true }),
+            ..Default::default()
+        };
+        let ns = summarize_node_spool(&spool, "n1", 0, &Default::default());
+        assert!(ns.quality.notes.iter().any(|n| n.starts_with("more than 233 step(s)")));
+        // An empty list says nothing.
+        let spool = NodeSpool {
+            steps_not_recorded: Some(Default::default()),
+            ..Default::default()
+        };
+        let ns = summarize_node_spool(&spool, "n1", 0, &Default::default());
+        assert!(ns.steps_not_recorded.is_none());
+        assert!(!ns.quality.notes.iter().any(|n| n.contains("not recorded")));
     }
 
     #[test]

@@ -62,6 +62,14 @@ pub fn read_node_dir(dir: &Path) -> NodeSpool {
                 .push(format!("not sampled on this node: {why}"));
         }
     }
+    if names.iter().any(|n| n == super::STEPS_NOT_RECORDED_FILE) {
+        let p = dir.join(super::STEPS_NOT_RECORDED_FILE);
+        // The plugin stops appending one short line past the bound.
+        match crate::fsutil::read_limited(&p, super::STEPS_NOT_RECORDED_MAX_BYTES + 64) {
+            Ok(b) => spool.steps_not_recorded = Some(super::StepsNotRecorded::parse(&b)),
+            Err(e) => spool.problems.push(e.to_string()),
+        }
+    }
     for name in names.iter().take(MAX_FILES) {
         if !name.ends_with(".jsc") || name.starts_with('.') {
             continue;

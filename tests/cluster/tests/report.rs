@@ -165,6 +165,63 @@ fn per_step_breakdown_matches_each_steps_own_accounting() -> Result<()> {
     Ok(())
 }
 
+/// A job of more steps than the spool's share for step files holds (issue 19 §3: 300 steps were
+/// reported as steps 0-66 without a word): every step is either in the step table or named as not
+/// recorded, and the report says how many its table lacks and that the totals include them.
+#[test]
+fn a_job_of_more_steps_than_the_spool_holds_says_which_are_missing() -> Result<()> {
+    let _c = ClusterGuard::acquire()?;
+    const STEPS: u32 = 120;
+    let script = format!(
+        "#!/bin/bash\n#SBATCH --job-name=many-steps --cpus-per-task=1 --mem=500M\nfor i in $(seq 1 {STEPS}); do srun -n1 true || exit 9; done\n"
+    );
+    let id = submit("alice", &[], &script)?;
+    let state = wait_job(id, Duration::from_secs(900))?;
+    ensure!(state == "COMPLETED", "job {id}: {state}");
+    let s = summary(id)?;
+    let node = &s["nodes"][0];
+    let recorded: Vec<String> = node["steps"]
+        .as_array()
+        .context("steps")?
+        .iter()
+        .filter_map(|x| x["step"].as_str().map(str::to_string))
+        .collect();
+    let missing: Vec<String> = node["steps_not_recorded"]["steps"]
+        .as_array()
+        .with_context(|| format!("no steps_not_recorded on node: {}", node["quality"]))?
+        .iter()
+        .filter_map(|x| x.as_str().map(str::to_string))
+        .collect();
+    ensure!(
+        node["steps_not_recorded"]["more"] == false,
+        "{}",
+        node["steps_not_recorded"]
+    );
+    // The srun steps are numbered 0..STEPS by SLURM: each is in exactly one of the two lists.
+    for i in 0..STEPS {
+        let name = i.to_string();
+        let (r, m) = (recorded.contains(&name), missing.contains(&name));
+        ensure!(
+            r != m,
+            "step {name}: recorded {r}, listed as not recorded {m}"
+        );
+    }
+    ensure!(recorded.iter().any(|r| r == "batch"), "{recorded:?}");
+    ensure!(
+        !missing.is_empty() && recorded.len() > 20,
+        "{} recorded, {} missing",
+        recorded.len(),
+        missing.len()
+    );
+    let text = report_text(id)?;
+    let want = format!("{} step(s) not recorded", missing.len());
+    ensure!(
+        text.contains(&want) && text.contains("include them"),
+        "no {want:?} in:\n{text}"
+    );
+    Ok(())
+}
+
 /// Two nodes, the second idles: one report, whose imbalance verdict names that node.
 #[test]
 fn two_node_imbalance_names_the_idle_node() -> Result<()> {
