@@ -351,12 +351,27 @@ impl Offsets {
     /// The wall-clock reading of `unix_ms` in the zone, and the instant until which the wall clock
     /// stays in the same hour (the next local hour's start or offset change, whichever is first).
     fn wall(&mut self, unix_ms: i64) -> Option<(chrono::NaiveDateTime, i64)> {
+        let (local_ms, until) = self.wall_ms(unix_ms)?;
+        Some((time::wall(local_ms.div_euclid(1000))?, until))
+    }
+
+    /// [`Offsets::wall`] as milliseconds of the wall clock since its 1970-01-01 00:00 (what the
+    /// heat map needs: its hour and weekday, [`hour_and_weekday`], without a calendar date).
+    fn wall_ms(&mut self, unix_ms: i64) -> Option<(i64, i64)> {
         let (o, holds_until) = self.at(unix_ms)?;
         let local_ms = unix_ms.checked_add(o)?;
-        let w = time::wall(local_ms.div_euclid(1000))?;
         let next_hour = local_ms.div_euclid(HOUR_MS).checked_add(1)? * HOUR_MS - o;
-        Some((w, next_hour.min(holds_until)))
+        Some((local_ms, next_hour.min(holds_until)))
     }
+}
+
+/// The hour (0–23) and ISO weekday (1–7, Monday 1) of a wall-clock reading in milliseconds since
+/// its 1970-01-01 00:00, a Thursday: whole days and hours need no calendar (a test holds it to
+/// [`wall_keys`] over chrono).
+fn hour_and_weekday(local_ms: i64) -> (usize, usize) {
+    let hour = local_ms.div_euclid(HOUR_MS).rem_euclid(24) as usize;
+    let day = local_ms.div_euclid(24 * HOUR_MS);
+    (hour, (day + 3).rem_euclid(7) as usize + 1)
 }
 
 /// At most this many group keys at once.
@@ -1027,13 +1042,12 @@ fn heatmap(q: &Query, batches: &[RecordBatch]) -> Result<Table> {
             }
             // Piece by piece, each inside one hour of the wall clock at its own offset.
             while t < e {
-                let Some((w, until)) = offsets.wall(t) else {
+                let Some((local_ms, until)) = offsets.wall_ms(t) else {
                     break;
                 };
                 let next = until.min(e);
-                let (hour, dow, _, _) = wall_keys(w);
-                cells[(dow - 1) as usize][hour as usize] +=
-                    cores * (next - t) as f64 / HOUR_MS as f64;
+                let (hour, dow) = hour_and_weekday(local_ms);
+                cells[dow - 1][hour] += cores * (next - t) as f64 / HOUR_MS as f64;
                 t = next;
             }
         }
@@ -1075,5 +1089,30 @@ impl MemEngine {
 impl Engine for MemEngine {
     fn run(&self, q: &Query) -> Result<Table> {
         evaluate(q, std::slice::from_ref(&self.batch))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The heat map's hour and weekday by arithmetic are chrono's (through [`wall_keys`]) at every
+    /// hour of 1969-2040 and at odd milliseconds around midnight, before 1970 included.
+    #[test]
+    fn hour_and_weekday_are_chronos() {
+        let check = |ms: i64| {
+            let w = time::wall(ms.div_euclid(1000)).unwrap();
+            let (h, d, _, _) = wall_keys(w);
+            assert_eq!(hour_and_weekday(ms), (h as usize, d as usize), "at {ms} ms ({w})");
+        };
+        let (from, to) = (-365 * 24, 70 * 365 * 24);
+        for hour in from..to {
+            check(hour * HOUR_MS + 1_234_567);
+        }
+        for day in [-1_000i64, -1, 0, 1, 20_000] {
+            for ms in [-1, 0, 1, 999, 1000] {
+                check(day * 24 * HOUR_MS + ms);
+            }
+        }
     }
 }

@@ -20,7 +20,10 @@ fn fmt_time(unix_s: i64, zone: Zone) -> String {
         .and_then(|o| jobscope_sampler::time::in_zone(unix_s, &o));
     match at {
         None => format!("@{unix_s}"),
-        Some(t) if zone == Zone::Utc => t.format("%Y-%m-%d %H:%M").to_string(),
+        // A zone named UTC (`TZ=UTC`) has no other offset: its header says so once.
+        Some(t) if zone == Zone::Utc || zone.label() == "UTC" => {
+            t.format("%Y-%m-%d %H:%M").to_string()
+        }
         Some(t) => t.format("%Y-%m-%d %H:%M %:z").to_string(),
     }
 }

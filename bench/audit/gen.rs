@@ -4,6 +4,7 @@
 //! audit-gen gen   --jobs N --end YYYY-MM-DD [--years 3] [--seed 1] --index DIR
 //! audit-gen query --index DIR --end YYYY-MM-DD [--repeat 7]
 //! audit-gen update --work DIR [--base 2000] [--add 200]
+//! audit-gen timer --index DIR --work DIR [--add 200]
 //! ```
 //!
 //! `gen` writes the Parquet index of N synthetic jobs over `--years` years ending at `--end`
@@ -606,6 +607,78 @@ fn update(a: &Args) -> Result<()> {
     Ok(())
 }
 
+/// `timer`: what the timer's `jobscope index update` costs on a big index, the index part and what
+/// follows it (`jobscope_audit::after_update`: peer cohorts, run history) apart. A copy of `--index`
+/// (a generated one, `gen`) under `--work`, and an archive of new jobs of its users, ended today:
+/// the first update (no history written yet: all users' files), a batch of `--add` jobs, ten
+/// updates of one job each (the usual case), then one job after the history's daily mark is
+/// removed (the daily whole rewrite), side by side.
+fn timer(a: &Args) -> Result<()> {
+    let src = a.path("--index")?;
+    let work = a.path("--work")?;
+    let add = a.num("--add", 200)? as u32;
+    let _ = std::fs::remove_dir_all(&work);
+    std::fs::create_dir_all(&work)?;
+    let dir = work.join("index");
+    let st = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(&src)
+        .arg(&dir)
+        .status()?;
+    anyhow::ensure!(st.success(), "cp -a {} {}", src.display(), dir.display());
+    let store = Store::new(&work.join("archive"), "root");
+    let mut cfg = jobscope_sampler::config::Config::default();
+    cfg.paths.archive_dir = store.root().to_path_buf();
+    cfg.audit.index_dir = Some(dir.clone());
+    let idx = Index::new(&store, settings(dir.clone()));
+    let now_s = jobscope_sampler::sampler::now_unix_ms() / 1000;
+    let day = (now_s / 86_400) * 86_400 - 86_400;
+    let mut rng = Rng(11);
+    let mut next = 0u32;
+    let mut step = |n: u32| -> Result<(u64, f64, f64, Vec<String>)> {
+        archive_jobs(&store, &mut rng, next..next + n, day)?;
+        next += n;
+        let t0 = Instant::now();
+        let rep = idx.update(false)?;
+        let t_index = t0.elapsed().as_secs_f64() * 1000.0;
+        let t0 = Instant::now();
+        let notes = jobscope_audit::after_update(&cfg, &idx, &rep);
+        let t_after = t0.elapsed().as_secs_f64() * 1000.0;
+        Ok((rep.jobs_added, t_index, t_after, notes))
+    };
+    let show = |what: &str, (n, ti, ta, notes): &(u64, f64, f64, Vec<String>)| {
+        println!(
+            "{what}: {n} jobs added; index {ti:.1} ms, after it {ta:.1} ms, in all {:.1} ms ({:.2} ms/job); {}",
+            ti + ta,
+            (ti + ta) / (*n).max(1) as f64,
+            notes.join("; ")
+        );
+    };
+    show("first update (no history yet)", &step(add)?);
+    show(&format!("a batch of {add}"), &step(add)?);
+    let mut one = Vec::new();
+    for _ in 0..10 {
+        one.push(step(1)?);
+    }
+    let mut totals: Vec<f64> = one.iter().map(|(_, ti, ta, _)| ti + ta).collect();
+    totals.sort_by(f64::total_cmp);
+    let mut after: Vec<f64> = one.iter().map(|(_, _, ta, _)| *ta).collect();
+    after.sort_by(f64::total_cmp);
+    println!(
+        "one new job, 10 updates: in all median {:.1} ms, max {:.1} ms; after the index part median {:.1} ms; {}",
+        totals[totals.len() / 2],
+        totals[totals.len() - 1],
+        after[after.len() / 2],
+        one[0].3.join("; ")
+    );
+    std::fs::remove_file(
+        dir.join(jobscope_archive::history::HISTORY_DIR)
+            .join(jobscope_audit::history::WRITTEN_MARK),
+    )?;
+    show("one new job, the daily whole rewrite", &step(1)?);
+    Ok(())
+}
+
 fn main() -> Result<()> {
     let argv: Vec<String> = std::env::args().skip(1).collect();
     let a = Args(argv.clone());
@@ -613,7 +686,8 @@ fn main() -> Result<()> {
         Some("gen") => gen(&a),
         Some("query") => query(&a),
         Some("update") => update(&a),
-        _ => bail!("usage: audit-gen gen|query|update … (see bench/audit/gen.rs)"),
+        Some("timer") => timer(&a),
+        _ => bail!("usage: audit-gen gen|query|update|timer … (see bench/audit/gen.rs)"),
     }
 }
 
