@@ -155,7 +155,9 @@ enum Cmd {
         /// Print the JSON summary instead of the text report.
         #[arg(long)]
         json: bool,
-        /// Write the report to this file (a new file) instead of stderr.
+        /// Write the report to this file instead of stderr. It must be new: a file, symlink or
+        /// FIFO already at the path is refused (nothing is overwritten), and a symlink on the way
+        /// is followed only if root or you own it.
         #[arg(long, short)]
         output: Option<PathBuf>,
         /// The command and its arguments (after `--`).
@@ -427,13 +429,8 @@ fn real_main() -> Result<()> {
             };
             // Made before the run: a report that cannot be written is known before CMD runs.
             let mut out_file = match &output {
-                Some(p) => Some(
-                    std::fs::OpenOptions::new()
-                        .write(true)
-                        .create_new(true)
-                        .open(p)
-                        .map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))?,
-                ),
+                // No symlink another user planted is followed, in any component of the path.
+                Some(p) => Some(jobscope_sampler::fsutil::create_output(p, 0o666)?),
                 None => None,
             };
             let o = crate::run::run(&cfg, &opts, &mut |m| eprintln!("jobscope: {m}"))?;
