@@ -212,3 +212,54 @@ fn run_output_refuses_a_final_link_and_a_fifo() {
     assert_eq!(bytes_and_mode(&victim), before);
     assert!(!ran.exists());
 }
+
+/// Each of these panicked `jobscope mail flush` (a `Duration` from 1 / 1e-300 s, an `Instant`
+/// overflow) or was accepted against the documentation (a relative queue directory).
+#[test]
+fn mail_settings_out_of_range_are_one_line_never_a_panic() {
+    let d = tempfile::tempdir().unwrap();
+    let q = d.path().join("q");
+    for (extra, words) in [
+        (
+            "[mail]\nrate_per_s = 1e-300",
+            &["mail.rate_per_s", "1e-300"][..],
+        ),
+        (
+            "[mail]\nflush_budget_s = 9223372036854775807",
+            &["mail.flush_budget_s", "9223372036854775807"][..],
+        ),
+        (
+            "[mail]\nkeep_sent_days = 213503982334601",
+            &["mail.keep_sent_days", "213503982334601"][..],
+        ),
+        (
+            "[mail]\nqueue_dir = \"relative/q/../q\"",
+            &["mail.queue_dir", "relative/q/../q"][..],
+        ),
+    ] {
+        let extra = format!("{extra}\n");
+        let cfg = if extra.contains("queue_dir") {
+            config(d.path(), &extra)
+        } else {
+            config(
+                d.path(),
+                &format!("{extra}queue_dir = \"{}\"\n", q.display()),
+            )
+        };
+        refused_in_one_line(jobscope(&cfg, &["mail", "flush"]), words);
+    }
+    // The flag: clap names it and its range (its message adds a "try --help" line).
+    let cfg = config(
+        d.path(),
+        &format!("[mail]\nqueue_dir = \"{}\"\n", q.display()),
+    );
+    let (rc, _, err) = jobscope(&cfg, &["mail", "flush", "--budget", "9223372036854775807"]);
+    assert_eq!(rc, 2, "{err}");
+    assert!(
+        err.contains("--budget")
+            && err.contains("9223372036854775807")
+            && err.contains("0..=86400"),
+        "{err}"
+    );
+    assert!(!err.contains("panicked"), "{err}");
+}
