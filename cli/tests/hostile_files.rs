@@ -263,3 +263,116 @@ fn mail_settings_out_of_range_are_one_line_never_a_panic() {
     );
     assert!(!err.contains("panicked"), "{err}");
 }
+
+/// A real document (the stored fixture) as job `job_id` of uid 65534 (`nobody`).
+fn fixture(job_id: u32) -> jobscope_sampler::summary::JobSummary {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../report/testdata/archive-v1/oom.json");
+    let mut s = jobscope_archive::load(
+        &std::fs::read(&p).unwrap(),
+        &jobscope_sampler::config::Report::default(),
+    )
+    .unwrap()
+    .summary;
+    s.job_id = job_id;
+    s.uid = Some(65534);
+    s
+}
+
+/// A record whose elapsed time was made negative after it was written: `show` and the audit
+/// (through the index) both refuse it, naming the file and the field, instead of "0.0s" in one
+/// and negative core-hours in the other.
+#[test]
+fn a_document_out_of_range_is_refused_alike_by_show_and_the_audit() {
+    if !am_root() {
+        eprintln!("skipped: writing an archive needs root");
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    let cfg = config(d.path(), "");
+    let store = jobscope_archive::Store::new(&d.path().join("archive"), "root");
+    let w = store.write(&fixture(4242)).unwrap();
+    let mut doc: serde_json::Value = serde_json::from_slice(&w.bytes).unwrap();
+    doc["elapsed_s"] = serde_json::json!(-3600.0);
+    std::fs::write(&w.path, serde_json::to_vec(&doc).unwrap()).unwrap();
+    let file = w.path.file_name().unwrap().to_str().unwrap().to_string();
+
+    let (rc, out, err) = jobscope(&cfg, &["show", "4242"]);
+    assert_ne!(rc, 0, "show printed it:\n{out}");
+    assert!(
+        err.contains(&file) && err.contains("elapsed_s = -3600"),
+        "{err}"
+    );
+    // The audit's index leaves it out and says which file and why; no row has negative hours.
+    let (rc, out, err) = jobscope(&cfg, &["audit", "jobs", "--format", "json"]);
+    assert!(
+        err.contains(&file) && err.contains("elapsed_s = -3600"),
+        "rc {rc}: {err}"
+    );
+    assert!(!out.contains("4242"), "{out}");
+}
+
+/// Runs `jobscope ARGS` as `nobody` (uid and gid 65534).
+fn as_nobody(cfg: &Path, args: &[&str]) -> (i32, String, String) {
+    use std::os::unix::process::CommandExt;
+    let out = Command::new(BIN)
+        .arg("--config")
+        .arg(cfg)
+        .args(args)
+        .env_remove("JOBSCOPE_CONFIG")
+        .current_dir("/")
+        .uid(65534)
+        .gid(65534)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// An archive that `nobody` cannot read (root's, 0700): no command may find nothing and call that
+/// success; each says it could not read and exits non-zero.
+#[test]
+fn an_unreadable_archive_is_never_reported_as_empty_and_fine() {
+    if !am_root() {
+        eprintln!("skipped: needs root to make an archive another user cannot read");
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let cfg = config(d.path(), "");
+    std::fs::set_permissions(&cfg, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let archive = d.path().join("archive");
+    let store = jobscope_archive::Store::new(&archive, "root");
+    store.write(&fixture(77)).unwrap();
+    std::fs::set_permissions(&archive, std::fs::Permissions::from_mode(0o700)).unwrap();
+    for args in [
+        &["archive", "verify"][..],
+        &["audit", "jobs"][..],
+        &["show", "77"][..],
+        &["index", "update"][..],
+    ] {
+        let (rc, out, err) = as_nobody(&cfg, args);
+        assert_ne!(rc, 0, "{args:?} exit 0:\n{out}{err}");
+        assert!(!out.contains("all OK"), "{args:?}: {out}");
+        let said = format!("{out}{err}");
+        assert!(
+            said.contains("Permission denied") || said.contains("run this as root"),
+            "{args:?} does not say why:\n{said}"
+        );
+    }
+    // The month directory alone unreadable, the root readable: verify still says so.
+    std::fs::set_permissions(&archive, std::fs::Permissions::from_mode(0o755)).unwrap();
+    for year in std::fs::read_dir(&archive).unwrap().flatten() {
+        if year.file_name().to_string_lossy().len() == 4 {
+            std::fs::set_permissions(year.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+        }
+    }
+    let (rc, out, err) = as_nobody(&cfg, &["archive", "verify"]);
+    assert_ne!(rc, 0, "{out}{err}");
+    assert!(
+        out.contains("NOT fully checked") && out.contains("Permission denied"),
+        "{out}"
+    );
+}
