@@ -291,11 +291,16 @@ pub struct VerifyReport {
     /// `users/<uid>/<file>: <finding>`, one per copy that is not its record's bytes or not root's
     /// (the checks are in archive.rs, `Store::verify`).
     pub user_findings: Vec<String>,
+    /// `<path>: <error>`, one per directory of the tree (the root, a year, month or day, `users/`)
+    /// that could not be read: its days were not checked, so the archive is not "all OK".
+    pub unreadable: Vec<String>,
 }
 
 impl VerifyReport {
     pub fn ok(&self) -> bool {
-        self.days.iter().all(DayReport::ok) && self.user_findings.is_empty()
+        self.days.iter().all(DayReport::ok)
+            && self.user_findings.is_empty()
+            && self.unreadable.is_empty()
     }
 
     /// Days with findings.
@@ -346,22 +351,37 @@ impl VerifyReport {
         for f in &self.user_findings {
             out += &format!("{f}\n");
         }
+        for u in &self.unreadable {
+            out += &format!("cannot read {u} (not checked)\n");
+        }
         let bad = self.failures().count();
+        // Nothing is "all OK" when part of the tree could not be read.
+        let all_ok = if self.unreadable.is_empty() {
+            "all OK"
+        } else {
+            "OK as far as read"
+        };
         out += &format!(
             "{} day(s) checked, {}; {} owner's copies checked, {}\n",
             self.days.len(),
             if bad == 0 {
-                "all OK".to_string()
+                all_ok.to_string()
             } else {
                 format!("{bad} with findings")
             },
             self.user_copies,
             if self.user_findings.is_empty() {
-                "all OK".to_string()
+                all_ok.to_string()
             } else {
                 format!("{} with findings", self.user_findings.len())
             }
         );
+        if !self.unreadable.is_empty() {
+            out += &format!(
+                "{} director(ies) could not be read: the archive was NOT fully checked\n",
+                self.unreadable.len()
+            );
+        }
         out
     }
 }

@@ -229,7 +229,24 @@ pub fn list(dir: &Path) -> std::io::Result<Listing> {
 /// sorted. An unreadable directory has none (for readers that show what they can: `show`, `verify`,
 /// `prune`); [`Store::walk_days`] uses [`numeric_dirs_strict`] instead.
 fn numeric_dirs(p: &Path, len: Option<usize>) -> Vec<(String, PathBuf)> {
+    numeric_dirs_noting(p, len, &mut Vec::new())
+}
+
+/// [`numeric_dirs`], noting in `unreadable` (`<path>: <error>`) a directory that exists but could
+/// not be read (permission denied, an NFS error), so a reader that reports (`archive verify`) can
+/// say what it did not see rather than count nothing as "all OK". A missing directory is not noted:
+/// an archive with no owners' copies has no `users/`.
+fn numeric_dirs_noting(
+    p: &Path,
+    len: Option<usize>,
+    unreadable: &mut Vec<String>,
+) -> Vec<(String, PathBuf)> {
     let mut v: Vec<(String, PathBuf)> = std::fs::read_dir(p)
+        .inspect_err(|e| {
+            if e.kind() != std::io::ErrorKind::NotFound {
+                unreadable.push(format!("{}: {e}", p.display()));
+            }
+        })
         .map(|rd| {
             rd.take(MAX_DIR_ENTRIES)
                 .flatten()
@@ -320,6 +337,7 @@ pub fn load(bytes: &[u8], thresholds: &Report) -> Result<Loaded> {
         ),
         n => bail!("unknown schema_version {n}"),
     }
+    check_ranges("", &v)?;
     let mut summary: JobSummary = serde_json::from_value(v)
         .with_context(|| format!("not a valid schema-version-{stored} job summary"))?;
     if summary.analysis.is_none() {
@@ -329,6 +347,82 @@ pub fn load(bytes: &[u8], thresholds: &Report) -> Result<Loaded> {
         summary,
         stored_version: stored as u32,
     })
+}
+
+/// The largest a number in a document may be, by the unit its field's name ends in (the model
+/// names every unit: `elapsed_s`, `peak_bytes`, `start_unix_ms`, `cpu_efficiency_pct`), and
+/// whether it may be negative. Checked once, here at load, for every reader (`show`, the index,
+/// the audit of one's own copies, `pg sync`), so a forged or corrupt document is refused with the
+/// field named instead of showing "0.0s" in one view and negative core-hours in another.
+fn number_range(field: &str) -> (f64, f64) {
+    const YEAR_S: f64 = 365.25 * 86_400.0;
+    if matches!(
+        field,
+        "exit_status" | "exit_code" | "exit_signal" | "derived_exit_code"
+    ) {
+        // Signed by nature (a wait status, an exit code, a signal).
+        return (-(2f64.powi(31)), 2f64.powi(31));
+    }
+    let most = if field == "elapsed_s" || field == "t_s" {
+        // A job's wall time, an offset in it: a century.
+        100.0 * YEAR_S
+    } else if field.ends_with("_unix_ms") {
+        // Before the year 2200.
+        7_258_118_400_000.0
+    } else if field.ends_with("_s") {
+        // CPU seconds too: a million cores for a century.
+        1e6 * 100.0 * YEAR_S
+    } else if field.ends_with("_pct") {
+        // Efficiencies above 100 % exist (a share of a request); a million percent does not.
+        1e6
+    } else if field.ends_with("_bytes") || field.ends_with("_bytes_per_s") {
+        // An exbibyte.
+        2f64.powi(60)
+    } else {
+        // Counts, cores, hours, ids: integers a double holds exactly.
+        2f64.powi(53)
+    };
+    (0.0, most)
+}
+
+/// Refuses a document with a number outside [`number_range`] of its field, naming the field
+/// (`nodes[1].elapsed_s = -5 is outside 0..=3155760000`).
+fn check_ranges(at: &str, v: &serde_json::Value) -> Result<()> {
+    use serde_json::Value;
+    match v {
+        Value::Object(o) => {
+            for (k, x) in o {
+                let path = if at.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{at}.{k}")
+                };
+                check_ranges(&path, x)?;
+            }
+        }
+        Value::Array(a) => {
+            for (i, x) in a.iter().enumerate() {
+                check_ranges(&format!("{at}[{i}]"), x)?;
+            }
+        }
+        Value::Number(n) => {
+            // The field's name: the last name in the path, before any index.
+            let field = at
+                .rsplit('.')
+                .next()
+                .unwrap_or(at)
+                .split('[')
+                .next()
+                .unwrap_or("");
+            let (least, most) = number_range(field);
+            let x = n.as_f64().unwrap_or(f64::NAN);
+            if !(x.is_finite() && least <= x && x <= most) {
+                bail!("field {at} = {n} is outside {least}..={most}");
+            }
+        }
+        _ => {}
+    }
+    Ok(())
 }
 
 // ---------------------------------------------------------------------------------- store
@@ -454,6 +548,24 @@ impl Store {
             })
     }
 
+    /// The day directories like [`Store::days`], and every directory of the tree (the root
+    /// included) that exists but could not be read, as `<path>: <error>`.
+    pub fn days_noting(&self) -> (Vec<Day>, Vec<String>) {
+        let mut unreadable = Vec::new();
+        let mut out = Vec::new();
+        for (y, yp) in numeric_dirs_noting(&self.root, Some(4), &mut unreadable) {
+            for (m, mp) in numeric_dirs_noting(&yp, Some(2), &mut unreadable) {
+                for (d, dp) in numeric_dirs_noting(&mp, Some(2), &mut unreadable) {
+                    out.push(Day {
+                        date: format!("{y}/{m}/{d}"),
+                        path: dp,
+                    });
+                }
+            }
+        }
+        (out, unreadable)
+    }
+
     /// The day directories like [`Store::days`], but a year, month or day directory that cannot
     /// be read is an error naming it: the index must not take an NFS error for "no records".
     pub fn walk_days(&self) -> Result<Vec<Day>> {
@@ -567,19 +679,39 @@ impl Store {
                 });
             }
         };
+        // Directories that exist but could not be read: finding no run there is not "no such
+        // run", and the caller is told which and why.
+        let mut unreadable = Vec::new();
         if caller_uid == 0 {
-            for day in self.days() {
-                for rec in list(&day.path).map(|l| l.records).unwrap_or_default() {
-                    keep(rec, &day.path, Some(day.date.clone()));
+            let (days, walk) = self.days_noting();
+            unreadable = walk;
+            for day in days {
+                match list(&day.path) {
+                    Ok(l) => {
+                        for rec in l.records {
+                            keep(rec, &day.path, Some(day.date.clone()));
+                        }
+                    }
+                    Err(e) => unreadable.push(format!("{}: {e}", day.path.display())),
                 }
             }
         } else {
             let mine = self.root.join(USERS).join(caller_uid.to_string());
-            if let Ok(l) = list(&mine) {
-                for rec in l.records {
-                    keep(rec, &mine, None);
+            match list(&mine) {
+                Ok(l) => {
+                    for rec in l.records {
+                        keep(rec, &mine, None);
+                    }
                 }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => unreadable.push(format!("{}: {e}", mine.display())),
             }
+        }
+        if runs.is_empty() && !unreadable.is_empty() {
+            bail!(
+                "job {job_id}: cannot read {} (so it cannot say whether the job is there)",
+                unreadable.join("; ")
+            );
         }
         runs.sort_by_key(|r| (r.order(), r.path.clone()));
         Ok(runs)
@@ -747,7 +879,11 @@ impl Store {
         let mut rep = VerifyReport::default();
         // The owners' copies first, so the day walk keeps only the record paths they need.
         let mut copies: Vec<(u32, PathBuf, Record)> = Vec::new();
-        for (uid, dir) in self.user_dirs() {
+        let users = numeric_dirs_noting(&self.root.join(USERS), None, &mut rep.unreadable);
+        let users = users
+            .into_iter()
+            .filter_map(|(n, p)| Some((n.parse::<u32>().ok()?, p)));
+        for (uid, dir) in users {
             match list(&dir) {
                 Ok(l) => {
                     if l.truncated {
@@ -764,7 +900,9 @@ impl Store {
         }
         let wanted: BTreeSet<&str> = copies.iter().map(|(_, _, r)| r.file.as_str()).collect();
         let mut records: BTreeMap<String, Vec<PathBuf>> = BTreeMap::new();
-        for day in self.days() {
+        let (days, unreadable) = self.days_noting();
+        rep.unreadable.extend(unreadable);
+        for day in days {
             let report = match list(&day.path) {
                 Ok(l) => {
                     for r in &l.records {
@@ -1243,6 +1381,88 @@ mod tests {
             "{:?}",
             rep.user_findings
         );
+    }
+
+    #[test]
+    fn a_number_outside_its_fields_range_is_refused_at_load_naming_the_field() {
+        let doc: serde_json::Value = serde_json::from_str(V1_TWO_NODE).unwrap();
+        load(V1_TWO_NODE.as_bytes(), &Report::default()).unwrap();
+        let forged = |pointer: &str, x: serde_json::Value| {
+            let mut d = doc.clone();
+            *d.pointer_mut(pointer).unwrap() = x;
+            load(&serde_json::to_vec(&d).unwrap(), &Report::default())
+        };
+        for (pointer, x, named) in [
+            (
+                "/elapsed_s",
+                serde_json::json!(-3600.0),
+                "field elapsed_s = -3600",
+            ),
+            (
+                "/nodes/1/elapsed_s",
+                serde_json::json!(-0.5),
+                "field nodes[1].elapsed_s = -0.5",
+            ),
+            // A century and a bit: no job runs that long.
+            (
+                "/elapsed_s",
+                serde_json::json!(3.2e9),
+                "field elapsed_s = 3200000000",
+            ),
+            (
+                "/elapsed_s",
+                serde_json::json!(1e300),
+                "field elapsed_s = 1e",
+            ),
+            (
+                "/nodes/0/cpu_efficiency_pct",
+                serde_json::json!(-1.0),
+                "field nodes[0].cpu_efficiency_pct = -1",
+            ),
+            (
+                "/nodes/0/alloc_mem_bytes",
+                serde_json::json!(9.3e18),
+                "field nodes[0].alloc_mem_bytes",
+            ),
+            (
+                "/start_unix_ms",
+                serde_json::json!(9.0e15),
+                "field start_unix_ms",
+            ),
+        ] {
+            let e = format!("{:#}", forged(pointer, x.clone()).unwrap_err());
+            assert!(e.contains(named), "{pointer} = {x}: {e}");
+            assert!(!e.contains('\n'), "{e}");
+        }
+        // Signed by nature: a negative exit code loads.
+        forged("/exit_code", serde_json::json!(-1)).unwrap();
+        // NaN is not JSON: refused as such.
+        let text = V1_TWO_NODE.replacen("\"elapsed_s\":", "\"elapsed_s\": NaN, \"x\":", 1);
+        assert!(load(text.as_bytes(), &Report::default()).is_err());
+    }
+
+    #[test]
+    fn verify_says_what_it_could_not_read() {
+        // SAFETY: geteuid cannot fail.
+        if unsafe { libc::geteuid() } == 0 {
+            // Root reads through any mode; the CLI test runs this as another user.
+            eprintln!("skipped: root reads every directory");
+            return;
+        }
+        let d = tempfile::tempdir().unwrap();
+        let day = d.path().join("2026/11/25");
+        std::fs::create_dir_all(&day).unwrap();
+        let month = d.path().join("2026/11");
+        std::fs::set_permissions(&month, std::fs::Permissions::from_mode(0o000)).unwrap();
+        let rep = Store::new(d.path(), "root").verify();
+        std::fs::set_permissions(&month, std::fs::Permissions::from_mode(0o755)).unwrap();
+        assert!(!rep.ok());
+        assert!(
+            rep.unreadable[0].contains("2026/11"),
+            "{:?}",
+            rep.unreadable
+        );
+        assert!(rep.render(false).contains("NOT fully checked"));
     }
 
     #[test]

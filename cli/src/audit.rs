@@ -102,7 +102,9 @@ pub struct Common {
     /// Which engine answers: the Parquet index, or PostgreSQL (root; docs/postgres.md).
     #[arg(long, value_enum, default_value = "index")]
     engine: EngineKind,
-    /// Write the output to this file instead of standard output.
+    /// Write the output to this file instead of standard output. It must be new: a file,
+    /// symlink or FIFO already at the path is refused (nothing is overwritten), and a symlink on
+    /// the way is followed only if root or you own it.
     #[arg(long, short)]
     output: Option<PathBuf>,
     /// Hours and days in UTC instead of local time.
@@ -467,7 +469,9 @@ pub fn audit_cmd(cfg: &Config, cmd: AuditCmd) -> Result<()> {
     };
     let mut out: Box<dyn Write + Send> = match &common.output {
         Some(p) => Box::new(std::io::BufWriter::new(
-            std::fs::File::create(p).with_context(|| format!("{}", p.display()))?,
+            // Root may be writing into a directory a user controls: no planted link or FIFO is
+            // followed, nothing already there is truncated (fsutil::create_output).
+            jobscope_sampler::fsutil::create_output(p, 0o666)?,
         )),
         None => Box::new(std::io::stdout()),
     };

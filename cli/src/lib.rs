@@ -130,8 +130,9 @@ enum Cmd {
     /// Run CMD in a cgroup of its own, sample it like a SLURM job and print its report (to
     /// stderr, or --output) when it ends; exit with CMD's status (128+signal if killed).
     Run {
-        /// Cores the run asked for (efficiency is measured against them) [default: this machine's].
-        #[arg(long)]
+        /// Cores the run asked for (efficiency is measured against them), 1 to 1048576
+        /// [default: this machine's].
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1_048_576))]
         cores: Option<u32>,
         /// Memory the run asked for: 512M, 4G… (powers of 1024) [default: this machine's].
         #[arg(long, value_parser = parse_mem)]
@@ -140,8 +141,9 @@ enum Cmd {
         /// NVIDIA GPUs of the machine, if any].
         #[arg(long)]
         gpus: Option<String>,
-        /// Seconds between samples after the early ones [default: sampler.cadence_s].
-        #[arg(long)]
+        /// Seconds between samples after the early ones, 1 to 3600 (sampler.cadence_s's range)
+        /// [default: sampler.cadence_s].
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..=3600))]
         cadence: Option<u32>,
         /// The job name in the report [default: CMD's file name].
         #[arg(long)]
@@ -155,7 +157,9 @@ enum Cmd {
         /// Print the JSON summary instead of the text report.
         #[arg(long)]
         json: bool,
-        /// Write the report to this file (a new file) instead of stderr.
+        /// Write the report to this file instead of stderr. It must be new: a file, symlink or
+        /// FIFO already at the path is refused (nothing is overwritten), and a symlink on the way
+        /// is followed only if root or you own it.
         #[arg(long, short)]
         output: Option<PathBuf>,
         /// The command and its arguments (after `--`).
@@ -168,8 +172,8 @@ enum Cmd {
         job_id: u32,
         #[arg(long)]
         once: bool,
-        /// Seconds between refreshes.
-        #[arg(long, default_value_t = 2)]
+        /// Seconds between refreshes, 1 to 3600.
+        #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=3600))]
         interval: u64,
     },
 }
@@ -178,7 +182,8 @@ enum Cmd {
 enum MailCmd {
     /// Deliver queued mail that is due, for at most --budget seconds.
     Flush {
-        #[arg(long, default_value_t = 60)]
+        /// Seconds, 0 to 86400 (a day; a larger budget would overflow a deadline).
+        #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(0..=86_400))]
         budget: u64,
     },
     /// List the queue (queued, sent markers, dead letters).
@@ -427,13 +432,8 @@ fn real_main() -> Result<()> {
             };
             // Made before the run: a report that cannot be written is known before CMD runs.
             let mut out_file = match &output {
-                Some(p) => Some(
-                    std::fs::OpenOptions::new()
-                        .write(true)
-                        .create_new(true)
-                        .open(p)
-                        .map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))?,
-                ),
+                // No symlink another user planted is followed, in any component of the path.
+                Some(p) => Some(jobscope_sampler::fsutil::create_output(p, 0o666)?),
                 None => None,
             };
             let o = crate::run::run(&cfg, &opts, &mut |m| eprintln!("jobscope: {m}"))?;

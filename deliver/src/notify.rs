@@ -104,7 +104,8 @@ fn retry(cfg: &Config) -> RetryPolicy {
         initial_backoff: Duration::from_secs(m.initial_backoff_s),
         max_backoff: Duration::from_secs(m.max_backoff_s),
         max_age: Duration::from_secs(m.max_age_s),
-        keep_sent: Duration::from_secs(m.keep_sent_days * 86_400),
+        // Saturating: the configuration bounds the days, a wrapped product would keep nothing.
+        keep_sent: Duration::from_secs(m.keep_sent_days.saturating_mul(86_400)),
     }
 }
 

@@ -575,79 +575,179 @@ impl Config {
         }
     }
 
+    /// Every numeric key's range and every path key's form, checked here once, at parse time, so
+    /// that no value reaches arithmetic that would panic or wrap (`Duration::from_secs_f64(1 /
+    /// 1e-300)`, `keep_sent_days * 86_400`) and a typo is one line naming the key, the value and
+    /// the range. docs/configuration.md lists the same ranges; the test
+    /// `every_numeric_and_path_key_is_bounded` holds every key to them.
     fn validate(&self) -> Result<(), String> {
         Label::new(&self.run.cluster).map_err(|e| format!("run.cluster = {e}"))?;
-        let s = &self.sampler;
-        if !(1..=3600).contains(&s.cadence_s) {
-            return Err(format!(
-                "sampler.cadence_s = {} is outside 1..=3600",
-                s.cadence_s
-            ));
-        }
-        if s.early_samples_s.len() > 16 || s.early_samples_s.iter().any(|&t| t > 3600) {
-            return Err("sampler.early_samples_s: at most 16 values, each <= 3600".into());
-        }
-        if !(16 * 1024..=64 * 1024 * 1024).contains(&s.max_spool_bytes) {
-            return Err(format!(
-                "sampler.max_spool_bytes = {} is outside 16 KiB..64 MiB",
-                s.max_spool_bytes
-            ));
-        }
-        for (name, p) in [
-            ("spool_dir", &self.paths.spool_dir),
-            ("handover_dir", &self.paths.handover_dir),
-            ("state_dir", &self.paths.state_dir),
-            ("archive_dir", &self.paths.archive_dir),
-            ("log_file", &self.paths.log_file),
-            ("live_dir", &self.paths.live_dir),
-        ] {
-            AbsPath::new(p).map_err(|e| format!("paths.{name} {e}"))?;
-        }
-        let a = &self.audit;
-        for (name, p) in [
-            ("index_dir", &a.index_dir),
-            ("metrics_file", &a.metrics_file),
-        ] {
-            if let Some(p) = p {
-                AbsPath::new(p).map_err(|e| format!("audit.{name} {e}"))?;
+        const DAY: u64 = 86_400;
+        const YEAR: u64 = 365 * DAY;
+        let (s, a, m, g, r) = (
+            &self.sampler,
+            &self.audit,
+            &self.mail,
+            &self.gpu,
+            &self.report,
+        );
+        // (key, value, least, most): integers.
+        let ints: [(&str, u64, u64, u64); 30] = [
+            ("sampler.cadence_s", s.cadence_s.into(), 1, 3600),
+            (
+                "sampler.max_spool_bytes",
+                s.max_spool_bytes,
+                16 * 1024,
+                64 * 1024 * 1024,
+            ),
+            ("sampler.min_free_bytes", s.min_free_bytes, 0, 1 << 40),
+            (
+                "archive.retention_days",
+                self.archive.retention_days.into(),
+                0,
+                36_500,
+            ),
+            ("archive.node_wait_s", self.archive.node_wait_s, 0, 7 * DAY),
+            ("audit.compact_parts", a.compact_parts as u64, 1, 10_000),
+            ("audit.lock_stale_s", a.lock_stale_s, 1, 7 * DAY),
+            ("audit.peer_window_days", a.peer_window_days.into(), 1, 3650),
+            ("audit.peer_min_jobs", a.peer_min_jobs.into(), 1, 1_000_000),
+            (
+                "audit.history_min_runs",
+                a.history_min_runs.into(),
+                1,
+                10_000,
+            ),
+            (
+                "report.min_elapsed_for_advice_s",
+                r.min_elapsed_for_advice_s,
+                0,
+                YEAR,
+            ),
+            ("report.idle_phase_min_s", r.idle_phase_min_s, 1, YEAR),
+            ("mail.flush_budget_s", m.flush_budget_s, 0, 3600),
+            ("mail.initial_backoff_s", m.initial_backoff_s, 1, DAY),
+            ("mail.max_backoff_s", m.max_backoff_s, 1, 30 * DAY),
+            ("mail.max_age_s", m.max_age_s, 1, YEAR),
+            ("mail.keep_sent_days", m.keep_sent_days, 0, 3650),
+            ("mail.min_elapsed_s", m.min_elapsed_s, 0, YEAR),
+            ("mail.chart_width", m.chart_width.into(), 64, 4096),
+            ("mail.chart_height", m.chart_height.into(), 32, 4096),
+            ("mail.max_chart_nodes", m.max_chart_nodes as u64, 0, 1024),
+            ("mail.smtp.port", m.smtp.port.into(), 1, 65_535),
+            ("mail.smtp.timeout_s", m.smtp.timeout_s, 1, 600),
+            ("mail.sendmail.timeout_s", m.sendmail.timeout_s, 1, 600),
+            // The H100's buffer holds 14 s of samples: a drain at least every 13 s loses none.
+            ("gpu.drain_interval_s", g.drain_interval_s, 1, 13),
+            ("gpu.sample_timeout_s", g.sample_timeout_s, 1, 60),
+            ("gpu.idle_min_s", g.idle_min_s, 0, YEAR),
+            (
+                "postgres.connect_timeout_s",
+                self.postgres.connect_timeout_s,
+                1,
+                300,
+            ),
+            // Above SLURM's largest MaxJobId (67,108,863), with room below u32::MAX to count.
+            (
+                "run.first_job_id",
+                self.run.first_job_id.into(),
+                67_108_864,
+                4_000_000_000,
+            ),
+            (
+                "sampler.early_samples_s (count)",
+                s.early_samples_s.len() as u64,
+                0,
+                16,
+            ),
+        ];
+        for (key, v, lo, hi) in ints {
+            if !(lo..=hi).contains(&v) {
+                return Err(format!("{key} = {v} is outside {lo}..={hi}"));
             }
         }
-        if !(1..=10_000).contains(&a.compact_parts) {
+        for &t in &s.early_samples_s {
+            if t > 3600 {
+                return Err(format!("sampler.early_samples_s = {t} is outside 0..=3600"));
+            }
+        }
+        if m.max_backoff_s < m.initial_backoff_s {
             return Err(format!(
-                "audit.compact_parts = {} is outside 1..=10000",
-                a.compact_parts
+                "mail.max_backoff_s = {} is below mail.initial_backoff_s = {}",
+                m.max_backoff_s, m.initial_backoff_s
             ));
         }
-        if !(a.busy_pct > 0.0 && a.busy_pct <= 100.0) {
+        // (key, value, least, most): floats, finite (NaN and infinities are outside every range).
+        let floats: [(&str, f64, f64, f64); 10] = [
+            (
+                "report.cpu_efficiency_warn_pct",
+                r.cpu_efficiency_warn_pct,
+                0.0,
+                1000.0,
+            ),
+            (
+                "report.mem_efficiency_warn_pct",
+                r.mem_efficiency_warn_pct,
+                0.0,
+                1000.0,
+            ),
+            ("report.mem_headroom_pct", r.mem_headroom_pct, 0.0, 1000.0),
+            ("report.time_margin_pct", r.time_margin_pct, 0.0, 1000.0),
+            (
+                "report.time_efficiency_warn_pct",
+                r.time_efficiency_warn_pct,
+                0.0,
+                1000.0,
+            ),
+            ("report.near_oom_pct", r.near_oom_pct, 0.0, 1000.0),
+            ("report.stall_warn_pct", r.stall_warn_pct, 0.0, 100.0),
+            ("gpu.idle_util_pct", g.idle_util_pct, 0.0, 100.0),
+            // Above 0: a share of zero would mark every partition busy.
+            ("audit.busy_pct", a.busy_pct, 0.001, 100.0),
+            // 0 is "no limit"; below one attempt in 1000 s a flush would wait for ever.
+            ("mail.rate_per_s", m.rate_per_s, 0.0, 1000.0),
+        ];
+        for (key, v, lo, hi) in floats {
+            if !(v.is_finite() && lo <= v && v <= hi) {
+                // `{:?}`: 1e-300 as written, not three hundred zeros.
+                return Err(format!("{key} = {v:?} is outside {lo:?}..={hi:?}"));
+            }
+        }
+        if m.rate_per_s != 0.0 && m.rate_per_s < 0.001 {
             return Err(format!(
-                "audit.busy_pct = {} is outside (0, 100]",
-                a.busy_pct
+                "mail.rate_per_s = {:?} is outside 0 (no limit) or 0.001..=1000",
+                m.rate_per_s
             ));
         }
-        if !(1..=3650).contains(&a.peer_window_days) || a.history_min_runs == 0 {
-            return Err(
-                "audit.peer_window_days must be 1..=3650 and audit.history_min_runs at least 1"
-                    .into(),
-            );
-        }
-        // The H100's buffer holds 14 s of samples: a drain at least every 13 s loses none.
-        if !(1..=13).contains(&self.gpu.drain_interval_s) {
-            return Err(format!(
-                "gpu.drain_interval_s = {} is outside 1..=13 (the driver's buffer holds about 14 s)",
-                self.gpu.drain_interval_s
-            ));
-        }
-        let r = &self.report;
-        for (name, v) in [
-            ("cpu_efficiency_warn_pct", r.cpu_efficiency_warn_pct),
-            ("mem_efficiency_warn_pct", r.mem_efficiency_warn_pct),
-            ("mem_headroom_pct", r.mem_headroom_pct),
-            ("time_margin_pct", r.time_margin_pct),
-            ("time_efficiency_warn_pct", r.time_efficiency_warn_pct),
-            ("near_oom_pct", r.near_oom_pct),
-        ] {
-            if !(0.0..=1000.0).contains(&v) {
-                return Err(format!("report.{name} = {v} is outside 0..1000"));
+        let p = &self.paths;
+        let paths: [(&str, Option<&PathBuf>); 17] = [
+            ("paths.spool_dir", Some(&p.spool_dir)),
+            ("paths.handover_dir", Some(&p.handover_dir)),
+            ("paths.state_dir", Some(&p.state_dir)),
+            ("paths.archive_dir", Some(&p.archive_dir)),
+            ("paths.log_file", Some(&p.log_file)),
+            ("paths.live_dir", Some(&p.live_dir)),
+            (
+                "archive.keep_spools_dir",
+                self.archive.keep_spools_dir.as_ref(),
+            ),
+            ("audit.index_dir", a.index_dir.as_ref()),
+            ("audit.metrics_file", a.metrics_file.as_ref()),
+            ("mail.template_dir", m.template_dir.as_ref()),
+            ("mail.queue_dir", Some(&m.queue_dir)),
+            ("mail.smtp.password_file", m.smtp.password_file.as_ref()),
+            ("mail.smtp.ca_file", m.smtp.ca_file.as_ref()),
+            ("mail.sendmail.path", Some(&m.sendmail.path)),
+            ("gpu.nvml_lib_path", g.nvml_lib_path.as_ref()),
+            ("gpu.gres_conf", Some(&g.gres_conf)),
+            (
+                "postgres.password_file",
+                self.postgres.password_file.as_ref(),
+            ),
+        ];
+        for (key, v) in paths {
+            if let Some(v) = v {
+                AbsPath::new(v).map_err(|e| format!("{key} {e}"))?;
             }
         }
         if !self
@@ -662,17 +762,7 @@ impl Config {
                 self.archive.admin_group
             ));
         }
-        let pg = &self.postgres;
-        if let Some(p) = &pg.password_file {
-            AbsPath::new(p).map_err(|e| format!("postgres.password_file {e}"))?;
-        }
-        if !(1..=300).contains(&pg.connect_timeout_s) {
-            return Err(format!(
-                "postgres.connect_timeout_s = {} is outside 1..=300",
-                pg.connect_timeout_s
-            ));
-        }
-        Label::source(&pg.source).map_err(|e| format!("postgres.source {e}"))?;
+        Label::source(&self.postgres.source).map_err(|e| format!("postgres.source {e}"))?;
         Ok(())
     }
 }
@@ -747,6 +837,201 @@ mod tests {
         }
         let ok = "[run]\ncluster = \"c-1\"\n[postgres]\nsource = \"site.a\"";
         Config::parse(ok, Path::new("c")).unwrap();
+    }
+
+    /// Every numeric key with a value below its least and above its most (None: the type's own
+    /// limit is the bound, and toml refuses the value naming the key's line), from
+    /// docs/configuration.md's table, written out here rather than read from `validate`.
+    const NUMERIC_KEYS: &[(&str, Option<&str>, Option<&str>)] = &[
+        ("sampler.cadence_s", Some("0"), Some("3601")),
+        ("sampler.max_spool_bytes", Some("16383"), Some("67108865")),
+        ("sampler.min_free_bytes", None, Some("1099511627777")),
+        ("archive.retention_days", None, Some("36501")),
+        ("archive.node_wait_s", None, Some("604801")),
+        ("audit.compact_parts", Some("0"), Some("10001")),
+        ("audit.lock_stale_s", Some("0"), Some("604801")),
+        ("audit.busy_pct", Some("0.0"), Some("100.5")),
+        ("audit.peer_window_days", Some("0"), Some("3651")),
+        ("audit.peer_min_jobs", Some("0"), Some("1000001")),
+        ("audit.history_min_runs", Some("0"), Some("10001")),
+        (
+            "report.cpu_efficiency_warn_pct",
+            Some("-1.0"),
+            Some("1000.5"),
+        ),
+        (
+            "report.mem_efficiency_warn_pct",
+            Some("-1.0"),
+            Some("1000.5"),
+        ),
+        ("report.mem_headroom_pct", Some("-1.0"), Some("1000.5")),
+        ("report.time_margin_pct", Some("-1.0"), Some("1000.5")),
+        (
+            "report.time_efficiency_warn_pct",
+            Some("-1.0"),
+            Some("1000.5"),
+        ),
+        ("report.near_oom_pct", Some("-1.0"), Some("1000.5")),
+        ("report.min_elapsed_for_advice_s", None, Some("31536001")),
+        ("report.idle_phase_min_s", Some("0"), Some("31536001")),
+        ("report.stall_warn_pct", Some("-1.0"), Some("100.5")),
+        ("mail.flush_budget_s", None, Some("9223372036854775807")),
+        ("mail.rate_per_s", Some("1e-300"), Some("1000.5")),
+        ("mail.initial_backoff_s", Some("0"), Some("86401")),
+        ("mail.max_backoff_s", Some("0"), Some("2592001")),
+        ("mail.max_age_s", Some("0"), Some("31536001")),
+        ("mail.keep_sent_days", None, Some("213503982334601")),
+        ("mail.min_elapsed_s", None, Some("31536001")),
+        ("mail.chart_width", Some("63"), Some("4097")),
+        ("mail.chart_height", Some("31"), Some("4097")),
+        ("mail.max_chart_nodes", None, Some("1025")),
+        ("mail.smtp.port", Some("0"), Some("65536")),
+        ("mail.smtp.timeout_s", Some("0"), Some("601")),
+        ("mail.sendmail.timeout_s", Some("0"), Some("601")),
+        ("gpu.sample_timeout_s", Some("0"), Some("61")),
+        ("gpu.drain_interval_s", Some("0"), Some("14")),
+        ("gpu.idle_util_pct", Some("-0.5"), Some("100.5")),
+        ("gpu.idle_min_s", None, Some("31536001")),
+        ("postgres.connect_timeout_s", Some("0"), Some("301")),
+        ("run.first_job_id", Some("67108863"), Some("4000000001")),
+    ];
+
+    const PATH_KEYS: &[&str] = &[
+        "paths.spool_dir",
+        "paths.handover_dir",
+        "paths.state_dir",
+        "paths.archive_dir",
+        "paths.log_file",
+        "paths.live_dir",
+        "archive.keep_spools_dir",
+        "audit.index_dir",
+        "audit.metrics_file",
+        "mail.template_dir",
+        "mail.queue_dir",
+        "mail.smtp.password_file",
+        "mail.smtp.ca_file",
+        "mail.sendmail.path",
+        "gpu.nvml_lib_path",
+        "gpu.gres_conf",
+        "postgres.password_file",
+    ];
+
+    /// `key = value` as a config file: `[mail.smtp]` and `port = 0` for `mail.smtp.port`.
+    fn one_key(key: &str, value: &str) -> String {
+        let (table, name) = key.rsplit_once('.').unwrap();
+        format!("[{table}]\n{name} = {value}\n")
+    }
+
+    fn refused(key: &str, value: &str) {
+        let text = one_key(key, value);
+        let e = Config::parse(&text, Path::new("/etc/j.toml"))
+            .map(|_| ())
+            .expect_err(&format!("{key} = {value} accepted"))
+            .to_string();
+        let name = key.rsplit_once('.').unwrap().1;
+        assert!(!e.contains('\n'), "{text}: {e}");
+        assert!(e.starts_with("/etc/j.toml: "), "{text}: {e}");
+        // Our own check names the whole key, the value and the range; toml's names the line.
+        assert!(
+            (e.contains(key) && (e.contains("outside") || e.contains("must be an absolute")))
+                || e.contains(&format!("{name} = {value}")),
+            "{text}: {e}"
+        );
+    }
+
+    #[test]
+    fn every_numeric_and_path_key_is_bounded() {
+        for (key, below, above) in NUMERIC_KEYS {
+            for v in below.iter().chain(above) {
+                refused(key, v);
+            }
+        }
+        // The one list: each value, and how many.
+        refused("sampler.early_samples_s", "[1, 3601]");
+        refused("sampler.early_samples_s", &format!("{:?}", [1; 17]));
+        // Floats: NaN and the infinities are outside every range.
+        let floats = NUMERIC_KEYS
+            .iter()
+            .filter(|k| k.2.is_some_and(|v| v.contains('.')));
+        let floats: Vec<_> = floats.map(|k| k.0).collect();
+        assert!(floats.len() >= 10, "{floats:?}");
+        for key in floats {
+            for v in ["nan", "inf", "-inf"] {
+                refused(key, v);
+            }
+        }
+        for key in PATH_KEYS {
+            for v in ["\"relative/q\"", "\"relative/q/../q\"", "\"/var/../etc\""] {
+                refused(key, v);
+            }
+            // The key takes an absolute path.
+            Config::parse(&one_key(key, "\"/abs/x\""), Path::new("c")).unwrap();
+        }
+        // A value at each end of a range is accepted (the bounds are inclusive where written).
+        for (key, v) in [
+            ("mail.rate_per_s", "0.0"),
+            ("mail.rate_per_s", "0.001"),
+            ("mail.flush_budget_s", "3600"),
+            ("mail.keep_sent_days", "3650"),
+            ("gpu.drain_interval_s", "13"),
+        ] {
+            Config::parse(&one_key(key, v), Path::new("c")).unwrap();
+        }
+    }
+
+    /// Every numeric key and every path key of the defaults is in the tables above, so a key
+    /// added without a bound (and without a row here) fails this test.
+    #[test]
+    fn the_bound_tables_cover_every_key() {
+        let mut c = Config::default();
+        // Optional paths are absent from the serialized defaults: set them.
+        let some = || Some(PathBuf::from("/x"));
+        c.archive.keep_spools_dir = some();
+        c.audit.index_dir = some();
+        c.audit.metrics_file = some();
+        c.mail.template_dir = some();
+        c.mail.smtp.password_file = some();
+        c.mail.smtp.ca_file = some();
+        c.gpu.nvml_lib_path = some();
+        c.postgres.password_file = some();
+        let v = toml::Value::try_from(&c).unwrap();
+        let mut leaves = Vec::new();
+        fn walk(prefix: &str, v: &toml::Value, out: &mut Vec<(String, toml::Value)>) {
+            match v {
+                toml::Value::Table(t) => {
+                    for (k, v) in t {
+                        let key = if prefix.is_empty() {
+                            k.clone()
+                        } else {
+                            format!("{prefix}.{k}")
+                        };
+                        walk(&key, v, out);
+                    }
+                }
+                _ => out.push((prefix.to_string(), v.clone())),
+            }
+        }
+        walk("", &v, &mut leaves);
+        let mut numeric = 0;
+        for (key, v) in leaves {
+            match v {
+                toml::Value::Integer(_) | toml::Value::Float(_) => {
+                    numeric += 1;
+                    assert!(
+                        NUMERIC_KEYS.iter().any(|k| k.0 == key),
+                        "{key} has no bound in NUMERIC_KEYS"
+                    );
+                }
+                toml::Value::String(s) if s.starts_with('/') => {
+                    assert!(
+                        PATH_KEYS.contains(&key.as_str()),
+                        "{key} is not in PATH_KEYS"
+                    )
+                }
+                _ => {}
+            }
+        }
+        assert_eq!(numeric, NUMERIC_KEYS.len());
     }
 
     #[test]

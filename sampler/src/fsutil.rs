@@ -221,6 +221,161 @@ pub fn write_atomic(
     result
 }
 
+/// The most symlinks [`create_output`] follows in one path (the kernel's own limit, `MAXSYMLINKS`).
+const MAX_LINK_HOPS: usize = 40;
+
+/// Creates `path` for writing: THE way jobscope creates a file at a path a person named (`--output`),
+/// which root may be asked to write into a directory a user controls.
+///
+/// Every component is resolved by hand, each directory opened with `openat(O_PATH|O_NOFOLLOW)` from
+/// the one before, so what was checked is what is used (a user cannot swap a directory for a link
+/// between a check and the open). A symlink on the way is followed only when root or the caller owns
+/// it: whoever owns a link decides where it leads, and a link root or the caller made is their own
+/// decision (the rule of the kernel's `protected_symlinks`, applied to every component, not only
+/// in sticky directories); refusing every link would break ordinary paths such as `/var/run`, while
+/// following a link another user planted is how root gets tricked into truncating `/etc/shadow`.
+/// The link's owner and target are read from one descriptor of the link itself, so it cannot be
+/// replaced between the two. The file itself is created with `O_EXCL|O_NOFOLLOW|O_NONBLOCK`: a
+/// symlink, FIFO, device or file already at the name is refused, never opened, never truncated.
+/// `mode` is filtered by the umask, as for any new file.
+pub fn create_output(path: &Path, mode: u32) -> Result<File, FsError> {
+    use std::collections::VecDeque;
+    use std::ffi::OsString;
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    use std::path::Component;
+
+    let unsafe_path = |why: String| FsError::Unsafe {
+        path: path.to_path_buf(),
+        why,
+    };
+    let Some(name) = path.file_name().filter(|_| {
+        !matches!(
+            path.components().next_back(),
+            Some(Component::ParentDir | Component::CurDir)
+        )
+    }) else {
+        return Err(unsafe_path("not a file name".into()));
+    };
+    let name = CString::new(name.as_bytes()).map_err(|_| unsafe_path("NUL in the name".into()))?;
+    let open_at = |dir: Option<&OwnedFd>, name: &[u8], flags: i32| -> io::Result<OwnedFd> {
+        let c = CString::new(name).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+        let at = dir.map_or(libc::AT_FDCWD, |d| d.as_raw_fd());
+        // SAFETY: c is NUL-terminated; `at` is AT_FDCWD or a descriptor we own.
+        let fd = unsafe { libc::openat(at, c.as_ptr(), flags | libc::O_CLOEXEC, 0o600) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: fd was just opened and is owned by nobody else.
+        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    };
+    let path_flags = libc::O_PATH | libc::O_NOFOLLOW;
+    let root = || open_at(None, b"/", path_flags | libc::O_DIRECTORY);
+    // `None`: the current directory (a relative path), which the caller already stands in.
+    let mut dir: Option<OwnedFd> = None;
+    let mut todo: VecDeque<OsString> = VecDeque::new();
+    let parent = path.parent().unwrap_or(Path::new(""));
+    if parent.is_absolute() {
+        dir = Some(root().map_err(io_err(Path::new("/")))?);
+    }
+    for c in parent.components() {
+        match c {
+            Component::Normal(n) => todo.push_back(n.to_os_string()),
+            Component::ParentDir => todo.push_back("..".into()),
+            Component::RootDir | Component::CurDir | Component::Prefix(_) => {}
+        }
+    }
+    // SAFETY: geteuid cannot fail.
+    let me = unsafe { libc::geteuid() };
+    let mut hops = 0;
+    while let Some(comp) = todo.pop_front() {
+        let fd = open_at(dir.as_ref(), comp.as_bytes(), path_flags).map_err(io_err(path))?;
+        let md = File::from(fd.try_clone().map_err(io_err(path))?)
+            .metadata()
+            .map_err(io_err(path))?;
+        if md.is_dir() {
+            dir = Some(fd);
+            continue;
+        }
+        if !md.file_type().is_symlink() {
+            return Err(unsafe_path(format!(
+                "{} is not a directory",
+                comp.to_string_lossy()
+            )));
+        }
+        if md.uid() != 0 && md.uid() != me {
+            return Err(unsafe_path(format!(
+                "{} is a symlink owned by uid {}, neither root nor the caller: not followed",
+                comp.to_string_lossy(),
+                md.uid()
+            )));
+        }
+        hops += 1;
+        if hops > MAX_LINK_HOPS {
+            return Err(unsafe_path("too many symlinks".into()));
+        }
+        let mut buf = vec![0u8; libc::PATH_MAX as usize];
+        // SAFETY: fd is an O_PATH descriptor of the link; an empty name reads the link itself.
+        let n = unsafe {
+            libc::readlinkat(
+                fd.as_raw_fd(),
+                c"".as_ptr(),
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+            )
+        };
+        if n < 0 {
+            return Err(io_err(path)(io::Error::last_os_error()));
+        }
+        buf.truncate(n as usize);
+        let target = PathBuf::from(std::ffi::OsStr::from_bytes(&buf));
+        if target.is_absolute() {
+            dir = Some(root().map_err(io_err(Path::new("/")))?);
+        }
+        for c in target.components().rev() {
+            match c {
+                Component::Normal(n) => todo.push_front(n.to_os_string()),
+                Component::ParentDir => todo.push_front("..".into()),
+                Component::RootDir | Component::CurDir | Component::Prefix(_) => {}
+            }
+        }
+    }
+    let at = dir.as_ref().map_or(libc::AT_FDCWD, |d| d.as_raw_fd());
+    // SAFETY: name is NUL-terminated; `at` is AT_FDCWD or a directory descriptor we own.
+    let fd = unsafe {
+        libc::openat(
+            at,
+            name.as_ptr(),
+            libc::O_WRONLY
+                | libc::O_CREAT
+                | libc::O_EXCL
+                | libc::O_NOFOLLOW
+                | libc::O_NONBLOCK
+                | libc::O_CLOEXEC,
+            mode,
+        )
+    };
+    if fd < 0 {
+        let e = io::Error::last_os_error();
+        if e.kind() == io::ErrorKind::AlreadyExists {
+            // Say what is there, read without following it.
+            let what = match std::fs::symlink_metadata(path) {
+                Ok(m) if m.file_type().is_symlink() => "a symlink",
+                Ok(m) if m.is_file() => "a file",
+                Ok(m) if m.is_dir() => "a directory",
+                _ => "something",
+            };
+            return Err(unsafe_path(format!(
+                "{what} is already there (a new file is made, nothing is replaced)"
+            )));
+        }
+        return Err(io_err(path)(e));
+    }
+    // SAFETY: fd was just opened and is owned by nobody else.
+    let f = File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+    set_blocking(&f).map_err(io_err(path))?;
+    Ok(f)
+}
+
 /// Best-effort `fsync` of a directory so a rename in it is durable.
 pub fn sync_dir(dir: &Path) {
     if let Ok(d) = File::open(dir) {
@@ -350,6 +505,94 @@ mod tests {
             }
         }
         assert_eq!(std::fs::read(&victim).unwrap(), b"keep");
+    }
+
+    /// A file's bytes and mode, to show that a refused write left it as it was.
+    fn bytes_and_mode(p: &Path) -> (Vec<u8>, u32) {
+        let md = std::fs::metadata(p).unwrap();
+        (std::fs::read(p).unwrap(), md.mode() & 0o7777)
+    }
+
+    /// One line naming the path, as the CLI prints it.
+    fn assert_one_line_naming(e: &FsError, path: &Path) {
+        let s = e.to_string();
+        assert!(!s.contains('\n'), "{s}");
+        assert!(s.starts_with(&format!("{}: ", path.display())), "{s}");
+    }
+
+    #[test]
+    fn create_output_refuses_a_link_fifo_or_file_at_the_name_and_leaves_targets_untouched() {
+        let d = tempfile::tempdir().unwrap();
+        let victim = d.path().join("victim");
+        std::fs::write(&victim, b"keep").unwrap();
+        std::fs::set_permissions(&victim, std::fs::Permissions::from_mode(0o640)).unwrap();
+        let link = d.path().join("link");
+        std::os::unix::fs::symlink(&victim, &link).unwrap();
+        let fifo = d.path().join("fifo");
+        mkfifo(&fifo);
+        let existing = d.path().join("existing");
+        std::fs::write(&existing, b"old").unwrap();
+        std::fs::set_permissions(&existing, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let before = [bytes_and_mode(&victim), bytes_and_mode(&existing)];
+        for (p, what) in [
+            (&link, "a symlink"),
+            (&fifo, "something"),
+            (&existing, "a file"),
+        ] {
+            let q = p.clone();
+            let e = without_hanging(move || create_output(&q, 0o644).map(|_| ()))
+                .expect_err("opened what was there");
+            assert_one_line_naming(&e, p);
+            assert!(e.to_string().contains(what), "{e}");
+        }
+        assert_eq!([bytes_and_mode(&victim), bytes_and_mode(&existing)], before);
+        assert_eq!(std::fs::read_link(&link).unwrap(), victim);
+        // A new name is created, writable, in the directory named.
+        let new = d.path().join("new");
+        create_output(&new, 0o600)
+            .unwrap()
+            .write_all(b"report")
+            .unwrap();
+        assert_eq!(std::fs::read(&new).unwrap(), b"report");
+    }
+
+    #[test]
+    fn create_output_refuses_a_parent_link_another_user_owns_and_follows_roots() {
+        // SAFETY: geteuid cannot fail.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("skipped: planting a link owned by another user needs root");
+            return;
+        }
+        let d = tempfile::tempdir().unwrap();
+        let target_dir = d.path().join("etc");
+        std::fs::create_dir(&target_dir).unwrap();
+        let victim = target_dir.join("shadow");
+        std::fs::write(&victim, b"root:x").unwrap();
+        std::fs::set_permissions(&victim, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let before = bytes_and_mode(&victim);
+        // A user's directory holding a link to root's directory, and the link is the user's.
+        let home = d.path().join("home");
+        std::fs::create_dir(&home).unwrap();
+        let planted = home.join("reports");
+        std::os::unix::fs::symlink(&target_dir, &planted).unwrap();
+        std::os::unix::fs::lchown(&planted, Some(65534), Some(65534)).unwrap();
+        for p in [
+            planted.join("shadow"),
+            planted.join("new.csv"),
+            // Deeper, and reached through `..`: still through the link.
+            planted.join("..").join("reports").join("x"),
+        ] {
+            let e = create_output(&p, 0o644).expect_err("followed the planted link");
+            assert_one_line_naming(&e, &p);
+            assert!(e.to_string().contains("uid 65534"), "{e}");
+        }
+        assert_eq!(bytes_and_mode(&victim), before);
+        let names: Vec<_> = std::fs::read_dir(&target_dir).unwrap().collect();
+        assert_eq!(names.len(), 1, "a file was made through the link");
+        // The same link, root's: root's own decision, followed.
+        std::os::unix::fs::lchown(&planted, Some(0), Some(0)).unwrap();
+        create_output(&planted.join("new.csv"), 0o644).unwrap();
+        assert!(target_dir.join("new.csv").is_file());
     }
 
     #[test]

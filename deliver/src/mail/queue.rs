@@ -181,7 +181,9 @@ impl FlushOptions {
     /// Flush for at most `budget` from now.
     pub fn within(budget: Duration, rate_per_s: f64, retry: RetryPolicy, mode: FlushMode) -> Self {
         FlushOptions {
-            deadline: Instant::now() + budget,
+            // The configuration bounds the budget; this keeps a caller that did not (a test, a
+            // library user) from panicking on an `Instant` overflow: a century is "no deadline".
+            deadline: Instant::now() + budget.min(Duration::from_secs(100 * 365 * 86_400)),
             rate_per_s,
             retry,
             now_unix: unix_now(),
@@ -525,8 +527,10 @@ impl Queue {
             )
         });
 
-        let interval =
-            (opts.rate_per_s > 0.0).then(|| Duration::from_secs_f64(1.0 / opts.rate_per_s));
+        // At least one attempt per 1000 s (the configuration's least non-zero rate), so a tiny
+        // rate cannot overflow `Duration` (1 / 1e-300 s panics); NaN or 0: no limit.
+        let interval = (opts.rate_per_s > 0.0)
+            .then(|| Duration::from_secs_f64(1.0 / opts.rate_per_s.clamp(0.001, 1e9)));
         let mut last_attempt: Option<Instant> = None;
         let is_due = |m: &Option<Meta>| m.as_ref().is_none_or(|m| m.next_attempt_unix <= now);
         let epilog = opts.mode == FlushMode::Epilog;
