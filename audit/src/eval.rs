@@ -95,7 +95,6 @@ const USAGE_INPUTS: &[&str] = &[
     "gpu_energy_kwh",
 ];
 
-
 /// Typed access to one batch's columns by name.
 struct View<'a> {
     b: &'a RecordBatch,
@@ -1103,7 +1102,11 @@ mod tests {
         let check = |ms: i64| {
             let w = time::wall(ms.div_euclid(1000)).unwrap();
             let (h, d, _, _) = wall_keys(w);
-            assert_eq!(hour_and_weekday(ms), (h as usize, d as usize), "at {ms} ms ({w})");
+            assert_eq!(
+                hour_and_weekday(ms),
+                (h as usize, d as usize),
+                "at {ms} ms ({w})"
+            );
         };
         let (from, to) = (-365 * 24, 70 * 365 * 24);
         for hour in from..to {

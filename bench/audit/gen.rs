@@ -627,6 +627,7 @@ fn timer(a: &Args) -> Result<()> {
         .status()?;
     anyhow::ensure!(st.success(), "cp -a {} {}", src.display(), dir.display());
     let store = Store::new(&work.join("archive"), "root");
+    std::fs::create_dir_all(store.root())?;
     let mut cfg = jobscope_sampler::config::Config::default();
     cfg.paths.archive_dir = store.root().to_path_buf();
     cfg.audit.index_dir = Some(dir.clone());
@@ -654,8 +655,18 @@ fn timer(a: &Args) -> Result<()> {
             notes.join("; ")
         );
     };
-    show("first update (no history yet)", &step(add)?);
+    // The copy's files have new inodes: the first update checks every part's checksum, and trusts
+    // their stamps from then on once they are older than the index's racy window (a few seconds).
+    show(
+        "first update of the copy, nothing new (every part re-hashed)",
+        &step(0)?,
+    );
+    std::thread::sleep(std::time::Duration::from_secs(6));
+    show("first update of the copy, nothing new (settled)", &step(0)?);
+    show("nothing new", &step(0)?);
+    show("first jobs (no history yet)", &step(add)?);
     show(&format!("a batch of {add}"), &step(add)?);
+    show(&format!("another batch of {add}"), &step(add)?);
     let mut one = Vec::new();
     for _ in 0..10 {
         one.push(step(1)?);

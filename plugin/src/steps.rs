@@ -557,7 +557,10 @@ mod tests {
         assert!(!n.more);
         for t in 0..8u32 {
             for i in 0..50u32 {
-                assert!(n.steps.contains(&(t * 1000 + i).to_string()), "{t}/{i} lost");
+                assert!(
+                    n.steps.contains(&(t * 1000 + i).to_string()),
+                    "{t}/{i} lost"
+                );
             }
         }
         // Thousands of steps more: the file stops near its bound and says more came.
@@ -566,7 +569,11 @@ mod tests {
         }
         let (len, n) = read();
         assert!(len <= STEPS_NOT_RECORDED_MAX_BYTES + 2, "{len} bytes");
-        assert!(n.more && n.steps.len() > 2000 && n.steps.len() < 5400, "{}", n.steps.len());
+        assert!(
+            n.more && n.steps.len() > 2000 && n.steps.len() < 5400,
+            "{}",
+            n.steps.len()
+        );
         // Not a step name: refused, nothing written.
         assert!(list_step_not_recorded(&dir, "../x").is_err());
         // A link planted in its place is not followed.

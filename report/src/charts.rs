@@ -652,6 +652,15 @@ mod tests {
         );
     }
 
+    /// Both charts of `n` decode at the size asked for.
+    fn both_at_size(n: &NodeSummary, w: u32, h: u32) {
+        assert_eq!(
+            png_size(&busy_cores_png(n, n.elapsed_s, w, h).unwrap()),
+            (w, h)
+        );
+        assert_eq!(png_size(&memory_png(n, n.elapsed_s, w, h).unwrap()), (w, h));
+    }
+
     fn ramp(n: usize) -> Vec<Point> {
         (0..n)
             .map(|i| {
@@ -668,14 +677,7 @@ mod tests {
     fn charts_decode_at_the_requested_size() {
         let n = node(ramp(120));
         for (w, h) in [(640, 240), (320, 160), (1200, 500)] {
-            assert_eq!(
-                png_size(&busy_cores_png(&n, n.elapsed_s, w, h).unwrap()),
-                (w, h)
-            );
-            assert_eq!(
-                png_size(&memory_png(&n, n.elapsed_s, w, h).unwrap()),
-                (w, h)
-            );
+            both_at_size(&n, w, h);
         }
     }
 
@@ -696,27 +698,13 @@ mod tests {
         for tl in cases {
             let mut n = node(tl);
             for (w, h) in [(640, 240), (MIN_WIDTH, MIN_HEIGHT)] {
-                assert_eq!(
-                    png_size(&busy_cores_png(&n, n.elapsed_s, w, h).unwrap()),
-                    (w, h)
-                );
-                assert_eq!(
-                    png_size(&memory_png(&n, n.elapsed_s, w, h).unwrap()),
-                    (w, h)
-                );
+                both_at_size(&n, w, h);
             }
             // Nothing allocated or limited known either.
             n.alloc_cores = None;
             n.alloc_mem_bytes = None;
             n.mem.limit_bytes = None;
-            assert_eq!(
-                png_size(&busy_cores_png(&n, n.elapsed_s, 400, 200).unwrap()),
-                (400, 200)
-            );
-            assert_eq!(
-                png_size(&memory_png(&n, n.elapsed_s, 400, 200).unwrap()),
-                (400, 200)
-            );
+            both_at_size(&n, 400, 200);
         }
     }
 

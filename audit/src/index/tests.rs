@@ -1029,13 +1029,20 @@ fn an_update_rewrites_only_the_history_its_new_jobs_change() {
             .map(|e| {
                 let p = e.path();
                 let ino = std::fs::metadata(&p).unwrap().ino();
-                (e.file_name().to_string_lossy().into_owned(), (std::fs::read(&p).unwrap(), ino))
+                (
+                    e.file_name().to_string_lossy().into_owned(),
+                    (std::fs::read(&p).unwrap(), ino),
+                )
             })
             .collect()
     };
     let cohorts = || std::fs::read(fx.settings.dir.join("cohorts.json")).unwrap();
 
-    fx.write(&[recent(1, "alice", 1001), recent(2, "bob", 1002), recent(3, "carol", 1003)]);
+    fx.write(&[
+        recent(1, "alice", 1001),
+        recent(2, "bob", 1002),
+        recent(3, "carol", 1003),
+    ]);
     let idx = fx.index();
     let rep = idx.update(false).unwrap();
     let notes = crate::after_update(&cfg, &idx, &rep);
@@ -1044,15 +1051,34 @@ fn an_update_rewrites_only_the_history_its_new_jobs_change() {
     assert_eq!(before.len(), 3);
 
     // Two more jobs of alice and one of bob: their two files are written again, carol's is not.
-    fx.write(&[recent(4, "alice", 1001), recent(5, "alice", 1001), recent(6, "bob", 1002)]);
+    fx.write(&[
+        recent(4, "alice", 1001),
+        recent(5, "alice", 1001),
+        recent(6, "bob", 1002),
+    ]);
     let rep = idx.update(false).unwrap();
     assert_eq!(rep.added.as_ref().map(Vec::len), Some(3));
     let notes = crate::after_update(&cfg, &idx, &rep);
-    assert!(notes.iter().any(|n| n.ends_with("2 users with new jobs")), "{notes:?}");
-    assert!(notes.iter().any(|n| n.starts_with("peer distributions: current")), "{notes:?}");
-    assert_eq!(cohorts(), cohorts_before, "the cohorts were written again within the hour");
+    assert!(
+        notes.iter().any(|n| n.ends_with("2 users with new jobs")),
+        "{notes:?}"
+    );
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.starts_with("peer distributions: current")),
+        "{notes:?}"
+    );
+    assert_eq!(
+        cohorts(),
+        cohorts_before,
+        "the cohorts were written again within the hour"
+    );
     let after = files();
-    assert_eq!(after["1003.json"], before["1003.json"], "carol's file was rewritten");
+    assert_eq!(
+        after["1003.json"], before["1003.json"],
+        "carol's file was rewritten"
+    );
     for f in ["1001.json", "1002.json"] {
         assert_ne!(after[f].1, before[f].1, "{f} was not rewritten");
     }
@@ -1072,7 +1098,10 @@ fn an_update_rewrites_only_the_history_its_new_jobs_change() {
     let before = files();
     let rep = idx.update(false).unwrap();
     let notes = crate::after_update(&cfg, &idx, &rep);
-    assert!(notes.iter().any(|n| n == "run history: current"), "{notes:?}");
+    assert!(
+        notes.iter().any(|n| n == "run history: current"),
+        "{notes:?}"
+    );
     assert_eq!(files(), before);
 
     // A rebuild may have dropped rows: everything is made again.
@@ -1080,5 +1109,10 @@ fn an_update_rewrites_only_the_history_its_new_jobs_change() {
     assert!(rep.added.is_none());
     let notes = crate::after_update(&cfg, &idx, &rep);
     assert!(notes.iter().any(|n| n.ends_with(": 3 users")), "{notes:?}");
-    assert!(notes.iter().any(|n| n.starts_with("peer distributions: 1 cohorts")), "{notes:?}");
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.starts_with("peer distributions: 1 cohorts")),
+        "{notes:?}"
+    );
 }

@@ -921,17 +921,35 @@ mod tests {
             ..Default::default()
         };
         let ns = summarize_node_spool(&spool, "n1", 0, &Default::default());
-        assert_eq!(ns.steps_not_recorded.as_ref().map(|n| n.steps.len()), Some(233));
-        let note = ns.quality.notes.iter().find(|n| n.contains("not recorded")).expect("a note");
+        assert_eq!(
+            ns.steps_not_recorded.as_ref().map(|n| n.steps.len()),
+            Some(233)
+        );
+        let note = ns
+            .quality
+            .notes
+            .iter()
+            .find(|n| n.contains("not recorded"))
+            .expect("a note");
         assert!(note.starts_with("233 step(s) not recorded"), "{note}");
-        assert!(note.contains("67, 68, 69, …, 298, 299") && note.contains("include them"), "{note}");
+        assert!(
+            note.contains("67, 68, 69, …, 298, 299") && note.contains("include them"),
+            "{note}"
+        );
         // More than the list holds: a floor, said as one.
         let spool = NodeSpool {
-            steps_not_recorded: Some(crate::spool::StepsNotRecorded { steps: names, more: true }),
+            steps_not_recorded: Some(crate::spool::StepsNotRecorded {
+                steps: names,
+                more: true,
+            }),
             ..Default::default()
         };
         let ns = summarize_node_spool(&spool, "n1", 0, &Default::default());
-        assert!(ns.quality.notes.iter().any(|n| n.starts_with("more than 233 step(s)")));
+        assert!(ns
+            .quality
+            .notes
+            .iter()
+            .any(|n| n.starts_with("more than 233 step(s)")));
         // An empty list says nothing.
         let spool = NodeSpool {
             steps_not_recorded: Some(Default::default()),
