@@ -11,6 +11,9 @@
 # 4. slurm-usage's own `analyze --days 365|30` over its own layout of the same jobs (one Parquet
 #    file per day, its ProcessedJob columns): it prints several reports, not only the one asked.
 # 5. Index update per job on a real JSON archive (audit-gen update).
+# 6. The timer's command on a copy of the N-job index: the index part and what follows it
+#    (cohorts, run history) apart, for nothing new, batches, one job, the daily whole rewrite
+#    (audit-gen timer).
 # Work files go to target/bench-audit/ (removed at the end unless --keep).
 set -euo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -22,7 +25,7 @@ while [ $# -gt 0 ]; do
     --repeat) REPEAT=$2; shift 2 ;;
     --keep) KEEP=1; shift ;;
     --no-build) BUILD=0; shift ;;
-    -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "run.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -69,3 +72,6 @@ grep -m1 "Loaded" "$WORK/slurm-usage-365.txt" || true
 
 echo "== 5. index update per job (real JSON archive)"
 "$GEN" update --work "$WORK/update" --base 2000 --add 200
+
+echo "== 6. the timer's command on a copy of the index (audit-gen timer)"
+"$GEN" timer --index "$WORK/index" --work "$WORK/timer" --add 200
