@@ -600,7 +600,8 @@ impl Config {
                 16 * 1024,
                 64 * 1024 * 1024,
             ),
-            ("sampler.min_free_bytes", s.min_free_bytes, 0, 1 << 40),
+            // A floor above the filesystem's size turns spooling off (a test of the floor does).
+            ("sampler.min_free_bytes", s.min_free_bytes, 0, 1 << 60),
             (
                 "archive.retention_days",
                 self.archive.retention_days.into(),
@@ -845,7 +846,7 @@ mod tests {
     const NUMERIC_KEYS: &[(&str, Option<&str>, Option<&str>)] = &[
         ("sampler.cadence_s", Some("0"), Some("3601")),
         ("sampler.max_spool_bytes", Some("16383"), Some("67108865")),
-        ("sampler.min_free_bytes", None, Some("1099511627777")),
+        ("sampler.min_free_bytes", None, Some("1152921504606846977")),
         ("archive.retention_days", None, Some("36501")),
         ("archive.node_wait_s", None, Some("604801")),
         ("audit.compact_parts", Some("0"), Some("10001")),
