@@ -9,7 +9,7 @@
 //! script under any name), and, when that gives too few runs (a script just edited, a job with no
 //! batch script), the same name. The advice says which.
 
-use crate::peer::{Cohorts, COHORTS, MAX_COHORTS_BYTES};
+use crate::peer::Cohorts;
 use jobscope_sampler::config::Config;
 use jobscope_sampler::summary::analysis::{
     mem_flag_mib, time_flag_s, HistoryAdvice, HistoryBasis, Request,
@@ -211,11 +211,6 @@ pub fn advice_from_runs(
     })
 }
 
-fn read_json<T: serde::de::DeserializeOwned>(path: &std::path::Path, max: u64) -> Option<T> {
-    let b = jobscope_sampler::fsutil::read_limited(path, max).ok()?;
-    serde_json::from_slice(&b).ok()
-}
-
 /// Adds the peer percentile and the history-based advice to `s`'s analysis (the Epilog, before
 /// archiving). Reads at most two small files; any problem means nothing is added.
 pub fn enrich(cfg: &Config, s: &mut JobSummary) {
@@ -224,7 +219,7 @@ pub fn enrich(cfg: &Config, s: &mut JobSummary) {
     if a.insufficient_data {
         return;
     }
-    let cohorts = read_json::<Cohorts>(&dir.join(COHORTS), MAX_COHORTS_BYTES);
+    let cohorts = crate::peer::read(&dir);
     if let Some(c) = cohorts.filter(Cohorts::is_sane) {
         a.peers = c.rank(
             s.cluster.as_deref(),

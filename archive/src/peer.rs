@@ -140,6 +140,14 @@ impl Cohorts {
     }
 }
 
+/// Reads `<index_dir>/cohorts.json` (bounded, no link, no FIFO); `None` when it is missing or
+/// cannot be read or decoded. The Epilog keeps it only when [`Cohorts::is_sane`].
+pub fn read(index_dir: &std::path::Path) -> Option<Cohorts> {
+    let b =
+        jobscope_sampler::fsutil::read_limited(&index_dir.join(COHORTS), MAX_COHORTS_BYTES).ok()?;
+    serde_json::from_slice(&b).ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -112,14 +112,7 @@ fn main() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(1_000_000);
     let dir = tempfile::tempdir().unwrap();
-    let settings = Settings {
-        dir: dir.path().join("index"),
-        admin_gid: 0,
-        compact_parts: 16,
-        lock_stale_s: 600,
-        lock_wait_s: 5,
-        report: Default::default(),
-    };
+    let settings = Settings::in_dir(dir.path().join("index"));
     println!("audit index benchmark: {n} jobs over 3 years");
     let t = Instant::now();
     let mut rng = Lcg(42);

@@ -74,7 +74,7 @@ pub fn write_history(idx: &Index) -> Result<usize> {
             );
         }
     }
-    let owner = (unsafe { libc::geteuid() } == 0).then_some((0, idx.settings.admin_gid));
+    let owner = crate::owner(idx.settings.admin_gid);
     if owner.is_some() {
         jobscope_sampler::fsutil::ensure_dir(&dir, 0o750, 0, idx.settings.admin_gid)?;
     } else {
@@ -168,7 +168,7 @@ pub fn update_history(idx: &Index, added: Option<&[JobRow]>) -> Result<HistoryWr
     if by_user.is_empty() {
         return Ok(HistoryWrite::Unchanged);
     }
-    let owner = (unsafe { libc::geteuid() } == 0).then_some((0, idx.settings.admin_gid));
+    let owner = crate::owner(idx.settings.admin_gid);
     let since_ms = (now_s - HISTORY_DAYS * 86_400) * 1000;
     for (uid, rows) in &by_user {
         // A file that cannot be read is made again from the index, whole, with everyone's.

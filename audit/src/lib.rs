@@ -33,7 +33,8 @@ use jobscope_archive::peer;
 use jobscope_sampler::config::Config;
 use std::collections::BTreeMap;
 
-fn owner(admin_gid: u32) -> Option<(u32, u32)> {
+/// Who owns what the indexer writes: root and the admin group when run as root, else the caller.
+pub(crate) fn owner(admin_gid: u32) -> Option<(u32, u32)> {
     // SAFETY: geteuid cannot fail.
     (unsafe { libc::geteuid() } == 0).then_some((0, admin_gid))
 }
@@ -191,12 +192,7 @@ pub const COHORTS_MAX_AGE_S: i64 = 86_400;
 
 /// How old `<index>/cohorts.json` is by its own `generated_unix_s` (None: missing or unreadable).
 fn cohorts_age_s(idx: &Index, now_s: i64) -> Option<i64> {
-    let b = jobscope_sampler::fsutil::read_limited(
-        &idx.settings.dir.join(peer::COHORTS),
-        peer::MAX_COHORTS_BYTES,
-    )
-    .ok()?;
-    let c: peer::Cohorts = serde_json::from_slice(&b).ok()?;
+    let c = peer::read(&idx.settings.dir)?;
     Some(now_s - c.generated_unix_s).filter(|a| *a >= 0)
 }
 

@@ -638,12 +638,9 @@ fn the_sql_engine_answers_like_the_parquet_index_and_the_reference_on_the_same_a
     // And the Parquet index of the same archive, as `jobscope audit` reads it.
     let index_dir = _d.path().join("index");
     let settings = Settings {
-        dir: index_dir.clone(),
-        admin_gid: 0,
         compact_parts: 8,
-        lock_stale_s: 600,
         lock_wait_s: 10,
-        report: Default::default(),
+        ..Settings::in_dir(index_dir.clone())
     };
     let rep = Index::new(&store, settings).update(false).unwrap();
     assert!(rep.problems.is_empty(), "{:?}", rep.problems);

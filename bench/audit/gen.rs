@@ -395,12 +395,9 @@ impl Args {
 
 fn settings(dir: PathBuf) -> Settings {
     Settings {
-        dir,
-        admin_gid: 0,
         compact_parts: 8,
-        lock_stale_s: 600,
         lock_wait_s: 60,
-        report: Default::default(),
+        ..Settings::in_dir(dir)
     }
 }
 

@@ -129,13 +129,9 @@ impl World {
         // An installed archive: its root exists before the first record.
         std::fs::create_dir(store.root()).unwrap();
         let settings = Settings {
-            dir: tmp.path().join("index"),
-            admin_gid: 0,
             // Small, so that compaction runs too.
             compact_parts: 3,
-            lock_stale_s: 600,
-            lock_wait_s: 5,
-            report: jobscope_sampler::config::Report::default(),
+            ..Settings::in_dir(tmp.path().join("index"))
         };
         World {
             _tmp: tmp,

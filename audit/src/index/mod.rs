@@ -179,6 +179,21 @@ pub struct Settings {
     pub report: Report,
 }
 
+impl Settings {
+    /// An index in `dir` owned by root's group 0, with the configuration's defaults for the rest
+    /// (tests, benchmarks; the CLI builds its settings from the configuration).
+    pub fn in_dir(dir: PathBuf) -> Settings {
+        Settings {
+            dir,
+            admin_gid: 0,
+            compact_parts: 16,
+            lock_stale_s: 600,
+            lock_wait_s: 5,
+            report: Report::default(),
+        }
+    }
+}
+
 fn is_root() -> bool {
     // SAFETY: geteuid cannot fail.
     unsafe { libc::geteuid() == 0 }

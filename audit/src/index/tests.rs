@@ -182,14 +182,7 @@ struct Fixture {
 fn fixture() -> Fixture {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::new(&dir.path().join("archive"), "root");
-    let settings = Settings {
-        dir: dir.path().join("archive/index"),
-        admin_gid: 0,
-        compact_parts: 16,
-        lock_stale_s: 600,
-        lock_wait_s: 5,
-        report: jobscope_sampler::config::Report::default(),
-    };
+    let settings = Settings::in_dir(dir.path().join("archive/index"));
     Fixture {
         _dir: dir,
         store,
