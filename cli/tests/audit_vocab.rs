@@ -5,40 +5,13 @@
 use jobscope_archive::Store;
 use jobscope_sampler::summary::analysis::{analyze, JobClass};
 use std::path::Path;
-use std::process::Command;
 
-fn is_root() -> bool {
-    // SAFETY: geteuid cannot fail.
-    unsafe { libc::geteuid() == 0 }
-}
-
-fn jobscope(config: &Path, args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_jobscope"))
-        .arg("--config")
-        .arg(config)
-        .args(args)
-        .env_remove("JOBSCOPE_CONFIG")
-        .env("TZ", "UTC")
-        .output()
-        .expect("run jobscope");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
+mod common;
+use common::{am_root as is_root, jobscope};
 
 /// A config whose archive is `dir/archive` (made here, empty).
 fn config(dir: &Path) -> std::path::PathBuf {
-    let archive = dir.join("archive");
-    std::fs::create_dir_all(&archive).unwrap();
-    let cfg = dir.join("jobscope.toml");
-    std::fs::write(
-        &cfg,
-        format!("[paths]\narchive_dir = \"{}\"\n", archive.display()),
-    )
-    .unwrap();
-    cfg
+    common::config(dir, "")
 }
 
 /// One line on stderr naming every listed word, nothing on stdout, a non-zero exit.

@@ -8,61 +8,10 @@
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
 
-const BIN: &str = env!("CARGO_BIN_EXE_jobscope");
-
-fn am_root() -> bool {
-    // SAFETY: geteuid cannot fail.
-    unsafe { libc::geteuid() == 0 }
-}
-
-/// Runs `jobscope --config CFG ARGS`; a run that has not ended after a minute (a FIFO opened
-/// for writing waits for a reader for ever) is killed and reported as hung.
-fn jobscope(cfg: &Path, args: &[&str]) -> (i32, String, String) {
-    let mut child = Command::new(BIN)
-        .arg("--config")
-        .arg(cfg)
-        .args(args)
-        .env_remove("JOBSCOPE_CONFIG")
-        .env("TZ", "UTC")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let started = Instant::now();
-    while child.try_wait().unwrap().is_none() {
-        if started.elapsed() > Duration::from_secs(60) {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("jobscope {args:?} hung (opened a FIFO?)");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let out = child.wait_with_output().unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
-/// A config whose archive, state and mail queue are under `dir` (plus `extra` lines).
-fn config(dir: &Path, extra: &str) -> PathBuf {
-    std::fs::create_dir_all(dir.join("archive")).unwrap();
-    let cfg = dir.join("jobscope.toml");
-    std::fs::write(
-        &cfg,
-        format!(
-            "[paths]\narchive_dir = \"{0}/archive\"\nstate_dir = \"{0}/state\"\n\n{extra}\n",
-            dir.display()
-        ),
-    )
-    .unwrap();
-    cfg
-}
+mod common;
+use common::*;
 
 /// One line on stderr containing every word, a non-zero exit, no panic.
 fn refused_in_one_line(got: (i32, String, String), words: &[&str]) {
