@@ -12,9 +12,13 @@
 //! The job's directory is the first path component named `job_<id>`, so any prefix works,
 //! including an extra level a newer SLURM puts above the job.
 //!
-//! SLUID assumption (SLURM 26.05): we assume the per-job directory is still named `job_<id>` with
-//! the numeric job id, possibly below a SLUID-named directory (which is just part of the prefix).
-//! A job directory named only by its SLUID cannot be matched from a numeric id: no cgroup.
+//! SLURM 26.05 names the job's v2 directory after the job's SLUID by default
+//! (`<node>_slurmstepd.scope/s8CHM89JJ8SM00/step_batch/user/task_0`; `job_<id>` again only with
+//! `CgroupJobIdPaths=yes`), captured in `slurm-conf/vm/captured/sid/io-off/main-task-cgroup-path.txt`.
+//! SPANK gives no SLUID item, so where no component is `job_<id>`, the job's directory is found by
+//! SLURM's structure instead: the one component between `slurmstepd.scope` and a `step_*`
+//! directory. slurmstepd sits in its own step's cgroup, which the job's user cannot move it out
+//! of, so this is the job the plugin is running for.
 use jobscope_sampler::cgroup::{locate, JobCgroup};
 use jobscope_sampler::scope::{short_hostname, Scope};
 use std::path::Path;
@@ -43,10 +47,36 @@ pub fn slurm_scope(
     }
 }
 
-/// The cgroup of SLURM job `job_id`: the path cut right after its `job_<id>` component.
+/// The cgroup of SLURM job `job_id`: the path cut right after its `job_<id>` component, or on
+/// cgroup v2 after the SLUID-named directory of SLURM 26.05 ([`sluid_dir`]).
 pub fn locate_job(proc_cgroup: &str, cgroup_root: &Path, job_id: u32) -> Option<JobCgroup> {
     let job = format!("job_{job_id}");
-    locate(proc_cgroup, cgroup_root, &|c| c == job)
+    locate(proc_cgroup, cgroup_root, &|c| c == job).or_else(|| {
+        let sluid = sluid_dir(proc_cgroup)?;
+        locate(proc_cgroup, cgroup_root, &|c| c == sluid)
+    })
+}
+
+/// The name of the job's directory on a v2 line of `/proc/<pid>/cgroup` whose path is
+/// `…/[<node>_]slurmstepd.scope/<D>/step_<s>[/…]`: `D`, when it is not `job_<n>` (which
+/// [`locate_job`] matches by id) and looks like a SLUID (letters and digits). `None` for any
+/// other path.
+pub fn sluid_dir(proc_cgroup: &str) -> Option<String> {
+    proc_cgroup.lines().find_map(|line| {
+        // v2 lines are `0::<path>`; v1 lines name controllers and keep `job_<id>`.
+        let path = line.strip_prefix("0::")?;
+        let path = path.strip_suffix(" (deleted)").unwrap_or(path);
+        let comps: Vec<&str> = path.split('/').filter(|c| !c.is_empty()).collect();
+        let scope = comps
+            .iter()
+            .position(|c| *c == "slurmstepd.scope" || c.ends_with("_slurmstepd.scope"))?;
+        let (dir, step) = (comps.get(scope + 1)?, comps.get(scope + 2)?);
+        let sluid_like = !dir.starts_with("job_")
+            && !dir.is_empty()
+            && dir.len() <= 64
+            && dir.bytes().all(|b| b.is_ascii_alphanumeric());
+        (sluid_like && step.starts_with("step_")).then(|| dir.to_string())
+    })
 }
 
 /// The node name: from the job's cgroup path (multiple-slurmd builds name it there), else the
@@ -233,6 +263,56 @@ mod tests {
         );
         // The `unified` mount level is below the root and is not a node name.
         assert_eq!(node(&job, root).as_deref(), Some("n2"));
+    }
+
+    #[test]
+    fn slurm_26_05_sluid_job_directory() {
+        // Captured from SLURM 26.05.5 on cgroup v2 (sid VM, default CgroupJobIdPaths=no):
+        // slurm-conf/vm/captured/sid/io-off/main-task-cgroup-path.txt.
+        let path = fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../slurm-conf/vm/captured/sid/io-off/main-task-cgroup-path.txt"
+        ))
+        .unwrap();
+        let captured = format!("0::{}\n", path.trim());
+        let c = Path::new("/c");
+        let cg = locate_job(&captured, c, 1).unwrap();
+        let dir = cg.cpu_dir.strip_prefix(c).unwrap().to_str().unwrap().to_string();
+        let comps: Vec<&str> = dir.split('/').collect();
+        assert_eq!(comps.len(), 3, "{dir}");
+        assert_eq!(comps[..2], ["system.slice", "vm_slurmstepd.scope"]);
+        assert!(comps[2].starts_with('s') && comps[2].len() == 14, "{dir}");
+        assert_eq!(cg.version, CgroupVersion::V2);
+        assert_eq!(node(&cg, c).as_deref(), Some("vm"));
+        // Every step's slurmstepd and task finds the same directory.
+        for tail in ["step_extern/slurm", "step_batch/slurm", "step_0/user/task_3", "step_batch"] {
+            let line = format!("0::/system.slice/vm_slurmstepd.scope/sF5XM89JVR1Z00/{tail}\n");
+            let cg = locate_job(&line, c, 17).unwrap();
+            assert_eq!(
+                cg.cpu_dir,
+                c.join("system.slice/vm_slurmstepd.scope/sF5XM89JVR1Z00"),
+                "{tail}"
+            );
+        }
+        // With CgroupJobIdPaths=yes the directory is job_<id> again, matched by id.
+        let line = "0::/system.slice/vm_slurmstepd.scope/job_1/step_batch/user/task_0\n";
+        assert_eq!(
+            locate_job(line, c, 1).unwrap().cpu_dir,
+            c.join("system.slice/vm_slurmstepd.scope/job_1")
+        );
+        // …and another job's directory never stands in for this one's.
+        assert_eq!(locate_job(line, c, 2), None);
+        // Not below slurmstepd's scope, no step level, or not a SLUID's shape: nothing.
+        for path in [
+            "0::/user.slice/user-1001.slice/s8CHM89JJ8SM00/step_batch\n",
+            "0::/system.slice/vm_slurmstepd.scope/s8CHM89JJ8SM00\n",
+            "0::/system.slice/vm_slurmstepd.scope/system\n",
+            "0::/system.slice/vm_slurmstepd.scope/a.b/step_0\n",
+            "0::/system.slice/vm_slurmstepd.scope/../step_0\n",
+            "4:memory:/system.slice/vm_slurmstepd.scope/s8CHM89JJ8SM00/step_0\n",
+        ] {
+            assert_eq!(locate_job(path, c, 1), None, "{path}");
+        }
     }
 
     #[test]
