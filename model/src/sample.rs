@@ -119,6 +119,32 @@ pub fn busy_cores(a: Option<u64>, b: Option<u64>, dt_ms: u64) -> Option<f64> {
     rate_per_sec(a, b, dt_ms).map(|ns_per_s| ns_per_s / 1e9)
 }
 
+/// Where a job's I/O figures come from. The job's cgroup counts its block I/O in `io.stat` only
+/// where the io controller is enabled for it (cgroup v2; SLURM leaves it off unless the site turns
+/// it on); everywhere else the sampler sums `/proc/<pid>/io` over the job's processes, and the
+/// steps' reaped counters add what processes that ended between two samples did.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
+pub enum IoSource {
+    /// v2 `io.stat` of the job's cgroup.
+    #[serde(rename = "io.stat")]
+    IoStat,
+    /// The sum of `/proc/<pid>/io` over the job's processes.
+    #[serde(rename = "proc")]
+    Proc,
+}
+
+impl IoSource {
+    /// The name the report and the JSON use (`IoTotals::source`).
+    pub fn name(self) -> &'static str {
+        match self {
+            IoSource::IoStat => "io.stat",
+            IoSource::Proc => "proc",
+        }
+    }
+}
+
 /// Which hierarchy the job cgroup lives in.
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,

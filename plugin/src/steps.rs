@@ -63,6 +63,7 @@ impl JobCtx {
             gid: self.gid,
             cgroup_version: None,
             cgroup_path: None,
+            io_source: None,
             boot_id: std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
                 .ok()
                 .map(|s| s.trim().to_string()),

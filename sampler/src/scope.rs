@@ -30,6 +30,7 @@ impl Scope {
             .cgroup
             .as_ref()
             .map(|c| c.memory_dir.display().to_string());
+        h.io_source = self.cgroup.as_ref().map(JobCgroup::io_source);
         h.alloc_cores = self.alloc_cores;
         h.alloc_mem_bytes = self.alloc_mem_bytes;
     }
@@ -60,6 +61,7 @@ pub fn short_hostname() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cgroup::IoSource;
     use std::path::PathBuf;
 
     fn header() -> Header {
@@ -105,6 +107,35 @@ mod tests {
         assert_eq!(h.cgroup_path, None);
         assert_eq!((h.alloc_cores, h.alloc_mem_bytes), (None, None));
         assert_eq!(h.node, "n2");
+    }
+
+    #[test]
+    fn describe_says_where_io_comes_from() {
+        // Issue 20 §3: on v2 the job's io.stat exists only where the io controller is enabled
+        // for it (captured under SLURM 24.11 and 26.05: slurm-conf/vm/captured/*/io-{on,off}/cg-job.txt).
+        let tmp = tempfile::tempdir().unwrap();
+        let job = tmp.path().join("job_1");
+        std::fs::create_dir(&job).unwrap();
+        let scope = |version| Scope {
+            cgroup: Some(JobCgroup {
+                version,
+                cpu_dir: job.clone(),
+                memory_dir: job.clone(),
+            }),
+            alloc_cores: None,
+            alloc_mem_bytes: None,
+            node: "vm".into(),
+        };
+        let source = |version| {
+            let mut h = header();
+            scope(version).describe(&mut h);
+            h.io_source
+        };
+        assert_eq!(source(CgroupVersion::V2), Some(IoSource::Proc), "io off");
+        assert_eq!(source(CgroupVersion::V1), Some(IoSource::Proc));
+        std::fs::write(job.join("io.stat"), "254:0 rbytes=1 wbytes=2 rios=1 wios=1\n").unwrap();
+        assert_eq!(source(CgroupVersion::V2), Some(IoSource::IoStat), "io on");
+        assert_eq!(source(CgroupVersion::V1), Some(IoSource::Proc), "v1 never has io.stat");
     }
 
     #[test]

@@ -21,7 +21,7 @@ pub mod codec;
 pub mod thin;
 pub mod validate;
 
-use crate::sample::CgroupVersion;
+use crate::sample::{CgroupVersion, IoSource};
 use crate::sample::Reading;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -53,6 +53,10 @@ pub struct Header {
     pub cgroup_version: Option<CgroupVersion>,
     /// The job cgroup directory sampled (memory controller on v1).
     pub cgroup_path: Option<String>,
+    /// Where the sampler takes the job's I/O from. Absent in spools of writers before it was
+    /// recorded: then v2 meant `io.stat` and v1 `/proc`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub io_source: Option<IoSource>,
     /// `/proc/sys/kernel/random/boot_id`, so a reader can tell a reboot happened.
     pub boot_id: Option<String>,
     /// Boot time, seconds since the epoch (`btime` of /proc/stat).
@@ -83,6 +87,7 @@ impl Header {
             gid: 0,
             cgroup_version: None,
             cgroup_path: None,
+            io_source: None,
             boot_id: None,
             boot_time_s: None,
             start_unix_ms,

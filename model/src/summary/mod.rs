@@ -85,7 +85,8 @@ pub struct IoTotals {
     pub write_ops: Option<u64>,
     /// Highest read+write rate over one sampling interval.
     pub peak_bytes_per_s: Option<f64>,
-    /// Where I/O figures come from: `io.stat` (v2) or `proc` (sum of /proc/<pid>/io, v1).
+    /// Where I/O figures come from: `io.stat` (v2 with the io controller enabled for the job) or
+    /// `proc` (the sum of /proc/<pid>/io over the job's processes: v1, and v2 without it).
     pub source: Option<String>,
 }
 

@@ -1,7 +1,7 @@
 //! From one node's spool files to its [`NodeSummary`]. Pure: the epilog reads the files, this computes.
 
 use super::*;
-use crate::sample::{busy_cores, rate_per_sec, Reading};
+use crate::sample::{busy_cores, rate_per_sec, IoSource, Reading};
 use crate::spool::{EventKind, GaugeId, SpoolFile};
 
 /// Points kept per node in the archived timeline (a 30-day job has 86 400 samples; the archive keeps
@@ -357,17 +357,21 @@ pub fn summarize_node(
     }
 
     let timeline = downsample_timeline(timeline, MAX_TIMELINE_POINTS);
-    let io_source = match first.and_then(|h| h.cgroup_version) {
-        Some(crate::sample::CgroupVersion::V2) => Some("io.stat".to_string()),
-        Some(crate::sample::CgroupVersion::V1) => Some("proc".to_string()),
-        None => None,
-    };
-    // On v1, I/O is summed from `/proc/<pid>/io`: see `final_io` for how the steps' reaped
-    // counters complete the sampler's figure.
-    let v1 = first.and_then(|h| h.cgroup_version) == Some(crate::sample::CgroupVersion::V1);
+    // Where the sampler took the job's I/O from (its header says; spools from writers before it
+    // did: v2 meant io.stat, v1 /proc).
+    let io_source = first.and_then(|h| {
+        h.io_source.or(match h.cgroup_version {
+            Some(crate::sample::CgroupVersion::V2) => Some(IoSource::IoStat),
+            Some(crate::sample::CgroupVersion::V1) => Some(IoSource::Proc),
+            None => None,
+        })
+    });
+    // Summed from `/proc/<pid>/io` (v1, or v2 without the io controller): see `final_io` for how
+    // the steps' reaped counters complete the sampler's figure. `io.stat` is left alone.
+    let per_process = io_source == Some(IoSource::Proc);
     let reaped = reaped_step_io(steps);
     let final_io = |sampled: Option<u64>, reaped: Option<u64>| {
-        if v1 {
+        if per_process {
             final_io(sampled, reaped)
         } else {
             sampled
@@ -379,7 +383,7 @@ pub fn summarize_node(
         read_ops: final_io(max_of(&rs, |r| r.io_read_ops), reaped[2]),
         write_ops: final_io(max_of(&rs, |r| r.io_write_ops), reaped[3]),
         peak_bytes_per_s: io_peak,
-        source: io_source,
+        source: io_source.map(|s| s.name().to_string()),
     };
 
     let mut step_summaries: Vec<StepSummary> = steps
@@ -451,6 +455,12 @@ pub fn summarize_node(
                 notes.push(format!("sampler: {m}"));
             }
         }
+    }
+    if first.is_some_and(|h| {
+        h.cgroup_version == Some(crate::sample::CgroupVersion::V2)
+            && h.io_source == Some(IoSource::Proc)
+    }) {
+        notes.push(IO_PER_PROCESS_ON_V2_NOTE.to_string());
     }
     let quality = Quality {
         samples: samples_series + final_readings,
@@ -556,6 +566,12 @@ impl NodeSpool {
         series.chain(steps).max()
     }
 }
+
+/// The data note of a v2 job whose cgroup has no io controller, so no `io.stat`.
+pub const IO_PER_PROCESS_ON_V2_NOTE: &str =
+    "I/O is the sum over the job's processes (/proc/<pid>/io), not the cgroup's io.stat: the io \
+     controller is not enabled for this job's cgroup (SLURM's default; a site enables it with \
+     EnableExtraControllers=io on SLURM 26.05, or +io in slurmstepd's scope)";
 
 /// The data note for steps without a step file: how many, which (the first and last few), and what
 /// the figures still cover.
@@ -1220,8 +1236,37 @@ mod tests {
         series.header.cgroup_version = Some(CgroupVersion::V2);
         let mut batch = reaped_step("batch", Some((0, 0)), Some((2000 * MIB, 0)));
         batch.header.cgroup_version = Some(CgroupVersion::V2);
+        let n = summarize_node(Some(&series), &[batch.clone()], "vm", 20_000);
+        assert_eq!(n.io.read_bytes, Some(300 * MIB));
+        assert_eq!(n.io.source.as_deref(), Some("io.stat"));
+        assert!(!n.quality.notes.iter().any(|m| m.contains("/proc/<pid>/io")));
+        // The same spool from a writer that says so: the same.
+        series.header.io_source = Some(IoSource::IoStat);
         let n = summarize_node(Some(&series), &[batch], "vm", 20_000);
         assert_eq!(n.io.read_bytes, Some(300 * MIB));
+    }
+
+    #[test]
+    fn on_cgroup_v2_without_the_io_controller_io_is_per_process_and_said() {
+        // Issue 20 §3: SLURM leaves the io controller off, the sampler sums /proc/<pid>/io and
+        // says so in the header; the steps' reaped counters complete it as on v1.
+        let mut series = io_series(300 * MIB, 2 * MIB);
+        series.header.cgroup_version = Some(CgroupVersion::V2);
+        series.header.io_source = Some(IoSource::Proc);
+        let mut batch = reaped_step("batch", Some((0, 0)), Some((2000 * MIB, 0)));
+        batch.header.cgroup_version = Some(CgroupVersion::V2);
+        batch.header.io_source = Some(IoSource::Proc);
+        let n = summarize_node(Some(&series), &[batch], "vm", 20_000);
+        assert_eq!(n.io.read_bytes, Some(2000 * MIB));
+        assert_eq!(n.io.source.as_deref(), Some("proc"));
+        assert!(
+            n.quality
+                .notes
+                .iter()
+                .any(|m| m.contains("/proc/<pid>/io") && m.contains("io controller")),
+            "{:?}",
+            n.quality.notes
+        );
     }
 
     #[test]

@@ -32,7 +32,7 @@ pub use crate::procio::Error;
 pub use parse::{CpuStatV2, IoStatV2, MemEventsV2, MemStatV1, MemStatV2, OomControlV1, Pressure};
 pub use reader::{JobCgroupReader, MAX_KEPT_CGROUP_FDS, MAX_WALK_CGROUPS, MAX_WALK_DEPTH};
 
-pub use jobscope_model::sample::CgroupVersion;
+pub use jobscope_model::sample::{CgroupVersion, IoSource};
 
 /// Where one job's (or step's) cgroup lives.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -149,6 +149,17 @@ impl JobCgroup {
             version: self.version,
             cpu_dir: self.cpu_dir.join(dir_name),
             memory_dir: self.memory_dir.join(dir_name),
+        }
+    }
+
+    /// Where this cgroup's readers take I/O from: `io.stat` on v2 when the io controller is
+    /// enabled for it (the file exists; its parent's `cgroup.subtree_control` decides, when the
+    /// cgroup is made), else the sum of `/proc/<pid>/io` (always on v1). The reader makes the same
+    /// choice at every sample (an absent `io.stat` falls back to `/proc`).
+    pub fn io_source(&self) -> IoSource {
+        match self.version {
+            CgroupVersion::V2 if self.cpu_dir.join(v2::IO_STAT).is_file() => IoSource::IoStat,
+            _ => IoSource::Proc,
         }
     }
 

@@ -427,6 +427,7 @@ fn header() -> crate::spool::Header {
         gid: 1000,
         cgroup_version: None,
         cgroup_path: None,
+        io_source: None,
         boot_id: None,
         boot_time_s: None,
         start_unix_ms: crate::sampler::now_unix_ms(),

@@ -796,6 +796,7 @@ mod tests {
             gid: 1,
             cgroup_version: None,
             cgroup_path: None,
+            io_source: None,
             boot_id: None,
             boot_time_s: None,
             start_unix_ms: now_unix_ms(),
