@@ -9,6 +9,7 @@
 
 pub mod v22_05;
 pub mod v24_11;
+pub mod v26_05;
 
 pub use jobscope_sampler::job::{EndEvidence, EndReason, JobEnd, JobFacts, JobState};
 pub use v22_05::{short_hostname, EpilogEnv, Slurm2205};
@@ -158,8 +159,8 @@ pub fn parse_release(version_output: &str) -> Option<(u32, u32)> {
     Some((major, minor))
 }
 
-/// The adapter for a release: 24.11 and later ask `scontrol --json` (tested on 24.11, see
-/// docs/slurm-versions.md); anything older, or a release that could not be learned, gets the 22.05
+/// The adapter for a release: 24.11 and later ask `scontrol --json` (tested on 24.11 and 26.05,
+/// see docs/slurm-versions.md and `v26_05`); anything older, or a release that could not be learned, gets the 22.05
 /// adapter, whose text commands every release understands.
 pub fn for_release(release: Option<(u32, u32)>) -> Box<dyn Slurm> {
     match release {

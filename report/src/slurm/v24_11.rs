@@ -19,9 +19,12 @@ use std::time::Duration;
 /// How long any SLURM command may take (the Epilog must never hang).
 const COMMAND_LIMIT: Duration = Duration::from_secs(5);
 
-/// SLURM's pseudo-signal for an OOM kill (SIG_OOM in slurm's src/common/slurm_protocol_defs.h;
-/// the Epilog environment shows it 7-bit, as 125, see `v22_05::SIG_OOM_IN_EXIT_CODE2`).
-const SIG_OOM: u64 = 253;
+/// SLURM's pseudo-signal for an OOM kill (SIG_OOM in slurm's src/common/slurm_protocol_defs.h).
+/// The JSON's `exit_code.signal.id` shows it 7-bit, as 125, like the Epilog environment
+/// (`v22_05::SIG_OOM_IN_EXIT_CODE2`): captured from 24.11 and 26.05 on cgroup v2
+/// (`testdata/slurm-24.11/oom-epilog-scontrol-json-cgroup-v2.json`,
+/// `testdata/slurm-26.05/oom-epilog-scontrol-json.json`). The full value is accepted too.
+const SIG_OOM: [i32; 2] = [253, super::v22_05::SIG_OOM_IN_EXIT_CODE2];
 
 /// A `{"set": bool, "infinite": bool, "number": n}` field (or a plain number); unset/infinite → None.
 fn num(v: &Value, k: &str) -> Option<u64> {
@@ -76,7 +79,7 @@ pub fn parse_scontrol_json(text: &str, job_id: u32) -> Option<JobFacts> {
         .map(|w| JobState::from_name(w))
         .filter(|s| *s != JobState::Unknown);
     let (code, signal) = exit_status(job, "exit_code");
-    let oom = signal == Some(SIG_OOM as i32);
+    let oom = signal.is_some_and(|s| SIG_OOM.contains(&s));
     f.exit_code = code;
     f.exit_signal = if oom { Some(0) } else { signal };
     f.scheduler_oom = oom;
@@ -309,6 +312,21 @@ mod tests {
             parse_scontrol_json("slurm_load_jobs error: Invalid job id specified", 1).is_none()
         );
         assert!(parse_scontrol_json(r#"{"jobs": {}}"#, 1).is_none());
+    }
+
+    /// A real OOM kill under cgroup v2 (slurm-conf/vm/captured/trixie/io-off: `--mem=100M`, 400 MiB
+    /// touched): OUT_OF_MEMORY with signal 125, the scheduler's OOM report and not a signal.
+    #[test]
+    fn a_captured_oom_kill_is_the_schedulers_oom_report() {
+        let text = testdata("oom-epilog-scontrol-json-cgroup-v2.json");
+        let id: u32 = serde_json::from_str::<Value>(&text).unwrap()["jobs"][0]["job_id"]
+            .as_u64()
+            .unwrap() as u32;
+        let f = parse_scontrol_json(&text, id).unwrap();
+        assert_eq!(f.scheduler_state, Some(JobState::OutOfMemory));
+        assert!(f.scheduler_oom);
+        assert_eq!(f.exit_signal, Some(0), "125 is SIG_OOM, not a signal");
+        assert_eq!(f.mem_per_node_bytes, Some(100 << 20));
     }
 
     /// Edits of the captured record for what a single capture cannot show: an OOM kill (SIG_OOM as
