@@ -1,7 +1,7 @@
 #!/bin/bash
 # Builds jobscope's Debian packages and checks them with lintian (docs/packaging.md).
 #
-#   packaging/build-debs.sh [--no-build] [--slurm 22.05|24.11]
+#   packaging/build-debs.sh [--no-build] [--slurm 22.05|24.11|26.05]
 #
 # Writes target/debian/jobscope_<version>-1_amd64.deb (the CLI and the Epilog, config, timers, man
 # pages, completions) and target/debian/jobscope-spank-slurm22.05_<version>-1_amd64.deb (the SPANK
@@ -12,6 +12,9 @@
 # of slurm-conf/trixie/rootfs.sh) in target/slurm-24.11, packaged as
 # target/slurm-24.11/debian/jobscope-spank-slurm24.11_<version>-1_amd64.deb (the jobscope package is
 # the same for every release); --no-build packages what `slurm-conf/trixie/cluster.sh build` built.
+# --slurm 26.05: the same for SLURM 26.05, from the headers of the sid VM image (slurm-conf/vm/image.sh
+# build sid) into target/slurm-26.05 (slurm-conf/vm/build-plugin.sh sid), packaged as
+# jobscope-spank-slurm26.05.
 set -euo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$REPO"
@@ -74,25 +77,35 @@ PY
 
 case "$slurm" in
   22.05) ;;
-  24.11)
+  24.11|26.05)
     # Only the plugin depends on SLURM's headers (docs/slurm-versions.md): it is built in a target
-    # directory of its own, from the rootfs's headers, and checked to carry 24.11's version.
-    t24=${JOBSCOPE_TARGET_24_11:-$REPO/target/slurm-24.11}
-    root=$(bash "$REPO/slurm-conf/trixie/rootfs.sh" path)
+    # directory of its own, from that release's headers, and checked to carry its version.
+    if [ "$slurm" = 24.11 ]; then
+      tdir=${JOBSCOPE_TARGET_24_11:-$REPO/target/slurm-24.11}
+      root=$(bash "$REPO/slurm-conf/trixie/rootfs.sh" path)
+      make_root="slurm-conf/trixie/rootfs.sh build"
+      builder=(bash "$REPO/slurm-conf/trixie/cluster.sh" build)
+    else
+      tdir=${JOBSCOPE_TARGET_26_05:-$REPO/target/slurm-26.05}
+      root=$(bash "$REPO/slurm-conf/vm/image.sh" path sid)/rootfs
+      make_root="slurm-conf/vm/image.sh build sid"
+      builder=(bash "$REPO/slurm-conf/vm/build-plugin.sh" sid)
+    fi
+    variant=slurm$slurm
     h=$root/usr/include/slurm/slurm_version.h
-    [ -f "$h" ] || die "$h missing: run slurm-conf/trixie/rootfs.sh build"
+    [ -f "$h" ] || die "$h missing: run $make_root"
     num=$(awk '$2 == "SLURM_VERSION_NUMBER" { print $3 }' "$h")
-    [ "$(printf '%d.%02d' $(( num >> 16 )) $(( (num >> 8) & 0xff )))" = 24.11 ] || die "$h is not SLURM 24.11 ($num)"
-    if [ "$build" = 1 ]; then bash "$REPO/slurm-conf/trixie/cluster.sh" build; fi
-    so=$t24/release/libjobscope_spank.so
-    [ -f "$so" ] || die "$so missing: run slurm-conf/trixie/cluster.sh build"
+    [ "$(printf '%d.%02d' $(( num >> 16 )) $(( (num >> 8) & 0xff )))" = "$slurm" ] || die "$h is not SLURM $slurm ($num)"
+    if [ "$build" = 1 ]; then "${builder[@]}"; fi
+    so=$tdir/release/libjobscope_spank.so
+    [ -f "$so" ] || die "$so missing: run ${builder[*]}"
     v=$(plugin_version "$so") || die "cannot read plugin_version from $so"
-    [ "$(( v ))" = "$(( num ))" ] || die "$so exports plugin_version $v, the headers say $num: rebuild (slurm-conf/trixie/cluster.sh build)"
+    [ "$(( v ))" = "$(( num ))" ] || die "$so exports plugin_version $v, the headers say $num: rebuild (${builder[*]})"
     no_fault_injection "$so"
-    rm -f "$t24"/debian/jobscope-spank-slurm*.deb
-    CARGO_TARGET_DIR=$t24 cargo deb -p jobscope-plugin --variant slurm24.11 --no-build --strip \
-      --output "$t24/debian/"
-    deb=$(ls "$t24"/debian/jobscope-spank-slurm24.11_*.deb)
+    rm -f "$tdir"/debian/jobscope-spank-slurm*.deb
+    CARGO_TARGET_DIR=$tdir cargo deb -p jobscope-plugin --variant "$variant" --no-build --strip \
+      --output "$tdir/debian/"
+    deb=$(ls "$tdir"/debian/jobscope-spank-"$variant"_*.deb)
     echo "== $deb (plugin_version $v)"
     dpkg-deb --info "$deb" | sed -n '/Package:/,$p'
     dpkg-deb --contents "$deb" | awk '{ print "  " $1, $2, $6, $7, $8 }'
@@ -103,7 +116,7 @@ case "$slurm" in
     lint "$deb"
     echo "build-debs: $deb"
     exit 0 ;;
-  *) die "--slurm takes 22.05 or 24.11, not '$slurm'" ;;
+  *) die "--slurm takes 22.05, 24.11 or 26.05, not '$slurm'" ;;
 esac
 
 # The plugin package is named for the SLURM release whose headers it is built against.

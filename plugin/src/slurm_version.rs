@@ -53,10 +53,10 @@ pub fn parse_slurm_version_h(text: &str) -> Result<SlurmVersion, String> {
 mod tests {
     use super::*;
 
-    /// The headers of the two releases the project tests on, as their libslurm-dev packages install
-    /// them (Debian 12: 22.05.8; Debian 13: 24.11.5), in plugin/testdata/.
+    /// The headers of the releases the project tests on, as their libslurm-dev packages install
+    /// them (Debian 12: 22.05.8; Debian 13: 24.11.5; unstable: 26.05.5), in plugin/testdata/.
     #[test]
-    fn reads_both_releases_headers() {
+    fn reads_every_tested_releases_headers() {
         let v = parse_slurm_version_h(include_str!("../testdata/slurm_version-22.05.h")).unwrap();
         assert_eq!(
             (v.number, v.major(), v.minor(), v.micro()),
@@ -66,6 +66,12 @@ mod tests {
         let v = parse_slurm_version_h(include_str!("../testdata/slurm_version-24.11.h")).unwrap();
         assert_eq!((v.major(), v.minor()), (24, 11));
         assert_eq!(v.release(), "24.11");
+        let v = parse_slurm_version_h(include_str!("../testdata/slurm_version-26.05.h")).unwrap();
+        assert_eq!(
+            (v.number, v.major(), v.minor(), v.micro()),
+            (0x1a0505, 26, 5, 5)
+        );
+        assert_eq!(v.release(), "26.05");
     }
 
     #[test]
