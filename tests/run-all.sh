@@ -1,7 +1,7 @@
 #!/bin/bash
 # THE test command (README, CI): everything from a fresh clone, as root, non-interactive.
 #
-#   sudo tests/run-all.sh [--keep-up] [--skip-deps] [--skip-24.11]
+#   sudo tests/run-all.sh [--keep-up] [--skip-deps] [--skip-24.11] [--skip-vm]
 #
 # Phases: deps (slurm-conf/install-deps.sh; no apt-get when all is installed) -> build
 # (cargo build --release --workspace) -> unit tests (whole workspace except the cluster tests)
@@ -9,7 +9,9 @@
 # lintian) -> install them (slurm-conf/cluster.sh install --packages) -> 1-node cluster + cluster tests (all but
 # two_node_*) -> 2-node cluster + two_node_* tests -> the same on SLURM 24.11 (slurm-conf/trixie/: its rootfs,
 # the plugin package for 24.11 installed in it; --skip-24.11 leaves it out, for developers) ->
-# cluster down (always, unless --keep-up).
+# cgroup v2 in a VM (slurm-conf/vm/): SLURM 24.11 and SLURM 26.05, the core cluster tests against
+# the installed packages (--skip-vm leaves them out, for developers) -> cluster down (always,
+# unless --keep-up).
 # Test phases all run even if an earlier one failed; the exit status is non-zero if any
 # phase failed. Uses cargo-nextest when installed, `cargo test` otherwise.
 set -uo pipefail
@@ -19,12 +21,13 @@ cd "$REPO" || exit 1
 CLUSTER=slurm-conf/cluster.sh
 CLUSTER_PKG=jobscope-cluster-tests
 
-keep_up=0 skip_deps=0 skip_2411=${JOBSCOPE_SKIP_2411:-0}
+keep_up=0 skip_deps=0 skip_2411=${JOBSCOPE_SKIP_2411:-0} skip_vm=${JOBSCOPE_SKIP_VM:-0}
 for a in "$@"; do
   case "$a" in
     --keep-up) keep_up=1 ;;
     --skip-deps) skip_deps=1 ;;
     --skip-24.11) skip_2411=1 ;;
+    --skip-vm) skip_vm=1 ;;
     --with-24.11) ;;  # the default since 24.11 joined the run; accepted for old command lines
     -h|--help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "run-all: unknown argument $a" >&2; exit 2 ;;
@@ -101,8 +104,8 @@ run_tests() {
     unit:0) cargo test --workspace --exclude "$CLUSTER_PKG" --release ;;
     pg:1) cargo nextest run --workspace --release --run-ignored only -E 'package(jobscope-audit) and binary(pg)' ;;
     pg:0) cargo test -p jobscope-audit --release --test pg -- --ignored ;;
-    one-node:1) cargo nextest run --workspace --release --test-threads 1 -E "package($CLUSTER_PKG) and not test(/(^|::)two_node_/)" ;;
-    one-node:0) cargo test -p "$CLUSTER_PKG" --release -- --test-threads 1 --skip two_node_ ;;
+    one-node:1) cargo nextest run --workspace --release --test-threads 1 -E "package($CLUSTER_PKG) and not test(/(^|::)(two_node|v2)_/)" ;;
+    one-node:0) cargo test -p "$CLUSTER_PKG" --release -- --test-threads 1 --skip two_node_ --skip v2_ ;;
     two-node:1) cargo nextest run --workspace --release --test-threads 1 -E "package($CLUSTER_PKG) and test(/(^|::)two_node_/)" ;;
     two-node:0) cargo test -p "$CLUSTER_PKG" --release -- --test-threads 1 two_node_ ;;
   esac
@@ -181,7 +184,7 @@ fi
 # plugin's for 24.11 (packaging/build-debs.sh --slurm 24.11, lintian), installed with apt inside the
 # rootfs ($TRIXIE/cluster.sh install --packages).
 TRIXIE=slurm-conf/trixie
-[ "$skip_2411" = 1 ] && { echo "run-all: --skip-24.11: SLURM 24.11 left out"; exit 0; }
+if [ "$skip_2411" = 1 ]; then echo "run-all: --skip-24.11: SLURM 24.11 on the host left out"; else
 phase "24.11: rootfs ($TRIXIE/rootfs.sh build, cached)"
 bash "$TRIXIE/rootfs.sh" build; end_phase $? || abort "no 24.11 rootfs"
 if [ "$pkg_rc" = 0 ]; then
@@ -209,6 +212,33 @@ if end_phase $?; then
   phase "24.11 cluster down"
   bash "$TRIXIE/cluster.sh" down; end_phase $?
   TRIXIE_STARTED=0
+fi
+fi
+
+# cgroup v2 under real SLURM, and SLURM 26.05 (issue 20): a qemu VM per release (slurm-conf/vm/: the
+# image built once per machine from Debian's packages and cached, booted with cgroup v2 only and no
+# network), the packages installed with apt in the guest, and the core set of cluster tests
+# (slurm-conf/vm/run-suite.sh's CORE; README "Supported configurations"). 24.11 runs with SLURM's
+# default controllers (no io: I/O per process); 26.05 with its default job directory names (the
+# SLUID) and EnableExtraControllers=io,pids (I/O from io.stat).
+[ "$skip_vm" = 1 ] && { echo "run-all: --skip-vm: the cgroup v2 VM suites left out"; exit 0; }
+VM=slurm-conf/vm
+phase "VM images ($VM/image.sh build trixie sid, cached)"
+bash "$VM/image.sh" build trixie && bash "$VM/image.sh" build sid; end_phase $? || abort "no VM image"
+if [ "$pkg_rc" = 0 ]; then
+  # (the 24.11 plugin package comes from the 24.11 phases above; built here when they were skipped)
+  phase "24.11 on cgroup v2 (VM): core cluster tests against the installed packages"
+  { ls "${JOBSCOPE_TARGET_24_11:-$REPO/target/slurm-24.11}"/debian/jobscope-spank-slurm24.11_*.deb >/dev/null 2>&1 \
+      || { bash "$TRIXIE/rootfs.sh" build && bash packaging/build-debs.sh --slurm 24.11; }; } \
+    && bash "$VM/run-suite.sh" trixie; end_phase $?
+  phase "26.05: plugin package (packaging/build-debs.sh --slurm 26.05: its headers, lintian)"
+  if bash packaging/build-debs.sh --slurm 26.05; end_phase $?; then
+    phase "26.05 on cgroup v2 (VM, SLUID job directories, io.stat): core cluster tests against the installed packages"
+    bash "$VM/run-suite.sh" sid --cgroup-conf EnableExtraControllers=io,pids; end_phase $?
+  fi
+else
+  phase "VM suites: need the packages, which could not be built"
+  end_phase 1
 fi
 
 exit 0

@@ -19,7 +19,7 @@ was=$(cat /run/jobscope-test-cluster/mode 2>/dev/null || true)
 bash slurm-conf/cluster.sh down 9>&-
 rc=0
 if bash "$HERE/cluster.sh" up --nodes "$NODES" 9>&-; then
-  if [ "$NODES" = 2 ]; then filter='test(/(^|::)two_node_/)'; else filter='not test(/(^|::)two_node_/)'; fi
+  if [ "$NODES" = 2 ]; then filter='test(/(^|::)two_node_/)'; else filter='not test(/(^|::)(two_node|v2)_/)'; fi
   t0=$(date +%s)
   JOBSCOPE_SLURM=24.11 JOBSCOPE_CLUSTER_LOCK_FD=9 cargo nextest run -p jobscope-cluster-tests --release \
     --test-threads 1 --no-fail-fast -E "$filter" "$@"

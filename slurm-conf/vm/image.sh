@@ -34,8 +34,9 @@ BAKED=$HERE/image          # copied over the rootfs as is (systemd units, the bo
 # libslurm-dev: the headers (rootfs/usr/include/slurm) the plugin is built against; munge: auth;
 # procps, python3, iproute2 (dummy0), mawk, passwd (useradd): what the agent and the test jobs
 # use; exim4-daemon-light: /usr/sbin/sendmail for `mail.transport = "sendmail"`, local delivery
-# only as in slurm-conf/trixie/rootfs.sh; e2fsprogs: fsck of the root at boot.
-PACKAGES=linux-image-amd64,systemd-sysv,udev,kmod,dbus,slurmctld,slurmd,slurm-client,libslurm-dev,munge,procps,python3,iproute2,mawk,passwd,e2fsprogs,exim4-daemon-light
+# only as in slurm-conf/trixie/rootfs.sh; e2fsprogs: fsck of the root at boot; python3-aiosmtpd: the
+# cluster tests' SMTP sink (tests/cluster/smtp/sink.py), as slurm-conf/install-deps.sh gives the host.
+PACKAGES=linux-image-amd64,systemd-sysv,udev,kmod,dbus,slurmctld,slurmd,slurm-client,libslurm-dev,munge,procps,python3,iproute2,mawk,passwd,e2fsprogs,exim4-daemon-light,python3-aiosmtpd
 NODE=vm                    # the guest's hostname and SLURM NodeName
 NODE_ADDR=192.0.2.10       # dummy0's address (jobscope-vm-hook); TEST-NET-1, routed nowhere
 # test users, with the host's uids where it has them (files in the 9p share keep their numbers)

@@ -25,6 +25,8 @@
 # Guest: 2 vCPUs, 4 GiB, software emulation (TCG) unless /proc/cpuinfo shows vmx or svm (then
 # KVM); kernel command line root=/dev/vda rw console=ttyS0 systemd.unified_cgroup_hierarchy=1
 # psi=1; the disk is snapshot=on, so every boot starts from the image as built (job ids from 1).
+# The repository is shared read-only too, mounted at its own path in the guest (the cluster test
+# binaries find their fixtures and the built files there; slurm-conf/vm/run-suite.sh).
 # qemu runs under nice -n 19. Files: /run/jobscope-vm/SUITE/ (qemu.pid, console.log, timings),
 # the share in $JOBSCOPE_VM_SHARE_TOP (default /var/tmp/jobscope-vm)/SUITE/share.
 set -euo pipefail
@@ -95,7 +97,7 @@ prepare_share() {
   install -m 0755 "$HERE"/guest/*.sh "$SHARE/guest/"
   write_conf
   for l in "$@"; do printf '%s\n' "$l" >>"$SHARE/etc/slurm/cgroup.conf"; done
-  printf 'JOBSCOPE_VM_SUITE=%s\nJOBSCOPE_VM_IO=%s\nJOBSCOPE_VM_NODE=%s\n' "$SUITE" "$io" "$NODE" >"$SHARE/config.env"
+  printf 'JOBSCOPE_VM_SUITE=%s\nJOBSCOPE_VM_IO=%s\nJOBSCOPE_VM_NODE=%s\nJOBSCOPE_VM_REPO=%q\n' "$SUITE" "$io" "$NODE" "$REPO" >"$SHARE/config.env"
 }
 
 # ---------------------------------------------------------------- up/down
@@ -143,6 +145,7 @@ cmd_up() {
     -append 'root=/dev/vda rw console=ttyS0 systemd.unified_cgroup_hierarchy=1 psi=1 quiet' \
     -drive "file=$IMG/disk.img,if=virtio,format=raw,snapshot=on" \
     -virtfs "local,path=$SHARE,mount_tag=jobscope,security_model=none,id=jobscope" \
+    -virtfs "local,path=$REPO,mount_tag=jobscope-repo,security_model=none,readonly=on,id=repo" \
     -pidfile "$PIDF" \
     </dev/null >"$RUNDIR/qemu.out" 2>&1 &
   LAUNCHER=$!   # timeout's pid (setsid execs in a background child): gone = qemu gone

@@ -24,6 +24,13 @@ save_logs() {
 . "$S/config.env"
 log "suite $JOBSCOPE_VM_SUITE, io $JOBSCOPE_VM_IO, kernel $(uname -r)"
 mkdir -p /run/jobscope-vm
+# The repository, read-only at its host path (vm.sh's second 9p share): the cluster test binaries
+# and their fixtures (slurm-conf/vm/run-suite.sh).
+if [ -n "${JOBSCOPE_VM_REPO:-}" ]; then
+  mkdir -p "$JOBSCOPE_VM_REPO"
+  mount -t 9p -o trans=virtio,version=9p2000.L,ro,msize=262144 jobscope-repo "$JOBSCOPE_VM_REPO" \
+    || log "cannot mount the repository at $JOBSCOPE_VM_REPO"
+fi
 echo "$JOBSCOPE_VM_IO" >/run/jobscope-vm/io
 install -d -m 0755 /etc/slurm /etc/slurm/plugstack.conf.d
 for f in "$S"/etc/slurm/*; do install -m "$(stat -c %a "$f")" "$f" /etc/slurm/; done

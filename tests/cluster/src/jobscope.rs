@@ -119,11 +119,47 @@ pub fn mode_of(p: &Path) -> Result<(u32, u32, u32)> {
     Ok((m.permissions().mode() & 0o7777, m.uid(), m.gid()))
 }
 
-/// A job's v1 cgroup directory for one controller (`cpuacct`, `memory`).
-pub fn job_cgroup(ctrl: &str, node: &str, uid: u32, id: u32) -> PathBuf {
-    PathBuf::from(format!(
-        "/sys/fs/cgroup/{ctrl}/slurm_{node}/uid_{uid}/job_{id}"
-    ))
+/// The CPU time the kernel counts for a job's whole cgroup, in seconds, read now, from the
+/// `/proc/self/cgroup` text of one of the job's processes: v1 `cpuacct.usage` of the job's cpuacct
+/// directory, v2 `cpu.stat usage_usec` of its unified directory. The job's directory is the path
+/// cut before its first `step_*` component, whatever SLURM names it (`job_<id>`, or the SLUID on
+/// SLURM 26.05).
+pub fn kernel_job_cpu_s(proc_cgroup: &str) -> Result<f64> {
+    let job_dir = |rel: &str| rel.split("/step_").next().unwrap_or(rel).to_string();
+    let v1 = proc_cgroup.lines().find_map(|l| {
+        let mut f = l.splitn(3, ':');
+        let (_, ctrls, path) = (f.next()?, f.next()?, f.next()?);
+        ctrls.split(',').any(|c| c == "cpuacct").then(|| job_dir(path))
+    });
+    let (file, v2) = match v1 {
+        Some(rel) => (format!("/sys/fs/cgroup/cpuacct{rel}/cpuacct.usage"), false),
+        None => {
+            let rel = proc_cgroup
+                .lines()
+                .find_map(|l| l.strip_prefix("0::"))
+                .ok_or_else(|| anyhow!("no cgroup line in {proc_cgroup:?}"))?;
+            (format!("/sys/fs/cgroup{}/cpu.stat", job_dir(rel)), true)
+        }
+    };
+    let text = std::fs::read_to_string(&file).with_context(|| format!("read {file}"))?;
+    if v2 {
+        let usec: f64 = text
+            .lines()
+            .find_map(|l| l.strip_prefix("usage_usec "))
+            .ok_or_else(|| anyhow!("no usage_usec in {file}"))?
+            .trim()
+            .parse()?;
+        Ok(usec / 1e6)
+    } else {
+        Ok(text.trim().parse::<f64>()? / 1e9)
+    }
+}
+
+/// Whether this machine runs cgroup v2 only (the VM clusters, slurm-conf/vm/): no v1 controller
+/// hierarchy under /sys/fs/cgroup.
+pub fn pure_cgroup_v2() -> bool {
+    Path::new("/sys/fs/cgroup/cgroup.controllers").exists()
+        && !Path::new("/sys/fs/cgroup/memory").exists()
 }
 
 /// A float field by JSON pointer.

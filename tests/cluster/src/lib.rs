@@ -13,6 +13,8 @@
 //! * Tests that need two nodes are named `two_node_*` and call [`require_two_nodes`];
 //!   `tests/run-all.sh` runs them only against `cluster.sh up --nodes 2`, and all the
 //!   other tests only against the 1-node cluster.
+//! * Tests that need a pure cgroup v2 machine are named `v2_*`: they run only in the VM test
+//!   cluster (`slurm-conf/vm/run-suite.sh`); the host's phases leave them out.
 //! * No cluster is not a reason to skip: every entry point fails with a message that says
 //!   how to start one.
 

@@ -13,7 +13,17 @@ use std::time::Duration;
 
 const T: Duration = Duration::from_secs(240);
 const INDEX: &str = "/var/lib/jobscope/archive/index";
-const PYTHON: &str = "/opt/jobscope-pyenv/bin/python";
+/// The python with pyarrow: the host's venv (slurm-conf/install-deps.sh), or in the VM test
+/// cluster the guest's own python3, into which slurm-conf/vm/guest/suite.sh unpacked the same
+/// pyarrow release's wheel.
+fn python() -> &'static str {
+    const VENV: &str = "/opt/jobscope-pyenv/bin/python";
+    if Path::new(VENV).exists() {
+        VENV
+    } else {
+        "/usr/bin/python3"
+    }
+}
 
 fn jobscope_root(args: &[&str]) -> Result<String> {
     let out = release_cmd(JOBSCOPE, Path::new("/"))
@@ -232,7 +242,7 @@ fn audit_figures_equal_the_archive_and_users_see_only_their_own() -> Result<()> 
     ])?;
     // pyarrow is the host's (/opt/jobscope-pyenv), also under 24.11: the file is in /tmp, which
     // the 24.11 root filesystem shares at the same path (slurm-conf/trixie/cluster.sh).
-    let py = std::process::Command::new(PYTHON)
+    let py = std::process::Command::new(python())
         .args([
             "-c",
             "import sys, json, pyarrow.parquet as pq\n\
@@ -243,7 +253,7 @@ fn audit_figures_equal_the_archive_and_users_see_only_their_own() -> Result<()> 
             pq.to_str().context("path")?,
         ])
         .output()
-        .context("pyarrow (slurm-conf/install-deps.sh makes /opt/jobscope-pyenv)")?;
+        .context("pyarrow (slurm-conf/install-deps.sh makes /opt/jobscope-pyenv; the VM suites unpack its wheel)")?;
     let _ = std::fs::remove_file(&pq);
     ensure!(
         py.status.success(),
@@ -361,7 +371,7 @@ fn the_same_script_has_one_hash_under_any_name_and_right_sizing_uses_it() -> Res
     // The index holds the same figures (read with pyarrow from the parts state.json lists).
     jobscope_root(&["index", "update"])?;
     let ids: Vec<u32> = jobs.iter().map(|j| j.0).collect();
-    let py = std::process::Command::new(PYTHON)
+    let py = std::process::Command::new(python())
         .args([
             "-c",
             "import sys, json, pyarrow.parquet as pq\n\
@@ -376,7 +386,7 @@ fn the_same_script_has_one_hash_under_any_name_and_right_sizing_uses_it() -> Res
             &serde_json::to_string(&ids)?,
         ])
         .output()
-        .context("pyarrow (slurm-conf/install-deps.sh makes /opt/jobscope-pyenv)")?;
+        .context("pyarrow (slurm-conf/install-deps.sh makes /opt/jobscope-pyenv; the VM suites unpack its wheel)")?;
     ensure!(
         py.status.success(),
         "pyarrow: {}",
