@@ -133,8 +133,11 @@ rc=0
 bash "$HERE/vm.sh" run "$suite" --timeout 3600 bash /mnt/jobscope/guest/suite.sh test /mnt/jobscope/files/tests.txt || rc=1
 cp -r "$share/out/suite/." "$out/" 2>/dev/null || true
 t_end=$(date +%s)
+# what the guest cost the host: qemu's CPU time (utime + stime, in clock ticks) over the run
+qpid=$(cat "/run/jobscope-vm/$suite/qemu.pid" 2>/dev/null || true)
+qcpu=$(awk -v hz="$(getconf CLK_TCK)" '{ printf "%.0f", ($14 + $15) / hz }' "/proc/$qpid/stat" 2>/dev/null || echo "?")
 bash "$HERE/vm.sh" down "$suite"; trap - EXIT
 cp -r "$share/state/logs" "$out/daemon-logs" 2>/dev/null || true
-log "$suite (SLURM $rel, cgroup v2${up_args[*]:+, ${up_args[*]}}): boot $(( t_up - t0 )) s, tests $(( t_end - t_up )) s; results in $out/results.txt"
+log "$suite (SLURM $rel, cgroup v2${up_args[*]:+, ${up_args[*]}}): boot $(( t_up - t0 )) s, install and tests $(( t_end - t_up )) s, qemu CPU ${qcpu} s; results in $out/results.txt"
 cat "$out/results.txt" 2>/dev/null
 exit $rc

@@ -50,6 +50,11 @@ cmd_install() {
       "$f" || die "cannot unpack $f"
     python3 -c 'import pyarrow.parquet' || die "pyarrow from $f does not import"
   done
+  # A user manager (user@UID.service) for `systemd-run --user` (tests/cluster/tests/run_v2.rs): the
+  # image has no pam_systemd, which would give it its XDG_RUNTIME_DIR in a login session.
+  install -d -m 0755 /etc/systemd/system/user@.service.d
+  printf '[Service]\nEnvironment=XDG_RUNTIME_DIR=/run/user/%%i\n' >/etc/systemd/system/user@.service.d/jobscope-vm.conf
+  systemctl daemon-reload
   install -D -m 0644 "$JOBSCOPE_VM_REPO/slurm-conf/jobscope.toml" /etc/jobscope/jobscope.toml
   printf 'optional /usr/local/lib/slurm/jobscope_spank.so\n' >/etc/slurm/plugstack.conf.d/jobscope.conf
   systemctl restart slurmd.service || die "slurmd did not restart"

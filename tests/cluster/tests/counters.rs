@@ -219,20 +219,46 @@ fi
     )
 }
 
-/// 600 MiB touched in the job's last fraction of a second, then the job ends.
+/// A shell function for job scripts: `job_cgroup_file V1_CONTROLLER V1_FILE V2_FILE` prints a file
+/// of the job's own cgroup (v1: in that controller's hierarchy; v2: the unified one), whatever SLURM
+/// names the job's directory (`job_<id>`, or 26.05's SLUID): the path above the first `step_*`.
+const JOB_CGROUP_FILE: &str = r#"job_cgroup_file() {
+  local rel
+  rel=$(awk -F: -v c="$1" '{ n = split($2, a, ","); for (i = 1; i <= n; i++) if (a[i] == c) print $3 }' /proc/self/cgroup)
+  if [ -n "$rel" ]; then cat "/sys/fs/cgroup/$1${rel%%/step_*}/$2"
+  else rel=$(sed -n 's/^0:://p' /proc/self/cgroup); cat "/sys/fs/cgroup${rel%%/step_*}/$3"; fi
+}"#;
+
+/// The number after `KEY=` on a line of the job's output.
+fn printed(out: &str, key: &str) -> Result<f64> {
+    out.lines()
+        .find_map(|l| l.strip_prefix(&format!("{key}=")))
+        .ok_or_else(|| anyhow!("no {key} in the output:\n{out}"))?
+        .trim()
+        .parse()
+        .with_context(|| format!("{key} in the output:\n{out}"))
+}
+
+/// 600 MiB touched in the job's last fraction of a second, then the job ends; the script's last
+/// command prints the job cgroup's own high-water mark (v1 `memory.max_usage_in_bytes`, v2
+/// `memory.peak`).
 #[test]
 fn late_memory_peak_is_counted() -> Result<()> {
     let _c = ClusterGuard::acquire()?;
-    let script = r#"#!/bin/bash
+    let script = format!(
+        r#"#!/bin/bash
 #SBATCH --job-name=late-peak --ntasks=1 --mem=2G --time=5
+{JOB_CGROUP_FILE}
 sleep 6
 python3 -c '
 a = bytearray(600 * 1024 * 1024)
 for i in range(0, len(a), 4096):
     a[i] = 1
 '
-"#;
-    let id = submit("alice", &[], script)?;
+echo "KERNEL_MEM_PEAK=$(job_cgroup_file memory memory.max_usage_in_bytes memory.peak)"
+"#
+    );
+    let id = submit("alice", &[], &script)?;
     let state = wait_job(id, T)?;
     ensure!(state == "COMPLETED", "job {id}: {state}");
     let peak = f64_at(&summary(id)?, "/mem/peak_bytes")?;
@@ -241,23 +267,31 @@ for i in range(0, len(a), 4096):
         peak,
         600.0 * MIB,
         0.10,
-    )
+    )?;
+    let kernel = printed(&job_output(id)?, "KERNEL_MEM_PEAK")?;
+    within("memory peak vs the job cgroup's own", peak, kernel, 0.02)
 }
 
 /// An OOM kill right before the end, after a quiet start: the sampler never saw it.
 #[test]
 fn late_oom_kill_is_counted() -> Result<()> {
     let _c = ClusterGuard::acquire()?;
-    let script = r#"#!/bin/bash
+    let script = format!(
+        r#"#!/bin/bash
 #SBATCH --job-name=late-oom --ntasks=1 --mem=150M --time=5
+{JOB_CGROUP_FILE}
 sleep 6
 python3 -c '
 a = bytearray(600 * 1024 * 1024)
 for i in range(0, len(a), 4096):
     a[i] = 1
 ' || true
-"#;
-    let id = submit("alice", &[], script)?;
+if ! grep -q cpuacct /proc/self/cgroup; then
+  echo "KERNEL_OOM_KILLS=$(job_cgroup_file memory - memory.events | awk '$1 == "oom_kill" {{ print $2 }}')"
+fi
+"#
+    );
+    let id = submit("alice", &[], &script)?;
     let state = wait_job(id, T)?;
     let s = summary(id)?;
     let kills = f64_at(&s, "/mem/oom_kill_events")?;
@@ -265,5 +299,15 @@ for i in range(0, len(a), 4096):
         kills >= 1.0,
         "job {id} ({state}): {kills} OOM kills reported; the python process was killed"
     );
+    // On v2 the job cgroup's memory.events counts every kill below it (v1's oom_kill is per
+    // cgroup, not hierarchical: the step's, which the report adds up, has it).
+    let out = job_output(id)?;
+    if out.contains("KERNEL_OOM_KILLS=") {
+        let kernel = printed(&out, "KERNEL_OOM_KILLS")?;
+        ensure!(
+            kills == kernel,
+            "job {id}: {kills} OOM kills reported, the job cgroup's memory.events says {kernel}"
+        );
+    }
     Ok(())
 }

@@ -1,9 +1,11 @@
 //! `jobscope run` on a pure cgroup v2 machine (issue 20 §5), in the VM test cluster only
 //! (slurm-conf/vm/run-suite.sh; tests named `v2_*` are left out of the host's phases, whose
 //! controllers are bound to cgroup v1). A systemd scope with `Delegate=yes` gives the run a cgroup
-//! subtree of its own, as root and as an ordinary user (`--uid`): there jobscope makes its run's
-//! cgroup, and its figures are compared with what the kernel counted (bash's `times` for CPU, the
-//! bytes the command allocated for memory).
+//! subtree of its own: root's from the system manager, alice's from her user manager
+//! (`systemd-run --user --scope -p Delegate=yes`, the way cli/src/run/place.rs documents; the guest's
+//! user@.service gets its XDG_RUNTIME_DIR as pam_systemd would give it, slurm-conf/vm/guest/suite.sh).
+//! There jobscope makes its run's cgroup, and its figures are compared with what the kernel counted
+//! (bash's `times` for CPU, the bytes the command allocated for memory).
 
 use anyhow::{anyhow, ensure, Context, Result};
 use jobscope_cluster_tests::jobscope::{f64_at, pure_cgroup_v2, str_at, JOBSCOPE};
@@ -47,11 +49,34 @@ fn run_in_scope(
     cmd: &[&str],
 ) -> Result<(String, Value)> {
     let out_file = dir.join(format!("{tag}.json"));
-    let mut c = Command::new("/usr/bin/systemd-run");
+    let mut c = match user {
+        // root: a scope of the system manager, delegated.
+        None => {
+            let mut c = Command::new("/usr/bin/systemd-run");
+            c.env_clear();
+            c
+        }
+        // A user: a scope of their own user manager (user@UID.service, itself delegated by
+        // systemd), which is how an ordinary user gets a cgroup subtree.
+        Some(u) => {
+            let uid = user_info(u)?.uid;
+            let start = Command::new("/usr/bin/systemctl")
+                .args(["start", &format!("user@{uid}.service")])
+                .output()?;
+            ensure!(
+                start.status.success(),
+                "systemctl start user@{uid}.service: {}",
+                String::from_utf8_lossy(&start.stderr)
+            );
+            let mut c = Command::new("/usr/sbin/runuser");
+            c.env_clear()
+                .args(["-u", u, "--", "/usr/bin/env"])
+                .arg(format!("XDG_RUNTIME_DIR=/run/user/{uid}"))
+                .args(["/usr/bin/systemd-run", "--user"]);
+            c
+        }
+    };
     c.args(["--scope", "--quiet", "-p", "Delegate=yes"]);
-    if let Some(u) = user {
-        c.arg(format!("--uid={u}")).arg(format!("--gid={u}"));
-    }
     c.arg("--")
         .arg(JOBSCOPE)
         .arg("--config")
@@ -62,7 +87,6 @@ fn run_in_scope(
         .arg("--")
         .args(cmd)
         .current_dir(dir)
-        .env_clear()
         .env("PATH", "/usr/bin:/bin")
         .env("LANG", "C.UTF-8");
     let out = c.output().context("systemd-run")?;
