@@ -91,6 +91,8 @@ trap 'echo "run-all: interrupted" >&2; FAILED=1; exit 130' INT TERM
 # abort <msg>: a phase the later ones depend on failed
 abort() { echo "run-all: $1: stopping here" >&2; exit 1; }
 
+# shellcheck source=tests/cluster/suites.sh
+. tests/cluster/suites.sh
 if cargo nextest --version >/dev/null 2>&1; then NEXTEST=1; else NEXTEST=0; echo "run-all: cargo-nextest not found, using cargo test"; fi
 
 # run_tests <what>: unit | pg | one-node | two-node
@@ -201,8 +203,13 @@ if end_phase $?; then
   TRIXIE_STARTED=1
   phase "24.11 cluster up (1 node)"
   if bash "$TRIXIE/cluster.sh" up; end_phase $?; then
-    phase "24.11 cluster tests, 1 node (all but two_node_*)"
-    JOBSCOPE_SLURM=24.11 run_tests one-node; end_phase $?
+    # the 24.11 set of tests/cluster/suites.sh (22.05 above ran them all)
+    phase "24.11 cluster tests, 1 node (HOST_2411 of tests/cluster/suites.sh)"
+    if [ "$NEXTEST" = 1 ]; then
+      JOBSCOPE_SLURM=24.11 cargo nextest run --workspace --release --test-threads 1 -E "$(suite_filter "$HOST_2411")"
+    else
+      JOBSCOPE_SLURM=24.11 run_tests one-node
+    fi; end_phase $?
   fi
   phase "24.11 cluster up --nodes 2"
   if bash "$TRIXIE/cluster.sh" up --nodes 2; end_phase $?; then

@@ -15,8 +15,12 @@
 # log are copied to target/vm-suite/SUITE/. Exit status 0 only if every test passed.
 #
 # -E FILTER: a nextest filter expression over the cluster tests and `jobscope run`'s tests
-# (default: the core set, $CORE below, which README's "Supported configurations" lists).
+# (default: the suite's set in tests/cluster/suites.sh, which README's "Supported configurations"
+# lists).
 set -uo pipefail
+# One compound command, parsed whole before it runs: an edit of this file while a suite runs does
+# not make bash read on into the new text.
+{
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
 cd "$REPO" || exit 1
@@ -24,49 +28,14 @@ command -v cargo >/dev/null 2>&1 || export PATH="${CARGO_HOME:-$HOME/.cargo}/bin
 log() { echo "vm-suite: $*"; }
 die() { echo "vm-suite: ERROR: $*" >&2; exit 1; }
 
-# The core set run on each cgroup v2 configuration (issue 20): every end state the 1-node cluster
-# can give, CPU/memory/I/O/OOM counted to the end against the kernel's counters in the job's cgroup,
-# one GPU test with the fake NVML, a multi-step job, an array, mail (SMTP, with the mail matching the
-# archive), the archive's permissions, the audit, the live view, the fault-injection plugin, and
-# `jobscope run` as root, as a user without a cgroup, and in a delegated systemd scope.
-CORE='
-smoke_wrap_echo_hi_as_alice
-cpu_and_memory_match_the_kernel_counters
-timeout_job_states_why_it_ended
-oom_job_states_why_it_ended
-panics_in_sampler_init_and_exit_harm_nothing
-a_nonzero_exit_is_failed
-a_failed_srun_step_is_not_hidden
-a_job_cancelled_while_running_is_cancelled_with_its_figures
-a_preempted_job_is_preempted
-a_requeued_job_keeps_both_reports
-late_reads_by_short_processes_are_counted
-late_writes_by_short_processes_are_counted
-late_cpu_is_counted
-late_memory_peak_is_counted
-late_oom_kill_is_counted
-per_step_breakdown_matches_each_steps_own_accounting
-gpu_utilization_is_attributed_by_device_identity
-smtp_mail_matches_the_archived_report
-array_gets_one_digest_and_no_task_mails
-only_the_owner_reads_her_copy_and_cannot_alter_it
-audit_figures_equal_the_archive_and_users_see_only_their_own
-live_show_of_a_running_job_grows_and_only_its_owner_sees_it
-a_two_core_burn_is_parallel_and_its_cpu_is_the_kernels
-a_user_without_a_cgroup_is_followed_through_the_process_tree
-v2_jobscope_run_in_a_delegated_scope_counts_what_the_kernel_counts
-'
-core_filter() {
-  local t e=
-  for t in $CORE; do e+="${e:+ | }test(=$t)"; done
-  # the cluster tests, and `jobscope run`'s own (cli/tests/run_cmd.rs) whose placement differs on v2
-  echo "(package(jobscope-cluster-tests) | (package(jobscope-cli) & binary(run_cmd))) & ($e)"
-}
+# The tests each release runs here (VM_TRIXIE, VM_SID) and why: tests/cluster/suites.sh.
+# shellcheck source=tests/cluster/suites.sh
+. "$REPO/tests/cluster/suites.sh"
 
 suite=${1:-}; shift || true
 case "$suite" in
-  trixie) rel=24.11; tdir=${JOBSCOPE_TARGET_24_11:-$REPO/target/slurm-24.11} ;;
-  sid) rel=26.05; tdir=${JOBSCOPE_TARGET_26_05:-$REPO/target/slurm-26.05} ;;
+  trixie) rel=24.11; tdir=${JOBSCOPE_TARGET_24_11:-$REPO/target/slurm-24.11}; tests=$VM_TRIXIE ;;
+  sid) rel=26.05; tdir=${JOBSCOPE_TARGET_26_05:-$REPO/target/slurm-26.05}; tests=$VM_SID ;;
   *) die "usage: $0 trixie|sid [--io on|off] [--cgroup-conf KEY=VALUE]... [-E FILTER]" ;;
 esac
 up_args=() filter=
@@ -77,7 +46,7 @@ while [ $# -gt 0 ]; do
     *) die "unknown argument $1" ;;
   esac
 done
-[ -n "$filter" ] || filter=$(core_filter)
+[ -n "$filter" ] || filter=$(suite_filter "$tests")
 [ "$(id -u)" = 0 ] || die "must run as root"
 
 rel_dir=${CARGO_TARGET_DIR:-$REPO/target}
@@ -141,3 +110,4 @@ cp -r "$share/state/logs" "$out/daemon-logs" 2>/dev/null || true
 log "$suite (SLURM $rel, cgroup v2${up_args[*]:+, ${up_args[*]}}): boot $(( t_up - t0 )) s, install and tests $(( t_end - t_up )) s, qemu CPU ${qcpu} s; results in $out/results.txt"
 cat "$out/results.txt" 2>/dev/null
 exit $rc
+}

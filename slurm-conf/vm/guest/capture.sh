@@ -12,7 +12,8 @@ PATH=/usr/sbin:/usr/bin:/sbin:/bin
 S=/mnt/jobscope
 O=$S/out/capture
 W=/home/alice/cap
-mkdir -p "$O"
+mkdir -p "$O" "$S/epilog"
+: >"$S/epilog/record"   # jobscope-vm-epilog.sh records what its Epilog sees only while this exists
 install -d -o alice -g alice "$W"
 log() { echo "capture: [$(cut -d' ' -f1 /proc/uptime)] $*" >&2; }
 asuser() { runuser -u alice -- env -i PATH=/usr/bin:/bin HOME=/home/alice "$@"; }

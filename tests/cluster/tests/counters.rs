@@ -211,12 +211,15 @@ fi
         "the job should have burnt ~8 CPU-s, the kernel says {kernel_s} s"
     );
     let got = f64_at(&summary(id)?, "/cpu/usage_s")?;
-    within(
-        "CPU seconds vs the job cgroup's cpuacct.usage",
-        got,
-        kernel_s,
-        0.03,
-    )
+    // The report's figure is the job cgroup's at the batch step's end, a little after the script
+    // read it: the script's last commands, and on cgroup v2 slurmstepd itself (its `step_*/slurm`
+    // cgroup is inside the job's), count in between. That was up to 1 CPU-s on a 2-core guest
+    // under software emulation (37 against 36 s); on the host, a few milliseconds.
+    ensure!(
+        got >= kernel_s * 0.97 && got <= kernel_s * 1.03 + 1.5,
+        "CPU seconds vs the job cgroup's own count read at the script's end: report {got:.2} vs {kernel_s:.2}"
+    );
+    Ok(())
 }
 
 /// A shell function for job scripts: `job_cgroup_file V1_CONTROLLER V1_FILE V2_FILE` prints a file
