@@ -226,6 +226,10 @@ pub struct JobFacts {
     pub preempted: bool,
     /// The scheduler requeued the job: this run is over, the job will run again.
     pub requeued: bool,
+    /// The scheduler still completes the job (its COMPLETING flag: epilogs may still run, and
+    /// spools are still theirs). 24.11 and later show the final state with the flag beside it
+    /// (`["COMPLETED", "COMPLETING"]`), so the state alone does not say it.
+    pub completing: bool,
     /// The scheduler reported that its memory enforcement killed the job.
     pub scheduler_oom: bool,
     pub mail_user: Option<String>,

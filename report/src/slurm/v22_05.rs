@@ -446,6 +446,8 @@ pub fn parse_scontrol_job(text: &str, job_id: u32) -> Option<JobFacts> {
         derived_exit_code: None,
         preempted: end.preempted,
         requeued: end.requeued,
+        // 22.05 says COMPLETING as the state itself (scheduler_state).
+        completing: false,
         scheduler_reason: end.reason,
         submit_unix_s: time(&["TimeMin"], "SubmitTime", &["EligibleTime"]),
         start_unix_s: time(&["AccrueTime", "EligibleTime"], "StartTime", &["EndTime"]),
@@ -579,6 +581,7 @@ pub fn parse_squeue_json(text: &str, job_id: u32) -> Option<JobFacts> {
         derived_exit_code: None,
         preempted: false,
         requeued: false,
+        completing: false,
         scheduler_reason: s(job, "state_reason").filter(|r| r != "None"),
         submit_unix_s: n(job, "submit_time").filter(|&t| t > 0),
         start_unix_s: n(job, "start_time").filter(|&t| t > 0),

@@ -90,6 +90,7 @@ pub fn parse_scontrol_json(text: &str, job_id: u32) -> Option<JobFacts> {
     // job for its next run, i.e. requeued it (22.05's record shows this as EndTime=Unknown).
     f.requeued = words.iter().any(|w| w.starts_with("REQUEUE"))
         || f.scheduler_state == Some(JobState::Pending);
+    f.completing = words.contains(&"COMPLETING");
     Some(f)
 }
 
@@ -224,6 +225,7 @@ mod tests {
         assert_eq!((f.exit_code, f.exit_signal), (Some(3), None));
         assert_eq!(f.derived_exit_code, Some(0));
         assert!(!f.scheduler_oom && !f.preempted && !f.requeued);
+        assert!(f.completing, "the Epilog runs: COMPLETING is still a flag");
         // The run lasted 4 s (the script sleeps 4 s): StartTime and EndTime of the text record.
         let (start, end) = (f.start_unix_s.unwrap(), f.end_unix_s.unwrap());
         assert!((4..=5).contains(&(end - start)), "{start}..{end}");
