@@ -2,11 +2,12 @@
 # Builds the SPANK plugin against the SLURM headers of a VM image's root filesystem, in a target
 # directory of its own (build.rs refuses a target directory built for other headers):
 #
-#   slurm-conf/vm/build-plugin.sh sid      SLURM 26.05 -> target/slurm-26.05 ($JOBSCOPE_TARGET_26_05)
+#   slurm-conf/vm/build-plugin.sh sid [--faults]   SLURM 26.05 -> target/slurm-26.05 ($JOBSCOPE_TARGET_26_05)
 #
-# First with the fault-injection feature, kept as jobscope_spank_faults.so for the cluster tests'
-# inject= cases, then without it: the plugin that is packaged (packaging/build-debs.sh --slurm 26.05)
-# and installed. Only the plugin crate is compiled twice. (24.11's plugin comes from
+# The plugin that is packaged (packaging/build-debs.sh --slurm 26.05) and installed. With --faults,
+# first the same with the fault-injection feature, kept as jobscope_spank_faults.so for the cluster
+# tests' inject= cases (the 26.05 suite has none: tests/cluster/suites.sh; the plugin crate would
+# be compiled twice). (24.11's plugin comes from
 # slurm-conf/trixie/cluster.sh build, against the trixie rootfs's headers; the trixie VM runs it.)
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -15,14 +16,17 @@ command -v cargo >/dev/null 2>&1 || export PATH="${CARGO_HOME:-$HOME/.cargo}/bin
 die() { echo "vm build-plugin: ERROR: $*" >&2; exit 1; }
 case "${1:-}" in
   sid) target=${JOBSCOPE_TARGET_26_05:-$REPO/target/slurm-26.05} ;;
-  *) die "usage: $0 sid" ;;
+  *) die "usage: $0 sid [--faults]" ;;
 esac
+faults=0; [ "${2:-}" = --faults ] && faults=1
 inc=$(bash "$HERE/image.sh" path "$1")/rootfs/usr/include
 [ -f "$inc/slurm/spank.h" ] || die "no SLURM headers at $inc: run slurm-conf/vm/image.sh build $1"
 t0=$(date +%s)
 cd "$REPO"
 export JOBSCOPE_SLURM_INCLUDE="$inc" BINDGEN_EXTRA_CLANG_ARGS="-I$inc" CARGO_TARGET_DIR="$target"
-cargo build --release -p jobscope-plugin --features fault-injection
-cp "$target/release/libjobscope_spank.so" "$target/release/jobscope_spank_faults.so"
+if [ "$faults" = 1 ]; then
+  cargo build --release -p jobscope-plugin --features fault-injection
+  cp "$target/release/libjobscope_spank.so" "$target/release/jobscope_spank_faults.so"
+fi
 cargo build --release -p jobscope-plugin
-echo "vm build-plugin: built $target/release/libjobscope_spank.so and jobscope_spank_faults.so against $inc ($(( $(date +%s) - t0 )) s)"
+echo "vm build-plugin: built $target/release/libjobscope_spank.so$([ "$faults" = 1 ] && echo ' and jobscope_spank_faults.so') against $inc ($(( $(date +%s) - t0 )) s)"

@@ -5,7 +5,8 @@
 #
 # SUITE: trixie (SLURM 24.11, the plugin package of packaging/build-debs.sh --slurm 24.11) or sid
 # (SLURM 26.05, build-debs.sh --slurm 26.05). It needs, built on this host: target/debian/jobscope_*.deb,
-# the plugin package and fault-injection plugin of the release (target/slurm-24.11 or target/slurm-26.05),
+# the plugin package of the release (target/slurm-24.11 or target/slurm-26.05; its fault-injection
+# plugin too where a test of the suite injects faults),
 # target/release/libfake_nvml.so, and the cluster and CLI test binaries (tests/run-all.sh's unit
 # phase builds them; `cargo nextest list` below finds them).
 #
@@ -51,7 +52,7 @@ done
 
 rel_dir=${CARGO_TARGET_DIR:-$REPO/target}
 debs=("$rel_dir"/debian/jobscope_*.deb "$tdir"/debian/jobscope-spank-slurm"$rel"_*.deb)
-for f in "${debs[@]}" "$tdir/release/jobscope_spank_faults.so" "$rel_dir/release/libfake_nvml.so"; do
+for f in "${debs[@]}" "$rel_dir/release/libfake_nvml.so"; do
   [ -f "$f" ] || die "$f missing (tests/run-all.sh builds it; for $rel: packaging/build-debs.sh --slurm $rel)"
 done
 out=$rel_dir/vm-suite/$suite
@@ -95,7 +96,9 @@ t_up=$(date +%s)
 share=$(bash "$HERE/vm.sh" share "$suite")
 install -d "$share/files/debs"
 install -m 0644 "${debs[@]}" "$share/files/debs/"
-install -m 0755 "$tdir/release/jobscope_spank_faults.so" "$rel_dir/release/libfake_nvml.so" "$share/files/"
+install -m 0755 "$rel_dir/release/libfake_nvml.so" "$share/files/"
+# the fault-injection plugin of this release, where it was built (the inject= tests need it)
+[ -f "$tdir/release/jobscope_spank_faults.so" ] && install -m 0755 "$tdir/release/jobscope_spank_faults.so" "$share/files/"
 install -m 0644 "$out/tests.txt" "$whl" "$share/files/"
 bash "$HERE/vm.sh" run "$suite" --timeout 300 bash /mnt/jobscope/guest/suite.sh install || die "install in the guest failed"
 rc=0

@@ -10,9 +10,9 @@
 #   HOST_2411      24.11 on cgroup v1 (the trixie rootfs on the host): CORE, preemption, a multi-step
 #                  job, an array's digest, the live view, the fault-injection plugin
 #   VM_TRIXIE      24.11 on cgroup v2 (VM, SLURM's default controllers: I/O per process): CORE,
-#                  `jobscope run` in delegated scopes and in a process tree, preemption
+#                  `jobscope run` in delegated scopes and in a process tree
 #   VM_SID         26.05 on cgroup v2 (VM, SLUID job directories, io.stat): CORE, `jobscope run` in
-#                  delegated scopes, a multi-step job, the late reads through io.stat
+#                  delegated scopes, a multi-step job
 #
 # Why not more: the VM runs under software emulation on CI's 2 cores, where a test takes 10-20 times
 # as long as on the host (README, "Supported configurations", has the measured times), and the whole
@@ -42,12 +42,10 @@ panics_in_sampler_init_and_exit_harm_nothing
 VM_TRIXIE="$CORE
 v2_jobscope_run_in_a_delegated_scope_counts_what_the_kernel_counts
 a_user_without_a_cgroup_is_followed_through_the_process_tree
-a_preempted_job_is_preempted
 "
 VM_SID="$CORE
 v2_jobscope_run_in_a_delegated_scope_counts_what_the_kernel_counts
 per_step_breakdown_matches_each_steps_own_accounting
-late_reads_by_short_processes_are_counted
 "
 
 # suite_filter LIST: a nextest filter expression naming exactly those tests, among the cluster tests
