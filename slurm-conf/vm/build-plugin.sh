@@ -23,6 +23,19 @@ inc=$(bash "$HERE/image.sh" path "$1")/rootfs/usr/include
 [ -f "$inc/slurm/spank.h" ] || die "no SLURM headers at $inc: run slurm-conf/vm/image.sh build $1"
 t0=$(date +%s)
 cd "$REPO"
+# The crates that read no SLURM header are the same for every release: a new target directory
+# starts from 24.11's build of them (slurm-conf/trixie/cluster.sh build), less slurm-spank, whose
+# bindgen bindings are the headers' own (its build script would not rerun), and the plugin. Saves
+# compiling bindgen and the rest again (minutes on 2 cores).
+seed=${JOBSCOPE_TARGET_24_11:-$REPO/target/slurm-24.11}/release
+if [ ! -e "$target/release" ] && [ -d "$seed" ]; then
+  mkdir -p "$target"
+  cp -a "$seed" "$target/"
+  ( cd "$target/release" && rm -rf jobscope-slurm-headers incremental .fingerprint/slurm-spank-* \
+      .fingerprint/jobscope-plugin-* build/slurm-spank-* build/jobscope-plugin-* deps/*slurm_spank* \
+      deps/*jobscope_spank* libjobscope_spank.* jobscope_spank_faults.so )
+  echo "vm build-plugin: $target seeded from $seed (all but slurm-spank and the plugin)"
+fi
 export JOBSCOPE_SLURM_INCLUDE="$inc" BINDGEN_EXTRA_CLANG_ARGS="-I$inc" CARGO_TARGET_DIR="$target"
 if [ "$faults" = 1 ]; then
   cargo build --release -p jobscope-plugin --features fault-injection

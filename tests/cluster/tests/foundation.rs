@@ -42,7 +42,9 @@ def burn(t):
     end = time.time() + t
     while time.time() < end:
         pass
-ps = [mp.Process(target=burn, args=(20,)) for _ in range(2)]
+# fork: Python 3.14 (Debian unstable) starts processes through a forkserver by default, which
+# cannot find a function defined in a script read from stdin
+ps = [mp.get_context("fork").Process(target=burn, args=(20,)) for _ in range(2)]
 [p.start() for p in ps]
 [p.join() for p in ps]
 a = bytearray(600 * 1024 * 1024)
