@@ -11,8 +11,8 @@
 #                  job, an array's digest, the live view, the fault-injection plugin
 #   VM_TRIXIE      24.11 on cgroup v2 (VM, SLURM's default controllers: I/O per process): CORE,
 #                  `jobscope run` in delegated scopes and in a process tree
-#   VM_SID         26.05 on cgroup v2 (VM, SLUID job directories, io.stat): CORE, `jobscope run` in
-#                  delegated scopes, a multi-step job
+#   VM_SID         26.05 on cgroup v2 (VM, SLUID job directories, io.stat): CORE, a multi-step job
+#                  (`jobscope run` does not depend on the SLURM release: once, in VM_TRIXIE)
 #
 # Why not more: the VM runs under software emulation on CI's 2 cores, where a test takes 10-20 times
 # as long as on the host (README, "Supported configurations", has the measured times), and the whole
@@ -44,7 +44,6 @@ v2_jobscope_run_in_a_delegated_scope_counts_what_the_kernel_counts
 a_user_without_a_cgroup_is_followed_through_the_process_tree
 "
 VM_SID="$CORE
-v2_jobscope_run_in_a_delegated_scope_counts_what_the_kernel_counts
 per_step_breakdown_matches_each_steps_own_accounting
 "
 
