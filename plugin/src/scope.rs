@@ -277,7 +277,13 @@ mod tests {
         let captured = format!("0::{}\n", path.trim());
         let c = Path::new("/c");
         let cg = locate_job(&captured, c, 1).unwrap();
-        let dir = cg.cpu_dir.strip_prefix(c).unwrap().to_str().unwrap().to_string();
+        let dir = cg
+            .cpu_dir
+            .strip_prefix(c)
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .to_string();
         let comps: Vec<&str> = dir.split('/').collect();
         assert_eq!(comps.len(), 3, "{dir}");
         assert_eq!(comps[..2], ["system.slice", "vm_slurmstepd.scope"]);
@@ -285,7 +291,12 @@ mod tests {
         assert_eq!(cg.version, CgroupVersion::V2);
         assert_eq!(node(&cg, c).as_deref(), Some("vm"));
         // Every step's slurmstepd and task finds the same directory.
-        for tail in ["step_extern/slurm", "step_batch/slurm", "step_0/user/task_3", "step_batch"] {
+        for tail in [
+            "step_extern/slurm",
+            "step_batch/slurm",
+            "step_0/user/task_3",
+            "step_batch",
+        ] {
             let line = format!("0::/system.slice/vm_slurmstepd.scope/sF5XM89JVR1Z00/{tail}\n");
             let cg = locate_job(&line, c, 17).unwrap();
             assert_eq!(

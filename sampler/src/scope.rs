@@ -133,9 +133,17 @@ mod tests {
         };
         assert_eq!(source(CgroupVersion::V2), Some(IoSource::Proc), "io off");
         assert_eq!(source(CgroupVersion::V1), Some(IoSource::Proc));
-        std::fs::write(job.join("io.stat"), "254:0 rbytes=1 wbytes=2 rios=1 wios=1\n").unwrap();
+        std::fs::write(
+            job.join("io.stat"),
+            "254:0 rbytes=1 wbytes=2 rios=1 wios=1\n",
+        )
+        .unwrap();
         assert_eq!(source(CgroupVersion::V2), Some(IoSource::IoStat), "io on");
-        assert_eq!(source(CgroupVersion::V1), Some(IoSource::Proc), "v1 never has io.stat");
+        assert_eq!(
+            source(CgroupVersion::V1),
+            Some(IoSource::Proc),
+            "v1 never has io.stat"
+        );
     }
 
     #[test]

@@ -21,8 +21,8 @@ pub mod codec;
 pub mod thin;
 pub mod validate;
 
-use crate::sample::{CgroupVersion, IoSource};
 use crate::sample::Reading;
+use crate::sample::{CgroupVersion, IoSource};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 

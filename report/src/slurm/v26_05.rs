@@ -69,7 +69,10 @@ mod tests {
         assert_eq!(end.state, JobState::Completed);
         // squeue's JSON after the end names the same job the same way.
         let q = parse_scontrol_json(&testdata("main-squeue-json-ended.json"), 1).unwrap();
-        assert_eq!((q.name, q.mem_per_node_bytes), (f.name, f.mem_per_node_bytes));
+        assert_eq!(
+            (q.name, q.mem_per_node_bytes),
+            (f.name, f.mem_per_node_bytes)
+        );
     }
 
     /// `-o` text of the same moment: SubmitLine holds `--mem=1G` and `-J cap main` as bare words,
@@ -82,7 +85,11 @@ mod tests {
         assert!(rest.contains("--mem=1G") && rest.contains(" WorkDir=/home/alice/cap"));
         assert!(text.contains("JobState=COMPLETING"));
         let f = parse_scontrol_json(&testdata("main-epilog-scontrol-json.json"), 1).unwrap();
-        assert_eq!(f.scheduler_state, Some(JobState::Completed), "the JSON is final");
+        assert_eq!(
+            f.scheduler_state,
+            Some(JobState::Completed),
+            "the JSON is final"
+        );
     }
 
     /// The end states the 26.05 Epilog sees, each from a real job (capture.sh states: jobs 2–4).
@@ -92,7 +99,10 @@ mod tests {
         assert_eq!(oom.scheduler_state, Some(JobState::OutOfMemory));
         assert!(oom.scheduler_oom);
         assert_eq!(oom.exit_signal, Some(0), "125 is SIG_OOM, not a signal");
-        assert_eq!(decide_end_2411(&oom, &evidence(9.0)).reason, Some(EndReason::SchedulerOom));
+        assert_eq!(
+            decide_end_2411(&oom, &evidence(9.0)).reason,
+            Some(EndReason::SchedulerOom)
+        );
 
         let cancel = parse_scontrol_json(&testdata("cancel-epilog-scontrol-json.json"), 4).unwrap();
         assert_eq!(cancel.scheduler_state, Some(JobState::Cancelled));
@@ -109,7 +119,10 @@ mod tests {
         assert_eq!(timeout.scheduler_state, Some(JobState::Timeout));
         assert_eq!(timeout.scheduler_reason.as_deref(), Some("TimeLimit"));
         assert_eq!(timeout.time_limit_s, Some(60));
-        assert_eq!(decide_end_2411(&timeout, &evidence(61.0)).state, JobState::Timeout);
+        assert_eq!(
+            decide_end_2411(&timeout, &evidence(61.0)).state,
+            JobState::Timeout
+        );
         // Another job's id finds nothing in a record of one job.
         assert!(parse_scontrol_json(&testdata("oom-epilog-scontrol-json.json"), 2).is_none());
     }

@@ -129,7 +129,10 @@ pub fn kernel_job_cpu_s(proc_cgroup: &str) -> Result<f64> {
     let v1 = proc_cgroup.lines().find_map(|l| {
         let mut f = l.splitn(3, ':');
         let (_, ctrls, path) = (f.next()?, f.next()?, f.next()?);
-        ctrls.split(',').any(|c| c == "cpuacct").then(|| job_dir(path))
+        ctrls
+            .split(',')
+            .any(|c| c == "cpuacct")
+            .then(|| job_dir(path))
     });
     let (file, v2) = match v1 {
         Some(rel) => (format!("/sys/fs/cgroup/cpuacct{rel}/cpuacct.usage"), false),

@@ -78,12 +78,28 @@ fn io_matches_the_kernel(id: u32, field: &str, proc_key: &str, stat_key: &str) -
     within(&format!("{field} vs the known workload"), got, known, 0.02)?;
     match io_stat_field(&out, stat_key) {
         Some(kernel) => {
-            ensure!(source == "io.stat", "the job cgroup has io.stat, the report says {source:?}");
-            within(&format!("{field} vs the job cgroup's io.stat {stat_key}"), got, kernel, 0.02)
+            ensure!(
+                source == "io.stat",
+                "the job cgroup has io.stat, the report says {source:?}"
+            );
+            within(
+                &format!("{field} vs the job cgroup's io.stat {stat_key}"),
+                got,
+                kernel,
+                0.02,
+            )
         }
         None => {
-            ensure!(source == "proc", "no io.stat in the job cgroup, the report says {source:?}");
-            within(&format!("{field} vs the shell's /proc/$$/io"), got, shell, 0.02)
+            ensure!(
+                source == "proc",
+                "no io.stat in the job cgroup, the report says {source:?}"
+            );
+            within(
+                &format!("{field} vs the shell's /proc/$$/io"),
+                got,
+                shell,
+                0.02,
+            )
         }
     }
 }

@@ -66,9 +66,7 @@ PY
     })?;
     // The job's own cgroup (v1 cpuacct, or v2 whatever SLURM names its directory), read while the
     // job still runs: the directory is gone when it ends.
-    let kernel_s = kernel_job_cpu_s(&std::fs::read_to_string(
-        workdir.join("proc-self-cgroup"),
-    )?)?;
+    let kernel_s = kernel_job_cpu_s(&std::fs::read_to_string(workdir.join("proc-self-cgroup"))?)?;
     completed(id)?;
     let s = summary(id)?;
     let cpu_s = f64_at(&s, "/cpu/usage_s")?;

@@ -29,7 +29,10 @@ fn times_cpu_s(stdout: &str) -> Result<f64> {
         .collect();
     ensure!(lines.len() >= 2, "no `times` output in {stdout:?}");
     let mut sum = 0.0;
-    for f in lines[lines.len() - 2..].iter().flat_map(|l| l.split_whitespace()) {
+    for f in lines[lines.len() - 2..]
+        .iter()
+        .flat_map(|l| l.split_whitespace())
+    {
         let (m, s) = f
             .trim_end_matches('s')
             .split_once('m')
@@ -139,11 +142,7 @@ fn v2_jobscope_run_in_a_delegated_scope_counts_what_the_kernel_counts() -> Resul
             "{who}: the run had no v2 cgroup of its own: {}",
             notes(&r)
         );
-        ensure!(
-            !notes(&r).contains("process tree"),
-            "{who}: {}",
-            notes(&r)
-        );
+        ensure!(!notes(&r).contains("process tree"), "{who}: {}", notes(&r));
         if let Some(u) = user {
             ensure!(str_at(&r, "/user")? == u, "{who}: user {}", r["user"]);
             ensure!(user_info(u)?.uid > 0);
