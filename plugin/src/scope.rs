@@ -19,6 +19,7 @@
 //! SLURM's structure instead: the one component between `slurmstepd.scope` and a `step_*`
 //! directory. slurmstepd sits in its own step's cgroup, which the job's user cannot move it out
 //! of, so this is the job the plugin is running for.
+use jobscope_sampler::cgroup::parse::parse_proc_cgroup;
 use jobscope_sampler::cgroup::{locate, JobCgroup};
 use jobscope_sampler::scope::{short_hostname, Scope};
 use std::path::Path;
@@ -62,21 +63,22 @@ pub fn locate_job(proc_cgroup: &str, cgroup_root: &Path, job_id: u32) -> Option<
 /// [`locate_job`] matches by id) and looks like a SLUID (letters and digits). `None` for any
 /// other path.
 pub fn sluid_dir(proc_cgroup: &str) -> Option<String> {
-    proc_cgroup.lines().find_map(|line| {
-        // v2 lines are `0::<path>`; v1 lines name controllers and keep `job_<id>`.
-        let path = line.strip_prefix("0::")?;
-        let path = path.strip_suffix(" (deleted)").unwrap_or(path);
-        let comps: Vec<&str> = path.split('/').filter(|c| !c.is_empty()).collect();
-        let scope = comps
-            .iter()
-            .position(|c| *c == "slurmstepd.scope" || c.ends_with("_slurmstepd.scope"))?;
-        let (dir, step) = (comps.get(scope + 1)?, comps.get(scope + 2)?);
-        let sluid_like = !dir.starts_with("job_")
-            && !dir.is_empty()
-            && dir.len() <= 64
-            && dir.bytes().all(|b| b.is_ascii_alphanumeric());
-        (sluid_like && step.starts_with("step_")).then(|| dir.to_string())
-    })
+    // Only the v2 line: v1 lines name controllers and keep `job_<id>`.
+    parse_proc_cgroup(proc_cgroup)
+        .iter()
+        .filter(|l| l.is_unified())
+        .find_map(|l| {
+            let comps: Vec<&str> = l.path.split('/').filter(|c| !c.is_empty()).collect();
+            let scope = comps
+                .iter()
+                .position(|c| *c == "slurmstepd.scope" || c.ends_with("_slurmstepd.scope"))?;
+            let (dir, step) = (comps.get(scope + 1)?, comps.get(scope + 2)?);
+            let sluid_like = !dir.starts_with("job_")
+                && !dir.is_empty()
+                && dir.len() <= 64
+                && dir.bytes().all(|b| b.is_ascii_alphanumeric());
+            (sluid_like && step.starts_with("step_")).then(|| dir.to_string())
+        })
 }
 
 /// The node name: from the job's cgroup path (multiple-slurmd builds name it there), else the

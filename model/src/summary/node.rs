@@ -456,10 +456,8 @@ pub fn summarize_node(
             }
         }
     }
-    if first.is_some_and(|h| {
-        h.cgroup_version == Some(crate::sample::CgroupVersion::V2)
-            && h.io_source == Some(IoSource::Proc)
-    }) {
+    if per_process && first.and_then(|h| h.cgroup_version) == Some(crate::sample::CgroupVersion::V2)
+    {
         notes.push(IO_PER_PROCESS_ON_V2_NOTE.to_string());
     }
     let quality = Quality {
