@@ -8,6 +8,8 @@ use std::collections::{BTreeMap, BTreeSet};
 /// The plugin is SPANK glue: nothing depends on it.
 const STAGES: &[&str] = &[
     "jobscope-model",
+    // the per-node kernel collector (BPF): a source beside the cgroups, read by the sampler
+    "jobscope-kernel",
     "jobscope-sampler",
     "jobscope-plugin",
     "jobscope-report",
@@ -141,7 +143,13 @@ fn the_epilog_links_no_arrow_parquet_or_postgres_and_the_cli_does() {
     assert!(heavy(&cli).contains(&"postgres".to_string()), "{cli:?}");
     // The plugin, inside slurmstepd, links neither the report nor anything after it.
     let plugin = linked_closure(&meta, "jobscope-plugin");
-    for later in &STAGES[3..] {
+    for later in &STAGES[4..] {
         assert!(!plugin.contains(*later), "the plugin links {later}");
     }
+    // ...nor the collector and libbpf: it reads the pinned maps with bpf(2) itself.
+    assert!(
+        !plugin.contains("jobscope-kernel"),
+        "the plugin links the collector"
+    );
+    assert!(!plugin.contains("libbpf-sys"), "the plugin links libbpf");
 }

@@ -14,6 +14,7 @@
 //! depend on this crate; nothing here depends on them.
 pub mod gpu;
 pub mod job;
+pub mod kernel;
 pub mod params;
 pub mod sample;
 pub mod slurm;

@@ -1,0 +1,24 @@
+#!/bin/sh
+# jobscope kernel collector benchmark: what the BPF programs cost, all figures from ONE run,
+# configurations interleaved round by round, medians reported side by side.
+#
+#   sudo bench/kernel/run.sh [--rounds N] [--calls N] [--round-trips N] [--tcp-mib N]
+#                            [--dd-count N] [--dd-dir DIR]
+#
+# Needs root and a kernel with BTF (/sys/kernel/btf/vmlinux). Self-contained: it builds
+# jobscope-kernel (release), and `jobscope-kernel bench` loads its own
+# collector (pins under /sys/fs/bpf/jobscope-bench-<pid>, removed at the end), tags its own
+# workloads and prints:
+#   1. ns per getppid() system call in a tagged process with (a) nothing on tp_btf/sys_enter,
+#      (b) an empty program there (the floor), (c) our program, and (d) our program in an
+#      untagged process (what every other process on the host pays); added ns over (a) and
+#      the ratio (c-a)/(b-a) (target <= 1.5).
+#   2. CPU time (user+sys, getrusage) of a pipe ping-pong (200k round trips), a 1 GiB
+#      loopback TCP transfer and dd bs=512 to a file on /var/tmp, with every other program
+#      (scheduler, fork/exit, small I/O, network, block, page cache) attached vs detached;
+#      added CPU % (target < 1 %).
+# Takes about two minutes with the defaults (7 rounds). Run it on an otherwise idle machine.
+set -eu
+cd "$(dirname "$0")/../.."
+cargo build --release -q -p jobscope-kernel
+exec "${CARGO_TARGET_DIR:-target}"/release/jobscope-kernel bench "$@"

@@ -1,0 +1,365 @@
+// SPDX-License-Identifier: GPL-2.0
+/* jobscope's kernel-side counters, per SLURM job (see jobscope_abi.h for the contract).
+ *
+ * Tasks are tagged, not cgroups: user space puts a struct js_task into the task-local storage
+ * `tasks` of a job's first task (through a pidfd); sched_process_fork copies the tag to every
+ * child and thread. Each hook starts with the same fast path,
+ *     t = bpf_task_storage_get(&tasks, task, 0, 0); if (!t) return 0;
+ * which is all that every other task on the host pays.
+ *
+ * The programs never create `jobs` entries (user space does, before tagging, and deletes them):
+ * a tagged task whose job has no entry only bumps state.dropped_events.
+ *
+ * Concurrency: counters live in this CPU's copy of the PERCPU_HASH value. Classic tracepoints
+ * (tp_btf) run their BPF probes with preemption disabled, so a plain += cannot be interleaved
+ * with another update on the same CPU. fentry programs run with migration disabled but are
+ * preemptible: another task of the same job may run on this CPU in the middle of a
+ * read-modify-write, so they add atomically (a lock-prefixed add on a CPU-local cache line).
+ *
+ * The license must be GPL: bpf_task_storage_get and tp_btf/fentry attachment are GPL-only.
+ */
+#include "vmlinux_min.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
+#include "jobscope_abi.h"
+
+char LICENSE[] SEC("license") = "GPL";
+
+/* Set by the collector before load (sysconf(_SC_PAGESIZE)): a folio of order n is
+ * page_size << n bytes. */
+const volatile __u64 page_size = 4096;
+
+/* Small reads and writes are counted at vfs_read/vfs_write (fentry) where the kernel allows
+ * fentry. Where it does not (fentry needs ftrace direct calls; some kernels refuse it with
+ * EPERM), the collector loads without the fentry programs and sets small_io_from_syscalls:
+ * then the read/pread64 and write/pwrite64 system calls — the user-space callers of
+ * vfs_read/vfs_write — are counted by their count argument at sys_enter instead. The numbers
+ * are the build architecture's, set by the collector. */
+const volatile bool small_io_from_syscalls = false;
+const volatile long nr_read = -1, nr_pread64 = -1, nr_write = -1, nr_pwrite64 = -1;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(max_entries, 4096); /* the collector sets --max-jobs before load */
+	__type(key, __u64);
+	__type(value, struct js_counters);
+} jobs SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC); /* required for local storage maps */
+	__type(key, int);
+	__type(value, struct js_task);
+} tasks SEC(".maps");
+
+/* MMAPABLE so that the collector can store heartbeat_ns with one plain 8-byte write into the
+ * mapped value, never rewriting the whole value over a concurrent atomic add to dropped_events
+ * (a BPF_MAP_UPDATE_ELEM copies all 40 bytes). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct js_state);
+} state SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, JS_MAX_SYSCALLS);
+	__type(key, __u32);
+	__type(value, __u32);
+} sysclass SEC(".maps");
+
+static __always_inline void count_dropped(void)
+{
+	__u32 zero = 0;
+	struct js_state *s = bpf_map_lookup_elem(&state, &zero);
+
+	if (s)
+		__sync_fetch_and_add(&s->dropped_events, 1);
+}
+
+/* This CPU's counters of t's job, or NULL (and one dropped event) if the job has no entry. */
+static __always_inline struct js_counters *job_of(struct js_task *t)
+{
+	__u64 key = t->job_key;
+	struct js_counters *c = bpf_map_lookup_elem(&jobs, &key);
+
+	if (!c)
+		count_dropped();
+	return c;
+}
+
+/* Adds what the kernel counted for task p since the last call (the baselines in t) to p's job:
+ * the sums over a job's tasks then equal the kernel's own per-task counters. */
+static __always_inline void account(struct js_task *t, struct task_struct *p)
+{
+	struct js_counters *c = job_of(t);
+	__u64 nvcsw, nivcsw, run, delay;
+
+	if (!c)
+		return;
+	nvcsw = p->nvcsw;
+	nivcsw = p->nivcsw;
+	run = p->se.sum_exec_runtime;
+	delay = p->sched_info.run_delay;
+	c->ctx_voluntary += nvcsw - t->seen_nvcsw;
+	c->ctx_involuntary += nivcsw - t->seen_nivcsw;
+	c->run_ns += run - t->seen_run_ns;
+	c->runq_wait_ns += delay - t->seen_run_delay_ns;
+	t->seen_nvcsw = nvcsw;
+	t->seen_nivcsw = nivcsw;
+	t->seen_run_ns = run;
+	t->seen_run_delay_ns = delay;
+}
+
+SEC("tp_btf/sched_process_fork")
+int BPF_PROG(js_fork, struct task_struct *parent, struct task_struct *child)
+{
+	struct js_task *t = bpf_task_storage_get(&tasks, parent, 0, 0);
+	if (!t)
+		return 0;
+	/* The tracepoint fires after copy_process and before the child is first woken: its
+	 * nvcsw, nivcsw, sum_exec_runtime and run_delay are all still 0, so zero baselines. */
+	struct js_task init = { .job_key = t->job_key };
+
+	bpf_task_storage_get(&tasks, child, &init, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	return 0;
+}
+
+SEC("tp_btf/sched_switch")
+int BPF_PROG(js_switch, bool preempt, struct task_struct *prev, struct task_struct *next,
+	     unsigned int prev_state)
+{
+	struct js_task *t = bpf_task_storage_get(&tasks, prev, 0, 0);
+	if (!t)
+		return 0;
+	/* __schedule has already counted this switch in prev's nvcsw/nivcsw and updated its
+	 * sum_exec_runtime; prev's run_delay is current as of its last arrival on a CPU. */
+	account(t, prev);
+	return 0;
+}
+
+SEC("tp_btf/sched_process_exit")
+int BPF_PROG(js_exit, struct task_struct *p)
+{
+	struct js_task *t = bpf_task_storage_get(&tasks, p, 0, 0);
+	if (!t)
+		return 0;
+	/* The storage lives until the task is freed, so the dead task's last switch-out is still
+	 * accounted by js_switch; this catches everything up to now in case it is not. */
+	account(t, p);
+	return 0;
+}
+
+/* The third system call argument in the user registers sys_enter gets (the kernel's own
+ * pt_regs field names, see vmlinux_min.h). */
+#if defined(__TARGET_ARCH_x86)
+#define JS_SYSCALL_ARG3(regs) ((__u64)BPF_CORE_READ(regs, dx))
+#elif defined(__TARGET_ARCH_arm64)
+#define JS_SYSCALL_ARG3(regs) ((__u64)BPF_CORE_READ(regs, regs[2]))
+#endif
+
+/* The sys_enter half of small I/O counting where fentry is unavailable (see above). */
+static __always_inline void small_io_at_syscall(struct js_counters *c, struct pt_regs *regs,
+						long id)
+{
+#if defined(__TARGET_ARCH_x86) || defined(__TARGET_ARCH_arm64)
+	bool rd = id == nr_read || id == nr_pread64;
+
+	if (!rd && id != nr_write && id != nr_pwrite64)
+		return;
+	/* the count argument of all four: read(fd, buf, count), pread64(fd, buf, count, pos) */
+	if (JS_SYSCALL_ARG3(regs) >= JS_SMALL_IO_BYTES)
+		return;
+	if (rd)
+		c->small_reads++;
+	else
+		c->small_writes++;
+#endif
+}
+
+SEC("tp_btf/sys_enter")
+int BPF_PROG(js_sys_enter, struct pt_regs *regs, long id)
+{
+	struct js_task *t = bpf_task_storage_get(&tasks, bpf_get_current_task_btf(), 0, 0);
+	if (!t)
+		return 0;
+	struct js_counters *c = job_of(t);
+	__u32 cls = JS_SYS_OTHER;
+
+	if (!c)
+		return 0;
+	if (id >= 0 && id < JS_MAX_SYSCALLS) {
+		__u32 nr = id;
+		__u32 *v = bpf_map_lookup_elem(&sysclass, &nr);
+
+		if (v && *v < JS_SYS_NCLASS)
+			cls = *v;
+	}
+	c->syscalls[cls]++;
+	if (small_io_from_syscalls)
+		small_io_at_syscall(c, regs, id);
+	return 0;
+}
+
+/* Small I/O counting alone on sys_enter: loaded in place of js_sys_enter where fentry is
+ * unavailable and system calls are not counted (no --syscalls). */
+SEC("tp_btf/sys_enter")
+int BPF_PROG(js_sys_enter_io, struct pt_regs *regs, long id)
+{
+	struct js_task *t = bpf_task_storage_get(&tasks, bpf_get_current_task_btf(), 0, 0);
+	if (!t)
+		return 0;
+	if (id != nr_read && id != nr_pread64 && id != nr_write && id != nr_pwrite64)
+		return 0;
+	struct js_counters *c = job_of(t);
+
+	if (c)
+		small_io_at_syscall(c, regs, id);
+	return 0;
+}
+
+/* The floor of the benchmark: the same attach point, no work. Not attached by the collector. */
+SEC("tp_btf/sys_enter")
+int BPF_PROG(js_sys_enter_empty)
+{
+	return 0;
+}
+
+SEC("fentry/vfs_read")
+int BPF_PROG(js_vfs_read, struct file *file, char *buf, size_t count, loff_t *pos)
+{
+	struct js_task *t = bpf_task_storage_get(&tasks, bpf_get_current_task_btf(), 0, 0);
+	if (!t)
+		return 0;
+	if (count < JS_SMALL_IO_BYTES) {
+		struct js_counters *c = job_of(t);
+
+		if (c)
+			__sync_fetch_and_add(&c->small_reads, 1); /* fentry: preemptible */
+	}
+	return 0;
+}
+
+SEC("fentry/vfs_write")
+int BPF_PROG(js_vfs_write, struct file *file, const char *buf, size_t count, loff_t *pos)
+{
+	struct js_task *t = bpf_task_storage_get(&tasks, bpf_get_current_task_btf(), 0, 0);
+	if (!t)
+		return 0;
+	if (count < JS_SMALL_IO_BYTES) {
+		struct js_counters *c = job_of(t);
+
+		if (c)
+			__sync_fetch_and_add(&c->small_writes, 1); /* fentry: preemptible */
+	}
+	return 0;
+}
+
+static __always_inline bool is_inet(struct sock *sk)
+{
+	unsigned short family;
+
+	if (!sk)
+		return false;
+	family = sk->__sk_common.skc_family;
+	return family == AF_INET || family == AF_INET6;
+}
+
+SEC("tp_btf/sock_send_length")
+int BPF_PROG(js_sock_send, struct sock *sk, int ret, int flags)
+{
+	struct js_task *t = bpf_task_storage_get(&tasks, bpf_get_current_task_btf(), 0, 0);
+	if (!t)
+		return 0;
+	if (ret <= 0 || !is_inet(sk))
+		return 0;
+	struct js_counters *c = job_of(t);
+
+	if (c) {
+		c->net_tx_bytes += ret;
+		c->net_tx_calls++;
+	}
+	return 0;
+}
+
+SEC("tp_btf/sock_recv_length")
+int BPF_PROG(js_sock_recv, struct sock *sk, int ret, int flags)
+{
+	struct js_task *t = bpf_task_storage_get(&tasks, bpf_get_current_task_btf(), 0, 0);
+	if (!t)
+		return 0;
+	/* A MSG_PEEK receive leaves the bytes queued: they are counted when really read. */
+	if (ret <= 0 || (flags & MSG_PEEK) || !is_inet(sk))
+		return 0;
+	struct js_counters *c = job_of(t);
+
+	if (c) {
+		c->net_rx_bytes += ret;
+		c->net_rx_calls++;
+	}
+	return 0;
+}
+
+/* req_op(): the low REQ_OP_BITS (8 in 6.x) of bi_opf */
+#define JS_REQ_OP_MASK 0xff
+#define JS_REQ_OP_READ 0
+#define JS_REQ_OP_WRITE 1
+
+SEC("tp_btf/block_bio_queue")
+int BPF_PROG(js_bio_queue, struct bio *bio)
+{
+	struct js_task *t = bpf_task_storage_get(&tasks, bpf_get_current_task_btf(), 0, 0);
+	if (!t)
+		return 0;
+	/* Traced once per bio (BIO_TRACE_COMPLETION), before any split: the full size, once. */
+	__u32 op = bio->bi_opf & JS_REQ_OP_MASK;
+	__u64 bytes = bio->bi_iter.bi_size;
+
+	if (op != JS_REQ_OP_READ && op != JS_REQ_OP_WRITE)
+		return 0;
+	struct js_counters *c = job_of(t);
+
+	if (!c)
+		return 0;
+	if (op == JS_REQ_OP_WRITE)
+		c->blk_write_bytes += bytes;
+	else
+		c->blk_read_bytes += bytes;
+	return 0;
+}
+
+/* Bytes of a folio: page_size << order. folio_test_large() is PG_head in the first word, and a
+ * large folio's order is the low byte of _flags_1 (include/linux/mm.h folio_large_order). Both
+ * the field and the PG_head bit are relocated by CO-RE; where the field is missing (kernels
+ * before folios), every folio is one page. */
+static __always_inline __u64 folio_bytes(struct folio *folio)
+{
+	unsigned long flags = 0, flags1 = 0;
+	__u32 head_bit = bpf_core_enum_value(enum pageflags, PG_head);
+
+	if (!bpf_core_field_exists(folio->_flags_1))
+		return page_size;
+	if (bpf_probe_read_kernel(&flags, sizeof(flags), folio))
+		return page_size;
+	if (!(flags & (1UL << (head_bit & 63))))
+		return page_size;
+	flags1 = BPF_CORE_READ(folio, _flags_1);
+	return page_size << (flags1 & 0xff);
+}
+
+SEC("tp_btf/writeback_dirty_folio")
+int BPF_PROG(js_dirty_folio, struct folio *folio, struct address_space *mapping)
+{
+	struct js_task *t = bpf_task_storage_get(&tasks, bpf_get_current_task_btf(), 0, 0);
+	if (!t)
+		return 0;
+	/* Fired by folio_account_dirtied when a clean folio turns dirty, in the writer's context. */
+	struct js_counters *c = job_of(t);
+
+	if (c)
+		c->dirtied_bytes += folio_bytes(folio);
+	return 0;
+}

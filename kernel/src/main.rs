@@ -1,0 +1,260 @@
+//! `jobscope-kernel`: the per-node collector daemon (`run`) and its check (`status`).
+//! Hidden subcommands: `workload` (known work for the tests and the benchmark) and `bench`
+//! (bench/kernel/run.sh).
+
+mod bench;
+mod workload;
+
+use clap::{Parser, Subcommand};
+use jobscope_kernel::{check_support, Collector, Options, SmallIo, Sweeper};
+use jobscope_model::kernel::{State, ABI_VERSION, PIN_DIR, STATE_SYSCALLS};
+use libbpf_rs::MapHandle;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+#[derive(Parser)]
+#[command(
+    name = "jobscope-kernel",
+    version,
+    about = "jobscope's per-node kernel collector"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Load the BPF programs, pin their maps and keep them fed until SIGTERM/SIGINT.
+    Run {
+        /// Count system calls by class (off by default: a program on sys_enter costs every
+        /// process of the node, in a job or not, on each system call; docs/kernel.md has the
+        /// figures). On kernels that refuse fentry, small reads and writes are counted only
+        /// with this switch too.
+        #[arg(long)]
+        syscalls: bool,
+        /// Entries of the jobs map (jobs counted at once on this node).
+        #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(u32).range(1..))]
+        max_jobs: u32,
+        #[arg(long, default_value = PIN_DIR)]
+        pin_dir: PathBuf,
+        /// Where the job samplers keep `<job>.*` directories (the sweep's sign of a live job).
+        #[arg(long, default_value = "/var/spool/jobscope")]
+        spool_dir: PathBuf,
+        /// Exit 0, not 1, where the kernel cannot run BPF (no BTF, not root, load failure).
+        #[arg(long)]
+        optional: bool,
+    },
+    /// Whether the collector runs, and how full its jobs map is.
+    Status {
+        #[arg(long)]
+        json: bool,
+        #[arg(long, default_value = PIN_DIR)]
+        pin_dir: PathBuf,
+    },
+    #[command(hide = true)]
+    Workload(workload::Args),
+    #[command(hide = true)]
+    Bench(bench::Args),
+}
+
+fn main() -> ExitCode {
+    match Cli::parse().cmd {
+        Cmd::Run {
+            syscalls,
+            max_jobs,
+            pin_dir,
+            spool_dir,
+            optional,
+        } => {
+            let opts = Options {
+                syscalls,
+                max_jobs,
+                pin_dir,
+                bench: false,
+            };
+            run(&opts, &spool_dir, optional)
+        }
+        Cmd::Status { json, pin_dir } => status(&pin_dir, json),
+        Cmd::Workload(a) => workload::main(a),
+        Cmd::Bench(a) => bench::main(a),
+    }
+}
+
+const SWEEP_EVERY: Duration = Duration::from_secs(60);
+
+fn run(opts: &Options, spool_dir: &Path, optional: bool) -> ExitCode {
+    let unsupported = |msg: String| {
+        eprintln!("jobscope-kernel: {msg}");
+        if optional {
+            eprintln!("jobscope-kernel: --optional: not collecting kernel counters on this node");
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        }
+    };
+    if let Err(e) = check_support() {
+        return unsupported(e.to_string());
+    }
+    // Signals are taken synchronously (sigtimedwait) by the one thread, so they are blocked
+    // before anything is pinned: a SIGTERM during the load is seen after it and unpins.
+    let signals = block_signals();
+    let collector = match Collector::start(opts) {
+        Ok(c) => c,
+        Err(e) => return unsupported(format!("cannot load the BPF programs: {e:#}")),
+    };
+    eprintln!(
+        "jobscope-kernel: counting (system calls {}, small I/O {}), maps pinned under {}",
+        if opts.syscalls { "on" } else { "off" },
+        match collector.small_io() {
+            SmallIo::Fentry => "at vfs_read/vfs_write",
+            SmallIo::Syscalls => "at read/write system calls: this kernel refuses fentry",
+        },
+        collector.pin_dir().display()
+    );
+    let mut sweeper = Sweeper::new(spool_dir);
+    let mut last_sweep = Instant::now();
+    loop {
+        if let Some(sig) = wait_signal(&signals, Duration::from_secs(1)) {
+            eprintln!("jobscope-kernel: signal {sig}, unpinning and exiting");
+            break;
+        }
+        collector.beat();
+        if last_sweep.elapsed() >= SWEEP_EVERY {
+            last_sweep = Instant::now();
+            let n = collector.sweep(&mut sweeper);
+            if n > 0 {
+                eprintln!("jobscope-kernel: swept {n} unused job entries");
+            }
+        }
+    }
+    drop(collector); // unpins, then detaches
+    ExitCode::SUCCESS
+}
+
+fn block_signals() -> libc::sigset_t {
+    // SAFETY: plain libc signal-set manipulation on a local set; the process has one thread.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        libc::sigaddset(&mut set, libc::SIGHUP);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        set
+    }
+}
+
+/// Waits up to `timeout` for one of the blocked signals.
+fn wait_signal(set: &libc::sigset_t, timeout: Duration) -> Option<i32> {
+    let ts = libc::timespec {
+        tv_sec: timeout.as_secs() as libc::time_t,
+        tv_nsec: libc::c_long::from(timeout.subsec_nanos() as i32),
+    };
+    // SAFETY: valid set and timeout; no siginfo wanted.
+    let sig = unsafe { libc::sigtimedwait(set, std::ptr::null_mut(), &ts) };
+    (sig > 0).then_some(sig)
+}
+
+/// What `status` found.
+struct Found {
+    state: State,
+    jobs: usize,
+}
+
+fn probe(pin_dir: &Path) -> anyhow::Result<Found> {
+    let state_map = MapHandle::from_pinned_path(pin_dir.join("state"))?;
+    let jobs_map = MapHandle::from_pinned_path(pin_dir.join("jobs"))?;
+    Ok(Found {
+        state: jobscope_kernel::read_state(&state_map)?,
+        jobs: jobscope_kernel::count_jobs(&jobs_map),
+    })
+}
+
+fn status(pin_dir: &Path, json: bool) -> ExitCode {
+    let found = probe(pin_dir);
+    let now = jobscope_kernel::monotonic_ns();
+    match (&found, json) {
+        (Ok(f), true) => {
+            let s = &f.state;
+            println!(
+                "{{\"pinned\":true,\"pin_dir\":{},\"abi_version\":{},\"abi_supported\":{},\
+                 \"heartbeat_age_s\":{:.1},\"syscalls\":{},\"jobs\":{},\"max_jobs\":{},\
+                 \"dropped_events\":{}}}",
+                json_str(&pin_dir.display().to_string()),
+                s.abi_version,
+                s.abi_version == ABI_VERSION,
+                now.saturating_sub(s.heartbeat_ns) as f64 / 1e9,
+                s.flags & STATE_SYSCALLS != 0,
+                f.jobs,
+                s.max_jobs,
+                s.dropped_events
+            );
+        }
+        (Ok(f), false) => {
+            let s = &f.state;
+            let age = now.saturating_sub(s.heartbeat_ns) as f64 / 1e9;
+            println!("kernel collector: maps pinned under {}", pin_dir.display());
+            println!(
+                "  abi version     {}{}",
+                s.abi_version,
+                if s.abi_version == ABI_VERSION {
+                    ""
+                } else {
+                    " (this build reads only 1)"
+                }
+            );
+            println!(
+                "  heartbeat       {age:.1} s ago{}",
+                if age > 5.0 {
+                    " (collector not running?)"
+                } else {
+                    ""
+                }
+            );
+            println!(
+                "  system calls    {}",
+                if s.flags & STATE_SYSCALLS != 0 {
+                    "counted"
+                } else {
+                    "not counted"
+                }
+            );
+            println!("  jobs            {} of {}", f.jobs, s.max_jobs);
+            println!("  dropped events  {}", s.dropped_events);
+        }
+        (Err(e), true) => println!(
+            "{{\"pinned\":false,\"pin_dir\":{},\"error\":{}}}",
+            json_str(&pin_dir.display().to_string()),
+            json_str(&format!("{e:#}"))
+        ),
+        (Err(e), false) => {
+            println!(
+                "kernel collector: no pinned maps under {} ({e:#})",
+                pin_dir.display()
+            )
+        }
+    }
+    if found.is_ok() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(3) // like `systemctl status` for a unit that is not running
+    }
+}
+
+/// A JSON string literal (the crate has no JSON dependency; these are paths and messages).
+fn json_str(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
