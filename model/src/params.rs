@@ -25,6 +25,15 @@ pub struct Report {
     /// A node whose tasks were stalled on CPU, memory or I/O (cgroup v2 pressure stall
     /// information, `some`) for at least this share of its wall time gets a finding (percent).
     pub stall_warn_pct: f64,
+    /// A node whose tasks waited for a CPU at least this share of their runnable time (the
+    /// kernel view) gets a finding, and the job the class `waiting` (percent).
+    pub cpu_wait_warn_pct: f64,
+    /// System calls of the synchronisation class (futex…) at least this share of all system calls
+    /// (and at least `lock_min_calls` of them) is lock contention (percent).
+    pub lock_share_warn_pct: f64,
+    pub lock_min_calls: u64,
+    /// At least this many reads or writes under 4 KiB get the advice to buffer I/O.
+    pub small_io_warn_calls: u64,
 }
 
 impl Default for Report {
@@ -39,6 +48,10 @@ impl Default for Report {
             min_elapsed_for_advice_s: 60,
             idle_phase_min_s: 600,
             stall_warn_pct: 20.0,
+            cpu_wait_warn_pct: 25.0,
+            lock_share_warn_pct: 50.0,
+            lock_min_calls: 100_000,
+            small_io_warn_calls: 1_000_000,
         }
     }
 }

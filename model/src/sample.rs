@@ -102,6 +102,80 @@ reading_fields! {
     reaped_read_ops,
     /// Step readings only: the same for `syscw`.
     reaped_write_ops,
+    /// The kernel view (`crate::kernel`, the collector `jobscope-kernel`): the job's tasks'
+    /// system calls of class file I/O. The `kernel_*` fields are the job's counters on this node,
+    /// cumulative from its start, read from the collector's map; `None` without a collector,
+    /// and the system-call classes also while it does not count system calls.
+    kernel_syscalls_file,
+    /// System calls: sockets.
+    kernel_syscalls_net,
+    /// System calls: memory mapping.
+    kernel_syscalls_mem,
+    /// System calls: processes (clone, exec, wait, kill…).
+    kernel_syscalls_proc,
+    /// System calls: synchronisation (futex, sched_yield, semop…).
+    kernel_syscalls_sync,
+    /// System calls: all others.
+    kernel_syscalls_other,
+    /// `read`s asking for fewer than `crate::kernel::SMALL_IO_BYTES`.
+    kernel_small_reads,
+    /// `write`s giving fewer than `crate::kernel::SMALL_IO_BYTES`.
+    kernel_small_writes,
+    /// Voluntary context switches (the tasks' own `nvcsw`).
+    kernel_ctx_voluntary,
+    /// Involuntary context switches (`nivcsw`: preempted).
+    kernel_ctx_involuntary,
+    /// Time on a CPU as the scheduler counts it (`sum_exec_runtime`).
+    kernel_run_ns,
+    /// Time runnable but waiting for a CPU (`sched_info.run_delay`, schedstat's second field).
+    kernel_runq_wait_ns,
+    /// Payload bytes sent on IPv4/IPv6 sockets.
+    kernel_net_tx_bytes,
+    /// Payload bytes received on IPv4/IPv6 sockets.
+    kernel_net_rx_bytes,
+    /// Socket sends that moved data.
+    kernel_net_tx_calls,
+    /// Socket receives that moved data.
+    kernel_net_rx_calls,
+    /// Block I/O submitted by the job's tasks: bytes read from devices.
+    kernel_blk_read_bytes,
+    /// Block I/O submitted by the job's tasks: bytes written (direct and synchronous I/O; the
+    /// kernel's later write-back of the page cache is not the job's task: see `kernel_dirtied_bytes`).
+    kernel_blk_write_bytes,
+    /// Page-cache bytes the job's buffered writes dirtied (written back to disk later).
+    kernel_dirtied_bytes,
+}
+
+impl Reading {
+    /// Sets the `kernel_*` fields from the collector's counters; the system-call classes and the
+    /// small reads and writes only when the collector's `state_flags` say it counts them
+    /// (otherwise they stay `None`: not seen, not zero).
+    pub fn set_kernel(&mut self, c: &crate::kernel::Counters, state_flags: u64) {
+        if state_flags & crate::kernel::STATE_SYSCALLS != 0 {
+            let [f, n, m, p, s, o] = c.syscalls;
+            self.kernel_syscalls_file = Some(f);
+            self.kernel_syscalls_net = Some(n);
+            self.kernel_syscalls_mem = Some(m);
+            self.kernel_syscalls_proc = Some(p);
+            self.kernel_syscalls_sync = Some(s);
+            self.kernel_syscalls_other = Some(o);
+        }
+        if state_flags & crate::kernel::STATE_SMALL_IO != 0 {
+            self.kernel_small_reads = Some(c.small_reads);
+            self.kernel_small_writes = Some(c.small_writes);
+        }
+        self.kernel_ctx_voluntary = Some(c.ctx_voluntary);
+        self.kernel_ctx_involuntary = Some(c.ctx_involuntary);
+        self.kernel_run_ns = Some(c.run_ns);
+        self.kernel_runq_wait_ns = Some(c.runq_wait_ns);
+        self.kernel_net_tx_bytes = Some(c.net_tx_bytes);
+        self.kernel_net_rx_bytes = Some(c.net_rx_bytes);
+        self.kernel_net_tx_calls = Some(c.net_tx_calls);
+        self.kernel_net_rx_calls = Some(c.net_rx_calls);
+        self.kernel_blk_read_bytes = Some(c.blk_read_bytes);
+        self.kernel_blk_write_bytes = Some(c.blk_write_bytes);
+        self.kernel_dirtied_bytes = Some(c.dirtied_bytes);
+    }
 }
 
 /// Rate per second of a counter between two readings taken `dt_ms` apart.

@@ -156,6 +156,16 @@ impl Jobscope {
 
     /// The first `task_post_fork` of a step: slurmstepd has forked its task(s) and sits in the job's cgroups.
     fn on_task_post_fork(&mut self, spank: &SpankHandle) -> Result<(), String> {
+        let r = self.on_first_task_post_fork(spank);
+        // Every task of a batch or srun step, in the kernel collector's maps (crate::steps).
+        if let (Some(step), Ok(pid)) = (self.step.as_mut(), spank.task_pid()) {
+            step.tag_task(pid);
+        }
+        r
+    }
+
+    /// The first `task_post_fork` of a step: slurmstepd has forked its task(s) and sits in the job's cgroups.
+    fn on_first_task_post_fork(&mut self, spank: &SpankHandle) -> Result<(), String> {
         if self.started {
             return Ok(());
         }

@@ -46,6 +46,14 @@ impl JobCtx {
             .clone()
             .unwrap_or_else(|| self.cfg.paths.handover_dir.clone())
     }
+    /// Where the kernel collector (`jobscope-kernel`) pins its maps.
+    pub fn kernel_pin_dir(&self) -> PathBuf {
+        PathBuf::from(jobscope_sampler::kernel::PIN_DIR)
+    }
+    /// The job's key in the collector's maps: its SLURM job id.
+    pub fn kernel_key(&self) -> u64 {
+        u64::from(self.job_id)
+    }
     pub fn proc_root(&self) -> PathBuf {
         self.args
             .proc_root
@@ -180,13 +188,14 @@ impl JobCtx {
         let faults = Faults {
             panic_after_samples: self.args.injects("sampler_panic").then_some(1),
         };
-        let sampler = Sampler::new(
+        let mut sampler = Sampler::new(
             cg,
             self.proc_root(),
             writer,
             Box::new(|m: &str| crate::log_error(m)),
             faults,
         );
+        sampler.start_kernel_view(&self.kernel_pin_dir(), Path::new("/sys"), self.kernel_key());
         let schedule = Schedule {
             early: self
                 .cfg
@@ -331,6 +340,9 @@ pub struct StepRecorder {
     tasks_done_recorded: bool,
     /// The batch step's script being hashed (`crate::script`); taken when recorded.
     pub script: Option<crate::script::ScriptHash>,
+    /// The kernel collector's maps, when one runs: this step tags its tasks there, and its
+    /// readings carry the job's kernel counters (the last step's exit has the final ones).
+    kernel: Option<jobscope_sampler::kernel::KernelMaps>,
 }
 
 impl StepRecorder {
@@ -345,7 +357,19 @@ impl StepRecorder {
             tasks_exited: 0,
             tasks_done_recorded: false,
             script: None,
+            kernel: jobscope_sampler::kernel::KernelMaps::open(
+                &ctx.kernel_pin_dir(),
+                Path::new("/sys"),
+            )
+            .ok(),
         };
+        if let Some(k) = &rec.kernel {
+            // Registered here too: a step may fork its tasks before the sampler of the extern
+            // step has started.
+            if let Err(e) = k.register(ctx.kernel_key()) {
+                crate::log_info(&format!("kernel view: cannot register the job: {e}"));
+            }
+        }
         match ctx.ensure_job_dir() {
             Ok(dir) => {
                 // Step files share a fixed part of the 1 MiB budget; past it, steps are not recorded
@@ -398,6 +422,19 @@ impl StepRecorder {
                 crate::log_info(&format!("reaped I/O not read: {e}"));
             }
         }
+        // The job's kernel counters (not the step's: the collector counts per job) ride on the
+        // step reading, which exists at exit when the cgroups are gone; the Epilog takes the
+        // largest of each (`model/src/summary/node.rs`, `kernel_totals`).
+        if let Some(k) = self.kernel.as_mut() {
+            let key = self.ctx.kernel_key();
+            if let (Ok(st), Ok(Some(c))) = (k.state(), k.read(key)) {
+                if jobscope_sampler::kernel::alive(&st, jobscope_sampler::kernel::monotonic_ns()) {
+                    step_reading
+                        .get_or_insert_with(Default::default)
+                        .set_kernel(&c, st.flags);
+                }
+            }
+        }
         let e = Event {
             t_ms: now_unix_ms(),
             kind,
@@ -422,6 +459,16 @@ impl StepRecorder {
         if self.tasks_exited >= self.local_tasks && !self.tasks_done_recorded {
             self.tasks_done_recorded = true;
             self.record(EventKind::StepTasksDone);
+        }
+    }
+
+    /// Tags task `pid` (forked, not yet released by slurmstepd) as the job's in the kernel
+    /// collector's maps: it and everything it starts count for the job.
+    pub fn tag_task(&mut self, pid: libc::pid_t) {
+        if let Some(k) = &self.kernel {
+            if let Err(e) = k.tag(pid, self.ctx.kernel_key()) {
+                crate::log_info(&format!("kernel view: cannot tag task {pid}: {e}"));
+            }
         }
     }
 

@@ -459,6 +459,7 @@ mod tests {
             user_options: Default::default(),
             gpus: Vec::new(),
             pressure: None,
+            kernel: None,
             script_sha256: None,
             steps_not_recorded: None,
         }

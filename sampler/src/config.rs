@@ -592,7 +592,7 @@ impl Config {
             &self.report,
         );
         // (key, value, least, most): integers.
-        let ints: [(&str, u64, u64, u64); 30] = [
+        let ints: [(&str, u64, u64, u64); 32] = [
             ("sampler.cadence_s", s.cadence_s.into(), 1, 3600),
             (
                 "sampler.max_spool_bytes",
@@ -626,6 +626,18 @@ impl Config {
                 YEAR,
             ),
             ("report.idle_phase_min_s", r.idle_phase_min_s, 1, YEAR),
+            (
+                "report.lock_min_calls",
+                r.lock_min_calls,
+                1,
+                1_000_000_000_000,
+            ),
+            (
+                "report.small_io_warn_calls",
+                r.small_io_warn_calls,
+                1,
+                1_000_000_000_000,
+            ),
             ("mail.flush_budget_s", m.flush_budget_s, 0, 3600),
             ("mail.initial_backoff_s", m.initial_backoff_s, 1, DAY),
             ("mail.max_backoff_s", m.max_backoff_s, 1, 30 * DAY),
@@ -679,7 +691,7 @@ impl Config {
             ));
         }
         // (key, value, least, most): floats, finite (NaN and infinities are outside every range).
-        let floats: [(&str, f64, f64, f64); 10] = [
+        let floats: [(&str, f64, f64, f64); 12] = [
             (
                 "report.cpu_efficiency_warn_pct",
                 r.cpu_efficiency_warn_pct,
@@ -702,6 +714,13 @@ impl Config {
             ),
             ("report.near_oom_pct", r.near_oom_pct, 0.0, 1000.0),
             ("report.stall_warn_pct", r.stall_warn_pct, 0.0, 100.0),
+            ("report.cpu_wait_warn_pct", r.cpu_wait_warn_pct, 0.0, 100.0),
+            (
+                "report.lock_share_warn_pct",
+                r.lock_share_warn_pct,
+                0.0,
+                100.0,
+            ),
             ("gpu.idle_util_pct", g.idle_util_pct, 0.0, 100.0),
             // Above 0: a share of zero would mark every partition busy.
             ("audit.busy_pct", a.busy_pct, 0.001, 100.0),
@@ -876,6 +895,14 @@ mod tests {
         ("report.min_elapsed_for_advice_s", None, Some("31536001")),
         ("report.idle_phase_min_s", Some("0"), Some("31536001")),
         ("report.stall_warn_pct", Some("-1.0"), Some("100.5")),
+        ("report.cpu_wait_warn_pct", Some("-1.0"), Some("100.5")),
+        ("report.lock_share_warn_pct", Some("-1.0"), Some("100.5")),
+        ("report.lock_min_calls", Some("0"), Some("1000000000001")),
+        (
+            "report.small_io_warn_calls",
+            Some("0"),
+            Some("1000000000001"),
+        ),
         ("mail.flush_budget_s", None, Some("9223372036854775807")),
         ("mail.rate_per_s", Some("1e-300"), Some("1000.5")),
         ("mail.initial_backoff_s", Some("0"), Some("86401")),

@@ -21,6 +21,7 @@ pub mod config;
 pub mod digest;
 pub mod fsutil;
 pub mod gpu;
+pub mod kernel;
 pub mod procio;
 pub mod proctree;
 pub mod sampler;

@@ -88,6 +88,8 @@ pub struct Sampler {
     logged_write_error: bool,
     logged_read_problem: bool,
     faults: Faults,
+    /// The kernel view of the job (`crate::kernel`), when a collector runs on this node.
+    kernel: Option<crate::kernel::JobView>,
 }
 
 pub enum Outcome {
@@ -131,9 +133,48 @@ impl Sampler {
             logged_write_error: false,
             logged_read_problem: false,
             faults,
+            kernel: None,
         }
     }
 
+    /// Counts the job's kernel view from the collector's maps pinned in `pin_dir` under
+    /// `job_key` (`jobscope_model::kernel`), registering the job there. Where there is none (no
+    /// collector, its job table full), the spool says why (an event the report shows as a
+    /// note) and sampling goes on without it.
+    pub fn start_kernel_view(
+        &mut self,
+        pin_dir: &std::path::Path,
+        sys_root: &std::path::Path,
+        job_key: u64,
+    ) {
+        match crate::kernel::JobView::start(pin_dir, sys_root, job_key) {
+            Ok((v, notes)) => {
+                self.kernel = Some(v);
+                for n in notes {
+                    kernel_note(&mut self.writer, &n);
+                }
+            }
+            Err(n) => kernel_note(&mut self.writer, &n),
+        }
+    }
+}
+
+/// Records what the kernel view could not give, as an event the report shows as a note.
+fn kernel_note(writer: &mut Option<SeriesWriter>, n: &crate::kernel::ViewNote) {
+    if let Some(w) = writer.as_mut() {
+        let _ = w.event(crate::spool::Event {
+            t_ms: now_unix_ms(),
+            kind: crate::spool::EventKind::KernelView,
+            step: None,
+            job: None,
+            step_reading: None,
+            exit_status: None,
+            message: Some(n.message()),
+        });
+    }
+}
+
+impl Sampler {
     /// The job's cgroup; `None` when following a process tree.
     pub fn cgroup(&self) -> Option<&JobCgroup> {
         match &self.reader {
@@ -176,6 +217,9 @@ impl Sampler {
         };
         if snap.gone {
             return Outcome::Gone;
+        }
+        if let Some(n) = self.kernel.as_mut().and_then(|k| k.fill(&mut snap.reading)) {
+            kernel_note(&mut self.writer, &n);
         }
         if let (false, Some(e)) = (self.logged_read_problem, problem) {
             (self.log)(&format!(
@@ -243,6 +287,11 @@ impl Sampler {
     }
 
     pub fn finish(&mut self, reason: &str) {
+        // The job's end on this node: its entry in the collector's map goes (the steps read
+        // their final figures at their exits, before this sampler's end).
+        if let Some(k) = self.kernel.take() {
+            k.finish();
+        }
         let end = End {
             t_ms: now_unix_ms(),
             reason: reason.into(),

@@ -108,6 +108,7 @@ fn summary(s: &Spec) -> JobSummary {
                 .map(|g| gpu(name, g, s.elapsed_s / 3600.0, s.gpu_used))
                 .collect(),
             pressure: None,
+            kernel: None,
             script_sha256: None,
             steps_not_recorded: None,
         })
@@ -152,6 +153,7 @@ fn summary(s: &Spec) -> JobSummary {
         },
         io: IoTotals::default(),
         pressure: None,
+        kernel: None,
         script_sha256: None,
         efficiency: Efficiency {
             cpu_pct: Some(100.0 * s.cpu_s / (f64::from(s.cores) * s.elapsed_s)),

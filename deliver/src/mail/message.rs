@@ -423,6 +423,7 @@ pub(crate) mod tests {
             user_options: Default::default(),
             gpus: Vec::new(),
             pressure: None,
+            kernel: None,
             script_sha256: None,
             steps_not_recorded: None,
         };
@@ -470,6 +471,7 @@ pub(crate) mod tests {
             },
             io: IoTotals::default(),
             pressure: None,
+            kernel: None,
             script_sha256: None,
             efficiency: Efficiency {
                 cpu_pct: Some(45.0),

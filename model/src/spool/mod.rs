@@ -253,7 +253,10 @@ crate::open_vocabulary! {
         /// An NVML call failed (once per device and call).
         NvmlError = "nvml_error",
         /// An amdgpu sysfs file could not be read (once per file).
-        SysfsError = "sysfs_error";
+        SysfsError = "sysfs_error",
+        /// What the kernel view (the collector `jobscope-kernel`) could not give; `message` says
+        /// what (a note in the report). Once per kind per job and node.
+        KernelView = "kernel_view";
         /// A kind this build does not know, kept as it was read.
         Other(String),
     }

@@ -189,6 +189,11 @@ crate::vocabulary! {
         Mixed = "mixed",
         GpuBound = "gpu_bound",
         GpuIdle = "gpu_idle",
+        /// Network transfer dominated (the kernel view's socket bytes).
+        NetworkBound = "network_bound",
+        /// The tasks spent their time waiting: for a CPU (more runnable threads than cores) or
+        /// on locks (the kernel view).
+        Waiting = "waiting",
         /// No samples: no class can be given.
         InsufficientData = "insufficient_data" | "unknown",
     }
@@ -210,6 +215,15 @@ pub struct Evidence {
     /// How many of `gpus` were idle or never used.
     #[serde(default)]
     pub gpus_idle: u32,
+    /// The kernel view: share of runnable time spent waiting for a CPU, percent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_wait_pct: Option<f64>,
+    /// The kernel view: synchronisation system calls (futex…) as a share of all, percent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lock_share_pct: Option<f64>,
+    /// The kernel view: socket bytes sent + received ÷ elapsed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub net_bytes_per_s: Option<f64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
@@ -280,6 +294,23 @@ pub enum FindingKind {
     Timeout { limit_s: Option<u64> },
     /// A finding about one GPU (see [`GpuFinding`]).
     Gpu { gpu: GpuRef, finding: GpuFinding },
+    /// The node's tasks waited for a CPU `wait_pct` % of their runnable time (run + wait, the
+    /// kernel view), with `threads_max` threads on `cores` allocated cores.
+    CpuWait {
+        node: String,
+        wait_pct: f64,
+        wait_s: f64,
+        threads_max: Option<u64>,
+        cores: Option<u32>,
+    },
+    /// `pct` % of the job's `calls` system calls were synchronisation (futex…): lock contention.
+    LockContention {
+        pct: f64,
+        sync_calls: u64,
+        calls: u64,
+    },
+    /// Many reads or writes of under 4 KiB each.
+    SmallIo { small_reads: u64, small_writes: u64 },
     /// The node's tasks were stalled waiting for `resource` for `pct` % of its wall time (cgroup v2
     /// pressure stall information, `some`), at or above `threshold_pct` (`stall_warn_pct`).
     Stalled {
@@ -811,12 +842,53 @@ pub fn anomalies(s: &JobSummary, cfg: &Report) -> Vec<Finding> {
                 }
             }
         }
+        if let Some(k) = &n.kernel {
+            if let (Some(pct), Some(wait_s)) = (k.cpu_wait_pct(), k.cpu_wait_s) {
+                // at least a second of waiting: a short job's scheduling noise is no finding
+                if pct >= cfg.cpu_wait_warn_pct && wait_s >= 1.0 {
+                    f.push(Finding {
+                        severity: Severity::Warning,
+                        what: FindingKind::CpuWait {
+                            node: n.node.clone(),
+                            wait_pct: pct,
+                            wait_s,
+                            threads_max: n.threads_max,
+                            cores: n.alloc_cores,
+                        },
+                    });
+                }
+            }
+        }
         if let Some(k) = n.mem.oom_kill_events.filter(|&k| k > 0) {
             f.push(Finding {
                 severity: Severity::Critical,
                 what: FindingKind::Oom {
                     node: n.node.clone(),
                     kills: k,
+                },
+            });
+        }
+    }
+    if let Some(k) = &s.kernel {
+        if let Some((pct, sync_calls, calls)) = lock_share(k) {
+            if pct >= cfg.lock_share_warn_pct && sync_calls >= cfg.lock_min_calls {
+                f.push(Finding {
+                    severity: Severity::Warning,
+                    what: FindingKind::LockContention {
+                        pct,
+                        sync_calls,
+                        calls,
+                    },
+                });
+            }
+        }
+        let (r, w) = (k.small_reads.unwrap_or(0), k.small_writes.unwrap_or(0));
+        if r.max(w) >= cfg.small_io_warn_calls {
+            f.push(Finding {
+                severity: Severity::Info,
+                what: FindingKind::SmallIo {
+                    small_reads: r,
+                    small_writes: w,
                 },
             });
         }
@@ -832,6 +904,14 @@ pub fn anomalies(s: &JobSummary, cfg: &Report) -> Vec<Finding> {
     f
 }
 
+/// Synchronisation system calls as a share of all (percent), with both counts; `None` without
+/// system-call counts.
+pub fn lock_share(k: &super::KernelTotals) -> Option<(f64, u64, u64)> {
+    let sc = k.syscalls.as_ref()?;
+    let total = sc.total();
+    (total > 0).then(|| (100.0 * sc.sync as f64 / total as f64, sc.sync, total))
+}
+
 pub fn classify(s: &JobSummary, sc: Option<&Scalability>, cfg: &Report) -> Classification {
     let cpu_eff = s.efficiency.cpu_pct;
     let mem_eff = s.efficiency.mem_pct;
@@ -840,12 +920,42 @@ pub fn classify(s: &JobSummary, sc: Option<&Scalability>, cfg: &Report) -> Class
         // Saturating: the counters come from disk and may be absurd.
         (r, w) => Some(r.unwrap_or(0).saturating_add(w.unwrap_or(0)) as f64 / s.elapsed_s.max(1.0)),
     };
+    let k = s.kernel.as_ref();
+    // The kernel view adds what the tasks' own block I/O and page-cache writes came to, which
+    // the cgroup figures may lack (v2 without the io controller).
+    let kernel_io = k.and_then(|k| {
+        let parts = [k.block_read_bytes, k.block_write_bytes, k.dirtied_bytes];
+        parts.iter().any(|p| p.is_some()).then(|| {
+            parts
+                .iter()
+                .flatten()
+                .fold(0u64, |a, b| a.saturating_add(*b)) as f64
+                / s.elapsed_s.max(1.0)
+        })
+    });
+    let io_rate = match (io_rate, kernel_io) {
+        (Some(a), Some(b)) => Some(a.max(b)),
+        (a, b) => a.or(b),
+    };
+    let net_rate = k.and_then(|k| match (k.net_sent_bytes, k.net_received_bytes) {
+        (None, None) => None,
+        (a, b) => Some(a.unwrap_or(0).saturating_add(b.unwrap_or(0)) as f64 / s.elapsed_s.max(1.0)),
+    });
+    let cpu_wait = k.and_then(|k| k.cpu_wait_pct());
+    let lock = k.and_then(lock_share);
     let mut ev = Evidence {
         cpu_efficiency_pct: cpu_eff,
         mem_peak_pct: mem_eff,
         io_bytes_per_s: io_rate,
+        cpu_wait_pct: cpu_wait,
+        lock_share_pct: lock.map(|l| l.0),
+        net_bytes_per_s: net_rate,
         ..Default::default()
     };
+    let waiting = cpu_wait.is_some_and(|w| w >= cfg.cpu_wait_warn_pct)
+        || lock
+            .is_some_and(|(pct, n, _)| pct >= cfg.lock_share_warn_pct && n >= cfg.lock_min_calls)
+            && cpu_eff.is_some_and(|c| c < cfg.cpu_efficiency_warn_pct);
     let oom = s.mem.oom_kill_events.unwrap_or(0) > 0;
     let failcnt = s.mem.failcnt.unwrap_or(0);
     let class = if sc.is_some_and(|x| x.verdict == Verdict::Idle) {
@@ -858,10 +968,16 @@ pub fn classify(s: &JobSummary, sc: Option<&Scalability>, cfg: &Report) -> Class
             ev.mem_limit_hits = Some(failcnt);
         }
         JobClass::MemoryBound
+    } else if waiting {
+        JobClass::Waiting
     } else if io_rate.is_some_and(|r| r >= 50.0 * 1024.0 * 1024.0)
         && cpu_eff.is_some_and(|c| c < 50.0)
     {
         JobClass::IoBound
+    } else if net_rate.is_some_and(|r| r >= 50.0 * 1024.0 * 1024.0)
+        && cpu_eff.is_some_and(|c| c < 50.0)
+    {
+        JobClass::NetworkBound
     } else if cpu_eff.is_some_and(|c| c >= cfg.cpu_efficiency_warn_pct) {
         JobClass::CpuBound
     } else {
@@ -1146,8 +1262,9 @@ mod tests {
 
     #[test]
     fn archived_class_names_are_unchanged_and_both_spellings_parse() {
-        // The names archived documents and the audit's `class` column hold.
-        let archived = r#"["cpu_bound","memory_bound","io_bound","idle","mixed","gpu_bound","gpu_idle","insufficient_data"]"#;
+        // The names archived documents and the audit's `class` column hold (new classes are added,
+        // none renamed: network_bound and waiting came with the kernel view).
+        let archived = r#"["cpu_bound","memory_bound","io_bound","idle","mixed","gpu_bound","gpu_idle","network_bound","waiting","insufficient_data"]"#;
         assert_eq!(serde_json::to_string(&JobClass::ALL).unwrap(), archived);
         use crate::vocab::Vocabulary;
         for (typed, class) in [
@@ -1222,6 +1339,7 @@ mod tests {
             user_options: Default::default(),
             gpus: Vec::new(),
             pressure: None,
+            kernel: None,
             script_sha256: None,
             steps_not_recorded: None,
         }
@@ -1273,6 +1391,7 @@ mod tests {
             },
             io: IoTotals::default(),
             pressure: None,
+            kernel: None,
             script_sha256: None,
             efficiency: Efficiency {
                 cpu_pct: Some(100.0 * cpu / (cores as f64 * elapsed)),

@@ -282,6 +282,7 @@ pub fn assemble(
         mem,
         io,
         pressure,
+        kernel: KernelTotals::sum(nodes.iter().filter_map(|n| n.kernel.as_ref())),
         efficiency,
         nodes,
         partial: !partial_reasons.is_empty(),
@@ -349,6 +350,7 @@ mod tests {
             user_options: Default::default(),
             gpus: Vec::new(),
             pressure: None,
+            kernel: None,
             script_sha256: None,
             steps_not_recorded: None,
         }

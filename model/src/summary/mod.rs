@@ -90,6 +90,129 @@ pub struct IoTotals {
     pub source: Option<String>,
 }
 
+/// System calls by class (`crate::kernel::SysClass`), counted by the collector's BPF program.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct SyscallCounts {
+    pub file: u64,
+    pub network: u64,
+    pub memory: u64,
+    pub process: u64,
+    pub sync: u64,
+    pub other: u64,
+}
+
+impl SyscallCounts {
+    pub fn total(&self) -> u64 {
+        [
+            self.file,
+            self.network,
+            self.memory,
+            self.process,
+            self.sync,
+            self.other,
+        ]
+        .iter()
+        .fold(0u64, |a, b| a.saturating_add(*b))
+    }
+    /// Each class with its count, in `SysClass` order.
+    pub fn by_class(&self) -> [(crate::kernel::SysClass, u64); 6] {
+        use crate::kernel::SysClass as C;
+        [
+            (C::File, self.file),
+            (C::Net, self.network),
+            (C::Mem, self.memory),
+            (C::Proc, self.process),
+            (C::Sync, self.sync),
+            (C::Other, self.other),
+        ]
+    }
+    fn add(&mut self, o: &SyscallCounts) {
+        self.file = self.file.saturating_add(o.file);
+        self.network = self.network.saturating_add(o.network);
+        self.memory = self.memory.saturating_add(o.memory);
+        self.process = self.process.saturating_add(o.process);
+        self.sync = self.sync.saturating_add(o.sync);
+        self.other = self.other.saturating_add(o.other);
+    }
+}
+
+/// The kernel's view of the job's tasks (the collector `jobscope-kernel`, BPF; `crate::kernel`):
+/// absent where no collector ran. Each figure is absent when it was not seen, never 0 for
+/// unknown. Nothing about what the job did beyond these counts (no arguments, no file names).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct KernelTotals {
+    /// System calls by class; absent while the collector did not count them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub syscalls: Option<SyscallCounts>,
+    /// `read`s asking for fewer than 4 KiB.
+    pub small_reads: Option<u64>,
+    /// `write`s giving fewer than 4 KiB.
+    pub small_writes: Option<u64>,
+    /// Context switches the tasks asked for (blocking, sleeping, waiting for I/O or a lock).
+    pub ctx_switches_voluntary: Option<u64>,
+    /// Context switches the tasks did not ask for (preempted: another task took the CPU).
+    pub ctx_switches_involuntary: Option<u64>,
+    /// Time the tasks ran on a CPU, as the scheduler counts it.
+    pub run_s: Option<f64>,
+    /// Time the tasks were runnable but waiting for a CPU.
+    pub cpu_wait_s: Option<f64>,
+    pub net_sent_bytes: Option<u64>,
+    pub net_received_bytes: Option<u64>,
+    /// Socket sends and receives that moved data.
+    pub net_sends: Option<u64>,
+    pub net_receives: Option<u64>,
+    /// Bytes the tasks read from block devices (page-cache hits are not here).
+    pub block_read_bytes: Option<u64>,
+    /// Bytes the tasks wrote to block devices themselves (direct and synchronous I/O).
+    pub block_write_bytes: Option<u64>,
+    /// Page-cache bytes their buffered writes dirtied (the kernel writes them back later).
+    pub dirtied_bytes: Option<u64>,
+}
+
+impl KernelTotals {
+    /// Share of the tasks' runnable time (running + waiting for a CPU) spent waiting, percent.
+    pub fn cpu_wait_pct(&self) -> Option<f64> {
+        match (self.run_s, self.cpu_wait_s) {
+            (Some(r), Some(w)) if r + w > 0.0 => Some(100.0 * w / (r + w)),
+            _ => None,
+        }
+    }
+    /// The sum over nodes: each figure over the nodes that have it (absent when none has).
+    pub fn sum<'a>(nodes: impl IntoIterator<Item = &'a KernelTotals>) -> Option<KernelTotals> {
+        let mut t: Option<KernelTotals> = None;
+        fn add_u(a: &mut Option<u64>, b: Option<u64>) {
+            if let Some(b) = b {
+                *a = Some(a.unwrap_or(0).saturating_add(b));
+            }
+        }
+        fn add_f(a: &mut Option<f64>, b: Option<f64>) {
+            if let Some(b) = b {
+                *a = Some(a.unwrap_or(0.0) + b);
+            }
+        }
+        for n in nodes {
+            let t = t.get_or_insert_with(KernelTotals::default);
+            if let Some(s) = &n.syscalls {
+                t.syscalls.get_or_insert_with(SyscallCounts::default).add(s);
+            }
+            add_u(&mut t.small_reads, n.small_reads);
+            add_u(&mut t.small_writes, n.small_writes);
+            add_u(&mut t.ctx_switches_voluntary, n.ctx_switches_voluntary);
+            add_u(&mut t.ctx_switches_involuntary, n.ctx_switches_involuntary);
+            add_f(&mut t.run_s, n.run_s);
+            add_f(&mut t.cpu_wait_s, n.cpu_wait_s);
+            add_u(&mut t.net_sent_bytes, n.net_sent_bytes);
+            add_u(&mut t.net_received_bytes, n.net_received_bytes);
+            add_u(&mut t.net_sends, n.net_sends);
+            add_u(&mut t.net_receives, n.net_receives);
+            add_u(&mut t.block_read_bytes, n.block_read_bytes);
+            add_u(&mut t.block_write_bytes, n.block_write_bytes);
+            add_u(&mut t.dirtied_bytes, n.dirtied_bytes);
+        }
+        t
+    }
+}
+
 /// One job step on one node, measured in its own cgroup.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct StepSummary {
@@ -154,6 +277,9 @@ pub struct NodeSummary {
     /// no batch script (`srun`, `salloc`), and when the script could not be read.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub script_sha256: Option<String>,
+    /// The kernel's view of the job's tasks on this node; absent without a collector.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kernel: Option<KernelTotals>,
     /// Steps that ran on this node without a step file (the spool's share for step files was full):
     /// the step table lacks them; the node's totals come from the job's cgroup and include them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -242,6 +368,9 @@ pub struct JobSummary {
     /// window); absent when no node did (cgroup v1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pressure: Option<Pressure>,
+    /// The kernel's view over the nodes that had a collector; absent when none had.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kernel: Option<KernelTotals>,
     pub efficiency: Efficiency,
     pub nodes: Vec<NodeSummary>,
     /// Nodes of the allocation whose data never arrived.

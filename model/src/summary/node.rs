@@ -99,6 +99,51 @@ fn last_of(rs: &[(u64, &Reading)], f: impl Fn(&Reading) -> Option<u64>) -> Optio
     rs.iter().rev().find_map(|(_, r)| f(r))
 }
 
+/// The kernel view's counters are cumulative per job and node, read by the sampler and at each
+/// step's start and exit: the largest of each is its final value. Absent when no reading had any.
+fn kernel_totals(rs: &[(u64, &Reading)]) -> Option<KernelTotals> {
+    if !rs.iter().any(|(_, r)| r.kernel_run_ns.is_some()) {
+        return None;
+    }
+    let m = |f: fn(&Reading) -> Option<u64>| max_of(rs, f);
+    let syscalls = match (
+        m(|r| r.kernel_syscalls_file),
+        m(|r| r.kernel_syscalls_net),
+        m(|r| r.kernel_syscalls_mem),
+        m(|r| r.kernel_syscalls_proc),
+        m(|r| r.kernel_syscalls_sync),
+        m(|r| r.kernel_syscalls_other),
+    ) {
+        (Some(file), Some(network), Some(memory), Some(process), Some(sync), Some(other)) => {
+            Some(SyscallCounts {
+                file,
+                network,
+                memory,
+                process,
+                sync,
+                other,
+            })
+        }
+        _ => None,
+    };
+    Some(KernelTotals {
+        syscalls,
+        small_reads: m(|r| r.kernel_small_reads),
+        small_writes: m(|r| r.kernel_small_writes),
+        ctx_switches_voluntary: m(|r| r.kernel_ctx_voluntary),
+        ctx_switches_involuntary: m(|r| r.kernel_ctx_involuntary),
+        run_s: secs(m(|r| r.kernel_run_ns)),
+        cpu_wait_s: secs(m(|r| r.kernel_runq_wait_ns)),
+        net_sent_bytes: m(|r| r.kernel_net_tx_bytes),
+        net_received_bytes: m(|r| r.kernel_net_rx_bytes),
+        net_sends: m(|r| r.kernel_net_tx_calls),
+        net_receives: m(|r| r.kernel_net_rx_calls),
+        block_read_bytes: m(|r| r.kernel_blk_read_bytes),
+        block_write_bytes: m(|r| r.kernel_blk_write_bytes),
+        dirtied_bytes: m(|r| r.kernel_dirtied_bytes),
+    })
+}
+
 /// The I/O (read bytes, write bytes, read ops, write ops) of this node's batch and srun steps as
 /// their slurmstepds' reaped counters give it: for each step file with both, the `step_exit`
 /// reading's `reaped_*` minus the `step_start` reading's (`plugin/src/steps.rs`,
@@ -386,6 +431,18 @@ pub fn summarize_node(
         source: io_source.map(|s| s.name().to_string()),
     };
 
+    // The steps put the job's kernel counters on their own readings (`plugin/src/steps.rs`:
+    // at exit the job's cgroup may be gone, the step reading is made anyway).
+    let mut krs = rs.clone();
+    for f in steps {
+        krs.extend(
+            f.events
+                .iter()
+                .filter_map(|e| e.step_reading.as_ref().map(|r| (e.t_ms, r))),
+        );
+    }
+    let kernel = kernel_totals(&krs);
+
     let mut step_summaries: Vec<StepSummary> = steps
         .iter()
         .map(|f| {
@@ -449,10 +506,13 @@ pub fn summarize_node(
         for e in s
             .events
             .iter()
-            .filter(|e| e.kind == EventKind::SamplerError)
+            .filter(|e| matches!(e.kind, EventKind::SamplerError | EventKind::KernelView))
         {
             if let Some(m) = &e.message {
-                notes.push(format!("sampler: {m}"));
+                notes.push(match e.kind {
+                    EventKind::KernelView => m.clone(),
+                    _ => format!("sampler: {m}"),
+                });
             }
         }
     }
@@ -506,6 +566,7 @@ pub fn summarize_node(
         gpus: Vec::new(),
         pressure: pressure(&rs),
         script_sha256: script_sha256(steps),
+        kernel,
         steps_not_recorded: None,
     }
 }

@@ -23,6 +23,20 @@ pub fn fmt_bytes(b: Option<u64>) -> String {
 }
 
 /// `1h02m05s`, `12m05s`, `42s`, `1d01h00m`.
+/// A count for people: `950`, `12.3 k`, `2.1 M`, `4.0 G`.
+pub fn fmt_count(n: u64) -> String {
+    let f = n as f64;
+    if n < 10_000 {
+        n.to_string()
+    } else if f < 1e6 {
+        format!("{:.1} k", f / 1e3)
+    } else if f < 1e9 {
+        format!("{:.1} M", f / 1e6)
+    } else {
+        format!("{:.1} G", f / 1e9)
+    }
+}
+
 pub fn fmt_duration(s: f64) -> String {
     let s = if s.is_finite() {
         s.max(0.0).round() as u64

@@ -99,6 +99,8 @@ pub struct Report {
     pub stalls: String,
     /// CPU quota throttling (cgroup v2 `cpu.stat`); empty where the kernel does not count it.
     pub throttling: String,
+    /// The kernel view (`words::kernel_lines`); empty without a collector.
+    pub kernel: Vec<String>,
     pub samples: u64,
     /// Set when there are no samples: what to say instead of figures.
     pub no_data: String,
@@ -429,6 +431,11 @@ fn report(s: &JobSummary) -> Report {
             .and_then(words::stalls)
             .unwrap_or_default(),
         throttling: words::throttling(&s.cpu).unwrap_or_default(),
+        kernel: s
+            .kernel
+            .as_ref()
+            .map(words::kernel_lines)
+            .unwrap_or_default(),
         samples: s.samples,
         no_data: if no_data {
             words::NO_DATA.into()

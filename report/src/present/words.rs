@@ -385,6 +385,45 @@ pub fn finding(s: &JobSummary, f: &FindingKind) -> String {
             stall_resource(*resource),
             fmt_pct0(Some(*pct))
         ),
+        FindingKind::CpuWait {
+            node,
+            wait_pct,
+            wait_s,
+            threads_max,
+            cores,
+        } => {
+            let why = match (threads_max, cores) {
+                (Some(t), Some(c)) if *t > u64::from(*c) => format!(
+                    ": up to {t} threads on the {c} cores allocated (match threads to cores, e.g. OMP_NUM_THREADS={c}, or ask for more cores)"
+                ),
+                (_, Some(c)) => format!(": more runnable threads than the {c} cores allocated"),
+                _ => ": more runnable threads than cores".into(),
+            };
+            format!(
+                "node {}: threads waited for a CPU {} of their runnable time ({}){why}",
+                clean(node, 64),
+                fmt_pct0(Some(*wait_pct)),
+                fmt_duration(*wait_s)
+            )
+        }
+        FindingKind::LockContention {
+            pct,
+            sync_calls,
+            calls,
+        } => format!(
+            "{} of system calls ({} of {}) were futex and other synchronisation calls: threads contend for locks",
+            fmt_pct0(Some(*pct)),
+            fmt_count(*sync_calls),
+            fmt_count(*calls)
+        ),
+        FindingKind::SmallIo {
+            small_reads,
+            small_writes,
+        } => format!(
+            "{} reads and {} writes of under 4 KiB each: buffer your I/O (larger reads and writes, or a buffered stream)",
+            fmt_count(*small_reads),
+            fmt_count(*small_writes)
+        ),
         FindingKind::Gpu { gpu, finding } => {
             let label = match find_gpu(s, gpu) {
                 Some(g) => gpu_label(g),
@@ -401,6 +440,97 @@ pub fn stall_resource(r: StallResource) -> &'static str {
         StallResource::Memory => "memory",
         StallResource::Io => "I/O",
     }
+}
+
+/// The kernel view in lines of "label  figures", each only where the figure was seen.
+pub fn kernel_lines(k: &jobscope_sampler::summary::KernelTotals) -> Vec<String> {
+    let mut v = Vec::new();
+    let row = |label: &str, text: String| format!("{label:<19}{text}");
+    if let Some(w) = k.cpu_wait_s {
+        v.push(row(
+            "Waiting for a CPU",
+            format!(
+                "{} ({} of the time runnable; running {})",
+                fmt_duration(w),
+                fmt_pct0(k.cpu_wait_pct()),
+                fmt_duration(k.run_s.unwrap_or(0.0))
+            ),
+        ));
+    }
+    if let (Some(vol), Some(inv)) = (k.ctx_switches_voluntary, k.ctx_switches_involuntary) {
+        v.push(row(
+            "Context switches",
+            format!(
+                "{} voluntary (waiting), {} involuntary (preempted)",
+                fmt_count(vol),
+                fmt_count(inv)
+            ),
+        ));
+    }
+    match &k.syscalls {
+        Some(sc) => {
+            let total = sc.total();
+            let mut parts: Vec<(u64, String)> = sc
+                .by_class()
+                .iter()
+                .filter(|(_, n)| *n > 0)
+                .map(|(c, n)| {
+                    (
+                        *n,
+                        format!(
+                            "{} {}",
+                            c.name(),
+                            fmt_pct0(Some(100.0 * *n as f64 / total.max(1) as f64))
+                        ),
+                    )
+                })
+                .collect();
+            parts.sort_by(|a, b| b.0.cmp(&a.0));
+            let parts: Vec<String> = parts.into_iter().map(|p| p.1).collect();
+            v.push(row(
+                "System calls",
+                format!("{}: {}", fmt_count(total), parts.join(", ")),
+            ));
+        }
+        None => v.push(row(
+            "System calls",
+            "not counted on this node (the collector runs without --syscalls)".into(),
+        )),
+    }
+    if let (Some(r), Some(w)) = (k.small_reads, k.small_writes) {
+        v.push(row(
+            "Small I/O",
+            format!(
+                "{} reads, {} writes under 4 KiB",
+                fmt_count(r),
+                fmt_count(w)
+            ),
+        ));
+    }
+    if k.net_sent_bytes.is_some() || k.net_received_bytes.is_some() {
+        v.push(row(
+            "Network",
+            format!(
+                "sent {} in {} sends, received {} in {} receives (IPv4/IPv6 payload)",
+                fmt_bytes(k.net_sent_bytes),
+                fmt_count(k.net_sends.unwrap_or(0)),
+                fmt_bytes(k.net_received_bytes),
+                fmt_count(k.net_receives.unwrap_or(0))
+            ),
+        ));
+    }
+    if k.block_read_bytes.is_some() || k.block_write_bytes.is_some() {
+        v.push(row(
+            "Block devices",
+            format!(
+                "read {}, written {} by the tasks; {} of page cache dirtied (written back later)",
+                fmt_bytes(k.block_read_bytes),
+                fmt_bytes(k.block_write_bytes),
+                fmt_bytes(k.dirtied_bytes)
+            ),
+        ));
+    }
+    v
 }
 
 /// The stalls line: the share of wall time the job's tasks waited for CPU, memory and I/O (only
