@@ -127,9 +127,9 @@ release=$(printf '%d.%02d' $(( num >> 16 )) $(( (num >> 8) & 0xff )))
 [ "$release" = 22.05 ] || die "the headers in $h are SLURM $release; plugin/Cargo.toml packages the plugin as jobscope-spank-slurm22.05 (see docs/packaging.md for another release)"
 
 if [ "$build" = 1 ]; then
-  cargo build --release -p jobscope-cli -p jobscope-epilog -p jobscope-plugin -p jobscope-xtask
+  cargo build --release -p jobscope-cli -p jobscope-epilog -p jobscope-kernel -p jobscope-plugin -p jobscope-xtask
 fi
-for f in jobscope jobscope-epilog libjobscope_spank.so jobscope-xtask; do
+for f in jobscope jobscope-epilog jobscope-kernel libjobscope_spank.so jobscope-xtask; do
   [ -f "$TARGET/release/$f" ] || die "$TARGET/release/$f missing: run cargo build --release --workspace"
 done
 no_fault_injection "$TARGET/release/libjobscope_spank.so"
