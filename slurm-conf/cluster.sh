@@ -106,6 +106,32 @@ cleanup_cgroups() {
   return 0
 }
 
+# ---------------------------------------------------------------- kernel collector
+# jobscope-kernel (the BPF collector, docs/kernel.md), started by `up` before slurmd and stopped by
+# `down`, by its pid file, as the service would run it on a real node, but with system-call
+# counting on (the cluster tests check it). Where it cannot run (no BTF, no BPF, not installed)
+# the jobs' reports say so in a note, and the tests of the kernel view fail: CI's machines have it.
+KERNEL_PID=$RUNDIR/jobscope-kernel.pid
+KERNEL_LOG=/var/log/jobscope/kernel.log
+start_collector() {
+  local bin=
+  for b in /usr/local/sbin/jobscope-kernel /usr/sbin/jobscope-kernel; do
+    [ -x "$b" ] && { bin=$b; break; }
+  done
+  [ -n "$bin" ] || { warn "jobscope-kernel is not installed: no kernel view"; return 0; }
+  install -d -m 0750 "$(dirname "$KERNEL_LOG")"
+  setsid "$bin" run --syscalls >>"$KERNEL_LOG" 2>&1 </dev/null &
+  echo $! >"$KERNEL_PID"
+  if wait_until 30 test -e /sys/fs/bpf/jobscope/state; then
+    log "kernel collector up ($bin, pid $(cat "$KERNEL_PID"))"
+  else
+    warn "the kernel collector did not pin its maps within 30 s: $(tail -n 3 "$KERNEL_LOG" | tr '\n' ' ')"
+  fi
+}
+stop_collector() {
+  stop_pidfile "$KERNEL_PID" jobscope-kernel
+}
+
 # ---------------------------------------------------------------- down
 cancel_jobs() {
   # Cancel remaining jobs while slurmctld/slurmd are still up, so slurmstepd kills the job
@@ -133,6 +159,7 @@ cmd_down() {
     [ -e "$pf" ] && stop_pidfile "$pf" slurmd
   done
   stop_pidfile "$CTLD_PID" slurmctld
+  stop_collector
   if [ -s "$RUNDIR/munged.pid" ]; then
     # only a munged that this script started
     n=$(cat "$RUNDIR/munged.pid")
@@ -314,6 +341,9 @@ cmd_up() {
   rotate_logs
 
   # 3. daemons
+  # The kernel view counts per job id on a machine; two slurmd on one host would share each
+  # job's counters (and the first node's end would remove them for the other): 1 node only.
+  if [ "$mode" = 1 ]; then start_collector; fi
   start_munged
   "${DENV[@]}" /usr/sbin/slurmctld || { show_failure "$mode"; die "slurmctld failed to start"; }
   wait_until 30 ctld_up || { show_failure "$mode"; die "slurmctld did not answer 'scontrol ping' within 30 s"; }
@@ -413,6 +443,7 @@ install_packages() {
   ln -sfn "$PKG_PLUGIN_SO" "$PLUGIN_SO"
   ln -sfn "$PKG_CLI_BIN" "$CLI_BIN"
   ln -sfn "$PKG_EPILOG_BIN" "$EPILOG_BIN"
+  ln -sfn /usr/sbin/jobscope-kernel /usr/local/sbin/jobscope-kernel
   log "installed ${debs[*]}; $PLUGIN_SO $CLI_BIN $EPILOG_BIN link to the packaged files"
 }
 
@@ -428,7 +459,7 @@ cmd_install() {
   if [ -n "$packages" ]; then
     install_packages "$packages"
   else
-    for f in libjobscope_spank.so jobscope jobscope-epilog; do
+    for f in libjobscope_spank.so jobscope jobscope-epilog jobscope-kernel; do
       [ -f "$rel/$f" ] || missing+=("$rel/$f")
     done
     [ "${#missing[@]}" -eq 0 ] || die "not built: missing ${missing[*]} -- run: cargo build --release --workspace"
@@ -437,7 +468,8 @@ cmd_install() {
     install -D -m 0755 "$rel/libjobscope_spank.so" "$PLUGIN_SO"
     install -D -m 0755 "$rel/jobscope" "$CLI_BIN"
     install -D -m 0755 "$rel/jobscope-epilog" "$EPILOG_BIN"
-    log "installed $PLUGIN_SO $CLI_BIN $EPILOG_BIN"
+    install -D -m 0755 "$rel/jobscope-kernel" /usr/local/sbin/jobscope-kernel
+    log "installed $PLUGIN_SO $CLI_BIN $EPILOG_BIN /usr/local/sbin/jobscope-kernel"
   fi
   # Test-only: the fault-injection plugin, from the build in either mode (no package has it).
   if [ -f "$rel/jobscope_spank_faults.so" ]; then
