@@ -7,8 +7,8 @@
 //! non-blocking system call; nothing here waits, spawns or allocates per sample beyond the
 //! buffer kept in [`KernelMaps`].
 
-pub use jobscope_model::kernel::PIN_DIR;
 use jobscope_model::kernel::{self as abi, Counters, Pod, State, Task};
+pub use jobscope_model::kernel::{KEY_RUN as RUN_KEY, PIN_DIR};
 use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -157,6 +157,10 @@ impl KernelMaps {
             let p = pin_dir.join(name);
             obj_get(&p).map_err(|e| match e.kind() {
                 io::ErrorKind::NotFound => Unavailable::NoCollector(p.clone()),
+                io::ErrorKind::PermissionDenied => Unavailable::Broken(
+                    "only root reads the kernel collector's maps (run as root for the kernel view)"
+                        .into(),
+                ),
                 _ => Unavailable::Broken(format!("{}: {e}", p.display())),
             })
         };
@@ -239,6 +243,28 @@ impl KernelMaps {
             v.as_mut_ptr(),
             BPF_ANY,
         )
+    }
+
+    /// Removes process `pid`'s tag (its children forked since keep theirs).
+    pub fn untag(&self, pid: libc::pid_t) -> io::Result<()> {
+        // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: a new descriptor that nothing else owns.
+        let pidfd = unsafe { OwnedFd::from_raw_fd(fd as RawFd) };
+        let key = (pidfd.as_raw_fd() as u32).to_ne_bytes();
+        match elem(
+            BPF_MAP_DELETE_ELEM,
+            &self.tasks,
+            key.as_ptr(),
+            std::ptr::null_mut(),
+            0,
+        ) {
+            Err(e) if e.raw_os_error() != Some(libc::ENOENT) => Err(e),
+            _ => Ok(()),
+        }
     }
 
     /// The job's counters summed over the CPUs; `None` when the job has no entry.

@@ -370,9 +370,35 @@ fn run_in(
         exit_status: None,
         message: None,
     })?;
-    let pid = match child::spawn(&o.cmd, &join) {
+    // The kernel view (docs/kernel.md), where a collector runs and this is root: this process
+    // tags itself for the run's key just around the fork, so the command inherits the tag from
+    // its first instruction and this process's own threads (the sampler) are not counted.
+    let kernel_key = jobscope_sampler::kernel::RUN_KEY | u64::from(std::process::id());
+    let kernel_maps = jobscope_sampler::kernel::KernelMaps::open(
+        Path::new(jobscope_sampler::kernel::PIN_DIR),
+        Path::new("/sys"),
+    )
+    .ok()
+    .filter(|m| {
+        matches!(
+            m.register(kernel_key),
+            Ok(jobscope_sampler::kernel::Registered::Created)
+        )
+    });
+    let me = std::process::id() as libc::pid_t;
+    let tagged = kernel_maps
+        .as_ref()
+        .is_some_and(|m| m.tag(me, kernel_key).is_ok());
+    let spawned = child::spawn(&o.cmd, &join);
+    if let (true, Some(m)) = (tagged, kernel_maps.as_ref()) {
+        let _ = m.untag(me);
+    }
+    let pid = match spawned {
         Ok(p) => p,
         Err(e) => {
+            if let Some(m) = &kernel_maps {
+                let _ = m.forget(kernel_key);
+            }
             placement.remove();
             bail!("cannot run {:?}: {e}", o.cmd[0]);
         }
@@ -406,7 +432,13 @@ fn run_in(
         }
     };
     let sampler_log: sampler::LogFn = Box::new(|m: &str| eprintln!("jobscope: {m}"));
-    let s = Sampler::with_source(source, Some(writer), sampler_log, Faults::default());
+    let mut s = Sampler::with_source(source, Some(writer), sampler_log, Faults::default());
+    // Registered above (or not: then the note says why); the sampler removes the entry at its end.
+    s.start_kernel_view(
+        Path::new(jobscope_sampler::kernel::PIN_DIR),
+        Path::new("/sys"),
+        kernel_key,
+    );
     let sampler = sampler::spawn(
         s,
         schedule.clone(),

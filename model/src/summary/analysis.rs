@@ -1474,6 +1474,61 @@ mod tests {
     }
 
     #[test]
+    fn the_kernel_view_makes_waiting_and_lock_findings_with_their_numbers() {
+        let kernel = |run_s: f64, wait_s: f64, sync: u64, file: u64| crate::summary::KernelTotals {
+            run_s: Some(run_s),
+            cpu_wait_s: Some(wait_s),
+            syscalls: Some(crate::summary::SyscallCounts {
+                sync,
+                file,
+                ..Default::default()
+            }),
+            small_reads: Some(2_100_000),
+            small_writes: Some(0),
+            ..Default::default()
+        };
+        // 4 threads on 2 cores: each waits half its runnable time.
+        let mut n = node("a", 1200.0, |_| 2.0, |_| 3 << 30);
+        n.threads_max = Some(4);
+        n.kernel = Some(kernel(2400.0, 2400.0, 620_000, 380_000));
+        let mut s = job(vec![n], None);
+        s.kernel =
+            crate::summary::KernelTotals::sum(s.nodes.iter().filter_map(|n| n.kernel.as_ref()));
+        let cfg = Report::default();
+        let a = analyze(&s, &cfg);
+        assert_eq!(a.classification.class, JobClass::Waiting);
+        assert_eq!(a.classification.evidence.cpu_wait_pct, Some(50.0));
+        let kinds: Vec<&FindingKind> = a.anomalies.iter().map(|f| &f.what).collect();
+        assert!(kinds.iter().any(|k| matches!(k, FindingKind::CpuWait { wait_pct, threads_max: Some(4), .. } if *wait_pct == 50.0)), "{kinds:?}");
+        assert!(kinds.iter().any(|k| matches!(k, FindingKind::LockContention { pct, sync_calls: 620_000, calls: 1_000_000 } if (*pct - 62.0).abs() < 1e-9)), "{kinds:?}");
+        assert!(
+            kinds.iter().any(|k| matches!(
+                k,
+                FindingKind::SmallIo {
+                    small_reads: 2_100_000,
+                    ..
+                }
+            )),
+            "{kinds:?}"
+        );
+        // Below the thresholds: no finding, the class from CPU and memory as before.
+        let mut n = node("a", 1200.0, |_| 2.0, |_| 3 << 30);
+        n.kernel = Some(kernel(2400.0, 100.0, 10, 1_000));
+        let mut s = job(vec![n], None);
+        s.kernel = n_kernel(&s);
+        let a = analyze(&s, &cfg);
+        assert_eq!(a.classification.class, JobClass::CpuBound);
+        assert!(!a.anomalies.iter().any(|f| matches!(
+            f.what,
+            FindingKind::CpuWait { .. } | FindingKind::LockContention { .. }
+        )));
+    }
+
+    fn n_kernel(s: &JobSummary) -> Option<crate::summary::KernelTotals> {
+        crate::summary::KernelTotals::sum(s.nodes.iter().filter_map(|n| n.kernel.as_ref()))
+    }
+
+    #[test]
     fn over_requested_memory_gets_mem_advice_with_headroom() {
         let s = job(vec![node("a", 1200.0, |_| 2.0, |_| 300 * MIB)], None);
         let a = analyze(&s, &Report::default());

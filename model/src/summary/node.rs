@@ -1179,6 +1179,62 @@ mod tests {
         }
     }
 
+    #[test]
+    fn the_kernel_view_is_the_largest_reading_the_steps_exit_included_and_absent_without_one() {
+        let counters = |run_s: u64, wait_s: u64, syscalls: bool| {
+            let mut r = Reading::default();
+            let mut c = crate::kernel::Counters {
+                run_ns: run_s * 1_000_000_000,
+                runq_wait_ns: wait_s * 1_000_000_000,
+                small_reads: 5,
+                ..Default::default()
+            };
+            c.syscalls[crate::kernel::SysClass::Sync as usize] = 60;
+            c.syscalls[crate::kernel::SysClass::File as usize] = 40;
+            let flags = crate::kernel::STATE_SMALL_IO
+                | if syscalls {
+                    crate::kernel::STATE_SYSCALLS
+                } else {
+                    0
+                };
+            r.set_kernel(&c, flags);
+            r
+        };
+        // The sampler saw 3 s running and 1 s waiting; the batch step's exit, later, 6 and 2.
+        let mut series = io_series(0, 0);
+        series.buckets[1].last = Reading {
+            cpu_usage_ns: Some(1_000_000_000),
+            ..counters(3, 1, true)
+        };
+        let mut step = reaped_step("batch", None, None);
+        step.events.push(Event {
+            step_reading: Some(counters(6, 2, true)),
+            ..step_event(20_000, EventKind::StepExit)
+        });
+        let k = summarize_node(Some(&series), &[step], "vm", 30_000)
+            .kernel
+            .expect("a kernel view");
+        assert_eq!((k.run_s, k.cpu_wait_s), (Some(6.0), Some(2.0)));
+        assert_eq!(k.cpu_wait_pct(), Some(25.0));
+        assert_eq!(k.small_reads, Some(5));
+        assert_eq!(
+            k.syscalls.as_ref().map(|s| (s.sync, s.total())),
+            Some((60, 100))
+        );
+        // Without system-call counting the classes are unseen, not zero.
+        let mut series = io_series(0, 0);
+        series.buckets[1].last = counters(3, 1, false);
+        let k = summarize_node(Some(&series), &[], "vm", 30_000)
+            .kernel
+            .unwrap();
+        assert_eq!(k.syscalls, None);
+        // No collector: no view at all.
+        assert_eq!(
+            summarize_node(Some(&io_series(1, 1)), &[], "vm", 30_000).kernel,
+            None
+        );
+    }
+
     /// A step file whose slurmstepd's reaped counters were `start` at `step_start` and `exit` at
     /// `step_exit` (read bytes, write bytes); `None`: the plugin recorded none.
     fn reaped_step(name: &str, start: Option<(u64, u64)>, exit: Option<(u64, u64)>) -> SpoolFile {

@@ -194,6 +194,24 @@ pub fn evidence(class: JobClass, e: &Evidence) -> String {
     if let Some(h) = e.mem_limit_hits {
         ev.push(format!("hit its memory limit {h} time(s) (failcnt)"));
     }
+    if let Some(n) = e.net_bytes_per_s {
+        ev.push(format!(
+            "network {}/s on average",
+            fmt_bytes(Some(n as u64))
+        ));
+    }
+    if let Some(w) = e.cpu_wait_pct {
+        ev.push(format!(
+            "waited for a CPU {} of runnable time",
+            fmt_pct0(Some(w))
+        ));
+    }
+    if let Some(l) = e.lock_share_pct {
+        ev.push(format!(
+            "{} of system calls synchronisation",
+            fmt_pct0(Some(l))
+        ));
+    }
     if !e.gpus.is_empty() {
         let utils = e
             .gpus
