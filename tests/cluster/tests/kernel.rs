@@ -42,9 +42,19 @@ fn kernel_view_counts_one_byte_reads_and_writes_exactly() -> Result<()> {
     // loader, locale files): a few hundred, not thousands.
     let reads = u(&s, "/kernel/small_reads")?;
     let writes = u(&s, "/kernel/small_writes")?;
-    ensure!((N..N + 2_000).contains(&reads), "job {id}: {reads} small reads for {N}");
-    ensure!((N..N + 2_000).contains(&writes), "job {id}: {writes} small writes for {N}");
-    ensure!(u(&s, "/kernel/syscalls/file")? >= 2 * N, "job {id}: {}", s["kernel"]);
+    ensure!(
+        (N..N + 2_000).contains(&reads),
+        "job {id}: {reads} small reads for {N}"
+    );
+    ensure!(
+        (N..N + 2_000).contains(&writes),
+        "job {id}: {writes} small writes for {N}"
+    );
+    ensure!(
+        u(&s, "/kernel/syscalls/file")? >= 2 * N,
+        "job {id}: {}",
+        s["kernel"]
+    );
     let text = report_text(id)?;
     ensure!(text.contains("Kernel view"), "job {id}:\n{text}");
     Ok(())
@@ -101,8 +111,16 @@ fn kernel_view_counts_a_loopback_transfer_and_direct_io_exactly() -> Result<()> 
     let (id, s) = run(&format!(
         "#!/bin/bash\n#SBATCH --job-name=knetio --ntasks=1 --cpus-per-task=1 --mem=400M\nset -e\npython3 - <<'EOF'\n{py}EOF\nf=/var/tmp/jobscope-kio-$SLURM_JOB_ID\ndd if=/dev/zero of=$f bs=1M count={K} oflag=direct 2>/dev/null\nrm -f $f\n"
     ))?;
-    ensure!(u(&s, "/kernel/net_sent_bytes")? == M, "job {id}: {}", s["kernel"]);
-    ensure!(u(&s, "/kernel/net_received_bytes")? == M, "job {id}: {}", s["kernel"]);
+    ensure!(
+        u(&s, "/kernel/net_sent_bytes")? == M,
+        "job {id}: {}",
+        s["kernel"]
+    );
+    ensure!(
+        u(&s, "/kernel/net_received_bytes")? == M,
+        "job {id}: {}",
+        s["kernel"]
+    );
     let w = u(&s, "/kernel/block_write_bytes")?;
     // the data exactly; the file system's own metadata goes through its journal thread
     ensure!(
