@@ -503,7 +503,7 @@ pub fn kernel_lines(k: &jobscope_sampler::summary::KernelTotals) -> Vec<String> 
                     )
                 })
                 .collect();
-            parts.sort_by(|a, b| b.0.cmp(&a.0));
+            parts.sort_by_key(|p| std::cmp::Reverse(p.0));
             let parts: Vec<String> = parts.into_iter().map(|p| p.1).collect();
             v.push(row(
                 "System calls",
