@@ -97,32 +97,42 @@ pub struct State {
 }
 
 impl Counters {
-    /// The sum of the per-CPU copies a lookup of a per-CPU map returns (wrapping like the
-    /// kernel's own counters would not: saturating, so a corrupt copy cannot wrap a total).
+    /// Every field, in `struct js_counters` order: the one list the decoding, the encoding and
+    /// the sum go through.
+    fn words_mut(&mut self) -> [&mut u64; 19] {
+        let [s0, s1, s2, s3, s4, s5] = &mut self.syscalls;
+        [
+            s0,
+            s1,
+            s2,
+            s3,
+            s4,
+            s5,
+            &mut self.small_reads,
+            &mut self.small_writes,
+            &mut self.ctx_voluntary,
+            &mut self.ctx_involuntary,
+            &mut self.run_ns,
+            &mut self.runq_wait_ns,
+            &mut self.net_tx_bytes,
+            &mut self.net_rx_bytes,
+            &mut self.net_tx_calls,
+            &mut self.net_rx_calls,
+            &mut self.blk_read_bytes,
+            &mut self.blk_write_bytes,
+            &mut self.dirtied_bytes,
+        ]
+    }
+
+    /// The sum of the per-CPU copies a lookup of a per-CPU map returns (saturating, so a
+    /// corrupt copy cannot wrap a total).
     pub fn sum<'a>(per_cpu: impl IntoIterator<Item = &'a Counters>) -> Counters {
         let mut t = Counters::default();
         for c in per_cpu {
-            for (a, b) in t.syscalls.iter_mut().zip(c.syscalls) {
-                *a = a.saturating_add(b);
+            let mut c = *c;
+            for (a, b) in t.words_mut().into_iter().zip(c.words_mut()) {
+                *a = a.saturating_add(*b);
             }
-            macro_rules! add {
-                ($($f:ident),*) => { $( t.$f = t.$f.saturating_add(c.$f); )* };
-            }
-            add!(
-                small_reads,
-                small_writes,
-                ctx_voluntary,
-                ctx_involuntary,
-                run_ns,
-                runq_wait_ns,
-                net_tx_bytes,
-                net_rx_bytes,
-                net_tx_calls,
-                net_rx_calls,
-                blk_read_bytes,
-                blk_write_bytes,
-                dirtied_bytes
-            );
         }
         t
     }
@@ -169,47 +179,19 @@ macro_rules! pod {
 
 impl Pod for Counters {
     fn from_bytes(b: &[u8]) -> Self {
-        let mut w = words(b);
-        let mut next = || w.next().unwrap_or(0);
         let mut v = Counters::default();
-        for s in v.syscalls.iter_mut() {
-            *s = next();
+        let mut w = words(b);
+        for f in v.words_mut() {
+            *f = w.next().unwrap_or(0);
         }
-        v.small_reads = next();
-        v.small_writes = next();
-        v.ctx_voluntary = next();
-        v.ctx_involuntary = next();
-        v.run_ns = next();
-        v.runq_wait_ns = next();
-        v.net_tx_bytes = next();
-        v.net_rx_bytes = next();
-        v.net_tx_calls = next();
-        v.net_rx_calls = next();
-        v.blk_read_bytes = next();
-        v.blk_write_bytes = next();
-        v.dirtied_bytes = next();
         v
     }
     fn to_bytes(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(std::mem::size_of::<Counters>());
-        for w in self.syscalls.iter().chain([
-            &self.small_reads,
-            &self.small_writes,
-            &self.ctx_voluntary,
-            &self.ctx_involuntary,
-            &self.run_ns,
-            &self.runq_wait_ns,
-            &self.net_tx_bytes,
-            &self.net_rx_bytes,
-            &self.net_tx_calls,
-            &self.net_rx_calls,
-            &self.blk_read_bytes,
-            &self.blk_write_bytes,
-            &self.dirtied_bytes,
-        ]) {
-            out.extend_from_slice(&w.to_ne_bytes());
-        }
-        out
+        let mut c = *self;
+        c.words_mut()
+            .into_iter()
+            .flat_map(|w| w.to_ne_bytes())
+            .collect()
     }
 }
 pod!(Task {

@@ -426,14 +426,10 @@ impl StepRecorder {
         // step reading, which exists at exit when the cgroups are gone; the Epilog takes the
         // largest of each (`model/src/summary/node.rs`, `kernel_totals`).
         if let Some(k) = self.kernel.as_mut() {
-            let key = self.ctx.kernel_key();
-            if let (Ok(st), Ok(Some(c))) = (k.state(), k.read(key)) {
-                if jobscope_sampler::kernel::alive(&st, jobscope_sampler::kernel::monotonic_ns()) {
-                    step_reading
-                        .get_or_insert_with(Default::default)
-                        .set_kernel(&c, st.flags);
-                }
-            }
+            let mut r = step_reading.take().unwrap_or_default();
+            k.fill(self.ctx.kernel_key(), &mut r);
+            // no reading made up where there was none and the collector added nothing
+            step_reading = (r != Default::default()).then_some(r);
         }
         let e = Event {
             t_ms: now_unix_ms(),

@@ -106,6 +106,17 @@ fn possible_cpus(sys_root: &Path) -> io::Result<usize> {
         })
 }
 
+/// A descriptor of process `pid`: the key of the task storage map from user space.
+fn pidfd_open(pid: libc::pid_t) -> io::Result<OwnedFd> {
+    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a new descriptor that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
 fn with_path(e: io::Error, p: &Path) -> io::Error {
     io::Error::new(e.kind(), format!("{}: {e}", p.display()))
 }
@@ -223,13 +234,7 @@ impl KernelMaps {
     /// Tags process `pid` (a task freshly forked for the job, before it runs the job's code) as
     /// the job's: it and everything it starts from then on count for `job_key`.
     pub fn tag(&self, pid: libc::pid_t, job_key: u64) -> io::Result<()> {
-        // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
-        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: a new descriptor that nothing else owns.
-        let pidfd = unsafe { OwnedFd::from_raw_fd(fd as RawFd) };
+        let pidfd = pidfd_open(pid)?;
         let key = (pidfd.as_raw_fd() as u32).to_ne_bytes();
         let mut v = Task {
             job_key,
@@ -247,13 +252,7 @@ impl KernelMaps {
 
     /// Removes process `pid`'s tag (its children forked since keep theirs).
     pub fn untag(&self, pid: libc::pid_t) -> io::Result<()> {
-        // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
-        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: a new descriptor that nothing else owns.
-        let pidfd = unsafe { OwnedFd::from_raw_fd(fd as RawFd) };
+        let pidfd = pidfd_open(pid)?;
         let key = (pidfd.as_raw_fd() as u32).to_ne_bytes();
         match elem(
             BPF_MAP_DELETE_ELEM,
@@ -285,6 +284,22 @@ impl KernelMaps {
         }
     }
 
+    /// Adds the job's counters to `r` if the collector is alive (the one read of a sample: the
+    /// state, then the job's entry).
+    pub fn fill(&mut self, job_key: u64, r: &mut jobscope_model::sample::Reading) -> Fill {
+        let st = match self.state() {
+            Ok(s) if alive(&s, monotonic_ns()) => s,
+            _ => return Fill::Stopped,
+        };
+        match self.read(job_key) {
+            Ok(Some(c)) => {
+                r.set_kernel(&c, st.flags);
+                Fill::Filled
+            }
+            Ok(None) | Err(_) => Fill::Lost,
+        }
+    }
+
     /// Removes the job's entry (its end); false when there was none.
     pub fn forget(&self, job_key: u64) -> io::Result<bool> {
         let key = job_key.to_ne_bytes();
@@ -300,6 +315,16 @@ impl KernelMaps {
             Err(e) => Err(e),
         }
     }
+}
+
+/// What [`KernelMaps::fill`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fill {
+    Filled,
+    /// No heartbeat for [`HEARTBEAT_STALE_NS`], or the state unreadable.
+    Stopped,
+    /// The job's entry is gone (the collector restarted with new maps, or swept it).
+    Lost,
 }
 
 /// How long without a heartbeat before the collector counts as stopped (it beats every second).
@@ -404,27 +429,13 @@ impl JobView {
         if self.dead {
             return None;
         }
-        let st = match self.maps.state() {
-            Ok(s) => s,
-            Err(_) => {
-                self.dead = true;
-                return Some(ViewNote::Stopped);
-            }
+        let note = match self.maps.fill(self.key, r) {
+            Fill::Filled => return None,
+            Fill::Stopped => ViewNote::Stopped,
+            Fill::Lost => ViewNote::Lost,
         };
-        if !alive(&st, monotonic_ns()) {
-            self.dead = true;
-            return Some(ViewNote::Stopped);
-        }
-        match self.maps.read(self.key) {
-            Ok(Some(c)) => {
-                r.set_kernel(&c, st.flags);
-                None
-            }
-            Ok(None) | Err(_) => {
-                self.dead = true;
-                Some(ViewNote::Lost)
-            }
-        }
+        self.dead = true;
+        Some(note)
     }
 
     /// The job's end on this node: its entry is removed.
