@@ -26,8 +26,11 @@ SUITE=trixie
 # scripts use python3 as on the host (slurm-conf/install-deps.sh installs it there);
 # exim4-daemon-light: /usr/sbin/sendmail for `mail.transport = "sendmail"`, which the Epilog runs
 # inside the rootfs (slurmd does), configured "local delivery only" like the host's
-# (slurm-conf/install-deps.sh), delivering into the /var/mail the cluster shares with the host.
-PACKAGES=slurmctld,slurmd,slurm-client,libslurm-dev,munge,procps,python3,exim4-daemon-light
+# (slurm-conf/install-deps.sh), delivering into the /var/mail the cluster shares with the host;
+# libelf1t64: the jobscope package's jobscope-kernel links libelf (its Depends says libelf1, which
+# trixie's libelf1t64 provides). A site's apt fetches it; apt inside this rootfs has no archive to
+# fetch from, so it is here from the start, as a Debian 13 system with iproute2 already has it.
+PACKAGES=slurmctld,slurmd,slurm-client,libslurm-dev,munge,procps,python3,exim4-daemon-light,libelf1t64
 
 log() { echo "trixie-rootfs: $*"; }
 die() { echo "trixie-rootfs: ERROR: $*" >&2; exit 1; }
