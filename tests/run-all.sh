@@ -36,6 +36,11 @@ done
 
 [ "$(id -u)" = 0 ] || { echo "run-all: must run as root (it installs packages, starts SLURM, submits jobs via runuser)" >&2; exit 1; }
 exec </dev/null
+# Everything also goes to a log: CI keeps only the end of a run's output, so when a phase fails
+# the summary repeats the log's lines that say what failed (summary below).
+RUN_LOG=${JOBSCOPE_RUN_LOG:-/var/tmp/jobscope-run-all.log}
+{ : >"$RUN_LOG"; } 2>/dev/null || RUN_LOG=$(mktemp)
+exec > >(tee "$RUN_LOG") 2>&1
 export CARGO_TERM_COLOR=${CARGO_TERM_COLOR:-never} DEBIAN_FRONTEND=noninteractive
 # Test failures are anyhow errors with a message: no multi-page backtraces in the log.
 export RUST_LIB_BACKTRACE=0
@@ -67,6 +72,11 @@ end_phase() {
   return "$rc"
 }
 summary() {
+  if [ "$FAILED" != 0 ] && [ -s "$RUN_LOG" ]; then
+    printf '\n=== what failed: the lines of %s that name a failure (the last 60)\n' "$RUN_LOG"
+    grep -aE '^ *(FAIL|SIGSEGV|SIGABRT|TIMEOUT) |phase FAILED|panicked at|ERROR|^Error:|unmet dependencies|^E: |^test .* FAILED' \
+      "$RUN_LOG" | tail -n 60
+  fi
   printf '\n=== summary (%ss total)\n' "$(( $(date +%s) - T_START ))"
   local r; for r in "${RESULTS[@]}"; do echo "  $r"; done
   if [ "$FAILED" = 0 ]; then echo "=== ALL PASSED"; else echo "=== FAILED"; fi
