@@ -18,6 +18,8 @@ fn main() {
             bpf_dir.clone().into_os_string(),
             // warnings in our own C are errors: the object is part of the contract
             "-Wall".into(),
+            // v3: atomic exchange and fetch-and-add (kernel 5.12+; task storage needs 5.11)
+            "-mcpu=v3".into(),
             "-Werror".into(),
         ])
         .build_and_generate(&out)

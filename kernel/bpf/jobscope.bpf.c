@@ -15,6 +15,7 @@
  * with another update on the same CPU. fentry programs run with migration disabled but are
  * preemptible: another task of the same job may run on this CPU in the middle of a
  * read-modify-write, so they add atomically (a lock-prefixed add on a CPU-local cache line).
+ * The task iterator (js_catch_up) is preemptible too and adds atomically for the same reason.
  *
  * The license must be GPL: bpf_task_storage_get and tp_btf/fentry attachment are GPL-only.
  */
@@ -41,6 +42,10 @@ const volatile long nr_read = -1, nr_pread64 = -1, nr_write = -1, nr_pwrite64 = 
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	/* Not preallocated: an entry is one js_counters per possible CPU, and 4096 of them on a
+	 * 256-CPU node would be 160 MB charged to the collector whether or not jobs run. Only user
+	 * space adds entries, so no program ever allocates. */
+	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__uint(max_entries, 4096); /* the collector sets --max-jobs before load */
 	__type(key, __u64);
 	__type(value, struct js_counters);
@@ -91,27 +96,31 @@ static __always_inline struct js_counters *job_of(struct js_task *t)
 	return c;
 }
 
+/* Moves *seen to now atomically and returns how far it moved. js_catch_up and js_exit may
+ * account the same task at once (an iteration meeting a task in do_exit on another CPU): with
+ * an exchange, whatever the order, the deltas added sum to the last value minus the first
+ * (modulo 2^64: a racer that read an older value adds a "negative" delta that the other's
+ * larger one has already covered), so nothing is counted twice or lost. */
+static __always_inline __u64 advance(__u64 *seen, __u64 now)
+{
+	return now - __sync_lock_test_and_set(seen, now);
+}
+
 /* Adds what the kernel counted for task p since the last call (the baselines in t) to p's job:
- * the sums over a job's tasks then equal the kernel's own per-task counters. */
+ * the sums over a job's tasks then equal the kernel's own per-task counters. Atomic adds:
+ * js_catch_up runs preemptible (migration disabled), so a tracepoint program of the same job
+ * may run on this CPU in the middle of its read-modify-write. */
 static __always_inline void account(struct js_task *t, struct task_struct *p)
 {
 	struct js_counters *c = job_of(t);
-	__u64 nvcsw, nivcsw, run, delay;
 
 	if (!c)
 		return;
-	nvcsw = p->nvcsw;
-	nivcsw = p->nivcsw;
-	run = p->se.sum_exec_runtime;
-	delay = p->sched_info.run_delay;
-	c->ctx_voluntary += nvcsw - t->seen_nvcsw;
-	c->ctx_involuntary += nivcsw - t->seen_nivcsw;
-	c->run_ns += run - t->seen_run_ns;
-	c->runq_wait_ns += delay - t->seen_run_delay_ns;
-	t->seen_nvcsw = nvcsw;
-	t->seen_nivcsw = nivcsw;
-	t->seen_run_ns = run;
-	t->seen_run_delay_ns = delay;
+	__sync_fetch_and_add(&c->ctx_voluntary, advance(&t->seen_nvcsw, p->nvcsw));
+	__sync_fetch_and_add(&c->ctx_involuntary, advance(&t->seen_nivcsw, p->nivcsw));
+	__sync_fetch_and_add(&c->run_ns, advance(&t->seen_run_ns, p->se.sum_exec_runtime));
+	__sync_fetch_and_add(&c->runq_wait_ns,
+			     advance(&t->seen_run_delay_ns, p->sched_info.run_delay));
 }
 
 SEC("tp_btf/sched_process_fork")
@@ -128,16 +137,24 @@ int BPF_PROG(js_fork, struct task_struct *parent, struct task_struct *child)
 	return 0;
 }
 
-SEC("tp_btf/sched_switch")
-int BPF_PROG(js_switch, bool preempt, struct task_struct *prev, struct task_struct *next,
-	     unsigned int prev_state)
+/* The scheduler's counters are not followed switch by switch: a program on sched_switch
+ * costs every context switch on the node (+7 % CPU on a pipe ping-pong, docs/kernel.md).
+ * The kernel keeps them per task anyway, so they are collected instead
+ *   - by this iterator, which the collector runs once a second over every task on the node
+ *     (only tagged tasks do more than one lookup): a job's figures are at most 1 s old;
+ *   - at each task's exit (js_exit), so that nothing a task did is lost when it goes, and a
+ *     job's totals after its last task has exited are exact. */
+SEC("iter/task")
+int js_catch_up(struct bpf_iter__task *ctx)
 {
-	struct js_task *t = bpf_task_storage_get(&tasks, prev, 0, 0);
-	if (!t)
+	struct task_struct *p = ctx->task;
+	struct js_task *t;
+
+	if (!p)
 		return 0;
-	/* __schedule has already counted this switch in prev's nvcsw/nivcsw and updated its
-	 * sum_exec_runtime; prev's run_delay is current as of its last arrival on a CPU. */
-	account(t, prev);
+	t = bpf_task_storage_get(&tasks, p, 0, 0);
+	if (t)
+		account(t, p);
 	return 0;
 }
 
@@ -147,8 +164,7 @@ int BPF_PROG(js_exit, struct task_struct *p)
 	struct js_task *t = bpf_task_storage_get(&tasks, p, 0, 0);
 	if (!t)
 		return 0;
-	/* The storage lives until the task is freed, so the dead task's last switch-out is still
-	 * accounted by js_switch; this catches everything up to now in case it is not. */
+	/* everything up to now; only the dead task's own final switch-out comes after this */
 	account(t, p);
 	return 0;
 }

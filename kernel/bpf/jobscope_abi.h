@@ -55,7 +55,8 @@ struct js_counters {
 };
 
 /* Per task (thread): the job it belongs to and the baselines of the kernel's own per-task
- * counters already added to the job (deltas are added at each switch-out and at exit). */
+ * counters already added to the job (deltas are added by the collector's once-a-second task
+ * iterator and at exit; exchanged atomically, see jobscope.bpf.c). */
 struct js_task {
 	__u64 job_key;
 	__u64 seen_nvcsw;

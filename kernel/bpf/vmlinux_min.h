@@ -62,6 +62,20 @@ struct task_struct {
 	struct sched_info sched_info;
 };
 
+struct bpf_iter_meta {
+	void *seq;
+};
+
+/* the context of an iter/task program (kernel/bpf/task_iter.c) */
+struct bpf_iter__task {
+	union {
+		struct bpf_iter_meta *meta;
+	};
+	union {
+		struct task_struct *task;
+	};
+};
+
 struct sock_common {
 	unsigned short skc_family;
 };

@@ -84,6 +84,8 @@ pub struct Collector {
     skel: JobscopeSkel<'static>,
     /// Links of every program but sys_enter (dropping a link detaches its program).
     links: Vec<Link>,
+    /// The task iterator's link ([`Collector::catch_up`]).
+    catch_up: Option<Link>,
     sys_enter: Option<Link>,
     sys_enter_kind: SysEnter,
     pin_dir: PathBuf,
@@ -159,6 +161,7 @@ impl Collector {
         let mut c = Collector {
             skel,
             links: Vec::new(),
+            catch_up: None,
             sys_enter: None,
             sys_enter_kind: SysEnter::None,
             pin_dir: opts.pin_dir.clone(),
@@ -228,7 +231,6 @@ impl Collector {
         let p = &self.skel.progs;
         for (name, prog) in [
             ("sched_process_fork", &p.js_fork),
-            ("sched_switch", &p.js_switch),
             ("sched_process_exit", &p.js_exit),
             ("sock_send_length", &p.js_sock_send),
             ("sock_recv_length", &p.js_sock_recv),
@@ -255,7 +257,27 @@ impl Collector {
             self.links.push(link);
         }
         self.small_io_attached = !small_io.is_empty();
+        // an iterator link runs nothing by itself: catch_up runs it
+        self.catch_up = Some(
+            p.js_catch_up
+                .attach()
+                .context("attaching the task iterator")?,
+        );
         self.store_flags();
+        Ok(())
+    }
+
+    /// Brings every job's scheduler counters (context switches, run time, time waiting for a
+    /// CPU) up to now: one pass of the task iterator over the node's tasks (js_catch_up in
+    /// bpf/jobscope.bpf.c says why these are not counted at each context switch). The
+    /// collector runs it once a second, before the heartbeat.
+    pub fn catch_up(&self) -> Result<()> {
+        let Some(link) = &self.catch_up else {
+            return Ok(());
+        };
+        let mut it = libbpf_rs::Iter::new(link).context("starting the task iterator")?;
+        // the program prints nothing: the read returns at the end of the pass
+        std::io::copy(&mut it, &mut std::io::sink()).context("running the task iterator")?;
         Ok(())
     }
 
@@ -280,6 +302,7 @@ impl Collector {
     /// Detaches what [`Collector::attach_main`] attached (the benchmark's "off").
     pub fn detach_main(&mut self) {
         self.links.clear();
+        self.catch_up = None;
     }
 
     /// Puts `kind` on the sys_enter tracepoint (replacing what was there) and says so in

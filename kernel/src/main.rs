@@ -115,10 +115,18 @@ fn run(opts: &Options, spool_dir: &Path, optional: bool) -> ExitCode {
     );
     let mut sweeper = Sweeper::new(spool_dir);
     let mut last_sweep = Instant::now();
+    let mut catch_up_failed = false;
     loop {
         if let Some(sig) = wait_signal(&signals, Duration::from_secs(1)) {
             eprintln!("jobscope-kernel: signal {sig}, unpinning and exiting");
             break;
+        }
+        // counters first, then the heartbeat: a fresh heartbeat means figures under 1 s old
+        if let Err(e) = collector.catch_up() {
+            if !catch_up_failed {
+                eprintln!("jobscope-kernel: {e:#} (scheduler figures only at task exit)");
+                catch_up_failed = true;
+            }
         }
         collector.beat();
         if last_sweep.elapsed() >= SWEEP_EVERY {
