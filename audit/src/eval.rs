@@ -93,7 +93,10 @@ const USAGE_INPUTS: &[&str] = &[
     "gpu_hours_used",
     "gpu_hours_wasted",
     "gpu_energy_kwh",
+    "cpu_wait_hours",
 ];
+/// How many sums a usage group keeps: one per [`USAGE_INPUTS`].
+const N_INPUTS: usize = USAGE_INPUTS.len();
 
 /// Typed access to one batch's columns by name.
 struct View<'a> {
@@ -398,8 +401,8 @@ pub struct Usage {
     /// value, and Σ used, Σ alloc of the three weighted efficiencies.
     codes: Vec<[u64; MAX_KEYS]>,
     jobs: Vec<i64>,
-    sums: Vec<[f64; 10]>,
-    has: Vec<[bool; 10]>,
+    sums: Vec<[f64; N_INPUTS]>,
+    has: Vec<[bool; N_INPUTS]>,
     eff: Vec<[(f64, f64); 3]>,
 }
 
@@ -443,8 +446,8 @@ impl Usage {
         self.groups.insert(codes, g);
         self.codes.push(codes);
         self.jobs.push(0);
-        self.sums.push([0.0; 10]);
-        self.has.push([false; 10]);
+        self.sums.push([0.0; N_INPUTS]);
+        self.has.push([false; N_INPUTS]);
         self.eff.push([(0.0, 0.0); 3]);
         g
     }
@@ -672,7 +675,7 @@ impl Usage {
             }
             let g = self.group(c) as usize;
             self.jobs[g] += o.jobs[og];
-            for i in 0..10 {
+            for i in 0..N_INPUTS {
                 if o.has[og][i] {
                     self.sums[g][i] += o.sums[og][i];
                     self.has[g][i] = true;
@@ -716,6 +719,7 @@ impl Usage {
             f(8),
             eff(2),
             f(9),
+            f(10),
         ]
     }
 

@@ -48,21 +48,21 @@ pub fn render(usage: &Table, hist: &Histograms, user_label: bool) -> Result<Stri
     };
     let k = names.len();
     let mut out = String::new();
-    let counters: [(&str, &str, &str); 9] = [
+    let counters: [(&str, &str, &str); 10] = [
         ("jobs", "jobscope_jobs", "Jobs archived."),
         (
             "core_hours_alloc",
-            "jobscope_sampler_hours_allocated",
+            "jobscope_core_hours_allocated",
             "Core-hours allocated.",
         ),
         (
             "core_hours_used",
-            "jobscope_sampler_hours_used",
+            "jobscope_core_hours_used",
             "Core-hours of CPU time used.",
         ),
         (
             "core_hours_wasted",
-            "jobscope_sampler_hours_wasted",
+            "jobscope_core_hours_wasted",
             "Core-hours allocated but not used.",
         ),
         (
@@ -89,6 +89,11 @@ pub fn render(usage: &Table, hist: &Histograms, user_label: bool) -> Result<Stri
             "gpu_energy_kwh",
             "jobscope_gpu_energy_kwh",
             "GPU energy, kWh.",
+        ),
+        (
+            "cpu_wait_hours",
+            "jobscope_cpu_wait_hours",
+            "Hours the jobs' tasks were runnable but waiting for a CPU (the kernel view).",
         ),
     ];
     for (col, metric, help) in counters {
@@ -155,7 +160,7 @@ mod tests {
             "{s}"
         );
         assert!(s.contains(
-            "jobscope_sampler_hours_allocated_total{cluster=\"c1\",partition=\"gp\\\"u\"} 1.5\n"
+            "jobscope_core_hours_allocated_total{cluster=\"c1\",partition=\"gp\\\"u\"} 1.5\n"
         ));
         assert!(s.contains("jobscope_job_cpu_efficiency_pct_bucket{cluster=\"c1\",partition=\"gp\\\"u\",le=\"25\"} 1\n"), "{s}");
         assert!(s.contains("_count{cluster=\"c1\",partition=\"gp\\\"u\"} 3\n"));

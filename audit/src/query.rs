@@ -309,6 +309,8 @@ pub const USAGE_COLUMNS: &[(&str, ColType)] = &[
     ("gpu_hours_wasted", ColType::Float),
     ("gpu_eff_pct", ColType::Float),
     ("gpu_energy_kwh", ColType::Float),
+    // the kernel view: time the jobs' tasks were runnable but waiting for a CPU
+    ("cpu_wait_hours", ColType::Float),
 ];
 
 /// A job's line in the job reports: the row's own values under the same names

@@ -153,6 +153,26 @@ row_table! {
         flag_idle: bool,
         flag_stalled: bool,
         flag_gpu_finding: bool,
+        // The kernel view (docs/kernel.md): `None` where the node had no collector, or for what
+        // it did not count (system calls without `--syscalls`).
+        /// Time the job's tasks were runnable but waiting for a CPU, summed over tasks and
+        /// nodes, in hours (like the resource-hours: the usage report sums it).
+        cpu_wait_hours: Option<f64>,
+        /// That wait as a share of the tasks' runnable time (the analysis' figure).
+        cpu_wait_pct: Option<f64>,
+        ctx_switches_involuntary: Option<u64>,
+        syscalls: Option<u64>,
+        /// Synchronisation calls (futex…) as a share of all system calls (the analysis' figure).
+        lock_share_pct: Option<f64>,
+        /// Reads and writes of under 4 KiB.
+        small_io_calls: Option<u64>,
+        net_sent_bytes: Option<u64>,
+        net_received_bytes: Option<u64>,
+        block_read_bytes: Option<u64>,
+        block_write_bytes: Option<u64>,
+        flag_cpu_wait: bool,
+        flag_lock_contention: bool,
+        flag_small_io: bool,
         /// Some data is missing: figures are lower bounds.
         partial: bool,
         samples: u64,
@@ -195,6 +215,7 @@ impl JobRow {
         node_list.dedup();
 
         let a = s.analysis.as_ref();
+        let k = s.kernel.as_ref();
         let has = |f: &dyn Fn(&FindingKind) -> bool| {
             a.is_some_and(|a| a.anomalies.iter().any(|x| f(&x.what)))
         };
@@ -273,6 +294,22 @@ impl JobRow {
             }),
             flag_stalled: has(&|f| matches!(f, FindingKind::Stalled { .. })),
             flag_gpu_finding: has(&|f| matches!(f, FindingKind::Gpu { .. })),
+            cpu_wait_hours: k.and_then(|k| k.cpu_wait_s).map(|s| s / 3600.0),
+            cpu_wait_pct: a.and_then(|a| a.classification.evidence.cpu_wait_pct),
+            ctx_switches_involuntary: k.and_then(|k| k.ctx_switches_involuntary),
+            syscalls: k.and_then(|k| k.syscalls.as_ref()).map(|c| c.total()),
+            lock_share_pct: a.and_then(|a| a.classification.evidence.lock_share_pct),
+            small_io_calls: k.and_then(|k| match (k.small_reads, k.small_writes) {
+                (None, None) => None,
+                (r, w) => Some(r.unwrap_or(0).saturating_add(w.unwrap_or(0))),
+            }),
+            net_sent_bytes: k.and_then(|k| k.net_sent_bytes),
+            net_received_bytes: k.and_then(|k| k.net_received_bytes),
+            block_read_bytes: k.and_then(|k| k.block_read_bytes),
+            block_write_bytes: k.and_then(|k| k.block_write_bytes),
+            flag_cpu_wait: has(&|f| matches!(f, FindingKind::CpuWait { .. })),
+            flag_lock_contention: has(&|f| matches!(f, FindingKind::LockContention { .. })),
+            flag_small_io: has(&|f| matches!(f, FindingKind::SmallIo { .. })),
             partial: s.partial,
             samples: s.samples,
         }
@@ -446,6 +483,60 @@ mod tests {
                 assert!(line.starts_with(&want), "{case}: {line:?} vs {want:?}");
             }
         }
+    }
+
+    /// The kernel view's columns are the archived figures, unit-converted where the name says
+    /// so (`cpu_wait_hours`), and null, never 0, for a job whose node had no collector.
+    #[test]
+    fn the_kernel_views_columns_come_from_the_archived_figures_and_are_null_without_them() {
+        use jobscope_sampler::summary::{KernelTotals, SyscallCounts};
+        let (facts, node) = recorded_serial();
+        let plain = analysed(&facts, vec![node.clone()], &["vm".into()]);
+        let row = JobRow::of(&plain);
+        assert_eq!(
+            (
+                row.cpu_wait_hours,
+                row.syscalls,
+                row.net_sent_bytes,
+                row.small_io_calls
+            ),
+            (None, None, None, None)
+        );
+        assert!(!row.flag_cpu_wait && !row.flag_lock_contention && !row.flag_small_io);
+
+        let mut node = node;
+        node.kernel = Some(KernelTotals {
+            // 1.5 h waiting against 0.5 h running: 75 % of the runnable time
+            run_s: Some(1800.0),
+            cpu_wait_s: Some(5400.0),
+            ctx_switches_involuntary: Some(12_345),
+            syscalls: Some(SyscallCounts {
+                sync: 620_000,
+                file: 380_000,
+                ..Default::default()
+            }),
+            small_reads: Some(2_000_000),
+            small_writes: None,
+            net_sent_bytes: Some(7 << 30),
+            block_write_bytes: Some(1 << 20),
+            ..Default::default()
+        });
+        let s = analysed(&facts, vec![node], &["vm".into()]);
+        let row = JobRow::of(&s);
+        assert_eq!(row.cpu_wait_hours, Some(1.5));
+        assert_eq!(row.cpu_wait_pct, Some(75.0));
+        assert_eq!(row.ctx_switches_involuntary, Some(12_345));
+        assert_eq!(row.syscalls, Some(1_000_000));
+        assert!(row.lock_share_pct.is_some_and(|p| (p - 62.0).abs() < 1e-9));
+        assert_eq!(row.small_io_calls, Some(2_000_000));
+        assert_eq!(row.net_sent_bytes, Some(7 << 30));
+        assert_eq!((row.net_received_bytes, row.block_read_bytes), (None, None));
+        assert_eq!(row.block_write_bytes, Some(1 << 20));
+        assert!(row.flag_cpu_wait, "75 % waiting is over the 25 % default");
+        assert!(
+            row.flag_small_io,
+            "2 M small reads are over the 1 M default"
+        );
     }
 
     /// A node whose memory peak was not measured (the recorded serial job with its peak taken

@@ -859,3 +859,73 @@ fn the_postgres_settings_are_checked_before_anything_connects() {
         "a symlink is not followed"
     );
 }
+
+/// A database made by an older jobscope (schema version 1: no kernel-view columns) is brought
+/// up to date by the next connection's `ensure`: the missing columns are added on the parent
+/// table (so every month partition has them), the rows already there keep their values with
+/// nulls in the new columns, and a sync then fills them for a changed record.
+#[test]
+#[ignore = "needs root and a real PostgreSQL: tests/run-all.sh runs it"]
+fn a_version_1_schema_gets_the_new_columns_and_keeps_its_rows() {
+    main_server();
+    let cfg = fresh_db(MAIN_DIR, MAIN_PORT, "jobscope_t_upgrade");
+    let (_d, store) = temp_store();
+    let mut rng = Rng(7);
+    archive_jobs(&store, &mut rng, 0..20);
+    let mut c = pg::connect(&cfg).unwrap();
+    let rep = sink::sync(&mut c, &store, "test", &Thresholds::default()).unwrap();
+    assert_eq!(rep.pushed.inserted, 20);
+    // back to what version 1 had
+    let added = [
+        "cpu_wait_hours",
+        "cpu_wait_pct",
+        "syscalls",
+        "net_sent_bytes",
+        "flag_small_io",
+    ];
+    for col in added {
+        c.batch_execute(&format!("ALTER TABLE jobscope.jobs DROP COLUMN {col}"))
+            .unwrap();
+    }
+    c.batch_execute("UPDATE jobscope.meta SET v = 1 WHERE k = 'schema_version'")
+        .unwrap();
+    drop(c);
+
+    let mut c = pg::connect(&cfg).unwrap();
+    schema::ensure(&mut c).unwrap();
+    assert_eq!(
+        count(
+            &mut c,
+            "SELECT v FROM jobscope.meta WHERE k = 'schema_version'"
+        ),
+        schema::SCHEMA_VERSION
+    );
+    for col in added {
+        // on the parent and on a month partition alike
+        let tables = count(
+            &mut c,
+            &format!(
+                "SELECT count(DISTINCT table_name) FROM information_schema.columns
+                 WHERE table_schema = 'jobscope' AND column_name = '{col}'
+                   AND (table_name = 'jobs' OR table_name LIKE 'jobs\\_%')"
+            ),
+        );
+        assert!(
+            tables >= 2,
+            "{col} is on the table and its partitions ({tables})"
+        );
+    }
+    assert_eq!(count(&mut c, "SELECT count(*) FROM jobscope.jobs"), 20);
+    assert_eq!(
+        count(
+            &mut c,
+            "SELECT count(*) FROM jobscope.jobs WHERE cpu_wait_hours IS NOT NULL"
+        ),
+        0,
+        "the old rows have no kernel view"
+    );
+    // a second ensure changes nothing and a sync pushes nothing again
+    schema::ensure(&mut c).unwrap();
+    let rep = sink::sync(&mut c, &store, "test", &Thresholds::default()).unwrap();
+    assert_eq!(rep.pushed.inserted, 0);
+}

@@ -55,7 +55,9 @@ use std::path::{Path, PathBuf};
 
 pub const STATE: &str = "state.json";
 pub const LOCK: &str = ".index.lock";
-const STATE_VERSION: u32 = 1;
+/// Bumped when the parts' columns change (2: the kernel view's columns): an index of another
+/// version is rebuilt whole by the next update, which says why.
+const STATE_VERSION: u32 = 2;
 /// Rows per Parquet row group: row groups are what a time window prunes by their statistics.
 const ROW_GROUP_ROWS: usize = 64 * 1024;
 /// A state file larger than this is damaged.
@@ -270,6 +272,7 @@ pub(crate) const FAST_COLUMNS: &[&str] = &[
     "gpu_hours_alloc",
     "gpu_hours_wasted",
     "gpu_energy_kwh",
+    "cpu_wait_hours",
 ];
 
 /// A part of fewer rows than this is all SNAPPY: GZIP saves nothing worth having on a few rows, and

@@ -153,7 +153,13 @@ fn summary(s: &Spec) -> JobSummary {
         },
         io: IoTotals::default(),
         pressure: None,
-        kernel: None,
+        // the kernel view on two jobs in three (the others ran without a collector)
+        kernel: (!s.id.is_multiple_of(3)).then(|| KernelTotals {
+            run_s: Some(s.cpu_s),
+            cpu_wait_s: Some(60.0 * f64::from(s.id)),
+            net_sent_bytes: Some(u64::from(s.id) << 20),
+            ..Default::default()
+        }),
         script_sha256: None,
         efficiency: Efficiency {
             cpu_pct: Some(100.0 * s.cpu_s / (f64::from(s.cores) * s.elapsed_s)),
@@ -256,9 +262,11 @@ fn f(v: &J, path: &[&str]) -> Option<f64> {
     x.as_f64()
 }
 
-/// Σ per user from the JSON documents: (jobs, core-h alloc, core-h used, mem GB-h alloc, GPU-h alloc).
-fn expected_by_user(docs: &[J]) -> BTreeMap<String, (i64, f64, f64, f64, f64)> {
-    let mut m: BTreeMap<String, (i64, f64, f64, f64, f64)> = BTreeMap::new();
+/// Σ per user from the JSON documents: (jobs, core-h alloc, core-h used, mem GB-h alloc, GPU-h
+/// alloc, hours waiting for a CPU (`None` where no job of the user had the kernel view)).
+type Expected = (i64, f64, f64, f64, f64, Option<f64>);
+fn expected_by_user(docs: &[J]) -> BTreeMap<String, Expected> {
+    let mut m: BTreeMap<String, Expected> = BTreeMap::new();
     for d in docs {
         let h = f(d, &["elapsed_s"]).unwrap() / 3600.0;
         let e = m
@@ -278,6 +286,9 @@ fn expected_by_user(docs: &[J]) -> BTreeMap<String, (i64, f64, f64, f64, f64)> {
             .map(|g| g["gpu_hours_allocated"].as_f64().unwrap())
             .sum();
         e.4 += gpus;
+        if let Some(w) = f(d, &["kernel", "cpu_wait_s"]) {
+            e.5 = Some(e.5.unwrap_or(0.0) + w / 3600.0);
+        }
     }
     m
 }
@@ -314,6 +325,10 @@ fn usage_by_user_equals_the_sums_over_the_archived_json() {
         assert!(close(num(&row[c("mem_gb_hours_alloc")]), w.3), "{user}");
         let eff = num(&row[c("cpu_eff_pct")]);
         assert!(close(eff, 100.0 * w.2 / w.1), "{user}: {eff}");
+        match w.5 {
+            Some(h) => assert!(close(num(&row[c("cpu_wait_hours")]), h), "{user}: {row:?}"),
+            None => assert_eq!(row[c("cpu_wait_hours")], Value::Null, "{user}"),
+        }
         if w.4 > 0.0 {
             assert!(close(num(&row[c("gpu_hours_alloc")]), w.4), "{user}");
         } else {
@@ -380,6 +395,7 @@ fn naive_usage(
                     eff(|r| r.gpu_hours_used, |r| r.gpu_hours_alloc),
                 ),
                 ("gpu_energy_kwh", sum(|r| r.gpu_energy_kwh)),
+                ("cpu_wait_hours", sum(|r| r.cpu_wait_hours)),
             ]);
             (k, m)
         })
@@ -862,10 +878,24 @@ fn after_an_update_the_epilog_gets_peers_and_history_and_metrics_count_the_archi
         .sum();
     let line = prom
         .lines()
-        .find(|l| l.starts_with("jobscope_sampler_hours_allocated_total{"))
+        .find(|l| l.starts_with("jobscope_core_hours_allocated_total{"))
         .unwrap();
     let got: f64 = line.rsplit(' ').next().unwrap().parse().unwrap();
     assert!(close(got, want), "{line} vs {want}");
+    // the kernel view's aggregate: the archived jobs' waits for a CPU, in hours
+    let want_wait: f64 = fx
+        .json_docs()
+        .iter()
+        .filter_map(|d| f(d, &["kernel", "cpu_wait_s"]))
+        .sum::<f64>()
+        / 3600.0;
+    assert!(want_wait > 0.0, "the fixture has jobs with the kernel view");
+    let line = prom
+        .lines()
+        .find(|l| l.starts_with("jobscope_cpu_wait_hours_total{"))
+        .unwrap_or_else(|| panic!("no cpu wait counter in {prom}"));
+    let got: f64 = line.rsplit(' ').next().unwrap().parse().unwrap();
+    assert!(close(got, want_wait), "{line} vs {want_wait}");
     assert!(!prom.contains("job_id") && !prom.contains("user="));
 }
 

@@ -172,6 +172,7 @@ fn usage_sql(q: &Query, s: &mut Sql, spans: Option<(i64, i64)>) -> Result<String
         sum("gpu_hours_wasted"),
         eff("gpu_hours_used", "gpu_hours_alloc"),
         sum("gpu_energy_kwh"),
+        sum("cpu_wait_hours"),
     ]);
     let knames: Vec<String> = (0..keys.len()).map(|i| format!("k{i}")).collect();
     let group = if keys.is_empty() {

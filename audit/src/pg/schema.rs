@@ -19,7 +19,7 @@ use anyhow::{Context, Result};
 use postgres::Client;
 
 /// Bump when the DDL below changes; `ensure` re-applies it when the database has an older one.
-pub const SCHEMA_VERSION: i64 = 1;
+pub const SCHEMA_VERSION: i64 = 2;
 
 /// The SQL type of an audit column.
 pub fn sql_type(t: crate::ColType) -> &'static str {
@@ -38,19 +38,37 @@ pub fn ident(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))
 }
 
+/// The columns that are NOT NULL (the run's key and what every row has since version 1).
+fn not_null(name: &str) -> bool {
+    matches!(
+        name,
+        "job_id" | "node_count" | "node_list" | "start_unix_ms" | "end_unix_ms"
+    )
+}
+
 fn ddl() -> String {
     let cols: Vec<String> = crate::COLUMNS
         .iter()
         .map(|(n, t)| {
-            let not_null = matches!(
-                *n,
-                "job_id" | "node_count" | "node_list" | "start_unix_ms" | "end_unix_ms"
-            );
             format!(
                 "    {} {}{}",
                 ident(n),
                 sql_type(*t),
-                if not_null { " NOT NULL" } else { "" }
+                if not_null(n) { " NOT NULL" } else { "" }
+            )
+        })
+        .collect();
+    // An older schema's table gets the columns added since (nullable: its rows have none of
+    // them; a row pushed again with a changed summary gets them filled). On the parent table,
+    // so every month partition has them.
+    let added: Vec<String> = crate::COLUMNS
+        .iter()
+        .filter(|(n, _)| !not_null(n))
+        .map(|(n, t)| {
+            format!(
+                "ALTER TABLE jobscope.jobs ADD COLUMN IF NOT EXISTS {} {};",
+                ident(n),
+                sql_type(*t)
             )
         })
         .collect();
@@ -68,6 +86,7 @@ CREATE TABLE IF NOT EXISTS jobscope.jobs (
     revision integer NOT NULL DEFAULT 1,
     PRIMARY KEY (key_cluster, job_id, key_start_s)
 ) PARTITION BY RANGE (key_start_s);
+{added}
 CREATE INDEX IF NOT EXISTS jobs_end_idx ON jobscope.jobs (end_unix_ms);
 CREATE INDEX IF NOT EXISTS jobs_uid_idx ON jobscope.jobs (uid, end_unix_ms);
 CREATE TABLE IF NOT EXISTS jobscope.meta (k text PRIMARY KEY, v bigint NOT NULL);
@@ -102,13 +121,22 @@ BEGIN
 END
 $fn$;
 
+-- Roles belong to the server, not to this database, and the advisory lock above serialises
+-- only this database's schema: two databases set up at once may both find a role missing, so
+-- the second CREATE ROLE's "already exists" is not an error.
 DO $do$
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'jobscope_user') THEN
-        CREATE ROLE jobscope_user NOLOGIN;
+        BEGIN
+            CREATE ROLE jobscope_user NOLOGIN;
+        EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL;
+        END;
     END IF;
     IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'jobscope_auditor') THEN
-        CREATE ROLE jobscope_auditor NOLOGIN;
+        BEGIN
+            CREATE ROLE jobscope_auditor NOLOGIN;
+        EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL;
+        END;
     END IF;
 END
 $do$;
@@ -130,7 +158,8 @@ CREATE POLICY role_map_own ON jobscope.role_map FOR SELECT USING (
     role_name = current_user OR pg_has_role('jobscope_auditor', 'MEMBER')
 );
 "#,
-        cols = cols.join(",\n")
+        cols = cols.join(",\n"),
+        added = added.join("\n")
     )
 }
 
