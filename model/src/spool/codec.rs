@@ -554,6 +554,44 @@ mod tests {
             let _ = decode_bucket(&f);
         }
 
+        /// The kernel view's spool records (issue 21): `kernel_view` events with any message and
+        /// step readings carrying any kernel counters read back as written, and every torn or
+        /// corrupted prefix of such a file decodes without a panic.
+        #[test]
+        fn kernel_view_events_round_trip_and_damage_never_panics(
+            message in ".{0,300}",
+            // plausible values (validate.rs drops an event with a counter past MAX_VALUE, or
+            // outside the series' time span, as damage: the flipped byte below covers those)
+            fields in proptest::collection::vec(
+                proptest::option::of(0..=crate::spool::validate::MAX_VALUE),
+                Reading::FIELD_NAMES.len(),
+            ),
+            dt in 0..crate::spool::validate::MAX_SPAN_MS / 2,
+            cut in any::<proptest::sample::Index>(),
+            flip in any::<proptest::sample::Index>(),
+        ) {
+            let e = Event {
+                t_ms: header().start_unix_ms + dt,
+                kind: EventKind::KernelView,
+                step: Some("extern".into()),
+                job: None,
+                step_reading: Some(Reading::from_fields(&fields)),
+                exit_status: None,
+                message: Some(message),
+            };
+            let mut f = file_start(&header());
+            f.extend(event_frame(&e));
+            let back = decode_file(&f, Path::new("x")).expect("a whole file decodes");
+            prop_assert_eq!(back.events, vec![e]);
+            // a torn write: any prefix
+            let _ = decode_file(&f[..cut.index(f.len())], Path::new("x"));
+            // a flipped byte anywhere
+            let mut g = f.clone();
+            let i = flip.index(g.len());
+            g[i] ^= 0x5a;
+            let _ = decode_file(&g, Path::new("x"));
+        }
+
         #[test]
         fn bucket_round_trip(fields in proptest::collection::vec(proptest::option::of(any::<u64>()), Reading::FIELD_NAMES.len()),
                              t in 0u64..u64::MAX / 2, dt in 0u64..1_000_000, n in 1u32..1000,
