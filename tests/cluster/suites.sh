@@ -12,7 +12,10 @@
 #   VM_TRIXIE      24.11 on cgroup v2 (VM, SLURM's default controllers: I/O per process): CORE,
 #                  `jobscope run` in delegated scopes and in a process tree
 #   VM_SID         26.05 on cgroup v2 (VM, SLUID job directories, io.stat): CORE, a multi-step job
-#                  (`jobscope run` does not depend on the SLURM release: once, in VM_TRIXIE)
+#                  (`jobscope run` does not depend on the SLURM release: once, in VM_TRIXIE), the
+#                  kernel view (the packaged collector under systemd, with system-call counting
+#                  turned on by a drop-in as docs/kernel.md tells a site; its BPF programs on a
+#                  guest kernel that is not the host's; tasks in cgroup v2 job directories)
 #
 # Why not more: the VM runs under software emulation on CI's 2 cores, where a test takes 10-20 times
 # as long as on the host (README, "Supported configurations", has the measured times), and the whole
@@ -45,6 +48,9 @@ a_user_without_a_cgroup_is_followed_through_the_process_tree
 "
 VM_SID="$CORE
 per_step_breakdown_matches_each_steps_own_accounting
+kernel_view_counts_one_byte_reads_and_writes_exactly
+kernel_view_sees_four_busy_processes_wait_on_one_core
+kernel_view_counts_a_loopback_transfer_and_direct_io_exactly
 "
 
 # suite_filter LIST: a nextest filter expression naming exactly those tests, among the cluster tests

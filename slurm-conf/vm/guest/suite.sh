@@ -55,6 +55,16 @@ cmd_install() {
   install -d -m 0755 /etc/systemd/system/user@.service.d
   printf '[Service]\nEnvironment=XDG_RUNTIME_DIR=/run/user/%%i\n' >/etc/systemd/system/user@.service.d/jobscope-vm.conf
   systemctl daemon-reload
+  # The kernel collector: the package's service (enabled and started by its postinst), with
+  # system-call counting turned on the way docs/kernel.md tells a site to, by a drop-in; the
+  # kernel-view tests count system calls and small reads and writes.
+  install -d -m 0755 /etc/systemd/system/jobscope-kernel.service.d
+  printf '[Service]\nExecStart=\nExecStart=/usr/sbin/jobscope-kernel run --optional --syscalls\n' \
+    >/etc/systemd/system/jobscope-kernel.service.d/syscalls.conf
+  systemctl daemon-reload
+  systemctl restart jobscope-kernel.service || log "jobscope-kernel.service did not start: $(systemctl status jobscope-kernel.service 2>&1 | tail -n 5)"
+  for _ in $(seq 1 100); do [ -e /sys/fs/bpf/jobscope/state ] && break; sleep 0.2; done
+  log "kernel collector: $(/usr/sbin/jobscope-kernel status 2>&1 | tr -s ' \n' ' ')"
   install -D -m 0644 "$JOBSCOPE_VM_REPO/slurm-conf/jobscope.toml" /etc/jobscope/jobscope.toml
   printf 'optional /usr/local/lib/slurm/jobscope_spank.so\n' >/etc/slurm/plugstack.conf.d/jobscope.conf
   systemctl restart slurmd.service || die "slurmd did not restart"

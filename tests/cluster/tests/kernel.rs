@@ -2,8 +2,10 @@
 //! (slurm-conf/cluster.sh up starts it with system-call counting), the plugin tags each step's
 //! tasks, and the report's figures are checked against known work: N one-byte reads and writes,
 //! 4 busy processes on 1 allocated core, a loopback transfer of M bytes, K MiB of direct I/O.
-//! Only where the host cluster runs every test (tests/cluster/suites.sh): the collector is a
-//! host-wide BPF load, started by the host cluster's script.
+//! Where (tests/cluster/suites.sh): the host's 22.05 cluster on cgroup v1, whose script starts
+//! the collector (a host-wide BPF load), and the 26.05 VM on cgroup v2, where the packaged
+//! service runs it under systemd (slurm-conf/vm/guest/suite.sh turns on system-call counting
+//! with a drop-in). Not the 24.11 rootfs: it shares the host's kernel with the 22.05 cluster.
 
 use anyhow::{ensure, Context, Result};
 use jobscope_cluster_tests::jobscope::*;
@@ -14,12 +16,18 @@ use std::time::Duration;
 const T: Duration = Duration::from_secs(240);
 
 fn run(script: &str) -> Result<(u32, Value)> {
+    run_and(script, |_| Ok(()))
+}
+
+/// [`run`], calling `while_running(job id)` once the job is submitted, before waiting for its end.
+fn run_and(script: &str, while_running: impl FnOnce(u32) -> Result<()>) -> Result<(u32, Value)> {
     let _c = ClusterGuard::acquire()?;
     ensure!(
         std::path::Path::new("/sys/fs/bpf/jobscope/state").exists(),
         "no kernel collector on the test cluster (slurm-conf/cluster.sh up starts jobscope-kernel; see /var/log/jobscope/kernel.log)"
     );
     let id = submit("alice", &[], script)?;
+    while_running(id)?;
     let state = wait_job(id, T)?;
     ensure!(state == "COMPLETED", "job {id}: SLURM says {state}");
     let s = summary(id)?;
@@ -62,9 +70,31 @@ fn kernel_view_counts_one_byte_reads_and_writes_exactly() -> Result<()> {
 
 #[test]
 fn kernel_view_sees_four_busy_processes_wait_on_one_core() -> Result<()> {
-    let (id, s) = run(
+    // While the job runs, its owner's live view (`jobscope show`) has the waits already: the
+    // spinners have not exited, so these come from the collector's catch-up of running tasks.
+    let live = |id: u32| -> Result<()> {
+        let v = wait_for(
+            "alice's live view with a wait for a CPU",
+            Duration::from_secs(60),
+            || {
+                let out = run_as("alice", &format!("{JOBSCOPE} show {id} --json")).ok()?;
+                let v: Value = serde_json::from_str(&out.stdout).ok()?;
+                (v["state"] == "RUNNING" && v["kernel"]["cpu_wait_s"].as_f64()? > 1.0).then_some(v)
+            },
+        )?;
+        let out = run_as("alice", &format!("{JOBSCOPE} show {id}"))?;
+        ensure!(
+            out.stdout.contains("Kernel view"),
+            "job {id}: the live text has no kernel view:\n{}\n(JSON kernel: {})",
+            out.stdout,
+            v["kernel"]
+        );
+        Ok(())
+    };
+    let (id, s) = run_and(
         "#!/bin/bash\n#SBATCH --job-name=kwait --ntasks=1 --cpus-per-task=1 --mem=200M\n\
          for i in 1 2 3 4; do timeout 12 bash -c 'while :; do :; done' & done; wait\n",
+        live,
     )?;
     let run_s = f64_at(&s, "/kernel/run_s")?;
     let wait_s = f64_at(&s, "/kernel/cpu_wait_s")?;
