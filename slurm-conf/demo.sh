@@ -34,7 +34,8 @@ done
 command -v cargo >/dev/null 2>&1 || export PATH="${CARGO_HOME:-$HOME/.cargo}/bin:$PATH"
 unset SLURM_CONF
 
-step() { printf '\n==> %s\n' "$*"; }
+T_DEMO=$(date +%s)
+step() { printf '\n==> [%s s] %s\n' "$(( $(date +%s) - T_DEMO ))" "$*"; }
 SINK_PID=""
 MAIL_DIR=""
 stop_sink() {
@@ -53,12 +54,14 @@ cleanup() {
 trap cleanup EXIT
 
 if [ "$skip_deps" = 0 ]; then
-  step "installing dependencies (slurm-conf/install-deps.sh)"
-  bash "$HERE/install-deps.sh"
+  step "installing what the demo uses (slurm-conf/install-deps.sh --demo)"
+  bash "$HERE/install-deps.sh" --demo
 fi
 
-step "building (cargo build --release --workspace)"
-cargo build --release --workspace
+# What the cluster runs (the plugin, the CLI, the Epilog, the kernel collector), not the whole
+# workspace: the test crates and the packaging tool are the test command's.
+step "building (cargo build --release -p jobscope-plugin -p jobscope-cli -p jobscope-epilog -p jobscope-kernel)"
+cargo build --release -p jobscope-plugin -p jobscope-cli -p jobscope-epilog -p jobscope-kernel
 
 step "installing jobscope (slurm-conf/cluster.sh install)"
 bash "$HERE/cluster.sh" install
@@ -207,4 +210,5 @@ fi
 if [ "$down" = 0 ]; then
   step "the cluster is still up: try squeue, sinfo, jobscope ...; stop it with: slurm-conf/cluster.sh down"
 fi
+echo "demo: $(( $(date +%s) - T_DEMO )) s from start to end"
 exit "$rc"

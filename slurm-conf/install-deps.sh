@@ -10,6 +10,9 @@
 #
 #   slurm-conf/install-deps.sh           # skips apt-get when everything is already installed
 #   slurm-conf/install-deps.sh --force   # always apt-get update + install
+#   slurm-conf/install-deps.sh --demo    # only what slurm-conf/demo.sh uses (DEMO_PKGS below):
+#                                        # no lintian, cargo-deb, PostgreSQL, mmdebstrap, qemu,
+#                                        # pyarrow, MTA or chromium, which only the tests need
 #
 # Non-interactive, idempotent and quiet. Packages are installed with --no-install-recommends.
 # Daemons are NOT started or enabled by the packages (a temporary policy-rc.d blocks that on
@@ -25,6 +28,10 @@ PKGS=(slurmctld slurmd slurm-client munge libslurm-dev slurm-wlm-basic-plugins-d
       mmdebstrap debian-archive-keyring  # the SLURM 24.11 root filesystem (slurm-conf/trixie/rootfs.sh)
       qemu-system-x86 e2fsprogs  # the cgroup v2 VM test cluster (slurm-conf/vm/: qemu, mkfs.ext4 -d)
       python3-venv)  # /opt/jobscope-pyenv: pyarrow, to read back `jobscope audit --format parquet` in the tests
+# What the demo uses: the cluster, the build (bindgen's libclang, the BPF programs' clang and
+# libelf) and the SMTP server that catches the report mail. The demo mails through SMTP, so no MTA.
+DEMO_PKGS=(slurmctld slurmd slurm-client munge libslurm-dev slurm-wlm-basic-plugins-dev
+           libclang-dev python3 python3-aiosmtpd clang libelf-dev zlib1g-dev pkg-config)
 TEST_USERS=(alice bob)
 # The MTA behind `mail.transport = "sendmail"` in the mail tests. exim4 conflicts with every other
 # MTA, so it is only installed where none is: apt must never swap out a host's own MTA.
@@ -36,19 +43,24 @@ log() { echo "install-deps: $*"; }
 [ "$(id -u)" = 0 ] || die "must run as root"
 [ -r /etc/debian_version ] || die "only Debian 12 (bookworm) is supported"
 
-force=0
-case "${1:-}" in
-  "") ;;
-  --force) force=1 ;;
-  -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
-  *) die "unknown argument: $1 (usage: $0 [--force])" ;;
-esac
+force=0 demo=0
+for a in "$@"; do
+  case "$a" in
+    --force) force=1 ;;
+    --demo) demo=1 ;;
+    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
+    *) die "unknown argument: $a (usage: $0 [--force] [--demo])" ;;
+  esac
+done
+[ "$demo" = 1 ] && PKGS=("${DEMO_PKGS[@]}")
 
 # A C toolchain is needed to link Rust crates; add it only when missing.
 command -v cc >/dev/null 2>&1 || PKGS+=(gcc libc6-dev)
 
 # Install exim4 only if nothing provides /usr/sbin/sendmail yet (or exim4 itself does).
-if [ -e /usr/sbin/sendmail ] && ! dpkg-query -S /usr/sbin/sendmail 2>/dev/null | grep -q '^exim4'; then
+if [ "$demo" = 1 ]; then
+  :
+elif [ -e /usr/sbin/sendmail ] && ! dpkg-query -S /usr/sbin/sendmail 2>/dev/null | grep -q '^exim4'; then
   owner=$(dpkg-query -S /usr/sbin/sendmail 2>/dev/null | cut -d: -f1 || true)
   log "/usr/sbin/sendmail is provided by ${owner:-something else}: not installing $MTA_PKG (the sendmail mail test needs local delivery to /var/mail/<user>)"
 else
@@ -110,7 +122,9 @@ if [ ! -s /etc/munge/munge.key ]; then
 fi
 
 # cargo-deb builds the .deb packages (packaging/build-debs.sh); from crates.io, pinned by its lock file.
-if command -v cargo >/dev/null 2>&1 || [ -x "${CARGO_HOME:-$HOME/.cargo}/bin/cargo" ]; then
+if [ "$demo" = 1 ]; then
+  :
+elif command -v cargo >/dev/null 2>&1 || [ -x "${CARGO_HOME:-$HOME/.cargo}/bin/cargo" ]; then
   cargo_bin=$(command -v cargo || echo "${CARGO_HOME:-$HOME/.cargo}/bin/cargo")
   if ! "$cargo_bin" deb --version >/dev/null 2>&1; then
     log "installing cargo-deb (cargo install --locked cargo-deb, a few minutes)"
@@ -123,7 +137,7 @@ fi
 # pyarrow (not packaged for bookworm) in a venv of its own, from PyPI: the audit cluster test reads
 # `jobscope audit --format parquet` back with it (tests/cluster/tests/audit.rs).
 PYENV=/opt/jobscope-pyenv
-if ! "$PYENV/bin/python" -c 'import pyarrow' >/dev/null 2>&1; then
+if [ "$demo" = 0 ] && ! "$PYENV/bin/python" -c 'import pyarrow' >/dev/null 2>&1; then
   log "creating $PYENV with pyarrow (pip, from PyPI)"
   python3 -m venv "$PYENV" || die "python3 -m venv $PYENV failed"
   "$PYENV/bin/pip" install --quiet --disable-pip-version-check 'pyarrow>=14' \
