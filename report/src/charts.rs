@@ -474,6 +474,8 @@ mod tests {
             mem_bytes_max: mem.map(|m| m + (256 << 20)),
             io_bytes_per_s: None,
             tasks: None,
+            cpu_wait_pct: None,
+            runnable_threads: None,
         }
     }
 

@@ -380,6 +380,8 @@ pub(crate) mod tests {
                 mem_bytes_max: Some((i as u64 + 2) << 28),
                 io_bytes_per_s: None,
                 tasks: Some(3),
+                cpu_wait_pct: None,
+                runnable_threads: None,
             })
             .collect();
         let node = |name: &str| NodeSummary {
