@@ -193,6 +193,24 @@ pub fn busy_cores(a: Option<u64>, b: Option<u64>, dt_ms: u64) -> Option<f64> {
     rate_per_sec(a, b, dt_ms).map(|ns_per_s| ns_per_s / 1e9)
 }
 
+/// The kernel view's waiting for a CPU between two readings `dt_ms` apart, from the cumulative
+/// `kernel_run_ns` and `kernel_runq_wait_ns`: (the share of the tasks' runnable time, running or
+/// waiting, that they spent waiting, percent; the mean number of threads runnable, i.e. runnable
+/// time per second of the interval). Each `None` where [`rate_per_sec`] gives no rate for either
+/// counter (a reading without the kernel view, a counter that went backwards, no interval); the
+/// share also when nothing was runnable (no share of nothing).
+pub fn cpu_wait_between(a: &Reading, b: &Reading, dt_ms: u64) -> (Option<f64>, Option<f64>) {
+    let (Some(run), Some(wait)) = (
+        rate_per_sec(a.kernel_run_ns, b.kernel_run_ns, dt_ms),
+        rate_per_sec(a.kernel_runq_wait_ns, b.kernel_runq_wait_ns, dt_ms),
+    ) else {
+        return (None, None);
+    };
+    let runnable = run + wait;
+    let pct = (runnable > 0.0).then(|| 100.0 * wait / runnable);
+    (pct, Some(runnable / 1e9))
+}
+
 /// Where a job's I/O figures come from. The job's cgroup counts its block I/O in `io.stat` only
 /// where the io controller is enabled for it (cgroup v2; SLURM leaves it off unless the site turns
 /// it on); everywhere else the sampler sums `/proc/<pid>/io` over the job's processes, and the
@@ -244,6 +262,56 @@ mod tests {
         );
         assert_eq!(rate_per_sec(Some(10), Some(30), 0), None);
         assert_eq!(busy_cores(Some(0), Some(4_000_000_000), 2000), Some(2.0));
+    }
+
+    /// A reading with the kernel view's run and wait times, in ms.
+    fn kernel(run_ms: u64, wait_ms: u64) -> Reading {
+        Reading {
+            kernel_run_ns: Some(run_ms * 1_000_000),
+            kernel_runq_wait_ns: Some(wait_ms * 1_000_000),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn cpu_wait_is_a_share_of_runnable_time_between_two_readings() {
+        // Over 2 s: 1.5 s more running (3.0 -> 4.5 s), 4.5 s more waiting (1.0 -> 5.5 s):
+        // 4.5 / (1.5 + 4.5) = 75 % waiting; 6 s runnable in 2 s = 3 threads runnable.
+        assert_eq!(
+            cpu_wait_between(&kernel(3000, 1000), &kernel(4500, 5500), 2000),
+            (Some(75.0), Some(3.0))
+        );
+        // Nothing runnable (all threads asleep): no share, 0 threads.
+        assert_eq!(
+            cpu_wait_between(&kernel(3000, 1000), &kernel(3000, 1000), 2000),
+            (None, Some(0.0))
+        );
+        // Never waited: 0 %, not absent.
+        assert_eq!(
+            cpu_wait_between(&kernel(3000, 1000), &kernel(4000, 1000), 1000),
+            (Some(0.0), Some(1.0))
+        );
+        // A counter that went backwards (a new job entry in the collector's map): nothing, never
+        // a negative share.
+        for (a, b) in [
+            (kernel(3000, 1000), kernel(2000, 2000)),
+            (kernel(3000, 1000), kernel(4000, 500)),
+        ] {
+            assert_eq!(cpu_wait_between(&a, &b, 2000), (None, None));
+        }
+        // A reading without the kernel view, or without one of the two counters; no interval.
+        let no_wait = Reading {
+            kernel_runq_wait_ns: None,
+            ..kernel(9000, 0)
+        };
+        for (a, b, dt) in [
+            (Reading::default(), kernel(4000, 1000), 2000),
+            (kernel(3000, 1000), Reading::default(), 2000),
+            (kernel(3000, 1000), no_wait, 2000),
+            (kernel(3000, 1000), kernel(4000, 2000), 0),
+        ] {
+            assert_eq!(cpu_wait_between(&a, &b, dt), (None, None));
+        }
     }
 
     #[test]

@@ -71,19 +71,21 @@ pub fn busy_cores_png(
         title: format!("{}: busy cores", clean(&n.node, 40)),
         axis_s,
         missing,
-        mean,
+        lines: vec![Line {
+            label: "busy (mean)".into(),
+            color: LINE,
+            segs: mean,
+        }],
         peak,
+        peak_label: "busy (peak)".into(),
         limit: alloc,
+        limit_label: match n.alloc_cores {
+            Some(c) => format!("allocated ({c})"),
+            None => "allocated".into(),
+        },
         scale: 1.0,
         unit: "cores".into(),
-        labels: [
-            "busy (mean)".into(),
-            "busy (peak)".into(),
-            match n.alloc_cores {
-                Some(c) => format!("allocated ({c})"),
-                None => "allocated".into(),
-            },
-        ],
+        y_top: None,
     };
     render(&spec, width, height)
 }
@@ -114,21 +116,112 @@ pub fn memory_png(
         title: format!("{}: memory", clean(&n.node, 40)),
         axis_s,
         missing,
-        mean,
+        lines: vec![Line {
+            label: "memory (mean)".into(),
+            color: LINE,
+            segs: mean,
+        }],
         peak,
+        peak_label: "memory (peak)".into(),
         limit,
+        limit_label: match limit {
+            Some(l) => format!("limit ({})", crate::present::fmt_bytes(Some(l as u64))),
+            None => "limit".into(),
+        },
         scale,
         unit: unit.into(),
-        labels: [
-            "memory (mean)".into(),
-            "memory (peak)".into(),
-            match limit {
-                Some(l) => format!("limit ({})", crate::present::fmt_bytes(Some(l as u64))),
-                None => "limit".into(),
-            },
-        ],
+        y_top: None,
     };
     render(&spec, width, height)
+}
+
+/// The most nodes [`cpu_wait_png`] draws, one colour each.
+pub const MAX_CPU_WAIT_NODES: usize = NODE_COLORS.len();
+
+/// The nodes [`cpu_wait_png`] draws of a job's `nodes`: of its first `max` (the ones the mail
+/// charts) and at most [`MAX_CPU_WAIT_NODES`], those whose timeline has the kernel view's waiting
+/// for a CPU. Empty, so no chart, when none has two readings of it (a line needs two): a job
+/// without a collector, or too short for a second sample.
+pub fn cpu_wait_nodes(nodes: &[NodeSummary], max: usize) -> Vec<&NodeSummary> {
+    let readings = |n: &NodeSummary| {
+        n.timeline
+            .iter()
+            .filter(|p| p.t_s.is_finite() && p.cpu_wait_pct.is_some_and(f64::is_finite))
+            .count()
+    };
+    let nodes: Vec<&NodeSummary> = nodes
+        .iter()
+        .take(max.min(MAX_CPU_WAIT_NODES))
+        .filter(|n| readings(n) > 0)
+        .collect();
+    if nodes.iter().any(|n| readings(n) >= 2) {
+        nodes
+    } else {
+        Vec::new()
+    }
+}
+
+/// The share of the job's runnable time its threads spent waiting for a CPU, over time, one line
+/// per node (the kernel view, `Point::cpu_wait_pct`): high where more threads were runnable than
+/// there were cores for them. `nodes` from [`cpu_wait_nodes`]; `axis_s` as for
+/// [`busy_cores_png`]. Spans where no node has a reading are shaded.
+pub fn cpu_wait_png(
+    nodes: &[&NodeSummary],
+    axis_s: f64,
+    width: u32,
+    height: u32,
+) -> Result<Vec<u8>, ChartError> {
+    let wait = |p: &Point| p.cpu_wait_pct;
+    let lines = nodes
+        .iter()
+        .zip(NODE_COLORS.iter().cycle())
+        .map(|(n, &color)| Line {
+            label: clean(&n.node, 24),
+            color,
+            segs: segments(&n.timeline, wait),
+        })
+        .collect();
+    // Shaded where no line can be: the spans every node is missing.
+    let missing = nodes
+        .iter()
+        .map(|n| missing_spans(&n.timeline, axis_s, wait))
+        .reduce(|a, b| intersect_spans(&a, &b))
+        .unwrap_or_default();
+    let title = match nodes {
+        [n] => format!("{}: waiting for a CPU", clean(&n.node, 40)),
+        _ => "Waiting for a CPU, by node".into(),
+    };
+    let spec = Spec {
+        title,
+        axis_s,
+        missing,
+        lines,
+        peak: Vec::new(),
+        peak_label: String::new(),
+        limit: None,
+        limit_label: String::new(),
+        scale: 1.0,
+        unit: "waiting for a CPU, % of runnable time".into(),
+        y_top: Some(100.0),
+    };
+    render(&spec, width, height)
+}
+
+/// Where both sorted, disjoint span lists `a` and `b` are.
+fn intersect_spans(a: &[(f64, f64)], b: &[(f64, f64)]) -> Vec<(f64, f64)> {
+    let (mut i, mut j, mut out) = (0, 0, Vec::new());
+    while i < a.len() && j < b.len() {
+        let (from, to) = (a[i].0.max(b[j].0), a[i].1.min(b[j].1));
+        if to > from {
+            out.push((from, to));
+        }
+        if a[i].1 < b[j].1 {
+            i += 1;
+        } else {
+            j += 1;
+        }
+    }
+    out
 }
 
 /// The time axis of a job's charts, seconds: its elapsed time, or the last point of any node's
@@ -218,6 +311,28 @@ fn segments(timeline: &[Point], f: impl Fn(&Point) -> Option<f64>) -> Vec<Vec<(f
     out
 }
 
+/// The mean line's colour (the only line of a node's busy-cores and memory charts).
+const LINE: RGBColor = RGBColor(33, 113, 181);
+/// One colour per node where a chart has a line per node: [`LINE`] first, then colours apart
+/// from it, from the pale band, the red limit and the sand of the gaps.
+const NODE_COLORS: [RGBColor; 8] = [
+    LINE,
+    RGBColor(230, 85, 13),
+    RGBColor(49, 163, 84),
+    RGBColor(117, 107, 177),
+    RGBColor(140, 86, 75),
+    RGBColor(231, 41, 138),
+    RGBColor(99, 99, 99),
+    RGBColor(23, 190, 207),
+];
+
+/// One line of a chart: unbroken runs of `(t_s, value)`, drawn in `color`, named in the legend.
+struct Line {
+    label: String,
+    color: RGBColor,
+    segs: Vec<Vec<(f64, f64)>>,
+}
+
 /// What one chart shows. Values are in raw units (seconds, cores or bytes); `scale` divides y for display.
 struct Spec {
     title: String,
@@ -225,13 +340,18 @@ struct Spec {
     axis_s: f64,
     /// Spans without a reading of this series, seconds: shaded and labelled "no reading".
     missing: Vec<(f64, f64)>,
-    mean: Vec<Vec<(f64, f64)>>,
+    /// The means (one per node where a chart compares nodes).
+    lines: Vec<Line>,
+    /// Per-interval peaks, a shaded band under the lines (none: no band).
     peak: Vec<Vec<(f64, f64)>>,
+    peak_label: String,
     limit: Option<f64>,
+    limit_label: String,
     scale: f64,
     unit: String,
-    /// Legend entries: mean, peak, limit.
-    labels: [String; 3],
+    /// The top of the y axis where it is fixed (a percentage's 100), in display units; else it
+    /// is a little above the largest value drawn.
+    y_top: Option<f64>,
 }
 
 /// Seconds per x-axis unit and its name, for a timeline spanning `span_s`.
@@ -269,7 +389,7 @@ fn draw(spec: &Spec, rgb: &mut [u8], width: u32, height: u32) -> Result<(), Char
     let t_end = spec
         .peak
         .iter()
-        .chain(&spec.mean)
+        .chain(spec.lines.iter().flat_map(|l| &l.segs))
         .flatten()
         .map(|&(t, _)| t)
         .chain(spec.missing.iter().map(|&(_, b)| b))
@@ -280,13 +400,17 @@ fn draw(spec: &Spec, rgb: &mut [u8], width: u32, height: u32) -> Result<(), Char
     let y_top = spec
         .peak
         .iter()
-        .chain(&spec.mean)
+        .chain(spec.lines.iter().flat_map(|l| &l.segs))
         .flatten()
         .map(|&(_, y)| y)
         .chain(spec.limit)
         .fold(0.0, f64::max)
         / spec.scale;
-    let y_max = if y_top > 0.0 { y_top * 1.1 } else { 1.0 };
+    let y_max = match spec.y_top {
+        Some(top) => top,
+        None if y_top > 0.0 => y_top * 1.1,
+        None => 1.0,
+    };
 
     // Text scales with the image, within readable bounds.
     let font_px = (f64::from(height) / 16.0).clamp(9.0, 28.0);
@@ -336,7 +460,6 @@ fn draw(spec: &Spec, rgb: &mut [u8], width: u32, height: u32) -> Result<(), Char
 
     let xy = |&(t, y): &(f64, f64)| (t / t_div, y / spec.scale);
     let band = RGBColor(158, 202, 225);
-    let line = RGBColor(33, 113, 181);
     let limit_color = RGBColor(203, 24, 29);
     // A pale sand, apart from the grey grid and the blues of the data.
     let gap_color = RGBColor(240, 228, 190);
@@ -366,22 +489,27 @@ fn draw(spec: &Spec, rgb: &mut [u8], width: u32, height: u32) -> Result<(), Char
             ))
             .map_err(draw_err)?;
         if i == 0 && roomy {
-            s.label(spec.labels[1].as_str())
+            s.label(spec.peak_label.as_str())
                 .legend(move |(x, y)| Rectangle::new([(x, y - 4), (x + 14, y + 4)], band.filled()));
         }
     }
-    for (i, seg) in spec.mean.iter().enumerate() {
-        let s = chart
-            .draw_series(LineSeries::new(seg.iter().map(xy), line.stroke_width(2)))
-            .map_err(draw_err)?;
-        if i == 0 && roomy {
-            s.label(spec.labels[0].as_str()).legend(move |(x, y)| {
-                PathElement::new([(x, y), (x + 14, y)], line.stroke_width(2))
-            });
+    for l in &spec.lines {
+        let line = l.color;
+        for (i, seg) in l.segs.iter().enumerate() {
+            let s = chart
+                .draw_series(LineSeries::new(seg.iter().map(xy), line.stroke_width(2)))
+                .map_err(draw_err)?;
+            if i == 0 && roomy {
+                s.label(l.label.as_str()).legend(move |(x, y)| {
+                    PathElement::new([(x, y), (x + 14, y)], line.stroke_width(2))
+                });
+            }
         }
     }
     // A run of one point draws no line: mark it so a one-sample job still shows its value.
-    for (runs, color) in [(&spec.peak, band), (&spec.mean, line)] {
+    for (runs, color) in
+        std::iter::once((&spec.peak, band)).chain(spec.lines.iter().map(|l| (&l.segs, l.color)))
+    {
         let dots = runs.iter().filter(|s| s.len() == 1).map(|s| xy(&s[0]));
         chart
             .draw_series(dots.map(|p| Circle::new(p, 3, color.filled())))
@@ -397,13 +525,13 @@ fn draw(spec: &Spec, rgb: &mut [u8], width: u32, height: u32) -> Result<(), Char
             ))
             .map_err(draw_err)?;
         if roomy {
-            s.label(spec.labels[2].as_str()).legend(move |(x, y)| {
+            s.label(spec.limit_label.as_str()).legend(move |(x, y)| {
                 PathElement::new([(x, y), (x + 14, y)], limit_color.stroke_width(2))
             });
         }
     }
 
-    let empty = spec.mean.is_empty() && spec.peak.is_empty();
+    let empty = spec.lines.iter().all(|l| l.segs.is_empty()) && spec.peak.is_empty();
     if empty {
         let (w, h) = root.dim_in_pixel();
         let style = TextStyle::from((FAMILY, font_px).into_font())
@@ -474,6 +602,8 @@ mod tests {
             mem_bytes_max: mem.map(|m| m + (256 << 20)),
             io_bytes_per_s: None,
             tasks: None,
+            cpu_wait_pct: None,
+            runnable_threads: None,
         }
     }
 
@@ -719,6 +849,183 @@ mod tests {
             Err(ChartError::Size(10, 10))
         ));
         assert!(memory_png(&n, n.elapsed_s, 640, 100_000).is_err());
+    }
+
+    /// A node whose threads waited for a CPU `pct(t_s)` % of their runnable time, one point a
+    /// minute for an hour (the first point has no share: no reading before it).
+    fn waiting_node(name: &str, pct: impl Fn(f64) -> f64) -> NodeSummary {
+        let mut n = node(
+            (0..=60)
+                .map(|i| {
+                    let t = i as f64 * 60.0;
+                    Point {
+                        cpu_wait_pct: (i > 0).then(|| pct(t)),
+                        runnable_threads: (i > 0).then_some(4.0),
+                        ..point(t, Some(4.0), Some(1 << 30))
+                    }
+                })
+                .collect(),
+        );
+        n.node = name.into();
+        n
+    }
+
+    /// 8 threads on 4 cores from 20 to 40 min: half of their runnable time waiting; 4 % outside.
+    fn oversubscribed_in_the_middle(t_s: f64) -> f64 {
+        if (1200.0..=2400.0).contains(&t_s) {
+            50.0
+        } else {
+            4.0
+        }
+    }
+
+    /// The second node's colour in [`NODE_COLORS`].
+    const ORANGE: [u8; 3] = [230, 85, 13];
+
+    /// One line per node, each where its figures are: node 1's (the first colour) high in the
+    /// middle third and low at both ends; node 2's (the second colour), flat at 2 %, along the
+    /// bottom. The y axis is 0-100 %, so 50 % is near the plot's middle height.
+    #[test]
+    fn the_cpu_wait_chart_has_a_line_per_node_where_its_data_is() {
+        let nodes = vec![
+            waiting_node("n1", oversubscribed_in_the_middle),
+            waiting_node("n2", |_| 2.0),
+        ];
+        let charted = cpu_wait_nodes(&nodes, 8);
+        assert_eq!(charted.len(), 2);
+        let png = cpu_wait_png(&charted, 3600.0, 640, 240).unwrap();
+        let (w, h, rows) = png_rgb(&png);
+        assert_eq!((w, h), (640, 240));
+        let n1 = lowest_in_columns(&rows, w, LINE);
+        let n2 = lowest_in_columns(&rows, w, ORANGE);
+        let cols = |low: &[Option<usize>]| -> Vec<usize> {
+            (0..w as usize).filter(|&x| low[x].is_some()).collect()
+        };
+        let (c1, c2) = (cols(&n1), cols(&n2));
+        assert!(
+            c1.len() > w as usize / 2,
+            "node 1 covers {} columns",
+            c1.len()
+        );
+        assert!(
+            c2.len() > w as usize / 2,
+            "node 2 covers {} columns",
+            c2.len()
+        );
+        let (first, last) = (c1[0], *c1.last().unwrap());
+        let at =
+            |low: &[Option<usize>], x: usize| low[x].unwrap_or_else(|| panic!("no line at {x}"));
+        // Node 1 at 30 min (the middle of the line) is far above its ends (4 %).
+        let mid = (first + last) / 2;
+        for end in [first + 5, last - 5] {
+            assert!(
+                at(&n1, mid) + h as usize / 4 < at(&n1, end),
+                "node 1: y {} in the middle, {} at column {end}",
+                at(&n1, mid),
+                at(&n1, end)
+            );
+        }
+        // Node 2 (2 %) runs along the bottom: below node 1's middle, and within a few pixels of
+        // node 1's ends (4 %).
+        let mid2 = c2[c2.len() / 2];
+        assert!(at(&n2, mid2) > at(&n1, mid) + h as usize / 4);
+        assert!(at(&n2, c2[2]).abs_diff(at(&n1, first + 5)) <= 6);
+        // 50 % of a 0-100 axis: node 1's middle is near half the plot's height, between its
+        // top (0 % row, the ends' baseline less 4 %) and its bottom.
+        let bottom = at(&n2, mid2) as f64; // ~2 %, close enough to the 0 % row
+        let y50 = at(&n1, mid) as f64;
+        assert!(
+            y50 < bottom - 60.0 && y50 > 40.0,
+            "50 % drawn at y {y50}, 2 % at {bottom}"
+        );
+    }
+
+    /// No chart for a job without the kernel view, or with only one reading of it; nodes past
+    /// the ones charted, or without the view, are left out.
+    #[test]
+    fn no_cpu_wait_chart_without_two_readings_of_the_kernel_view() {
+        let plain = node(ramp(10));
+        assert!(cpu_wait_nodes(&[plain.clone(), plain.clone()], 8).is_empty());
+        let mut once = node(ramp(10));
+        once.timeline[3].cpu_wait_pct = Some(30.0);
+        assert!(cpu_wait_nodes(&[once.clone(), plain.clone()], 8).is_empty());
+        // A NaN is no reading.
+        once.timeline[4].cpu_wait_pct = Some(f64::NAN);
+        assert!(cpu_wait_nodes(&[once.clone()], 8).is_empty());
+        let twice = waiting_node("n2", |_| 10.0);
+        let nodes = [plain.clone(), twice.clone(), once.clone()];
+        let names = |v: Vec<&NodeSummary>| v.iter().map(|n| n.node.clone()).collect::<Vec<_>>();
+        // The one-reading node is drawn (a dot) beside a node with a line; the node without
+        // the view is not.
+        assert_eq!(names(cpu_wait_nodes(&nodes, 8)), ["n2", "node-1"]);
+        // Only the nodes the mail charts.
+        assert!(cpu_wait_nodes(&nodes, 1).is_empty());
+        assert_eq!(names(cpu_wait_nodes(&nodes, 2)), ["n2"]);
+        assert!(cpu_wait_nodes(&nodes, 0).is_empty());
+        // At most one line per colour.
+        let many: Vec<NodeSummary> = (0..20).map(|_| twice.clone()).collect();
+        assert_eq!(cpu_wait_nodes(&many, 1024).len(), MAX_CPU_WAIT_NODES);
+    }
+
+    /// A node whose collector stopped at 30 min: its line ends there, and the rest is shaded "no
+    /// reading" as in the other charts; with a second node whose line goes on, nothing is shaded
+    /// (a line is there).
+    #[test]
+    fn the_cpu_wait_chart_shades_where_no_node_has_a_reading() {
+        let mut stopped = waiting_node("n1", |_| 30.0);
+        for p in stopped.timeline.iter_mut().filter(|p| p.t_s > 1800.0) {
+            p.cpu_wait_pct = None;
+            p.runnable_threads = None;
+        }
+        let shaded = |png: &[u8]| {
+            let (w, _, rows) = png_rgb(png);
+            (0..w as usize)
+                .filter(|&x| rows.iter().any(|r| is_gap_shade(r[x])))
+                .count()
+        };
+        let alone = cpu_wait_png(&[&stopped], 3600.0, 640, 240).unwrap();
+        assert!(shaded(&alone) > 200, "{} columns shaded", shaded(&alone));
+        let other = waiting_node("n2", |_| 5.0);
+        let both = cpu_wait_png(&[&stopped, &other], 3600.0, 640, 240).unwrap();
+        // Only the first minute (no reading before the first point on either node).
+        assert!(shaded(&both) < 20, "{} columns shaded", shaded(&both));
+    }
+
+    #[test]
+    fn spans_missing_on_every_node() {
+        assert_eq!(
+            intersect_spans(
+                &[(0.0, 60.0), (100.0, 200.0)],
+                &[(30.0, 120.0), (150.0, 400.0)]
+            ),
+            vec![(30.0, 60.0), (100.0, 120.0), (150.0, 200.0)]
+        );
+        assert_eq!(intersect_spans(&[(0.0, 60.0)], &[(60.0, 90.0)]), vec![]);
+        assert_eq!(intersect_spans(&[], &[(0.0, 60.0)]), vec![]);
+    }
+
+    /// Odd figures and sizes: drawn, never a panic; the size bounds hold as for the other charts.
+    #[test]
+    fn cpu_wait_chart_with_odd_figures_and_sizes() {
+        let mut n = waiting_node(
+            "evil\r\n\u{202e}x",
+            |t| if t > 1800.0 { 100.0 } else { 0.0 },
+        );
+        n.timeline[5].cpu_wait_pct = Some(f64::INFINITY);
+        n.timeline[6].cpu_wait_pct = Some(-3.0);
+        n.timeline[7].t_s = f64::NAN;
+        for (w, h) in [(640, 240), (MIN_WIDTH, MIN_HEIGHT), (1200, 500)] {
+            assert_eq!(
+                png_size(&cpu_wait_png(&[&n], 3600.0, w, h).unwrap()),
+                (w, h)
+            );
+        }
+        assert!(matches!(
+            cpu_wait_png(&[&n], 3600.0, 10, 10),
+            Err(ChartError::Size(10, 10))
+        ));
+        let example = cpu_wait_png(&[&n], f64::NAN, 640, 240).unwrap();
+        assert_eq!(png_size(&example), (640, 240));
     }
 
     #[test]

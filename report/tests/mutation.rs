@@ -405,5 +405,9 @@ fn mutated_spools_never_panic_nor_give_absurd_figures() {
             let _ = jobscope_report::charts::busy_cores_png(node, node.elapsed_s, 240, 100);
             let _ = jobscope_report::charts::memory_png(node, node.elapsed_s, 240, 100);
         }
+        let waiting = jobscope_report::charts::cpu_wait_nodes(&s.nodes, 2);
+        if !waiting.is_empty() {
+            let _ = jobscope_report::charts::cpu_wait_png(&waiting, s.elapsed_s, 240, 100);
+        }
     }
 }

@@ -21,7 +21,7 @@
 //! Content-IDs are built from node indexes, never from node names.
 
 use jobscope_report::charts;
-use jobscope_report::present::{clean, Templates, View};
+use jobscope_report::present::{clean, words, ChartImage, Templates, View};
 use jobscope_sampler::summary::JobSummary;
 use lettre::message::header::{self, ContentType, Header, HeaderName, HeaderValue};
 use lettre::message::{Attachment, Mailbox, MultiPart, SinglePart};
@@ -200,6 +200,9 @@ fn chart_cids(i: usize) -> (String, String) {
     )
 }
 
+/// Content-ID of the job's chart of waiting for a CPU.
+const CPU_WAIT_CID: &str = "job-cpu-wait@jobscope";
+
 /// `Auto-Submitted: auto-generated` (RFC 3834): vacation responders and ticket systems don't answer.
 #[derive(Debug, Clone)]
 struct AutoSubmitted;
@@ -319,6 +322,28 @@ pub fn build_mail(
             }
         }
     }
+    // The job's waiting for a CPU, a line per node charted above (the kernel view), where a
+    // collector gave it at least two readings.
+    let waiting = charts::cpu_wait_nodes(&s.nodes, charted);
+    if !waiting.is_empty() {
+        match charts::cpu_wait_png(&waiting, axis_s, size.0, size.1) {
+            Ok(bytes) => {
+                let cid = CPU_WAIT_CID.to_string();
+                images.push(Attachment::new_inline(cid.clone()).body(
+                    bytes,
+                    ContentType::parse("image/png").expect("valid MIME type"),
+                ));
+                view.charts.cpu_wait = Some(ChartImage {
+                    cid,
+                    alt: words::cpu_wait_chart_alt(&waiting),
+                });
+            }
+            Err(e) => warnings.push(format!(
+                "job {}: waiting-for-a-CPU chart left out: {e}",
+                s.job_id
+            )),
+        }
+    }
     view.charts.width = size.0;
     view.charts.height = size.1;
     view.charts.shown = shown;
@@ -380,6 +405,8 @@ pub(crate) mod tests {
                 mem_bytes_max: Some((i as u64 + 2) << 28),
                 io_bytes_per_s: None,
                 tasks: Some(3),
+                cpu_wait_pct: None,
+                runnable_threads: None,
             })
             .collect();
         let node = |name: &str| NodeSummary {
@@ -644,6 +671,132 @@ pub(crate) mod tests {
             "{got}"
         );
         assert!(!got.contains('\u{202E}') && !got.lines().any(|l| l.starts_with("Bcc:")));
+    }
+
+    /// `summary()` with the kernel view on both nodes: node-1's threads waited for a CPU 41 % of
+    /// their runnable time (59 s running, 41 s waiting), at worst 83 % over an interval; node-2's
+    /// 12 % (88 s, 12 s), at worst 20 %.
+    fn with_kernel_view() -> JobSummary {
+        let mut s = summary();
+        for (n, (run_s, wait_s, worst)) in s
+            .nodes
+            .iter_mut()
+            .zip([(59.0, 41.0, 83.0), (88.0, 12.0, 20.0)])
+        {
+            n.kernel = Some(KernelTotals {
+                run_s: Some(run_s),
+                cpu_wait_s: Some(wait_s),
+                ..Default::default()
+            });
+            for (i, p) in n.timeline.iter_mut().enumerate().skip(1) {
+                p.cpu_wait_pct = Some(if i == 20 { worst } else { 5.0 });
+                p.runnable_threads = Some(4.0);
+            }
+        }
+        s.kernel = KernelTotals::sum(s.nodes.iter().filter_map(|n| n.kernel.as_ref()));
+        s
+    }
+
+    /// The inline images of `mail` by Content-ID, and its HTML part.
+    fn images_and_html(mail: &Mail) -> (Vec<String>, String) {
+        let raw = mail.message.formatted();
+        let m = MessageParser::default().parse(&raw).expect("parses");
+        let cids = m
+            .attachments()
+            .map(|p| {
+                let dec = png::Decoder::new(std::io::Cursor::new(p.contents()));
+                let info = dec.read_info().expect("a PNG");
+                assert_eq!((info.info().width, info.info().height), (480, 200));
+                p.content_id().expect("Content-ID").to_string()
+            })
+            .collect();
+        (cids, m.body_html(0).unwrap().to_string())
+    }
+
+    #[test]
+    fn the_cpu_wait_chart_is_inlined_under_the_kernel_view_only_with_one() {
+        let alt = "Threads waited for a CPU 41 % of their runnable time on node node-1 (at worst 83 %), 12 % on node node-2 (at worst 20 %)";
+        // No kernel view: the node charts only, and nothing of this chart in the HTML.
+        let (cids, html) = images_and_html(&build(&summary()));
+        assert_eq!(cids.len(), 4);
+        assert!(!html.contains(CPU_WAIT_CID) && !html.contains("waited for a CPU"));
+
+        let s = with_kernel_view();
+        let mail = build(&s);
+        assert!(mail.warnings.is_empty(), "{:?}", mail.warnings);
+        let (cids, html) = images_and_html(&mail);
+        assert_eq!(cids.len(), 5, "{cids:?}");
+        assert!(cids.iter().any(|c| c == CPU_WAIT_CID), "{cids:?}");
+        let img = html
+            .find(&format!("src=\"cid:{CPU_WAIT_CID}\""))
+            .expect("the HTML shows the chart");
+        assert!(html.contains(&format!("alt=\"{alt}\"")), "{html}");
+        // In the kernel view's row, before the waste table.
+        let (kernel, waste) = (
+            html.find("Kernel view").unwrap(),
+            html.find("Waste").unwrap(),
+        );
+        assert!(kernel < img && img < waste, "{kernel} {img} {waste}");
+
+        // The text part has no chart and says what it said without the timeline's shares.
+        let mut no_timeline = s.clone();
+        for p in no_timeline
+            .nodes
+            .iter_mut()
+            .flat_map(|n| n.timeline.iter_mut())
+        {
+            p.cpu_wait_pct = None;
+        }
+        let text = Templates::builtin().render_text(&job_view(&s)).unwrap();
+        assert_eq!(
+            text,
+            Templates::builtin()
+                .render_text(&job_view(&no_timeline))
+                .unwrap()
+        );
+        assert!(text.contains("Kernel view") && !text.contains("cid:"));
+        // ... and without them, no chart in the mail (the totals alone are no picture of time).
+        let (cids, _) = images_and_html(&build(&no_timeline));
+        assert_eq!(cids.len(), 4);
+
+        // Only the nodes charted: with one, one line, and the words say so.
+        let to = parse_address("alice@example.org").unwrap();
+        let mut o = opts();
+        o.max_chart_nodes = 1;
+        let mail = build_mail(&s, &job_view(&s), &to, "end", &o, Templates::builtin()).unwrap();
+        let (cids, html) = images_and_html(&mail);
+        assert_eq!(cids.len(), 3);
+        assert!(html.contains(
+            "alt=\"Threads waited for a CPU 41 % of their runnable time on node node-1 (at worst 83 %)\""
+        ));
+        // No charts at all, and a digest: none of this one either.
+        o.max_chart_nodes = 0;
+        let mail = build_mail(&s, &job_view(&s), &to, "end", &o, Templates::builtin()).unwrap();
+        assert_eq!(images_and_html(&mail).0.len(), 0);
+        let view = jobscope_report::present::digest_view(&s, 1234, Some("sweep"), &[]);
+        let mail = build_mail(&s, &view, &to, DIGEST_KIND, &opts(), Templates::builtin()).unwrap();
+        assert_eq!(images_and_html(&mail).0.len(), 0);
+        // A size out of range: the mail goes without it, and says why.
+        o.max_chart_nodes = 8;
+        o.chart_width = 1;
+        let mail = build_mail(&s, &job_view(&s), &to, "end", &o, Templates::builtin()).unwrap();
+        assert_eq!(mail.warnings.len(), 5, "{:?}", mail.warnings);
+        assert!(mail.warnings[4].contains("waiting-for-a-CPU chart left out"));
+        assert!(!images_and_html(&mail).1.contains("cid:"));
+    }
+
+    #[test]
+    fn the_cpu_wait_charts_words_are_escaped() {
+        let mut s = with_kernel_view();
+        s.nodes[0].node = "n1\" onerror=\"alert(1)\u{202E}<b>".into();
+        let (_, html) = images_and_html(&build(&s));
+        assert!(
+            !html.contains("onerror=\"") && !html.contains("<b>") && !html.contains('\u{202E}')
+        );
+        assert!(
+            html.contains("on node n1&quot; onerror&#x3D;&quot;alert(1)&lt;b&gt; (at worst 83 %)"),
+            "{html}"
+        );
     }
 
     #[test]

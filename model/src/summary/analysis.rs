@@ -1298,6 +1298,8 @@ mod tests {
                     mem_bytes_max: Some(mem(t)),
                     io_bytes_per_s: None,
                     tasks: Some(1),
+                    cpu_wait_pct: None,
+                    runnable_threads: None,
                 }
             })
             .collect();

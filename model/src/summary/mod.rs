@@ -27,6 +27,15 @@ pub struct Point {
     pub mem_bytes_max: Option<u64>,
     pub io_bytes_per_s: Option<f64>,
     pub tasks: Option<u64>,
+    /// Share of the job's runnable time on this node (its threads running or waiting for a CPU)
+    /// spent waiting for a CPU over the interval, percent (the kernel view; absent without it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_wait_pct: Option<f64>,
+    /// Mean number of the job's threads runnable (running or waiting for a CPU) over the interval:
+    /// their runnable time per second (the kernel view). More than the cores allocated is
+    /// oversubscription. It weighs `cpu_wait_pct` when points are merged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runnable_threads: Option<f64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, schemars::JsonSchema)]

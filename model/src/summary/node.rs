@@ -1,7 +1,7 @@
 //! From one node's spool files to its [`NodeSummary`]. Pure: the epilog reads the files, this computes.
 
 use super::*;
-use crate::sample::{busy_cores, rate_per_sec, IoSource, Reading};
+use crate::sample::{busy_cores, cpu_wait_between, rate_per_sec, IoSource, Reading};
 use crate::spool::{EventKind, GaugeId, SpoolFile};
 
 /// Points kept per node in the archived timeline (a 30-day job has 86 400 samples; the archive keeps
@@ -20,6 +20,7 @@ pub fn downsample_timeline(points: Vec<Point>, max: usize) -> Vec<Point> {
     for chunk in points.chunks(per) {
         let last = chunk.last().expect("chunks are non-empty");
         let (mut wsum, mut busy, mut mem, mut io) = (0.0, (0.0, 0.0), (0.0, 0.0), (0.0, 0.0));
+        let (mut runnable, mut wait_s, mut runnable_s) = ((0.0, 0.0), 0.0, 0.0);
         let mut t0 = prev_t;
         for p in chunk {
             let w = (p.t_s - t0).max(0.0);
@@ -33,6 +34,18 @@ pub fn downsample_timeline(points: Vec<Point>, max: usize) -> Vec<Point> {
             }
             if let Some(r) = p.io_bytes_per_s {
                 io = (io.0 + r * w, io.1 + w);
+            }
+            if let Some(r) = p.runnable_threads {
+                runnable = (runnable.0 + r * w, runnable.1 + w);
+                // The wait share is of runnable time, not of wall time: weighting it by time
+                // would let an interval with 1 thread runnable count as much as one with 64.
+                // runnable threads × interval is the interval's runnable time, so the sums are
+                // the chunk's waiting and runnable times, and their ratio is exactly the share
+                // the counters give over the whole chunk.
+                if let Some(pct) = p.cpu_wait_pct {
+                    wait_s += pct / 100.0 * r * w;
+                    runnable_s += r * w;
+                }
             }
         }
         let mean = |(s, w): (f64, f64), any: bool| {
@@ -60,6 +73,8 @@ pub fn downsample_timeline(points: Vec<Point>, max: usize) -> Vec<Point> {
             mem_bytes_max: umax(|p| p.mem_bytes_max.or(p.mem_bytes)),
             io_bytes_per_s: mean(io, chunk.iter().any(|p| p.io_bytes_per_s.is_some())),
             tasks: umax(|p| p.tasks),
+            cpu_wait_pct: (runnable_s > 0.0).then(|| 100.0 * wait_s / runnable_s),
+            runnable_threads: mean(runnable, chunk.iter().any(|p| p.runnable_threads.is_some())),
         });
         prev_t = last.t_s;
     }
@@ -335,13 +350,25 @@ pub fn summarize_node(
         oom_kill_events: max_of(&rs, |r| r.mem_oom_kill_events),
     };
 
+    // The steps put the job's kernel counters on their own readings (`plugin/src/steps.rs`:
+    // at exit the job's cgroup may be gone, the step reading is made anyway).
+    let mut krs = rs.clone();
+    for f in steps {
+        krs.extend(
+            f.events
+                .iter()
+                .filter_map(|e| e.step_reading.as_ref().map(|r| (e.t_ms, r))),
+        );
+    }
+    krs.sort_by_key(|(t, _)| *t);
+
     // Timeline: one point per bucket; mean busy cores from consecutive counter pairs.
     let mut timeline = Vec::new();
     let mut io_peak: Option<f64> = None;
     if let Some(s) = series {
         let mut prev: Option<(u64, &Reading)> = None;
         for b in &s.buckets {
-            let (busy, io_rate) = match prev {
+            let (busy, io_rate, (cpu_wait_pct, runnable_threads)) = match prev {
                 Some((t0, r0)) => {
                     let dt = b.t_last_ms.saturating_sub(t0);
                     let io = match (
@@ -351,9 +378,13 @@ pub fn summarize_node(
                         (Some(a), Some(w)) => Some(a + w),
                         (a, w) => a.or(w),
                     };
-                    (busy_cores(r0.cpu_usage_ns, b.last.cpu_usage_ns, dt), io)
+                    (
+                        busy_cores(r0.cpu_usage_ns, b.last.cpu_usage_ns, dt),
+                        io,
+                        cpu_wait_between(r0, &b.last, dt),
+                    )
                 }
-                None => (None, None),
+                None => (None, None, (None, None)),
             };
             let io_max = b
                 .gauge(GaugeId::IoBytesPerSec)
@@ -379,6 +410,8 @@ pub fn summarize_node(
                     .or(b.last.mem_current_bytes),
                 io_bytes_per_s: io_rate,
                 tasks: b.gauge(GaugeId::Tasks).map(|g| g.max).or(b.last.tasks),
+                cpu_wait_pct,
+                runnable_threads,
             });
             prev = Some((b.t_last_ms, &b.last));
         }
@@ -386,6 +419,15 @@ pub fn summarize_node(
         if let (Some((t0, r0)), Some((t1, r1))) = (prev, rs.last().copied()) {
             if t1 > t0 {
                 let busy = busy_cores(r0.cpu_usage_ns, r1.cpu_usage_ns, t1 - t0);
+                // The kernel counters of the end ride on the step readings (above), taken with
+                // the job's reading at a step's exit: the latest one after the last bucket, over
+                // its own interval (the same as this point's when it comes from that exit).
+                let (cpu_wait_pct, runnable_threads) = krs
+                    .iter()
+                    .rev()
+                    .take_while(|(t, _)| *t > t0)
+                    .find(|(t, r)| *t <= t1 && r.kernel_run_ns.is_some())
+                    .map_or((None, None), |(t, r)| cpu_wait_between(r0, r, t - t0));
                 timeline.push(Point {
                     t_s: t1.saturating_sub(start_unix_ms) as f64 / 1000.0,
                     busy_cores: busy,
@@ -396,6 +438,8 @@ pub fn summarize_node(
                     mem_bytes_max: None,
                     io_bytes_per_s: None,
                     tasks: r1.tasks,
+                    cpu_wait_pct,
+                    runnable_threads,
                 });
             }
         }
@@ -431,16 +475,6 @@ pub fn summarize_node(
         source: io_source.map(|s| s.name().to_string()),
     };
 
-    // The steps put the job's kernel counters on their own readings (`plugin/src/steps.rs`:
-    // at exit the job's cgroup may be gone, the step reading is made anyway).
-    let mut krs = rs.clone();
-    for f in steps {
-        krs.extend(
-            f.events
-                .iter()
-                .filter_map(|e| e.step_reading.as_ref().map(|r| (e.t_ms, r))),
-        );
-    }
     let kernel = kernel_totals(&krs);
 
     let mut step_summaries: Vec<StepSummary> = steps
@@ -1135,6 +1169,8 @@ mod tests {
                 mem_bytes_max: Some(if i == 700 { 9 << 30 } else { 1 << 30 }),
                 io_bytes_per_s: None,
                 tasks: Some(1),
+                cpu_wait_pct: None,
+                runnable_threads: None,
             })
             .collect();
         let d = downsample_timeline(pts, 100);
@@ -1158,6 +1194,179 @@ mod tests {
         assert!((total / 1000.0 - 1.007).abs() < 1e-9, "{total}");
         assert_eq!(d.last().unwrap().t_s, 1000.0);
         assert_eq!(d[0].io_bytes_per_s, None);
+        assert_eq!((d[0].cpu_wait_pct, d[0].runnable_threads), (None, None));
+    }
+
+    /// Points at `t_s` with the kernel view's (wait share, runnable threads) over the interval.
+    fn wait_point(t_s: f64, pct: Option<f64>, threads: Option<f64>) -> Point {
+        Point {
+            t_s,
+            busy_cores: Some(1.0),
+            busy_cores_max: Some(1.0),
+            mem_bytes: None,
+            mem_bytes_max: None,
+            io_bytes_per_s: None,
+            tasks: None,
+            cpu_wait_pct: pct,
+            runnable_threads: threads,
+        }
+    }
+
+    #[test]
+    fn thinning_merges_the_cpu_wait_share_by_runnable_time() {
+        // 0-10 s: 1 thread runnable, waiting 10 % of it (10 s runnable, 1 s waiting);
+        // 10-20 s: 9 threads, waiting 90 % (90 s runnable, 81 s waiting);
+        // 20-30 s: nothing runnable (0 threads, no share); 30-40 s: no kernel view.
+        let pts = vec![
+            wait_point(10.0, Some(10.0), Some(1.0)),
+            wait_point(20.0, Some(90.0), Some(9.0)),
+            wait_point(30.0, None, Some(0.0)),
+            wait_point(40.0, None, None),
+        ];
+        let d = downsample_timeline(pts, 1);
+        assert_eq!(d.len(), 1);
+        // (1 + 81) s waiting of (10 + 90) s runnable: 82 %, not the 50 % of a mean by time.
+        assert!(
+            (d[0].cpu_wait_pct.unwrap() - 82.0).abs() < 1e-9,
+            "{:?}",
+            d[0].cpu_wait_pct
+        );
+        // 100 s runnable over the 30 s the view saw: 3.33 threads on average.
+        assert!(
+            (d[0].runnable_threads.unwrap() - 100.0 / 30.0).abs() < 1e-9,
+            "{:?}",
+            d[0].runnable_threads
+        );
+        // Nothing runnable at all in a merged chunk: a count of 0 threads and no share.
+        let d = downsample_timeline(
+            vec![
+                wait_point(10.0, None, Some(0.0)),
+                wait_point(20.0, None, Some(0.0)),
+            ],
+            1,
+        );
+        assert_eq!(
+            (d[0].cpu_wait_pct, d[0].runnable_threads),
+            (None, Some(0.0))
+        );
+        // Without a kernel view: absent, not 0.
+        let d = downsample_timeline(
+            vec![wait_point(10.0, None, None), wait_point(20.0, None, None)],
+            1,
+        );
+        assert_eq!((d[0].cpu_wait_pct, d[0].runnable_threads), (None, None));
+    }
+
+    /// A sampler bucket at `t` ms whose reading has the kernel view's run and wait times (s).
+    fn kernel_bucket(t: u64, kernel: Option<(u64, u64)>) -> Bucket {
+        let mut b = bucket(t, t / 1000, MIB);
+        if let Some((run_s, wait_s)) = kernel {
+            b.last.kernel_run_ns = Some(run_s * 1_000_000_000);
+            b.last.kernel_runq_wait_ns = Some(wait_s * 1_000_000_000);
+        }
+        b
+    }
+
+    /// The batch step's exit at `t` ms, the job's kernel counters (run, wait, s) on its reading.
+    fn kernel_exit(t: u64, run_s: u64, wait_s: u64) -> SpoolFile {
+        let mut e = step_event(t, EventKind::StepExit);
+        e.job = Some(Reading {
+            cpu_usage_ns: Some(t * 1_000_000),
+            ..Default::default()
+        });
+        e.step_reading = Some(Reading {
+            kernel_run_ns: Some(run_s * 1_000_000_000),
+            kernel_runq_wait_ns: Some(wait_s * 1_000_000_000),
+            ..Default::default()
+        });
+        SpoolFile {
+            header: header("batch", 50),
+            buckets: vec![],
+            events: vec![e],
+            end: None,
+            torn: false,
+            valid_bytes: 0,
+        }
+    }
+
+    fn wait_timeline(buckets: Vec<Bucket>, exit: SpoolFile) -> Vec<(Option<f64>, Option<f64>)> {
+        let series = SpoolFile {
+            header: header("job", 0),
+            buckets,
+            events: vec![],
+            end: None,
+            torn: false,
+            valid_bytes: 0,
+        };
+        summarize_node(Some(&series), &[exit], "vm", 40_000)
+            .timeline
+            .iter()
+            .map(|p| (p.cpu_wait_pct, p.runnable_threads))
+            .collect()
+    }
+
+    #[test]
+    fn the_timeline_has_the_cpu_wait_share_of_each_interval() {
+        // 0-10 s: 2 threads on the 2 cores (20 s running, no wait); 10-20 s: 8 threads (20 s
+        // running, 60 s waiting); 20-30 s: 20 s running, 5 s waiting; 30-40 s (the batch step's
+        // exit): 10 s running, no wait.
+        let tl = wait_timeline(
+            vec![
+                kernel_bucket(0, Some((0, 0))),
+                kernel_bucket(10_000, Some((20, 0))),
+                kernel_bucket(20_000, Some((40, 60))),
+                kernel_bucket(30_000, Some((60, 65))),
+            ],
+            kernel_exit(40_000, 70, 65),
+        );
+        assert_eq!(
+            tl,
+            vec![
+                (None, None),
+                (Some(0.0), Some(2.0)),
+                // 60 / (20 + 60)
+                (Some(75.0), Some(8.0)),
+                // 5 / (20 + 5); 25 s runnable in 10 s
+                (Some(20.0), Some(2.5)),
+                (Some(0.0), Some(1.0)),
+            ]
+        );
+    }
+
+    #[test]
+    fn no_cpu_wait_share_across_a_missing_reading_or_a_reset_counter() {
+        // The collector stopped before 30 s: the interval to 30 s and the one after have none.
+        let tl = wait_timeline(
+            vec![
+                kernel_bucket(0, Some((0, 0))),
+                kernel_bucket(10_000, Some((20, 0))),
+                kernel_bucket(20_000, Some((40, 60))),
+                kernel_bucket(30_000, None),
+            ],
+            kernel_exit(40_000, 70, 65),
+        );
+        assert_eq!(tl[3], (None, None));
+        assert_eq!(tl[4], (None, None));
+        // The counters start again at 20 s (the job's entry was made anew): nothing for 10-20 s,
+        // the next interval from the new values (10 s running, 10 s waiting: 50 %, 2 threads).
+        let tl = wait_timeline(
+            vec![
+                kernel_bucket(0, Some((0, 0))),
+                kernel_bucket(10_000, Some((20, 30))),
+                kernel_bucket(20_000, Some((5, 1))),
+                kernel_bucket(30_000, Some((15, 11))),
+            ],
+            kernel_exit(40_000, 25, 11),
+        );
+        assert_eq!(tl[1], (Some(60.0), Some(5.0)));
+        assert_eq!(tl[2], (None, None));
+        assert_eq!(tl[3], (Some(50.0), Some(2.0)));
+        // No collector at all: nothing anywhere.
+        let tl = wait_timeline(
+            (0..4).map(|i| kernel_bucket(i * 10_000, None)).collect(),
+            reaped_step("batch", None, None),
+        );
+        assert!(tl.iter().all(|p| *p == (None, None)), "{tl:?}");
     }
 
     const MIB: u64 = 1 << 20;

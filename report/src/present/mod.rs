@@ -75,6 +75,17 @@ pub struct Charts {
     pub shown: usize,
     pub total: usize,
     pub omitted: bool,
+    /// The job's chart of waiting for a CPU (the kernel view), under the report's kernel view;
+    /// absent without one.
+    pub cpu_wait: Option<ChartImage>,
+}
+
+/// A chart of the job in the HTML mail: its Content-ID and what it shows, in words.
+#[derive(Debug, Clone, Serialize)]
+pub struct ChartImage {
+    pub cid: String,
+    /// [`words::cpu_wait_chart_alt`]: the figure, for readers who do not see the image.
+    pub alt: String,
 }
 
 #[derive(Debug, Clone, Serialize)]

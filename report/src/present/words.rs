@@ -460,6 +460,39 @@ pub fn stall_resource(r: StallResource) -> &'static str {
     }
 }
 
+/// The alternative text of the chart of waiting for a CPU over time (`crate::charts::cpu_wait_png`)
+/// of `nodes`: each node's share over the job, and its highest of one interval.
+pub fn cpu_wait_chart_alt(nodes: &[&jobscope_sampler::summary::NodeSummary]) -> String {
+    let parts: Vec<String> = nodes
+        .iter()
+        .map(|n| {
+            let worst = n
+                .timeline
+                .iter()
+                .filter_map(|p| p.cpu_wait_pct)
+                .filter(|v| v.is_finite())
+                .reduce(f64::max);
+            (
+                fmt_pct0(n.kernel.as_ref().and_then(|k| k.cpu_wait_pct())),
+                format!(
+                    "on node {} (at worst {})",
+                    clean(&n.node, 64),
+                    fmt_pct0(worst)
+                ),
+            )
+        })
+        .enumerate()
+        .map(|(i, (pct, on))| {
+            if i == 0 {
+                format!("{pct} of their runnable time {on}")
+            } else {
+                format!("{pct} {on}")
+            }
+        })
+        .collect();
+    format!("Threads waited for a CPU {}", parts.join(", "))
+}
+
 /// The kernel view in lines of "label  figures", each only where the figure was seen.
 pub fn kernel_lines(k: &jobscope_sampler::summary::KernelTotals) -> Vec<String> {
     let mut v = Vec::new();
