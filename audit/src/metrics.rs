@@ -52,17 +52,17 @@ pub fn render(usage: &Table, hist: &Histograms, user_label: bool) -> Result<Stri
         ("jobs", "jobscope_jobs", "Jobs archived."),
         (
             "core_hours_alloc",
-            "jobscope_sampler_hours_allocated",
+            "jobscope_core_hours_allocated",
             "Core-hours allocated.",
         ),
         (
             "core_hours_used",
-            "jobscope_sampler_hours_used",
+            "jobscope_core_hours_used",
             "Core-hours of CPU time used.",
         ),
         (
             "core_hours_wasted",
-            "jobscope_sampler_hours_wasted",
+            "jobscope_core_hours_wasted",
             "Core-hours allocated but not used.",
         ),
         (
@@ -155,7 +155,7 @@ mod tests {
             "{s}"
         );
         assert!(s.contains(
-            "jobscope_sampler_hours_allocated_total{cluster=\"c1\",partition=\"gp\\\"u\"} 1.5\n"
+            "jobscope_core_hours_allocated_total{cluster=\"c1\",partition=\"gp\\\"u\"} 1.5\n"
         ));
         assert!(s.contains("jobscope_job_cpu_efficiency_pct_bucket{cluster=\"c1\",partition=\"gp\\\"u\",le=\"25\"} 1\n"), "{s}");
         assert!(s.contains("_count{cluster=\"c1\",partition=\"gp\\\"u\"} 3\n"));

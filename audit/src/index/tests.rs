@@ -862,7 +862,7 @@ fn after_an_update_the_epilog_gets_peers_and_history_and_metrics_count_the_archi
         .sum();
     let line = prom
         .lines()
-        .find(|l| l.starts_with("jobscope_sampler_hours_allocated_total{"))
+        .find(|l| l.starts_with("jobscope_core_hours_allocated_total{"))
         .unwrap();
     let got: f64 = line.rsplit(' ').next().unwrap().parse().unwrap();
     assert!(close(got, want), "{line} vs {want}");
