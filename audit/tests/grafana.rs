@@ -435,9 +435,10 @@ fn walk_datasources(v: &Json, path: &str, out: &mut Vec<String>) {
             for (k, x) in o {
                 let p = format!("{path}.{k}");
                 if k == "datasource" {
-                    let builtin = json!({"type": "grafana", "uid": "-- Grafana --"});
-                    let annotation = path.starts_with(".annotations");
-                    if !ds_ok(Some(x)) && !(annotation && *x == builtin) {
+                    // Annotations may use Grafana's own built-in source; nothing else may.
+                    let builtin = path.starts_with(".annotations")
+                        && *x == json!({"type": "grafana", "uid": "-- Grafana --"});
+                    if !(ds_ok(Some(x)) || builtin) {
                         out.push(format!(
                             "{p} is {x}, not the imported data source ${{{DS_INPUT}}}"
                         ));
