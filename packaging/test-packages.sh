@@ -21,7 +21,8 @@ for f in /usr/bin/jobscope /usr/sbin/jobscope-epilog /etc/jobscope/jobscope.toml
   /lib/systemd/system/jobscope-pg-sync.timer /lib/systemd/system/jobscope-pg-sync.service \
   /usr/share/man/man1/jobscope.1.gz /usr/share/man/man8/jobscope-epilog.8.gz \
   /usr/share/man/man5/jobscope.toml.5.gz /usr/share/bash-completion/completions/jobscope \
-  /usr/share/zsh/vendor-completions/_jobscope /usr/share/fish/vendor_completions.d/jobscope.fish; do
+  /usr/share/zsh/vendor-completions/_jobscope /usr/share/fish/vendor_completions.d/jobscope.fish \
+  /usr/share/jobscope/grafana/jobscope.json; do
   o=$(dpkg -S "$f" 2>/dev/null | cut -d: -f1)
   [ "$o" = jobscope ] && ok "$f from jobscope" || bad "$f: owned by '${o:-nothing}', expected jobscope"
 done
