@@ -82,7 +82,8 @@ fn big_job(
     r.cpu_eff_pct = Some(37.0);
     r.alloc_mem_per_node_bytes = Some(2_000 << 30);
     r.mem_peak_bytes = Some(1_234_567_890_123);
-    r.mem_gb_hours_used = Some(123_456.7);
+    // 61.7 % of the 2000 GiB per node held for the whole run.
+    r.mem_gb_hours_used = Some(2_000.0 * f64::from(r.node_count) * elapsed_s / 3600.0 * 0.617);
     r.mem_eff_pct = Some(61.7);
     if gpus > 0 {
         let h = f64::from(gpus) * elapsed_s / 3600.0;
@@ -139,10 +140,12 @@ fn site() -> Site {
             2 => ("cpu-standard-nodes-2026", 0, 0),
             _ => ("debug", 0, 0),
         };
+        // One name in Japanese: three bytes a character, counted as one.
         let name = match i % 3 {
+            _ if i == 2 => "名前の長いジョブのシミュレーション計算".to_string(),
             0 => LONG_NAME.to_string(),
             1 => HOSTILE_NAME.to_string(),
-            _ => format!("名前の長いジョブ{i}番目のシミュレーション計算"),
+            _ => format!("sweep-{i:02}-lr0.{i}-dropout0.5-adamw"),
         };
         let state = ["OUT_OF_MEMORY", "COMPLETED", "TIMEOUT", "CANCELLED"][i as usize % 4];
         rows.push(big_job(
