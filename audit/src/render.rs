@@ -2,11 +2,11 @@
 //! (CSV, JSON, Parquet). Untrusted text (job names, accounts) is cleaned of control characters before
 //! it reaches a terminal; CSV quotes per RFC 4180 and defuses spreadsheet formulas.
 
-use super::query::{GroupKey, Zone};
+use super::query::{GroupKey, Query, Report, Zone};
 use super::table::{ColType, Table, Value};
 use anyhow::Result;
 use chrono::FixedOffset;
-use jobscope_report::present::{clean_line, fmt_bytes, fmt_duration, fmt_hours, fmt_pct};
+use jobscope_report::present::{clean_line, fmt_bytes, fmt_duration, fmt_hours};
 
 const WEEKDAYS: [&str; 7] = ["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"];
 
@@ -20,16 +20,102 @@ fn fmt_time(unix_s: i64, zone: Zone) -> String {
         .and_then(|o| jobscope_sampler::time::in_zone(unix_s, &o));
     match at {
         None => format!("@{unix_s}"),
-        // A zone named UTC (`TZ=UTC`) has no other offset: its header says so once.
-        Some(t) if zone == Zone::Utc || zone.label() == "UTC" => {
-            t.format("%Y-%m-%d %H:%M").to_string()
-        }
+        // A zone named UTC (`TZ=UTC`, `Etc/UTC`) has no other offset: its header says so once.
+        Some(t) if is_utc(zone) => t.format("%Y-%m-%d %H:%M").to_string(),
         Some(t) => t.format("%Y-%m-%d %H:%M %:z").to_string(),
     }
 }
 
-/// A column's header for people: a time says its zone (`end (UTC)`, `hour_of_day (Europe/Oslo)`).
+/// An instant for a sentence: [`fmt_time`], with `UTC` after it where the time carries no offset.
+pub fn when(unix_s: i64, zone: Zone) -> String {
+    let t = fmt_time(unix_s, zone);
+    if is_utc(zone) {
+        format!("{t} UTC")
+    } else {
+        t
+    }
+}
+
+/// Zone names that are UTC under another spelling (`/etc/localtime` → `Etc/UTC` on Debian): their
+/// times need no offset, as UTC's do not.
+const UTC_NAMES: &[&str] = &[
+    "UTC",
+    "Etc/UTC",
+    "UCT",
+    "Etc/UCT",
+    "Universal",
+    "Etc/Universal",
+    "Zulu",
+    "Etc/Zulu",
+];
+
+fn is_utc(zone: Zone) -> bool {
+    zone == Zone::Utc || UTC_NAMES.contains(&zone.label().as_str())
+}
+
+/// The widest a table for people is by default, in characters: what a terminal shows without
+/// wrapping ([`text_within`]).
+pub const TABLE_WIDTH_CHARS: usize = 120;
+
+/// The most characters a free-text cell (a job name, an account) shows when nothing else bounds it.
+const TEXT_CELL_CHARS: usize = 40;
+
+/// The fewest characters a free-text column is narrowed to when a table must fit its width: enough
+/// to tell most names apart (the full name is in `--wide`, CSV and JSON).
+const TEXT_MIN_CHARS: usize = 8;
+
+/// Columns of free text from users and sites (names, accounts, partitions): the ones cut short,
+/// with an ellipsis, when a table must fit. Vocabulary (state, class) and times are never cut.
+const FREE_TEXT: &[&str] = &[
+    "cluster",
+    "name",
+    "user",
+    "group",
+    "account",
+    "partition",
+    "qos",
+    "node",
+];
+
+/// Each column's header for people, with its unit; a column not listed keeps its name. Times get
+/// their zone in [`header`].
+const LABELS: &[(&str, &str)] = &[
+    ("job_id", "job"),
+    ("array_job_id", "array job"),
+    ("array_task_id", "array task"),
+    ("elapsed_s", "elapsed"),
+    ("node_count", "nodes"),
+    ("alloc_cores", "cores"),
+    ("alloc_gpus", "GPUs"),
+    ("mem_peak_bytes", "mem peak"),
+    ("core_hours_alloc", "core-h alloc"),
+    ("core_hours_used", "core-h used"),
+    ("core_hours_wasted", "core-h wasted"),
+    ("cpu_eff_pct", "CPU eff %"),
+    ("mem_gb_hours_alloc", "mem GB-h alloc"),
+    ("mem_gb_hours_used", "mem GB-h used"),
+    ("mem_gb_hours_wasted", "mem GB-h wasted"),
+    ("mem_eff_pct", "mem eff %"),
+    ("gpu_hours_alloc", "GPU-h alloc"),
+    ("gpu_hours_used", "GPU-h used"),
+    ("gpu_hours_wasted", "GPU-h wasted"),
+    ("gpu_eff_pct", "GPU eff %"),
+    ("gpu_energy_kwh", "GPU energy kWh"),
+    ("gpus_idle", "GPUs idle"),
+    ("gpus_never_used", "GPUs never used"),
+    ("gpu_util_mean_pct", "GPU util %"),
+    ("partition_busy_pct", "partition busy %"),
+    ("hour_of_day", "hour"),
+    ("day_of_week", "weekday"),
+];
+
+/// A column's header for people: its label with its unit, and a time says its zone
+/// (`end (UTC)`, `hour (Europe/Oslo)`).
 fn header(name: &str, zone: Zone) -> String {
+    let label = LABELS
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map_or(name, |(_, l)| l);
     if let Some(what) = name.strip_suffix("_unix_s") {
         return format!("{what} ({})", zone.label());
     }
@@ -40,18 +126,18 @@ fn header(name: &str, zone: Zone) -> String {
         GroupKey::Month,
     ];
     if timed.iter().any(|k| k.column() == name) {
-        return format!("{name} ({})", zone.label());
+        return format!("{label} ({})", zone.label());
     }
-    name.to_string()
+    label.to_string()
 }
 
-/// One cell as a person reads it; the unit is in the column's name, so `core_hours_alloc` reads as
-/// hours, `*_pct` as a percentage, `*_bytes` in binary units.
+/// One cell as a person reads it; the unit is in the column's header, so `core_hours_alloc` reads
+/// as hours, `*_pct` as a percentage; bytes carry their binary unit, durations theirs.
 fn human(name: &str, v: &Value, zone: Zone) -> String {
     match v {
         Value::Null => "-".into(),
         Value::Bool(b) => if *b { "yes" } else { "no" }.into(),
-        Value::Text(s) => clean_line(s, 40),
+        Value::Text(s) => clean_line(s, TEXT_CELL_CHARS),
         Value::Int(i) if name.ends_with("_bytes") => fmt_bytes(Some(*i as u64)),
         Value::Int(i) if name.ends_with("_unix_s") => fmt_time(*i, zone),
         Value::Int(i) if name == "day_of_week" => WEEKDAYS
@@ -60,16 +146,118 @@ fn human(name: &str, v: &Value, zone: Zone) -> String {
             .unwrap_or("?")
             .into(),
         Value::Int(i) => i.to_string(),
-        Value::Float(f) if name.ends_with("_pct") => fmt_pct(Some(*f)),
+        Value::Float(f) if !f.is_finite() => "n/a".into(),
+        Value::Float(f) if name.ends_with("_pct") => format!("{f:.1}"),
         Value::Float(f) if name == "elapsed_s" => fmt_duration(*f),
         Value::Float(f) if name.ends_with("_kwh") => format!("{f:.2}"),
         Value::Float(f) => fmt_hours(Some(*f)),
     }
 }
 
+/// Which columns a table for people shows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum View {
+    /// The report's most useful columns ([`default_columns`]), fitted to [`TABLE_WIDTH_CHARS`].
+    Default,
+    /// Every column (`--wide`).
+    Wide,
+    /// These columns, by their names (`--columns`), in this order.
+    Columns(Vec<String>),
+}
+
+/// The columns a report shows by default, most useful first, chosen so that the table fits
+/// [`TABLE_WIDTH_CHARS`] with long names (a test holds every report to it). The heat map draws
+/// all of its columns as its grid.
+pub fn default_columns(q: &Query) -> Vec<String> {
+    const USAGE: [&str; 6] = [
+        "jobs",
+        "core_hours_alloc",
+        "core_hours_wasted",
+        "cpu_eff_pct",
+        "mem_eff_pct",
+        "gpu_hours_wasted",
+    ];
+    let keys = || q.keys().into_iter().map(|k| k.column());
+    let list: Vec<&str> = match &q.report {
+        Report::Usage => keys().chain(USAGE).collect(),
+        // The column it is ranked by next to the job count, then usage's.
+        Report::TopWasters { metric, .. } => {
+            let ranked = metric.wasted_column();
+            keys()
+                .chain(["jobs", ranked])
+                .chain(USAGE.into_iter().filter(|c| *c != "jobs" && *c != ranked))
+                .collect()
+        }
+        Report::GpuIdle => vec![
+            "job_id",
+            "user",
+            "name",
+            "end_unix_s",
+            "alloc_gpus",
+            "gpus_idle",
+            "gpus_never_used",
+            "gpu_hours_wasted",
+        ],
+        Report::CpuOnlyOnGpu { .. } => vec![
+            "job_id",
+            "user",
+            "name",
+            "partition",
+            "end_unix_s",
+            "alloc_cores",
+            "core_hours_alloc",
+            "partition_busy_pct",
+            "busy",
+        ],
+        Report::Heatmap => return q.columns().into_iter().map(|c| c.name).collect(),
+        Report::Jobs => vec![
+            "job_id",
+            "user",
+            "name",
+            "state",
+            "end_unix_s",
+            "elapsed_s",
+            "cpu_eff_pct",
+            "mem_eff_pct",
+            "core_hours_wasted",
+        ],
+    };
+    list.into_iter().map(String::from).collect()
+}
+
+/// The columns `view` shows of a report's answer `t` (what the query `q` asked): the defaults, all,
+/// or those named (an unknown or repeated name is an error that lists the valid ones).
+pub fn view(t: &Table, q: &Query, view: &View) -> Result<Table> {
+    match view {
+        View::Default => t.select(&default_columns(q)).map_err(anyhow::Error::msg),
+        View::Wide => Ok(t.clone()),
+        View::Columns(names) => t
+            .select(names)
+            .map_err(|e| anyhow::anyhow!("--columns: {e}")),
+    }
+}
+
+/// The table for people: the heat map's grid, or [`text_within`] of the view's columns (fitted to
+/// [`TABLE_WIDTH_CHARS`] unless `--wide`).
+pub fn for_people(t: &Table, q: &Query, v: &View) -> Result<String> {
+    if q.report == Report::Heatmap && *v == View::Default {
+        return Ok(heatmap(t, q.zone));
+    }
+    let shown = view(t, q, v)?;
+    let fit = (*v != View::Wide).then_some(TABLE_WIDTH_CHARS);
+    Ok(text_within(&shown, q.zone, fit))
+}
+
 /// Aligned columns: text left, numbers right; a header line and a rule. Times on `zone`'s wall
-/// clock (the query's), which their headers name.
+/// clock (the query's), which their headers name. Every column, free text up to 40 characters.
 pub fn text(t: &Table, zone: Zone) -> String {
+    text_within(t, zone, None)
+}
+
+/// [`text`], its lines at most `max_chars` characters where that can be had by cutting free text
+/// ([`FREE_TEXT`]: names, accounts) short with an ellipsis, widest column first, down to
+/// [`TEXT_MIN_CHARS`] or its header. Numbers, times and vocabulary are never cut.
+pub fn text_within(t: &Table, zone: Zone, max_chars: Option<usize>) -> String {
     let cells: Vec<Vec<String>> = t
         .rows
         .iter()
@@ -81,15 +269,36 @@ pub fn text(t: &Table, zone: Zone) -> String {
         })
         .collect();
     let names: Vec<String> = t.columns.iter().map(|c| header(&c.name, zone)).collect();
+    let chars = |s: &str| s.chars().count();
     let width = |c: usize| {
         cells
             .iter()
-            .map(|r| r[c].chars().count())
-            .chain([names[c].chars().count()])
+            .map(|r| chars(&r[c]))
+            .chain([chars(&names[c])])
             .max()
             .unwrap_or(0)
     };
-    let widths: Vec<usize> = (0..t.columns.len()).map(width).collect();
+    let mut widths: Vec<usize> = (0..t.columns.len()).map(width).collect();
+    if let Some(max) = max_chars {
+        let floor = |c: usize| {
+            if FREE_TEXT.contains(&t.columns[c].name.as_str()) {
+                chars(&names[c]).max(TEXT_MIN_CHARS)
+            } else {
+                usize::MAX
+            }
+        };
+        let total = |w: &[usize]| w.iter().sum::<usize>() + 2 * w.len().saturating_sub(1);
+        while total(&widths) > max {
+            // The widest column that may still give a character.
+            let Some(c) = (0..widths.len())
+                .filter(|&c| widths[c] > floor(c))
+                .max_by_key(|&c| (widths[c], std::cmp::Reverse(c)))
+            else {
+                break;
+            };
+            widths[c] -= 1;
+        }
+    }
     let right = |c: usize| !matches!(t.columns[c].kind, ColType::Text);
     let line = |vals: &[String]| {
         let mut s = String::new();
@@ -97,12 +306,18 @@ pub fn text(t: &Table, zone: Zone) -> String {
             if c > 0 {
                 s.push_str("  ");
             }
-            let pad = widths[c].saturating_sub(v.chars().count());
+            // Cut short to the column (only free text is ever longer), the cut shown by `…`.
+            let v = if chars(v) > widths[c] {
+                clean_line(v, widths[c].saturating_sub(1))
+            } else {
+                v.clone()
+            };
+            let pad = widths[c].saturating_sub(chars(&v));
             if right(c) {
                 s.push_str(&" ".repeat(pad));
-                s.push_str(v);
+                s.push_str(&v);
             } else {
-                s.push_str(v);
+                s.push_str(&v);
                 if c + 1 < vals.len() {
                     s.push_str(&" ".repeat(pad));
                 }
@@ -265,11 +480,88 @@ mod tests {
         let s = text(&t(), Zone::Utc);
         let lines: Vec<&str> = s.lines().collect();
         // The escape sequence's ESC is dropped and splits the words: `=cmd() [2J`, 10 characters.
-        assert_eq!(lines[0], "user        jobs  cpu_eff_pct");
-        assert_eq!(lines[1], "----------  ----  -----------");
-        assert_eq!(lines[2], "al,\"ice\"       3       48.9 %");
-        assert_eq!(lines[3], "=cmd() [2J    12            -");
+        // The unit is in the header, the figures right-aligned under it.
+        assert_eq!(lines[0], "user        jobs  CPU eff %");
+        assert_eq!(lines[1], "----------  ----  ---------");
+        assert_eq!(lines[2], "al,\"ice\"       3       48.9");
+        assert_eq!(lines[3], "=cmd() [2J    12          -");
         assert!(!s.contains('\x1b'), "{s:?}");
+    }
+
+    /// Every report, grouped by every key where it groups.
+    fn every_query() -> Vec<Query> {
+        let mut reports = vec![
+            Report::Usage,
+            Report::GpuIdle,
+            Report::CpuOnlyOnGpu { busy_pct: 80.0 },
+            Report::Heatmap,
+            Report::Jobs,
+        ];
+        reports.extend(
+            crate::query::WasteMetric::ALL
+                .iter()
+                .map(|&metric| Report::TopWasters { metric, n: 10 }),
+        );
+        let mut out = Vec::new();
+        for r in reports {
+            let mut q = Query::new(r);
+            q.group_by = GroupKey::ALL.to_vec();
+            out.push(q);
+        }
+        out
+    }
+
+    #[test]
+    fn every_column_of_every_report_has_a_header_for_people() {
+        for q in every_query() {
+            for c in q.columns() {
+                let h = header(&c.name, Zone::Utc);
+                // A column without a label would show its machine name, `core_hours_alloc`.
+                let bare = c.name.contains('_') && !c.name.starts_with('h');
+                assert!(!(bare && h.contains('_')), "{}: {h}", c.name);
+            }
+            // The default columns are the report's own.
+            let names: Vec<String> = q.columns().into_iter().map(|c| c.name).collect();
+            for d in default_columns(&q) {
+                assert!(names.contains(&d), "{:?}: {d}", q.report);
+            }
+        }
+    }
+
+    #[test]
+    fn a_table_is_fitted_by_cutting_the_widest_free_text_only() {
+        let mut t = Table::new(vec![
+            Column::new("user", ColType::Text),
+            Column::new("name", ColType::Text),
+            Column::new("state", ColType::Text),
+            Column::new("core_hours_wasted", ColType::Float),
+        ]);
+        t.rows.push(vec![
+            Value::Text("a-user-name-of-twenty".into()),
+            Value::Text("a job name of thirty-one chars".into()),
+            Value::Text("OUT_OF_MEMORY".into()),
+            Value::Float(1234567.0),
+        ]);
+        // Natural: 21 + 30 + 13 + 13 (the header `core-h wasted`) + 3 × 2 = 83.
+        let wide = text_within(&t, Zone::Utc, None);
+        assert_eq!(wide.lines().map(|l| l.chars().count()).max(), Some(83));
+        // 60: 23 characters go, from the name first (30 → 21), then from both in turn (21 → 14);
+        // each cut name keeps 13 characters and its ellipsis.
+        let fit = text_within(&t, Zone::Utc, Some(60));
+        let lines: Vec<&str> = fit.lines().collect();
+        assert!(lines.iter().all(|l| l.chars().count() <= 60), "{fit}");
+        assert_eq!(
+            lines[2],
+            "a-user-name-o…  a job name of…  OUT_OF_MEMORY        1234567"
+        );
+        // Nothing but free text is cut: at 10 characters the names stop at 8, the rest stays.
+        let tight = text_within(&t, Zone::Utc, Some(10));
+        let row = tight.lines().nth(2).unwrap();
+        assert!(
+            row.contains("OUT_OF_MEMORY") && row.ends_with("1234567"),
+            "{tight}"
+        );
+        assert!(row.starts_with("a-user-…  a job n…  "), "{tight}");
     }
 
     #[test]

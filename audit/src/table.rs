@@ -76,6 +76,45 @@ impl Table {
         self.columns.iter().position(|c| c.name == name)
     }
 
+    /// The same answer with only the columns named, in that order. A name that is not a column,
+    /// an empty one or one given twice is an error that lists the valid names (a misspelt column
+    /// would otherwise vanish without a word).
+    pub fn select(&self, names: &[impl AsRef<str>]) -> Result<Table, String> {
+        let valid = || {
+            self.columns
+                .iter()
+                .map(|c| c.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let mut picked: Vec<usize> = Vec::with_capacity(names.len());
+        for n in names {
+            let n = n.as_ref().trim();
+            let Some(i) = self.column(n) else {
+                return Err(if n.is_empty() {
+                    format!("an empty column name; the columns are {}", valid())
+                } else {
+                    format!(
+                        "{n:?} is not a column of this report; the columns are {}",
+                        valid()
+                    )
+                });
+            };
+            if picked.contains(&i) {
+                return Err(format!("the column {n:?} is named twice"));
+            }
+            picked.push(i);
+        }
+        Ok(Table {
+            columns: picked.iter().map(|&i| self.columns[i].clone()).collect(),
+            rows: self
+                .rows
+                .iter()
+                .map(|r| picked.iter().map(|&i| r[i].clone()).collect())
+                .collect(),
+        })
+    }
+
     /// The same answer, allowing floats to differ by a relative `rel` (engines sum in different
     /// orders). Column names, types, row order, nulls, integers and text must be identical.
     /// `Err` says where the first difference is.
@@ -110,5 +149,48 @@ impl Table {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t() -> Table {
+        Table {
+            columns: vec![
+                Column::new("user", ColType::Text),
+                Column::new("jobs", ColType::Int),
+                Column::new("cpu_eff_pct", ColType::Float),
+            ],
+            rows: vec![vec![
+                Value::Text("alice".into()),
+                Value::Int(3),
+                Value::Null,
+            ]],
+        }
+    }
+
+    #[test]
+    fn select_keeps_the_columns_named_in_their_order_and_refuses_others() {
+        let s = t().select(&["cpu_eff_pct", "user"]).unwrap();
+        assert_eq!(
+            s.columns,
+            [
+                Column::new("cpu_eff_pct", ColType::Float),
+                Column::new("user", ColType::Text)
+            ]
+        );
+        assert_eq!(s.rows, [vec![Value::Null, Value::Text("alice".into())]]);
+        let e = t().select(&["user", "cpu"]).unwrap_err();
+        assert_eq!(
+            e,
+            "\"cpu\" is not a column of this report; the columns are user, jobs, cpu_eff_pct"
+        );
+        assert!(t().select(&["jobs", "jobs"]).unwrap_err().contains("twice"));
+        assert!(t()
+            .select(&[""])
+            .unwrap_err()
+            .contains("an empty column name"));
     }
 }

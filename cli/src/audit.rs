@@ -25,13 +25,16 @@ use std::path::PathBuf;
 
 #[derive(Subcommand, Debug)]
 pub enum IndexCmd {
-    /// Add what the archive gained since the last update (root; a timer runs it).
+    /// Add what the archive gained since the last update (root; a timer runs it). On a
+    /// terminal, standard error shows how far it is.
     Update {
+        /// Print what was done as JSON.
         #[arg(long)]
         json: bool,
     },
     /// Throw the index away and make it again from the archive (root).
     Rebuild {
+        /// Print what was done as JSON.
         #[arg(long)]
         json: bool,
     },
@@ -57,24 +60,31 @@ pub enum EngineKind {
 /// Options every report takes.
 #[derive(Args, Debug, Clone)]
 pub struct Common {
-    /// Jobs that ended at or after this time: `YYYY-MM-DD`, `YYYY-MM-DDTHH:MM` (local time) or Unix seconds.
+    /// Jobs that ended at or after this time: `YYYY-MM-DD`, `YYYY-MM-DDTHH:MM` (local time, or
+    /// UTC with --utc; a four-digit year) or Unix seconds.
     #[arg(long)]
     since: Option<String>,
-    /// Jobs that ended before this time (same forms as --since).
+    /// Jobs that ended before this time (same forms as --since); it must be after --since.
     #[arg(long)]
     until: Option<String>,
     /// Jobs that ended in the last span: `7d`, `12h`, `2w`, `30m`.
-    #[arg(long, conflicts_with = "since")]
+    // Hyphen values are taken so that `--last -5d` is told the span cannot be negative, not that
+    // `-5` is an unknown option.
+    #[arg(long, conflicts_with = "since", allow_hyphen_values = true)]
     last: Option<String>,
-    /// Only these users (comma-separated or repeated); likewise the other filters.
+    /// Only these users (comma-separated or repeated).
     #[arg(long, value_delimiter = ',')]
     user: Vec<String>,
+    /// Only jobs of these Unix groups (the job's primary group; comma-separated or repeated).
     #[arg(long, value_delimiter = ',')]
     group: Vec<String>,
+    /// Only jobs charged to these SLURM accounts (comma-separated or repeated).
     #[arg(long, value_delimiter = ',')]
     account: Vec<String>,
+    /// Only jobs in these partitions (comma-separated or repeated).
     #[arg(long, value_delimiter = ',')]
     partition: Vec<String>,
+    /// Only jobs of these QOS (comma-separated or repeated; a cluster without accounting has none).
     #[arg(long, value_delimiter = ',')]
     qos: Vec<String>,
     /// Jobs that ran on any of these nodes.
@@ -88,7 +98,7 @@ pub struct Common {
     #[arg(long, value_delimiter = ',')]
     class: Vec<String>,
     /// Jobs that ran at least this long (`90s`, `10m`, `2h`).
-    #[arg(long)]
+    #[arg(long, allow_hyphen_values = true)]
     min_elapsed: Option<String>,
     /// Only jobs with GPUs.
     #[arg(long, conflicts_with = "no_gpu")]
@@ -96,9 +106,18 @@ pub struct Common {
     /// Only jobs without GPUs.
     #[arg(long)]
     no_gpu: bool,
-    /// Output: an aligned table (default), csv, json, or parquet (to --output, or to a pipe).
+    /// Output: an aligned table (default: the report's main columns, 120 characters at most),
+    /// csv, json, or parquet (to --output, or to a pipe); csv, json and parquet have every column.
     #[arg(long, value_enum, default_value = "table")]
     format: Format,
+    /// Only these columns, in this order, by their csv names (`--columns user,jobs,cpu_eff_pct`),
+    /// in the table and in csv, json and parquet; a name that is not one is refused with the list.
+    #[arg(long, value_delimiter = ',', conflicts_with = "wide")]
+    columns: Vec<String>,
+    /// The table with every column of the report (wider than a terminal), names up to 40
+    /// characters.
+    #[arg(long)]
+    wide: bool,
     /// Which engine answers: the Parquet index, or PostgreSQL (root; docs/postgres.md).
     #[arg(long, value_enum, default_value = "index")]
     engine: EngineKind,
@@ -110,9 +129,9 @@ pub struct Common {
     /// Hours and days in UTC instead of local time.
     #[arg(long)]
     utc: bool,
-    /// At most this many rows (job lists).
-    #[arg(long)]
-    limit: Option<usize>,
+    /// At most this many rows (job lists: jobs, gpu-idle, cpu-on-gpu).
+    #[arg(long, allow_hyphen_values = true, value_parser = count)]
+    limit: Option<u64>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -128,12 +147,16 @@ pub enum AuditCmd {
     },
     /// Who wasted the most (grouped by --by, default user), ranked by wasted --metric hours.
     Top {
+        /// Rank these groups (comma-separated keys, as for `usage --by`) [default: user].
         #[arg(long, value_delimiter = ',')]
         by: Vec<String>,
+        /// Rank by wasted core-hours, memory GB-hours or GPU-hours.
         #[arg(long, default_value = "core", value_parser = spelled::<WasteMetric>())]
         metric: WasteMetric,
-        #[arg(short = 'n', long = "top", default_value_t = 10)]
-        n: usize,
+        /// How many groups to list (the most wasteful first).
+        #[arg(short = 'n', long = "top", default_value_t = 10, allow_hyphen_values = true,
+              value_parser = count)]
+        n: u64,
         #[command(flatten)]
         common: Common,
     },
@@ -196,18 +219,108 @@ pub fn is_admin(cfg: &Config) -> bool {
     n > 0 && groups[..n as usize].contains(&gid)
 }
 
+/// The archive directory, which must be there: a missing one is said as such, with its path,
+/// not as the first file that could not be made in it (the index lock) or as "no jobs".
+fn archive_dir(cfg: &Config) -> Result<&std::path::Path> {
+    let dir = cfg.paths.archive_dir.as_path();
+    match std::fs::metadata(dir) {
+        Ok(m) if m.is_dir() => Ok(dir),
+        Ok(_) => bail!(
+            "the archive directory {} (paths.archive_dir) is not a directory",
+            dir.display()
+        ),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => bail!(
+            "the archive directory {} (paths.archive_dir) is missing: no job has been archived \
+             there, or the configuration names another place",
+            dir.display()
+        ),
+        Err(e) => Err(e).with_context(|| {
+            format!(
+                "the archive directory {} (paths.archive_dir)",
+                dir.display()
+            )
+        }),
+    }
+}
+
+/// An index update's progress on standard error, one line rewritten in place, when standard error
+/// is a terminal; nothing when it is piped or logged (the timer's journal gets the result only).
+struct ProgressLine {
+    tty: bool,
+    shown_at: Option<std::time::Instant>,
+}
+
+impl ProgressLine {
+    fn new() -> ProgressLine {
+        ProgressLine {
+            tty: std::io::stderr().is_terminal(),
+            shown_at: None,
+        }
+    }
+
+    fn show(&mut self, p: jobscope_audit::index::Progress) {
+        use jobscope_audit::index::Progress;
+        if !self.tty {
+            return;
+        }
+        let (done, total, text) = match p {
+            Progress::Day { done, total, date } => (
+                done,
+                total,
+                format!("indexing day {done}/{total} ({date}) …"),
+            ),
+            Progress::Record { done, total } => {
+                (done, total, format!("indexing new record {done}/{total} …"))
+            }
+            Progress::Month { done, total, month } => (
+                done,
+                total,
+                format!("writing the index of {month} ({done}/{total}) …"),
+            ),
+        };
+        // Ten times a second is as fast as anyone reads; the last of each count is always shown.
+        let now = std::time::Instant::now();
+        if done < total
+            && self
+                .shown_at
+                .is_some_and(|t| now.duration_since(t).as_millis() < 100)
+        {
+            return;
+        }
+        self.shown_at = Some(now);
+        let mut err = std::io::stderr().lock();
+        let _ = write!(err, "\r\x1b[K{text}");
+        let _ = err.flush();
+    }
+}
+
+impl Drop for ProgressLine {
+    /// The line is cleared: what follows (the result, an error) starts on a clean line.
+    fn drop(&mut self) {
+        if self.shown_at.is_some() {
+            let _ = write!(std::io::stderr(), "\r\x1b[K");
+        }
+    }
+}
+
+/// [`Index::update`] with its progress shown on a terminal.
+fn update_index(idx: &Index, rebuild: bool) -> Result<jobscope_audit::index::UpdateReport> {
+    let mut line = ProgressLine::new();
+    idx.update_with(rebuild, &mut |p| line.show(p))
+}
+
 pub fn index_cmd(cfg: &Config, cmd: IndexCmd) -> Result<()> {
     if euid() != 0 {
         bail!("the index is written by root (the archive's owner); run this as root");
     }
-    let store = Store::new(&cfg.paths.archive_dir, &cfg.archive.admin_group);
+    let store = Store::new(archive_dir(cfg)?, &cfg.archive.admin_group);
     let idx = Index::new(&store, index_settings(cfg));
     let (rebuild, json) = match cmd {
         IndexCmd::Update { json } => (false, json),
         IndexCmd::Rebuild { json } => (true, json),
     };
     let t0 = std::time::Instant::now();
-    let rep = idx.update(rebuild)?;
+    let rep = update_index(&idx, rebuild)?;
     let secs = t0.elapsed().as_secs_f64();
     let after = jobscope_audit::after_update(cfg, &idx, &rep);
     if json {
@@ -256,6 +369,12 @@ fn parse_when(s: &str, zone: Zone) -> Result<i64> {
     if let Ok(n) = s.parse::<i64>() {
         return Ok(n);
     }
+    // chrono's `%Y` takes any number of digits: `26-11-25` would be the year 26, and the report
+    // would cover the whole archive without a word.
+    let year = s.split('-').next().unwrap_or("");
+    if s.contains('-') && !(year.len() == 4 && year.bytes().all(|b| b.is_ascii_digit())) {
+        bail!("{s:?}: the year must have four digits (YYYY-MM-DD, e.g. 2026-11-25)");
+    }
     // One form per shape, so the error is the one of the form meant.
     let wall = if s.contains('T') {
         NaiveDateTime::parse_from_str(s, "%Y-%m-%dT%H:%M")
@@ -278,6 +397,9 @@ fn parse_when(s: &str, zone: Zone) -> Result<i64> {
 fn parse_span(s: &str) -> Result<i64> {
     use chrono::TimeDelta;
     let s = s.trim();
+    if s.starts_with('-') {
+        bail!("{s:?}: a duration cannot be negative (`7d` is the last 7 days)");
+    }
     let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
     let n: i64 = num
         .parse()
@@ -293,18 +415,52 @@ fn parse_span(s: &str) -> Result<i64> {
     Ok(span.context("span too large")?.num_seconds())
 }
 
+/// The group keys of `--by`: each known, none empty (`--by ,` is a slip, not "no grouping"), none
+/// twice (`--by user,user` would print the same column twice).
 fn keys(by: &[String]) -> Result<Vec<GroupKey>> {
-    by.iter()
-        .filter(|s| !s.trim().is_empty())
-        .map(|s| {
-            GroupKey::parse(s).with_context(|| {
-                format!(
-                    "--by {s:?}: one of {}, hour, day-of-week",
-                    GroupKey::ALL.map(|k| k.column()).join(", ")
-                )
-            })
-        })
-        .collect()
+    let valid = || {
+        format!(
+            "{}, hour, day-of-week",
+            GroupKey::ALL.map(|k| k.column()).join(", ")
+        )
+    };
+    let mut keys: Vec<GroupKey> = Vec::with_capacity(by.len());
+    for s in by {
+        if s.trim().is_empty() {
+            bail!(
+                "--by {:?}: an empty key; give one or more of {} (leave --by out for no grouping)",
+                by.join(","),
+                valid()
+            );
+        }
+        let k = GroupKey::parse(s).with_context(|| format!("--by {s:?}: one of {}", valid()))?;
+        if keys.contains(&k) {
+            bail!("--by {:?}: {} is given twice", by.join(","), k.column());
+        }
+        keys.push(k);
+    }
+    Ok(keys)
+}
+
+/// A filter's values as given, none empty: `--user ,` or `--user alice,` is a slip that would
+/// otherwise match nothing (or a user with no name) and read as "no such jobs".
+fn listed(flag: &str, given: &[String]) -> Result<Vec<String>> {
+    if given.iter().any(|s| s.trim().is_empty()) {
+        bail!(
+            "{flag} {:?}: an empty value in the list (comma-separated, none empty)",
+            given.join(",")
+        );
+    }
+    Ok(given.to_vec())
+}
+
+/// A count of rows (`-n`, `--limit`): a whole number, 1 or more (0 would print an empty report,
+/// and `-3` is not an option but a mistyped count).
+fn count(s: &str) -> std::result::Result<u64, String> {
+    match s.trim().parse::<u64>() {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err("a count of rows must be a whole number, 1 or more".into()),
+    }
 }
 
 /// A clap parser for a vocabulary: lists every spelling in `--help` and completions, and takes
@@ -320,9 +476,8 @@ fn spelled<T: Vocabulary + Send + Sync>() -> impl TypedValueParser<Value = T> {
 /// The values of a filter as archived (`cpu-bound` → `cpu_bound`), or one line naming the valid
 /// ones: a misspelt value would otherwise match nothing and read as "no such jobs".
 fn archived<T: Vocabulary>(flag: &str, given: &[String]) -> Result<Vec<String>> {
-    given
+    listed(flag, given)?
         .iter()
-        .filter(|s| !s.trim().is_empty())
         .map(|s| match T::parse(s) {
             Some(v) => Ok(v.spelling().to_string()),
             None => bail!(
@@ -346,6 +501,21 @@ fn query(c: &Common, report: Report, group_by: Vec<GroupKey>) -> Result<Query> {
         .as_deref()
         .map(|u| parse_when(u, zone))
         .transpose()?;
+    // A window that ends before it starts holds no job: a report of nothing with exit 0 would
+    // read as "nobody ran anything", so it is refused, naming both ends as given.
+    if let (Some(s), Some(u)) = (since, until) {
+        if s >= u {
+            let from = match (&c.since, &c.last) {
+                (Some(given), _) => format!("--since {given}"),
+                (None, Some(span)) => format!("--last {span} (from {})", render::when(s, zone)),
+                (None, None) => format!("the start, {}", render::when(s, zone)),
+            };
+            bail!(
+                "{from} is not before --until {}: no job can have ended in that window",
+                c.until.as_deref().unwrap_or_default()
+            );
+        }
+    }
     Ok(Query {
         window: Window {
             since_unix_s: since,
@@ -353,12 +523,12 @@ fn query(c: &Common, report: Report, group_by: Vec<GroupKey>) -> Result<Query> {
         },
         filters: Filters {
             uid: None,
-            users: c.user.clone(),
-            groups: c.group.clone(),
-            accounts: c.account.clone(),
-            partitions: c.partition.clone(),
-            qos: c.qos.clone(),
-            nodes: c.node.clone(),
+            users: listed("--user", &c.user)?,
+            groups: listed("--group", &c.group)?,
+            accounts: listed("--account", &c.account)?,
+            partitions: listed("--partition", &c.partition)?,
+            qos: listed("--qos", &c.qos)?,
+            nodes: listed("--node", &c.node)?,
             states: archived::<JobState>("--state", &c.state)?,
             classes: archived::<JobClass>("--class", &c.class)?,
             min_elapsed_s: c
@@ -375,7 +545,7 @@ fn query(c: &Common, report: Report, group_by: Vec<GroupKey>) -> Result<Query> {
         },
         group_by,
         report,
-        limit: c.limit,
+        limit: c.limit.map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
         zone,
     })
 }
@@ -415,26 +585,38 @@ pub fn own_rows(cfg: &Config, uid: u32) -> Result<(Vec<JobRow>, Vec<String>)> {
 }
 
 pub fn audit_cmd(cfg: &Config, cmd: AuditCmd) -> Result<()> {
-    let (report, by, common, heat) = match cmd {
-        AuditCmd::Usage { by, common } => (Report::Usage, keys(&by)?, common, false),
+    let (report, by, common) = match cmd {
+        AuditCmd::Usage { by, common } => (Report::Usage, keys(&by)?, common),
         AuditCmd::Top {
             by,
             metric,
             n,
             common,
-        } => (Report::TopWasters { metric, n }, keys(&by)?, common, false),
-        AuditCmd::GpuIdle { common } => (Report::GpuIdle, vec![], common, false),
+        } => (
+            Report::TopWasters {
+                metric,
+                n: usize::try_from(n).unwrap_or(usize::MAX),
+            },
+            keys(&by)?,
+            common,
+        ),
+        AuditCmd::GpuIdle { common } => (Report::GpuIdle, vec![], common),
         AuditCmd::CpuOnGpu { busy_pct, common } => {
             let busy_pct = busy_pct.unwrap_or(cfg.audit.busy_pct);
             if !(busy_pct > 0.0 && busy_pct <= 100.0) {
                 bail!("--busy-pct {busy_pct} is outside (0, 100]");
             }
-            (Report::CpuOnlyOnGpu { busy_pct }, vec![], common, false)
+            (Report::CpuOnlyOnGpu { busy_pct }, vec![], common)
         }
-        AuditCmd::Heatmap { common } => (Report::Heatmap, vec![], common, true),
-        AuditCmd::Jobs { common } => (Report::Jobs, vec![], common, false),
+        AuditCmd::Heatmap { common } => (Report::Heatmap, vec![], common),
+        AuditCmd::Jobs { common } => (Report::Jobs, vec![], common),
     };
     let mut q = query(&common, report, by)?;
+    let view = match (common.wide, common.columns.is_empty()) {
+        (true, _) => render::View::Wide,
+        (false, true) => render::View::Default,
+        (false, false) => render::View::Columns(common.columns.clone()),
+    };
     let table = if common.engine == EngineKind::Postgres {
         if euid() != 0 {
             bail!(
@@ -446,18 +628,19 @@ pub fn audit_cmd(cfg: &Config, cmd: AuditCmd) -> Result<()> {
         jobscope_audit::pg::engine::PgEngine::new(jobscope_audit::pg::connect(&cfg.postgres)?)
             .run(&q)?
     } else if is_admin(cfg) {
-        let store = Store::new(&cfg.paths.archive_dir, &cfg.archive.admin_group);
+        let store = Store::new(archive_dir(cfg)?, &cfg.archive.admin_group);
         let settings = index_settings(cfg);
         let dir = settings.dir.clone();
         if euid() == 0 {
             // Root brings the index up to date first (cheap when nothing changed: one stat per day).
-            let rep = Index::new(&store, settings).update(false)?;
+            let rep = update_index(&Index::new(&store, settings), false)?;
             for p in &rep.problems {
                 eprintln!("jobscope: not indexed: {p}");
             }
         }
         ParquetEngine::open(&dir)?.run(&q)?
     } else {
+        archive_dir(cfg)?;
         // SAFETY: getuid cannot fail.
         let uid = unsafe { libc::getuid() };
         q.filters.uid = Some(uid);
@@ -465,7 +648,22 @@ pub fn audit_cmd(cfg: &Config, cmd: AuditCmd) -> Result<()> {
         for n in notes {
             eprintln!("jobscope: {n}");
         }
-        MemEngine::new(&rows)?.run(&q)?
+        let engine = MemEngine::new(&rows)?;
+        // Nothing matched: say why the audit may look emptier than the cluster (their own jobs
+        // only), on standard error so that csv and json stay as they are.
+        let any = Query {
+            report: Report::Jobs,
+            limit: Some(1),
+            ..q.clone()
+        };
+        if engine.run(&any)?.rows.is_empty() {
+            eprintln!(
+                "jobscope: no job of yours matches: you are not root nor in the admin group \
+                 {:?} (archive.admin_group), so the audit sees only your own jobs",
+                cfg.archive.admin_group
+            );
+        }
+        engine.run(&q)?
     };
     let mut out: Box<dyn Write + Send> = match &common.output {
         Some(p) => Box::new(std::io::BufWriter::new(
@@ -475,9 +673,15 @@ pub fn audit_cmd(cfg: &Config, cmd: AuditCmd) -> Result<()> {
         )),
         None => Box::new(std::io::stdout()),
     };
+    // csv, json and parquet keep every column unless --columns names some.
+    let table = match (&view, common.format) {
+        (render::View::Columns(_), Format::Csv | Format::Json | Format::Parquet) => {
+            render::view(&table, &q, &view)?
+        }
+        _ => table,
+    };
     match common.format {
-        Format::Table if heat => out.write_all(render::heatmap(&table, q.zone).as_bytes())?,
-        Format::Table => out.write_all(render::text(&table, q.zone).as_bytes())?,
+        Format::Table => out.write_all(render::for_people(&table, &q, &view)?.as_bytes())?,
         Format::Csv => out.write_all(render::csv(&table).as_bytes())?,
         Format::Json => out.write_all(render::json(&table)?.as_bytes())?,
         Format::Parquet => {
@@ -500,9 +704,12 @@ mod tests {
     fn filters_take_either_spelling_and_refuse_an_unknown_word() {
         let given = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
         assert_eq!(
-            archived::<JobClass>("--class", &given(&["cpu-bound", "GPU_IDLE", " "])).unwrap(),
+            archived::<JobClass>("--class", &given(&["cpu-bound", "GPU_IDLE"])).unwrap(),
             ["cpu_bound", "gpu_idle"]
         );
+        // An empty value (`--class cpu-bound,`) is a slip, not "no filter".
+        let e = archived::<JobClass>("--class", &given(&["cpu-bound", " "])).unwrap_err();
+        assert!(e.to_string().contains("an empty value"), "{e}");
         assert_eq!(
             archived::<JobState>("--state", &given(&["out-of-memory", "completed"])).unwrap(),
             ["OUT_OF_MEMORY", "COMPLETED"]
@@ -534,6 +741,72 @@ mod tests {
         assert!(m(&["--metric", "disk"]).is_err());
     }
 
+    #[derive(clap::Parser)]
+    struct AuditArgs {
+        #[command(subcommand)]
+        cmd: AuditCmd,
+    }
+
+    #[derive(clap::Parser)]
+    struct IndexArgs {
+        #[command(subcommand)]
+        cmd: IndexCmd,
+    }
+
+    #[test]
+    fn every_option_of_every_audit_and_index_command_says_what_it_does() {
+        use clap::CommandFactory;
+        let mut checked = 0;
+        for top in [AuditArgs::command(), IndexArgs::command()] {
+            for sub in top.get_subcommands() {
+                assert!(sub.get_about().is_some(), "{} has no help", sub.get_name());
+                for a in sub.get_arguments() {
+                    if a.get_id() == "help" {
+                        continue;
+                    }
+                    let help = a.get_help().map(|h| h.to_string()).unwrap_or_default();
+                    assert!(
+                        !help.trim().is_empty(),
+                        "`{} --{}` has no help text",
+                        sub.get_name(),
+                        a.get_id()
+                    );
+                    checked += 1;
+                }
+            }
+        }
+        // The ones the issue found bare among them.
+        let audit = AuditArgs::command();
+        let top = audit.find_subcommand("top").unwrap();
+        for id in ["by", "n", "metric", "group", "account", "partition", "qos"] {
+            assert!(
+                top.get_arguments().any(|a| a.get_id() == id),
+                "top has no {id}"
+            );
+        }
+        assert!(checked > 100, "{checked} options checked");
+    }
+
+    #[test]
+    fn group_keys_are_each_given_once_and_none_empty() {
+        let by = |v: &[&str]| keys(&v.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+        assert_eq!(
+            by(&["user", "day-of-week"]).unwrap(),
+            [GroupKey::User, GroupKey::DayOfWeek]
+        );
+        assert!(by(&[]).unwrap().is_empty(), "no --by: no grouping");
+        let e = by(&["user", "user"]).unwrap_err().to_string();
+        assert!(e.contains("user is given twice"), "{e}");
+        // Two spellings of one key.
+        let e = by(&["hour", "hour_of_day"]).unwrap_err().to_string();
+        assert!(e.contains("hour_of_day is given twice"), "{e}");
+        // `--by ,` reaches here as two empty values.
+        let e = by(&["", ""]).unwrap_err().to_string();
+        assert!(e.contains("an empty key"), "{e}");
+        let e = by(&["usr"]).unwrap_err().to_string();
+        assert!(e.contains("\"usr\"") && e.contains("partition"), "{e}");
+    }
+
     #[test]
     fn times_and_spans_parse() {
         assert_eq!(parse_when("1700000000", Zone::Utc).unwrap(), 1_700_000_000);
@@ -553,6 +826,25 @@ mod tests {
         }
         let e = parse_when("yesterday", Zone::Utc).unwrap_err().to_string();
         assert!(e.contains("expected YYYY-MM-DD"), "{e}");
+        // chrono alone reads `26-11-25` as the year 26.
+        for bad in [
+            "26-11-25",
+            "026-11-25",
+            "+2026-11-25",
+            "26-11-25T10:00",
+            "20266-01-01",
+        ] {
+            let e = parse_when(bad, Zone::Utc).unwrap_err().to_string();
+            assert!(e.contains("the year must have four digits"), "{bad}: {e}");
+        }
+        assert_eq!(
+            parse_when("0001-01-01", Zone::Utc).unwrap(),
+            -62_135_596_800
+        );
+        for bad in ["-5d", "-30m", " -1h"] {
+            let e = parse_span(bad).unwrap_err().to_string();
+            assert!(e.contains("cannot be negative"), "{bad}: {e}");
+        }
         assert_eq!(parse_span("7d").unwrap(), 604_800);
         assert_eq!(parse_span("90").unwrap(), 90);
         assert_eq!(parse_span("2w").unwrap(), 1_209_600);

@@ -577,7 +577,11 @@ pub fn main() -> i32 {
         // Output written through a writer of its own (`audit … --format csv`) to a closed pipe.
         Err(e) if out::is_closed_pipe(&e) => 0,
         Err(e) => {
-            eprintln!("jobscope: {e:#}");
+            // Each cause once: a file error carries its OS error as text and as its cause.
+            eprintln!(
+                "jobscope: {}",
+                jobscope_sampler::fsutil::error_line(e.as_ref())
+            );
             1
         }
     }

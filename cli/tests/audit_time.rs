@@ -197,7 +197,8 @@ fn the_heat_map_puts_each_job_in_its_own_local_hour() {
 #[test]
 fn printed_times_say_their_zone_and_offset() {
     let site = site();
-    let out = ok(&site, &["jobs"]);
+    // Every column (the default table shows the end only).
+    let out = ok(&site, &["jobs", "--wide"]);
     let head = out.lines().next().unwrap();
     assert!(
         head.contains("start (Europe/Oslo)") && head.contains("end (Europe/Oslo)"),
@@ -213,11 +214,11 @@ fn printed_times_say_their_zone_and_offset() {
     assert!(line("5").contains("2026-10-25 02:30 +02:00"), "{out}");
     assert!(line("6").contains("2026-10-25 02:30 +01:00"), "{out}");
     assert!(line("3").contains("2026-03-29 03:30 +02:00"), "{out}");
-    let out = ok(&site, &["jobs", "--utc"]);
+    let out = ok(&site, &["jobs", "--utc", "--wide"]);
     assert!(out.lines().next().unwrap().contains("end (UTC)"), "{out}");
     assert!(out.contains("2026-10-25 01:30  "), "{out}");
     let usage = ok(&site, &["usage", "--by", "hour"]);
-    assert!(usage.starts_with("hour_of_day (Europe/Oslo)"), "{usage}");
+    assert!(usage.starts_with("hour (Europe/Oslo)"), "{usage}");
 }
 
 /// The heat map's CSV as [weekday − 1][hour] core-hours.

@@ -27,6 +27,23 @@ pub fn io_err(path: &Path) -> impl FnOnce(io::Error) -> FsError + '_ {
     }
 }
 
+/// An error and its causes on one line, `what: why: root cause`, each said once: a cause whose
+/// text already ends the line is left out ([`FsError::Io`] prints its OS error and also has it as
+/// its source, so `{:#}` would say "No such file or directory" twice).
+pub fn error_line(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut line = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let text = c.to_string();
+        if !line.ends_with(&text) {
+            line.push_str(": ");
+            line.push_str(&text);
+        }
+        cause = c.source();
+    }
+    line
+}
+
 /// A name that may be joined to a directory: no separators, no `..`, no control characters.
 pub fn is_safe_name(name: &str) -> bool {
     !name.is_empty()
@@ -397,6 +414,26 @@ pub fn free_bytes(path: &Path) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_error_line_says_each_cause_once() {
+        #[derive(Debug, thiserror::Error)]
+        #[error("the index at /x is missing or damaged")]
+        struct Outer(#[source] FsError);
+        #[derive(Debug, thiserror::Error)]
+        #[error("outer")]
+        struct Other(#[source] io::Error);
+        let e = Outer(io_err(Path::new("/x/state.json"))(io::Error::from(
+            io::ErrorKind::NotFound,
+        )));
+        assert_eq!(
+            error_line(&e),
+            "the index at /x is missing or damaged: /x/state.json: entity not found"
+        );
+        // A cause the line does not end with yet is said.
+        let e = Other(io::Error::other("inner"));
+        assert_eq!(error_line(&e), "outer: inner");
+    }
 
     #[test]
     fn names() {

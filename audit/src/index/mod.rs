@@ -164,6 +164,27 @@ pub struct UpdateReport {
     pub added: Option<Vec<JobRow>>,
 }
 
+/// How far an update is, for a person watching (`jobscope index update` on a terminal). Sent
+/// often (once per day directory and per record): the receiver decides how often to show it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Progress<'a> {
+    /// Looking at the archive's day directory `date`, the `done`-th of `total`: the days of the
+    /// archive, or those of the months being made again.
+    Day {
+        done: usize,
+        total: usize,
+        date: &'a str,
+    },
+    /// Reading the `done`-th of `total` records new since the last update.
+    Record { done: usize, total: usize },
+    /// Writing the index files of `month`, the `done`-th of `total` months with new rows.
+    Month {
+        done: usize,
+        total: usize,
+        month: &'a str,
+    },
+}
+
 /// The most added rows an [`UpdateReport`] keeps; past it, what follows the update rereads the index.
 pub const MAX_ADDED_KEPT: usize = 100_000;
 
@@ -593,6 +614,15 @@ impl<'a> Index<'a> {
     /// Brings the index up to date with the archive (a full rebuild when `rebuild`, or when the
     /// index is missing or damaged).
     pub fn update(&self, rebuild: bool) -> Result<UpdateReport> {
+        self.update_with(rebuild, &mut |_| {})
+    }
+
+    /// [`Index::update`], telling `progress` how far it is.
+    pub fn update_with(
+        &self,
+        rebuild: bool,
+        progress: &mut dyn FnMut(Progress),
+    ) -> Result<UpdateReport> {
         let _lock = self.lock()?;
         let s = &self.settings;
         mkdir(&s.dir, s.admin_gid)?;
@@ -650,11 +680,16 @@ impl<'a> Index<'a> {
         // a line (`orphan`: the writer died between the record and its line).
         let mut marks: BTreeMap<String, DayMark> = BTreeMap::new();
         let mut found: BTreeMap<String, Vec<(PathBuf, bool)>> = BTreeMap::new();
-        for d in &days {
+        for (i, d) in days.iter().enumerate() {
             let month = month_of_day(&d.date);
             if rebuild_months.contains(&month) {
                 continue;
             }
+            progress(Progress::Day {
+                done: i + 1,
+                total: days.len(),
+                date: &d.date,
+            });
             let old = state.days.get(&d.date);
             let (size, dir_md) = day_stat(d)?;
             let dir = stamp_of(&dir_md);
@@ -698,6 +733,12 @@ impl<'a> Index<'a> {
         // line (it was indexed as an orphan before), and makes the month rebuilt when a new line
         // names it (a newer write of that run: the files are the truth).
         let mut pending = Pending::default();
+        let new_records: usize = found
+            .iter()
+            .filter(|(m, _)| !rebuild_months.contains(*m))
+            .map(|(_, l)| l.len())
+            .sum();
+        let mut records_read = 0;
         for (month, list) in found {
             if rebuild_months.contains(&month) || list.is_empty() {
                 continue;
@@ -728,6 +769,11 @@ impl<'a> Index<'a> {
                 }
             };
             for (path, orphan) in list {
+                records_read += 1;
+                progress(Progress::Record {
+                    done: records_read,
+                    total: new_records,
+                });
                 let named = path
                     .file_name()
                     .and_then(|n| archive::RecordName::parse(&n.to_string_lossy()));
@@ -766,9 +812,20 @@ impl<'a> Index<'a> {
             }
         }
         // Months rebuilt from their day directories' records (the files are the truth).
+        let rebuilt_days = days
+            .iter()
+            .filter(|d| rebuild_months.contains(&month_of_day(&d.date)))
+            .count();
+        let mut days_done = 0;
         for month in &rebuild_months {
             pending.months.insert(month.clone(), BTreeMap::new());
             for d in days.iter().filter(|d| &month_of_day(&d.date) == month) {
+                days_done += 1;
+                progress(Progress::Day {
+                    done: days_done,
+                    total: rebuilt_days,
+                    date: &d.date,
+                });
                 let (_, dir_md) = day_stat(d)?;
                 let (entries, size, listing) = read_day(d)?;
                 rep.days_read += 1;
@@ -792,10 +849,18 @@ impl<'a> Index<'a> {
 
         rep.added = (rep.months_rebuilt.is_empty() && !rep.rebuilt).then(Vec::new);
         let mut seq = next_part;
-        for (month, runs) in std::mem::take(&mut pending.months) {
-            if runs.is_empty() {
-                continue;
-            }
+        let months = std::mem::take(&mut pending.months);
+        let with_rows = months.values().filter(|r| !r.is_empty()).count();
+        for (done, (month, runs)) in months
+            .into_iter()
+            .filter(|(_, r)| !r.is_empty())
+            .enumerate()
+        {
+            progress(Progress::Month {
+                done: done + 1,
+                total: with_rows,
+                month: &month,
+            });
             let (mut jobs, mut nodes) = (Vec::new(), Vec::new());
             for (j, n, _) in runs.into_values() {
                 jobs.push(j);
@@ -1076,10 +1141,13 @@ pub struct ParquetEngine {
 
 impl ParquetEngine {
     pub fn open(dir: &Path) -> Result<ParquetEngine> {
-        let state = load_state(dir).with_context(|| {
-            format!(
-                "the index at {} is missing or damaged (run `jobscope index rebuild`)",
-                dir.display()
+        // One line, the OS error once: "… missing or damaged: <path>: <why>" and what mends it.
+        let state = load_state(dir).map_err(|e| {
+            anyhow::anyhow!(
+                "the index at {} is missing or damaged: {} (root's `jobscope index update` makes \
+                 it again)",
+                dir.display(),
+                jobscope_sampler::fsutil::error_line(e.as_ref())
             )
         })?;
         Ok(ParquetEngine {

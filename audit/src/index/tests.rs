@@ -621,6 +621,54 @@ fn updates_are_incremental_and_a_rewritten_record_rebuilds_its_month() {
 }
 
 #[test]
+fn an_update_says_how_far_it_is() {
+    let fx = fixture();
+    let specs = mixed_jobs();
+    fx.write(&specs);
+    // The days the jobs end on (spec days 0-3 and 31-33: seven).
+    let days: BTreeSet<u64> = specs
+        .iter()
+        .map(|s| (s.start_ms + (s.elapsed_s * 1000.0) as u64) / DAY_MS)
+        .collect();
+    let mut seen: Vec<String> = Vec::new();
+    fx.index()
+        .update_with(false, &mut |p| seen.push(format!("{p:?}")))
+        .unwrap();
+    // A first update makes every month: each day once, counted to the last, then two months.
+    let day_events: Vec<&String> = seen.iter().filter(|e| e.starts_with("Day")).collect();
+    assert_eq!(day_events.len(), days.len(), "{seen:#?}");
+    assert!(day_events[0].starts_with(&format!("Day {{ done: 1, total: {}", days.len())));
+    assert!(day_events
+        .last()
+        .unwrap()
+        .starts_with(&format!("Day {{ done: {0}, total: {0}", days.len())));
+    let months: Vec<&String> = seen.iter().filter(|e| e.starts_with("Month")).collect();
+    assert_eq!(months.len(), 2, "{seen:#?}");
+    assert!(
+        months[1].contains("done: 2, total: 2, month: \"2026-04\""),
+        "{seen:#?}"
+    );
+    // New records after that are counted one by one.
+    fx.write(&[
+        spec(500, "alice", 1001, "debug", 2),
+        spec(501, "bob", 1002, "debug", 2),
+    ]);
+    seen.clear();
+    fx.index()
+        .update_with(false, &mut |p| seen.push(format!("{p:?}")))
+        .unwrap();
+    let records: Vec<&String> = seen.iter().filter(|e| e.starts_with("Record")).collect();
+    assert_eq!(
+        records,
+        [
+            "Record { done: 1, total: 2 }",
+            "Record { done: 2, total: 2 }"
+        ],
+        "{seen:#?}"
+    );
+}
+
+#[test]
 fn a_damaged_or_deleted_index_is_rebuilt_with_the_same_answers() {
     let fx = fixture();
     fx.write(&mixed_jobs());

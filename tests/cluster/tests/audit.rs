@@ -170,14 +170,18 @@ fn audit_figures_equal_the_archive_and_users_see_only_their_own() -> Result<()> 
     let first = jobscope_root(&usage_args)?;
     same(&sums_from_audit(&first)?, &want)?;
 
-    // The aligned table names every group.
+    // The aligned table names every group, its units in the headers, within 120 characters.
     let table = jobscope_root(&["audit", "usage", "--by", "user,partition", &filt])?;
     ensure!(
         table
             .lines()
             .next()
-            .is_some_and(|h| h.starts_with("user") && h.contains("core_hours_alloc")),
+            .is_some_and(|h| h.starts_with("user") && h.contains("core-h alloc")),
         "{table}"
+    );
+    ensure!(
+        table.lines().all(|l| l.chars().count() <= 120),
+        "wider than 120 characters:\n{table}"
     );
     ensure!(
         table.lines().count() == 2 + 4,
