@@ -29,7 +29,7 @@ fn fmt_time(unix_s: i64, zone: Zone) -> String {
 }
 
 /// A column's header for people: a time says its zone (`end (UTC)`, `hour_of_day (Europe/Oslo)`).
-fn header(name: &str, zone: Zone) -> String {
+pub fn header(name: &str, zone: Zone) -> String {
     if let Some(what) = name.strip_suffix("_unix_s") {
         return format!("{what} ({})", zone.label());
     }
@@ -47,7 +47,7 @@ fn header(name: &str, zone: Zone) -> String {
 
 /// One cell as a person reads it; the unit is in the column's name, so `core_hours_alloc` reads as
 /// hours, `*_pct` as a percentage, `*_bytes` in binary units.
-fn human(name: &str, v: &Value, zone: Zone) -> String {
+pub fn human(name: &str, v: &Value, zone: Zone) -> String {
     match v {
         Value::Null => "-".into(),
         Value::Bool(b) => if *b { "yes" } else { "no" }.into(),

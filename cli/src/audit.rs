@@ -23,6 +23,9 @@ use std::io::{IsTerminal, Write};
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 
+/// `jobscope audit report`: the cluster report.
+mod report;
+
 #[derive(Subcommand, Debug)]
 pub enum IndexCmd {
     /// Add what the archive gained since the last update (root; a timer runs it).
@@ -161,6 +164,10 @@ pub enum AuditCmd {
         #[command(flatten)]
         common: Common,
     },
+    /// The cluster report (admins): usage and waste per day, top wasters, efficiency, the hour of
+    /// week, idle GPUs, CPU-only jobs on busy GPU partitions, the trend; as text, one HTML page
+    /// (--html) or a mail to audit.report_to (--mail).
+    Report(report::ReportArgs),
 }
 
 pub fn index_settings(cfg: &Config) -> Settings {
@@ -380,6 +387,21 @@ fn query(c: &Common, report: Report, group_by: Vec<GroupKey>) -> Result<Query> {
     })
 }
 
+/// The index as an admin reads it; root brings it up to date first (cheap when nothing changed:
+/// one stat per day).
+fn admin_index(cfg: &Config) -> Result<ParquetEngine> {
+    let store = Store::new(&cfg.paths.archive_dir, &cfg.archive.admin_group);
+    let settings = index_settings(cfg);
+    let dir = settings.dir.clone();
+    if euid() == 0 {
+        let rep = Index::new(&store, settings).update(false)?;
+        for p in &rep.problems {
+            eprintln!("jobscope: not indexed: {p}");
+        }
+    }
+    ParquetEngine::open(&dir)
+}
+
 /// A non-admin's own jobs: their owner's copies, each a regular file owned by root (the archive
 /// writes them root's 0444; a file the user made is not theirs to vouch for) whose uid is theirs.
 pub fn own_rows(cfg: &Config, uid: u32) -> Result<(Vec<JobRow>, Vec<String>)> {
@@ -433,6 +455,7 @@ pub fn audit_cmd(cfg: &Config, cmd: AuditCmd) -> Result<()> {
         }
         AuditCmd::Heatmap { common } => (Report::Heatmap, vec![], common, true),
         AuditCmd::Jobs { common } => (Report::Jobs, vec![], common, false),
+        AuditCmd::Report(args) => return report::run(cfg, args),
     };
     let mut q = query(&common, report, by)?;
     let table = if common.engine == EngineKind::Postgres {
@@ -446,17 +469,7 @@ pub fn audit_cmd(cfg: &Config, cmd: AuditCmd) -> Result<()> {
         jobscope_audit::pg::engine::PgEngine::new(jobscope_audit::pg::connect(&cfg.postgres)?)
             .run(&q)?
     } else if is_admin(cfg) {
-        let store = Store::new(&cfg.paths.archive_dir, &cfg.archive.admin_group);
-        let settings = index_settings(cfg);
-        let dir = settings.dir.clone();
-        if euid() == 0 {
-            // Root brings the index up to date first (cheap when nothing changed: one stat per day).
-            let rep = Index::new(&store, settings).update(false)?;
-            for p in &rep.problems {
-                eprintln!("jobscope: not indexed: {p}");
-            }
-        }
-        ParquetEngine::open(&dir)?.run(&q)?
+        admin_index(cfg)?.run(&q)?
     } else {
         // SAFETY: getuid cannot fail.
         let uid = unsafe { libc::getuid() };
