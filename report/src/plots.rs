@@ -657,7 +657,7 @@ mod tests {
         };
         decode(&grid_png(&g, 600, 200).unwrap());
         assert!(matches!(
-            columns_png(&[empty.clone()], 10, 10),
+            columns_png(std::slice::from_ref(&empty), 10, 10),
             Err(ChartError::Size(10, 10))
         ));
         assert!(grid_png(&g, 600, 100_000).is_err());
