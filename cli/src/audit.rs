@@ -164,9 +164,12 @@ pub enum AuditCmd {
         #[command(flatten)]
         common: Common,
     },
-    /// The cluster report (admins): usage and waste per day, top wasters, efficiency, the hour of
-    /// week, idle GPUs, CPU-only jobs on busy GPU partitions, the trend; as text, one HTML page
-    /// (--html) or a mail to audit.report_to (--mail).
+    /// The cluster report with charts (admins): as text, one HTML page or a mail.
+    ///
+    /// Usage and waste per day by partition, the top wasters by user and by account, the
+    /// distribution of CPU and memory efficiency, the hour-of-week heat map, idle GPU-hours by
+    /// user, CPU-only jobs on busy GPU partitions, and the trend against the window before
+    /// (docs/audit.md, "The cluster report").
     Report(report::ReportArgs),
 }
 

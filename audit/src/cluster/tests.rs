@@ -404,6 +404,15 @@ fn write_the_report_for_a_look() {
     for c in &page.charts {
         std::fs::write(dir.join(format!("{}.png", c.key)), &c.png).unwrap();
     }
+    // The archive and its index, for `jobscope audit report` itself.
+    let archive = fx.settings.dir.parent().unwrap();
+    let copied = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(archive)
+        .arg(dir.join("archive"))
+        .status()
+        .unwrap();
+    assert!(copied.success());
     eprintln!(
         "archive+index {t1:?}, gather {:?}, page {:?}",
         t2 - t1,
