@@ -19,6 +19,7 @@ for f in /usr/bin/jobscope /usr/sbin/jobscope-epilog /etc/jobscope/jobscope.toml
   /lib/systemd/system/jobscope-mail-flush.timer /lib/systemd/system/jobscope-mail-flush.service \
   /lib/systemd/system/jobscope-index.timer /lib/systemd/system/jobscope-index.service \
   /lib/systemd/system/jobscope-pg-sync.timer /lib/systemd/system/jobscope-pg-sync.service \
+  /lib/systemd/system/jobscope-audit-report.timer /lib/systemd/system/jobscope-audit-report.service \
   /usr/share/man/man1/jobscope.1.gz /usr/share/man/man8/jobscope-epilog.8.gz \
   /usr/share/man/man5/jobscope.toml.5.gz /usr/share/bash-completion/completions/jobscope \
   /usr/share/zsh/vendor-completions/_jobscope /usr/share/fish/vendor_completions.d/jobscope.fish \
@@ -74,6 +75,24 @@ upgrade 711 /var/lib/jobscope/state"
 $out
 expected:
 $expected"
+
+# The timers the package enables (postinst), and the ones it leaves to the admin.
+for t in jobscope-reap.timer jobscope-mail-flush.timer jobscope-audit-report.timer; do
+  deb-systemd-helper --quiet was-enabled "$t" && ok "$t enabled" || bad "$t is not enabled"
+done
+for t in jobscope-index.timer jobscope-pg-sync.timer; do
+  deb-systemd-helper --quiet was-enabled "$t" && bad "$t enabled by the package" || ok "$t left disabled"
+done
+# The weekly report's service without audit.report_to: nothing mailed, success (its ExecStart,
+# with a configuration of defaults).
+exec_start=$(sed -n 's/^ExecStart=//p' /lib/systemd/system/jobscope-audit-report.service)
+cfgdir=$(mktemp -d)
+: >"$cfgdir/jobscope.toml"
+out=$(${exec_start/\/usr\/bin\/jobscope /\/usr\/bin\/jobscope --config $cfgdir\/jobscope.toml } 2>&1); rc=$?
+rm -r "$cfgdir"
+[ "$rc" = 0 ] && grep -q 'audit.report_to is not set' <<<"$out" \
+  && ok "jobscope-audit-report.service without audit.report_to: nothing mailed, exit 0" \
+  || bad "jobscope-audit-report.service without audit.report_to: exit $rc: $out"
 
 [ "$fail" = 0 ] && echo "test-packages: all passed" || echo "test-packages: FAILED"
 exit "$fail"

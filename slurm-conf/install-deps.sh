@@ -1,7 +1,8 @@
 #!/bin/bash
 # Install what the jobscope test cluster and the build need on Debian 12 (bookworm), as root:
 # SLURM 22.05 (slurmctld, slurmd, client, headers), munge, libclang (bindgen for slurm-spank),
-# mailutils, bc, python3, python3-aiosmtpd (the SMTP sink of the mail tests), lintian and cargo-deb
+# mailutils, bc, python3, python3-aiosmtpd (the SMTP sink of the mail tests), chromium (the cluster
+# report's browser test), lintian and cargo-deb
 # (the .deb packages, packaging/build-debs.sh), postgresql (the
 # server slurm-conf/postgres.sh runs for the PostgreSQL tests; Debian's own cluster is not started), a local MTA for the
 # sendmail transport (exim4-daemon-light, configured "local delivery only" through a debconf
@@ -27,7 +28,8 @@ PKGS=(slurmctld slurmd slurm-client munge libslurm-dev slurm-wlm-basic-plugins-d
       lintian      # packaging/build-debs.sh checks the .debs with it
       mmdebstrap debian-archive-keyring  # the SLURM 24.11 root filesystem (slurm-conf/trixie/rootfs.sh)
       qemu-system-x86 e2fsprogs  # the cgroup v2 VM test cluster (slurm-conf/vm/: qemu, mkfs.ext4 -d)
-      python3-venv)  # /opt/jobscope-pyenv: pyarrow, to read back `jobscope audit --format parquet` in the tests
+      python3-venv  # /opt/jobscope-pyenv: pyarrow, to read back `jobscope audit --format parquet` in the tests
+      chromium)     # the cluster report's browser test (audit/src/cluster/browser.rs), headless
 # What the demo uses: the cluster, the build (bindgen's libclang, the BPF programs' clang and
 # libelf) and the SMTP server that catches the report mail. The demo mails through SMTP, so no MTA.
 DEMO_PKGS=(slurmctld slurmd slurm-client munge libslurm-dev slurm-wlm-basic-plugins-dev

@@ -41,6 +41,9 @@ exec </dev/null
 RUN_LOG=${JOBSCOPE_RUN_LOG:-/var/tmp/jobscope-run-all.log}
 { : >"$RUN_LOG"; } 2>/dev/null || RUN_LOG=$(mktemp)
 exec > >(tee "$RUN_LOG") 2>&1
+# The cluster report's browser test fails, rather than skips, without chromium (install-deps
+# installs it): CI must run it.
+export JOBSCOPE_REQUIRE_CHROMIUM=1
 export CARGO_TERM_COLOR=${CARGO_TERM_COLOR:-never} DEBIAN_FRONTEND=noninteractive
 # Test failures are anyhow errors with a message: no multi-page backtraces in the log.
 export RUST_LIB_BACKTRACE=0

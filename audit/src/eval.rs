@@ -15,8 +15,8 @@ use arrow_array::{
 use jobscope_sampler::time;
 use std::collections::HashMap;
 
-/// The columns a query reads (the projection handed to the Parquet reader).
-pub fn needed_columns(q: &Query) -> Vec<&'static str> {
+/// The columns [`matching`] reads: the end time and the filtered ones.
+pub fn filter_columns(q: &Query) -> Vec<&'static str> {
     let mut c: Vec<&'static str> = vec!["end_unix_ms"];
     let f = &q.filters;
     let mut add = |n: &'static str| {
@@ -41,6 +41,17 @@ pub fn needed_columns(q: &Query) -> Vec<&'static str> {
     if f.gpu.is_some() {
         add("alloc_gpus");
     }
+    c
+}
+
+/// The columns a query reads (the projection handed to the Parquet reader).
+pub fn needed_columns(q: &Query) -> Vec<&'static str> {
+    let mut c = filter_columns(q);
+    let mut add = |n: &'static str| {
+        if !c.contains(&n) {
+            c.push(n)
+        }
+    };
     for k in q.keys() {
         add(match k {
             GroupKey::Node => "node_list",
@@ -183,8 +194,9 @@ fn of(a: &Float64Array, i: usize) -> Option<f64> {
     (!a.is_null(i)).then(|| a.value(i))
 }
 
-/// The rows of a batch that pass the window and the filters.
-fn matching(q: &Query, b: &RecordBatch) -> Result<Vec<usize>> {
+/// The rows of a batch that pass the window and the filters (the batch has at least
+/// [`filter_columns`]).
+pub fn matching(q: &Query, b: &RecordBatch) -> Result<Vec<usize>> {
     let v = View { b };
     let end = v.i("end_unix_ms")?;
     let f = &q.filters;

@@ -10,8 +10,11 @@
 //! - [`pg`]: the PostgreSQL sink and SQL engine (docs/postgres.md);
 //! - after each index update: [`write_cohorts`] (peer distributions) and [`history`] (a user's
 //!   earlier runs), the files the Epilog reads through `jobscope_archive::{peer, history}`;
-//!   [`metrics`]: OpenMetrics.
+//!   [`metrics`]: OpenMetrics;
+//! - [`cluster`]: the cluster report (`jobscope audit report`): charts, HTML, text and mail made of
+//!   the reports above.
 pub mod arrow;
+pub mod cluster;
 pub mod eval;
 pub mod history;
 pub mod index;

@@ -101,6 +101,7 @@ const LABELS: &[(&str, &str)] = &[
     ("gpu_hours_wasted", "GPU-h wasted"),
     ("gpu_eff_pct", "GPU eff %"),
     ("gpu_energy_kwh", "GPU energy kWh"),
+    ("cpu_wait_hours", "CPU wait-h"),
     ("gpus_idle", "GPUs idle"),
     ("gpus_never_used", "GPUs never used"),
     ("gpu_util_mean_pct", "GPU util %"),
@@ -111,7 +112,7 @@ const LABELS: &[(&str, &str)] = &[
 
 /// A column's header for people: its label with its unit, and a time says its zone
 /// (`end (UTC)`, `hour (Europe/Oslo)`).
-fn header(name: &str, zone: Zone) -> String {
+pub fn header(name: &str, zone: Zone) -> String {
     let label = LABELS
         .iter()
         .find(|(n, _)| *n == name)
@@ -133,7 +134,7 @@ fn header(name: &str, zone: Zone) -> String {
 
 /// One cell as a person reads it; the unit is in the column's header, so `core_hours_alloc` reads
 /// as hours, `*_pct` as a percentage; bytes carry their binary unit, durations theirs.
-fn human(name: &str, v: &Value, zone: Zone) -> String {
+pub fn human(name: &str, v: &Value, zone: Zone) -> String {
     match v {
         Value::Null => "-".into(),
         Value::Bool(b) => if *b { "yes" } else { "no" }.into(),

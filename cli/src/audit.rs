@@ -23,6 +23,9 @@ use std::io::{IsTerminal, Write};
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 
+/// `jobscope audit report`: the cluster report.
+mod report;
+
 #[derive(Subcommand, Debug)]
 pub enum IndexCmd {
     /// Add what the archive gained since the last update (root; a timer runs it). On a
@@ -184,6 +187,13 @@ pub enum AuditCmd {
         #[command(flatten)]
         common: Common,
     },
+    /// The cluster report with charts (admins): as text, one HTML page or a mail.
+    ///
+    /// Usage and waste per day by partition, the top wasters by user and by account, the
+    /// distribution of CPU and memory efficiency, the hour-of-week heat map, idle GPU-hours by
+    /// user, CPU-only jobs on busy GPU partitions, and the trend against the window before
+    /// (docs/audit.md, "The cluster report").
+    Report(report::ReportArgs),
 }
 
 pub fn index_settings(cfg: &Config) -> Settings {
@@ -550,6 +560,22 @@ fn query(c: &Common, report: Report, group_by: Vec<GroupKey>) -> Result<Query> {
     })
 }
 
+/// The index as an admin reads it; root brings it up to date first (cheap when nothing changed:
+/// one stat per day).
+fn admin_index(cfg: &Config) -> Result<ParquetEngine> {
+    let store = Store::new(archive_dir(cfg)?, &cfg.archive.admin_group);
+    let settings = index_settings(cfg);
+    let dir = settings.dir.clone();
+    if euid() == 0 {
+        // Root brings the index up to date first (cheap when nothing changed: one stat per day).
+        let rep = update_index(&Index::new(&store, settings), false)?;
+        for p in &rep.problems {
+            eprintln!("jobscope: not indexed: {p}");
+        }
+    }
+    ParquetEngine::open(&dir)
+}
+
 /// A non-admin's own jobs: their owner's copies, each a regular file owned by root (the archive
 /// writes them root's 0444; a file the user made is not theirs to vouch for) whose uid is theirs.
 pub fn own_rows(cfg: &Config, uid: u32) -> Result<(Vec<JobRow>, Vec<String>)> {
@@ -610,6 +636,7 @@ pub fn audit_cmd(cfg: &Config, cmd: AuditCmd) -> Result<()> {
         }
         AuditCmd::Heatmap { common } => (Report::Heatmap, vec![], common),
         AuditCmd::Jobs { common } => (Report::Jobs, vec![], common),
+        AuditCmd::Report(args) => return report::run(cfg, args),
     };
     let mut q = query(&common, report, by)?;
     let view = match (common.wide, common.columns.is_empty()) {
@@ -628,17 +655,7 @@ pub fn audit_cmd(cfg: &Config, cmd: AuditCmd) -> Result<()> {
         jobscope_audit::pg::engine::PgEngine::new(jobscope_audit::pg::connect(&cfg.postgres)?)
             .run(&q)?
     } else if is_admin(cfg) {
-        let store = Store::new(archive_dir(cfg)?, &cfg.archive.admin_group);
-        let settings = index_settings(cfg);
-        let dir = settings.dir.clone();
-        if euid() == 0 {
-            // Root brings the index up to date first (cheap when nothing changed: one stat per day).
-            let rep = update_index(&Index::new(&store, settings), false)?;
-            for p in &rep.problems {
-                eprintln!("jobscope: not indexed: {p}");
-            }
-        }
-        ParquetEngine::open(&dir)?.run(&q)?
+        admin_index(cfg)?.run(&q)?
     } else {
         archive_dir(cfg)?;
         // SAFETY: getuid cannot fail.

@@ -16,7 +16,7 @@ use std::sync::OnceLock;
 /// DejaVu Sans 2.37 (Bitstream Vera licence, see `report-templates/fonts/LICENSE-DejaVu.txt`).
 pub const FONT_TTF: &[u8] = include_bytes!("../../report-templates/fonts/DejaVuSans.ttf");
 /// The family name the font is registered under with plotters, and the one every label asks for.
-const FAMILY: &str = "sans-serif";
+pub(crate) const FAMILY: &str = "sans-serif";
 
 /// Smallest and largest chart accepted, per side, in pixels.
 pub const MIN_WIDTH: u32 = 64;
@@ -38,7 +38,7 @@ pub enum ChartError {
 }
 
 /// Registers the bundled font with plotters once per process (plotters keeps a global font table).
-fn font_ready() -> Result<(), ChartError> {
+pub(crate) fn font_ready() -> Result<(), ChartError> {
     static READY: OnceLock<bool> = OnceLock::new();
     let ok = *READY.get_or_init(|| {
         plotters::style::register_font(FAMILY, FontStyle::Normal, FONT_TTF).is_ok()
@@ -50,7 +50,7 @@ fn font_ready() -> Result<(), ChartError> {
     }
 }
 
-fn draw_err<E: std::fmt::Display>(e: E) -> ChartError {
+pub(crate) fn draw_err<E: std::fmt::Display>(e: E) -> ChartError {
     ChartError::Draw(e.to_string())
 }
 
@@ -366,12 +366,22 @@ fn time_unit(span_s: f64) -> (f64, &'static str) {
 }
 
 fn render(spec: &Spec, width: u32, height: u32) -> Result<Vec<u8>, ChartError> {
+    png_of(width, height, |rgb| draw(spec, rgb, width, height))
+}
+
+/// A chart of `width` × `height` pixels (within [`MIN_WIDTH`]..[`MAX_SIDE`]) drawn by `draw` into
+/// an RGB buffer, with the font registered, encoded as PNG: every chart of jobscope is made here.
+pub(crate) fn png_of(
+    width: u32,
+    height: u32,
+    draw: impl FnOnce(&mut [u8]) -> Result<(), ChartError>,
+) -> Result<Vec<u8>, ChartError> {
     if !(MIN_WIDTH..=MAX_SIDE).contains(&width) || !(MIN_HEIGHT..=MAX_SIDE).contains(&height) {
         return Err(ChartError::Size(width, height));
     }
     font_ready()?;
     let mut rgb = vec![0u8; width as usize * height as usize * 3];
-    draw(spec, &mut rgb, width, height)?;
+    draw(&mut rgb)?;
     let mut out = Vec::with_capacity(16 * 1024);
     let mut enc = png::Encoder::new(&mut out, width, height);
     enc.set_color(png::ColorType::Rgb);

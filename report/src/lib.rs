@@ -7,9 +7,10 @@
 //!   SLURM-free job facts; how a job ended).
 //! - [`present`]: the one presenter: all wording and number formatting, one view model rendered by
 //!   the text report, the HTML mail, the subject and the array digest (`report-templates/`).
-//! - [`charts`]: the report's PNG charts.
+//! - [`charts`]: the report's PNG charts; [`plots`]: the cluster report's (bars, a shaded grid).
 pub mod charts;
 pub mod pipeline;
+pub mod plots;
 pub mod present;
 pub mod slurm;
 

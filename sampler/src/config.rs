@@ -439,6 +439,9 @@ pub struct Audit {
     pub metrics_file: Option<PathBuf>,
     /// Add a `user` label to the metrics (off: only cluster and partition).
     pub metrics_user_label: bool,
+    /// Who gets the cluster report (`jobscope audit report --mail`, the weekly timer): bare
+    /// addresses; empty: nobody, and the timer does nothing.
+    pub report_to: Vec<String>,
 }
 
 impl Default for Audit {
@@ -453,6 +456,7 @@ impl Default for Audit {
             history_min_runs: 3,
             metrics_file: None,
             metrics_user_label: false,
+            report_to: Vec::new(),
         }
     }
 }
@@ -783,8 +787,39 @@ impl Config {
             ));
         }
         Label::source(&self.postgres.source).map_err(|e| format!("postgres.source {e}"))?;
+        check_report_to(&a.report_to)?;
         Ok(())
     }
+}
+
+/// The most addresses `audit.report_to` takes (a list for a team, not a mailing list).
+pub const MAX_REPORT_TO: usize = 100;
+
+/// `audit.report_to`: bare addresses (`local@domain`, no display name, at most 254 bytes, no
+/// space or control character, not starting with `-`). The mail builder parses each again when it
+/// sends; this catches a typo when the file is read, naming the key.
+fn check_report_to(list: &[String]) -> Result<(), String> {
+    if list.len() > MAX_REPORT_TO {
+        return Err(format!(
+            "audit.report_to has {} addresses, more than {MAX_REPORT_TO}",
+            list.len()
+        ));
+    }
+    for a in list {
+        let ok = !a.is_empty()
+            && a.len() <= 254
+            && !a.starts_with('-')
+            && !a.chars().any(|c| c.is_control() || c.is_whitespace())
+            && a.split('@').count() == 2
+            && a.split('@').all(|p| !p.is_empty());
+        if !ok {
+            return Err(format!(
+                "audit.report_to {:?} is not a bare address (local@domain)",
+                a.escape_debug().take(300).collect::<String>()
+            ));
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -857,6 +892,46 @@ mod tests {
         }
         let ok = "[run]\ncluster = \"c-1\"\n[postgres]\nsource = \"site.a\"";
         Config::parse(ok, Path::new("c")).unwrap();
+    }
+
+    #[test]
+    fn report_to_takes_bare_addresses_and_refuses_others_naming_the_key() {
+        let c = Config::parse(
+            "[audit]\nreport_to = [\"hpc-admins@example.org\", \"boss@lab.example.org\"]",
+            Path::new("c"),
+        )
+        .unwrap();
+        assert_eq!(
+            c.audit.report_to,
+            ["hpc-admins@example.org", "boss@lab.example.org"]
+        );
+        assert!(Config::default().audit.report_to.is_empty());
+        for bad in [
+            "\"\"",
+            "\"admins\"",
+            "\"Admins <a@example.org>\"",
+            "\"a@b@c\"",
+            "\"a@\"",
+            "\"-oQ@example.org\"",
+            "\"a@example.org\\r\\nBcc: x@y\"",
+        ] {
+            let text = format!("[audit]\nreport_to = [{bad}]");
+            let e = Config::parse(&text, Path::new("c"))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("audit.report_to"), "{bad}: {e}");
+            assert!(!e.contains('\n') && !e.contains('\r'), "{e}");
+        }
+        let many: Vec<String> = (0..=MAX_REPORT_TO)
+            .map(|i| format!("\"a{i}@x.org\""))
+            .collect();
+        let e = Config::parse(
+            &format!("[audit]\nreport_to = [{}]", many.join(",")),
+            Path::new("c"),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("more than 100"), "{e}");
     }
 
     /// Every numeric key with a value below its least and above its most (None: the type's own

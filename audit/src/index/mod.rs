@@ -1354,5 +1354,6 @@ impl Engine for ParquetEngine {
 
 #[cfg(test)]
 mod faults;
+/// Also the archive and index fixtures of other modules' tests (the cluster report's).
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

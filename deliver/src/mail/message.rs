@@ -24,7 +24,9 @@ use jobscope_report::charts;
 use jobscope_report::present::{clean, words, ChartImage, Templates, View};
 use jobscope_sampler::summary::JobSummary;
 use lettre::message::header::{self, ContentType, Header, HeaderName, HeaderValue};
-use lettre::message::{Attachment, Mailbox, MultiPart, SinglePart};
+/// A parsed recipient or sender ([`parse_address`]), as the mail's callers hold it.
+pub use lettre::message::Mailbox;
+use lettre::message::{Attachment, MultiPart, SinglePart};
 use lettre::{Address, Message};
 
 pub use jobscope_report::present::templates::{HTML_FILE, SUBJECT_FILE, SUBJECT_MAX_CHARS};
@@ -273,7 +275,7 @@ pub fn build_mail(
     };
 
     // Charts first: the HTML names only the ones that exist.
-    let mut images: Vec<SinglePart> = Vec::new();
+    let mut images: Vec<InlineImage> = Vec::new();
     let size = (opts.chart_width, opts.chart_height);
     // One time axis for every chart of the job.
     let axis_s = charts::job_axis_s(s);
@@ -307,11 +309,11 @@ pub fn build_mail(
             ),
         ] {
             match png {
-                Ok(bytes) => {
-                    images.push(Attachment::new_inline(cid.clone()).body(
-                        bytes,
-                        ContentType::parse("image/png").expect("valid MIME type"),
-                    ));
+                Ok(png) => {
+                    images.push(InlineImage {
+                        cid: cid.clone(),
+                        png,
+                    });
                     *slot = Some(cid);
                 }
                 Err(e) => warnings.push(format!(
@@ -353,6 +355,53 @@ pub fn build_mail(
     let text = templates.render_text(&view)?;
     let html = templates.render_html(&view, &mut warnings)?;
 
+    let message = assemble(
+        &id,
+        &opts.from,
+        std::slice::from_ref(to),
+        subject,
+        text,
+        html,
+        images,
+    )?;
+    Ok(Mail {
+        id,
+        message,
+        warnings,
+    })
+}
+
+/// A picture the HTML part names as `cid:<cid>`: an inline part beside it.
+#[derive(Debug, Clone)]
+pub struct InlineImage {
+    /// The Content-ID, without angle brackets (`node0-cpu@jobscope`): made by jobscope, never
+    /// of user text.
+    pub cid: String,
+    pub png: Vec<u8>,
+}
+
+/// A jobscope mail from its rendered parts: the headers every one carries (Message-ID from `id`,
+/// `Auto-Submitted`, `User-Agent`) and the MIME structure of the module's head, with `images` as
+/// the inline parts of the HTML. The end-of-job report, the array digest and the cluster report
+/// (`jobscope audit report --mail`) are all made here.
+pub fn assemble(
+    id: &str,
+    from: &Mailbox,
+    to: &[Mailbox],
+    subject: String,
+    text: String,
+    html: String,
+    images: Vec<InlineImage>,
+) -> Result<Message, lettre::error::Error> {
+    let images: Vec<SinglePart> = images
+        .into_iter()
+        .map(|i| {
+            Attachment::new_inline(i.cid).body(
+                i.png,
+                ContentType::parse("image/png").expect("valid MIME type"),
+            )
+        })
+        .collect();
     let text_part = SinglePart::plain(text);
     let html_part = SinglePart::html(html);
     let body = if images.is_empty() {
@@ -370,22 +419,20 @@ pub fn build_mail(
             .multipart(related)
     };
 
-    let domain = opts.from.email.domain().to_string();
-    let message = Message::builder()
-        .from(opts.from.clone())
-        .to(to.clone())
+    let domain = from.email.domain().to_string();
+    let builder = to
+        .iter()
+        .fold(Message::builder().from(from.clone()), |b, m| {
+            b.to(m.clone())
+        });
+    builder
         .subject(subject)
         .message_id(Some(format!("<jobscope.{id}@{domain}>")))
         .header(AutoSubmitted)
         .header(header::UserAgent::from(
             jobscope_report::GENERATOR.to_string(),
         ))
-        .multipart(body)?;
-    Ok(Mail {
-        id,
-        message,
-        warnings,
-    })
+        .multipart(body)
 }
 
 #[cfg(test)]

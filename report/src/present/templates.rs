@@ -54,7 +54,10 @@ handlebars_helper!(lpad: |v: Json, w: u64| {
     format!("{}{s}", " ".repeat((w as usize).saturating_sub(n)))
 });
 
-fn registry(escape: bool) -> Handlebars<'static> {
+/// A registry as every jobscope template is rendered with: strict (a name the view lacks is an
+/// error, not an empty string), HTML-escaping every value when `escape` (plain text otherwise), with
+/// the padding helpers. The cluster report (audit/src/cluster/page.rs) renders with it too.
+pub fn registry(escape: bool) -> Handlebars<'static> {
     let mut h = Handlebars::new();
     h.set_strict_mode(true);
     if !escape {

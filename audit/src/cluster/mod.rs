@@ -1,0 +1,238 @@
+//! The cluster report (`jobscope audit report`, docs/audit.md "The cluster report"): a window of
+//! the whole cluster (or of some accounts or partitions) for admins, as one self-contained HTML
+//! page, a text, and a mail with both.
+//!
+//! - here: what it shows, each figure asked of the audit's own queries ([`gather`]: usage by day
+//!   and partition, the top wasters, the heat map, idle GPUs, CPU-only jobs on GPU partitions, the
+//!   same totals over the window before) — the report computes no figure the audit reports do not;
+//!   only the efficiency distribution, which no report has, is counted here, over the index's
+//!   stored per-job efficiencies, with the OpenMetrics histogram's buckets;
+//! - [`page`]: the words, tables and charts of it, and its text, HTML and mail.
+//!
+//! Who may run it: admins (root and `archive.admin_group`), who read the index. It ranks users and
+//! accounts against each other, so there is no "own jobs" version of it: a user's own figures are
+//! `jobscope audit usage` (their jobs only) and the alerts.
+
+pub mod page;
+
+#[cfg(test)]
+mod browser;
+#[cfg(test)]
+mod tests;
+
+use crate::eval;
+use crate::index::ParquetEngine;
+use crate::metrics::EFF_BUCKETS;
+use crate::query::{Engine, Filters, GroupKey, Query, Report, WasteMetric, Window, Zone};
+use crate::table::Table;
+use anyhow::{ensure, Context, Result};
+use arrow_array::{Array, Float64Array};
+
+/// What the report covers and how much of it it lists.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Both bounds set: the previous window is the same length before it.
+    pub window: Window,
+    /// The scope (`--account`, `--partition`); empty: the whole cluster.
+    pub filters: Filters,
+    pub zone: Zone,
+    /// Rows of each ranking (users, accounts, jobs).
+    pub top_n: usize,
+    /// `cpu-on-gpu`'s busy mark (`audit.busy_pct`).
+    pub busy_pct: f64,
+    /// When the report was made (Unix seconds), for its header.
+    pub generated_unix_s: i64,
+}
+
+/// The rankings, one per wasted resource, in [`WasteMetric`] order: core-, GB-, GPU-hours.
+pub const METRICS: [WasteMetric; 3] = [
+    WasteMetric::CoreHours,
+    WasteMetric::MemGbHours,
+    WasteMetric::GpuHours,
+];
+
+/// Jobs per efficiency bucket: `≤ EFF_BUCKETS[0]`, …, `≤ 100`, then `> 100` (the OpenMetrics
+/// histogram's buckets, `jobscope_job_cpu_efficiency_pct`), and the jobs without a figure.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Distribution {
+    pub jobs: [u64; EFF_BUCKETS.len() + 1],
+    pub unknown: u64,
+}
+
+impl Distribution {
+    fn add(&mut self, pct: Option<f64>) {
+        match pct.filter(|p| p.is_finite()) {
+            None => self.unknown += 1,
+            Some(p) => {
+                let i = EFF_BUCKETS
+                    .iter()
+                    .position(|b| p <= *b)
+                    .unwrap_or(EFF_BUCKETS.len());
+                self.jobs[i] += 1;
+            }
+        }
+    }
+
+    fn merge(&mut self, o: &Distribution) {
+        for (a, b) in self.jobs.iter_mut().zip(o.jobs) {
+            *a += b;
+        }
+        self.unknown += o.unknown;
+    }
+
+    /// The buckets' names: `≤ 10 %`, `10–25 %`, …, `> 100 %`.
+    pub fn labels() -> Vec<String> {
+        let mut v = Vec::with_capacity(EFF_BUCKETS.len() + 1);
+        let mut lo: Option<f64> = None;
+        for b in EFF_BUCKETS {
+            v.push(match lo {
+                None => format!("≤ {b} %"),
+                Some(l) => format!("{l}–{b} %"),
+            });
+            lo = Some(b);
+        }
+        v.push(format!("> {} %", EFF_BUCKETS[EFF_BUCKETS.len() - 1]));
+        v
+    }
+}
+
+/// Everything the report shows, as the audit's queries answered it.
+#[derive(Debug, Clone)]
+pub struct Data {
+    pub opts: Options,
+    /// The window of the same length just before.
+    pub previous: Window,
+    /// Usage without keys: one row, this window and the one before.
+    pub totals: Table,
+    pub previous_totals: Table,
+    pub by_partition: Table,
+    /// Usage by day (by month over a window longer than [`MAX_DAYS`]), and by that and partition.
+    pub by_day: Table,
+    pub by_day_partition: Table,
+    /// Whether `by_day*` are by month.
+    pub monthly: bool,
+    /// Top wasters by user and by account, one table per [`METRICS`] entry.
+    pub top_users: Vec<Table>,
+    pub top_accounts: Vec<Table>,
+    pub cpu_eff: Distribution,
+    pub mem_eff: Distribution,
+    pub heatmap: Table,
+    /// `gpu-idle`'s and `cpu-on-gpu`'s job lists.
+    pub gpu_idle_jobs: Table,
+    pub cpu_on_gpu: Table,
+}
+
+/// Over a longer window the days would be too many columns to read: months instead.
+pub const MAX_DAYS: i64 = 62;
+
+impl Data {
+    /// The window's length in seconds.
+    pub fn span_s(&self) -> i64 {
+        span_s(&self.opts.window).unwrap_or(0)
+    }
+}
+
+fn span_s(w: &Window) -> Option<i64> {
+    Some(w.until_unix_s? - w.since_unix_s?)
+}
+
+/// Asks the index everything the report shows.
+pub fn gather(eng: &ParquetEngine, o: &Options) -> Result<Data> {
+    let (since, until) = (
+        o.window
+            .since_unix_s
+            .context("the report's window has no start")?,
+        o.window
+            .until_unix_s
+            .context("the report's window has no end")?,
+    );
+    ensure!(
+        since < until,
+        "the report's window is empty (--since is not before --until)"
+    );
+    let span = until - since;
+    let previous = Window {
+        since_unix_s: Some(since.saturating_sub(span)),
+        until_unix_s: Some(since),
+    };
+    let q = |report: Report, keys: &[GroupKey]| Query {
+        window: o.window.clone(),
+        filters: o.filters.clone(),
+        group_by: keys.to_vec(),
+        report,
+        limit: None,
+        zone: o.zone,
+    };
+    let run = |report: Report, keys: &[GroupKey]| eng.run(&q(report, keys));
+    let monthly = span > MAX_DAYS * 86_400;
+    let when = if monthly {
+        GroupKey::Month
+    } else {
+        GroupKey::Day
+    };
+    let top = |by: GroupKey| -> Result<Vec<Table>> {
+        METRICS
+            .iter()
+            .map(|&metric| run(Report::TopWasters { metric, n: o.top_n }, &[by]))
+            .collect()
+    };
+    let mut before = q(Report::Usage, &[]);
+    before.window = previous.clone();
+    let (cpu_eff, mem_eff) = distributions(eng, &q(Report::Jobs, &[]))?;
+    Ok(Data {
+        totals: run(Report::Usage, &[])?,
+        previous_totals: eng.run(&before)?,
+        by_partition: run(Report::Usage, &[GroupKey::Partition])?,
+        by_day: run(Report::Usage, &[when])?,
+        by_day_partition: run(Report::Usage, &[when, GroupKey::Partition])?,
+        monthly,
+        top_users: top(GroupKey::User)?,
+        top_accounts: top(GroupKey::Account)?,
+        cpu_eff,
+        mem_eff,
+        heatmap: run(Report::Heatmap, &[])?,
+        gpu_idle_jobs: run(Report::GpuIdle, &[])?,
+        cpu_on_gpu: run(
+            Report::CpuOnlyOnGpu {
+                busy_pct: o.busy_pct,
+            },
+            &[],
+        )?,
+        previous,
+        opts: o.clone(),
+    })
+}
+
+/// The jobs of `q`'s window and scope by CPU and by memory efficiency (the index's per-job
+/// `cpu_eff_pct`, `mem_eff_pct`), read in parallel like any report, only those two columns and
+/// the filtered ones.
+fn distributions(eng: &ParquetEngine, q: &Query) -> Result<(Distribution, Distribution)> {
+    let mut cols = eval::filter_columns(q);
+    cols.extend(["cpu_eff_pct", "mem_eff_pct"]);
+    let parts = eng.fold(
+        q,
+        &cols,
+        false,
+        || (Distribution::default(), Distribution::default()),
+        |acc, _, b| {
+            let col = |n: &str| {
+                b.column_by_name(n)
+                    .and_then(|a| a.as_any().downcast_ref::<Float64Array>())
+                    .with_context(|| format!("the index's {n} column"))
+            };
+            let (cpu, mem) = (col("cpu_eff_pct")?, col("mem_eff_pct")?);
+            let get = |a: &Float64Array, i: usize| (!a.is_null(i)).then(|| a.value(i));
+            for i in eval::matching(q, &b)? {
+                acc.0.add(get(cpu, i));
+                acc.1.add(get(mem, i));
+            }
+            Ok(())
+        },
+    )?;
+    let mut out = (Distribution::default(), Distribution::default());
+    for (c, m) in &parts {
+        out.0.merge(c);
+        out.1.merge(m);
+    }
+    Ok(out)
+}

@@ -1,0 +1,207 @@
+//! `jobscope audit report`, the real binary over an index this test writes: the text by default,
+//! the page with --html (a new file, not world-readable), the mail into the queue with --mail,
+//! nothing and success with --mail while audit.report_to is unset (what the weekly timer runs).
+//! The report's contents are tested in jobscope-audit (audit/src/cluster/).
+
+use jobscope_audit::index::write_rows_only;
+use jobscope_audit::JobRow;
+use std::os::unix::fs::PermissionsExt;
+use std::path::PathBuf;
+use std::process::Command;
+
+/// 2026-03-09 00:00 UTC, a Monday.
+const T0_S: i64 = 1_773_014_400;
+
+struct Site {
+    dir: tempfile::TempDir,
+    config: PathBuf,
+}
+
+fn root() -> bool {
+    // SAFETY: geteuid cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// A job of `cores` cores that ran `hours` from `start_s`, using `eff` of them.
+fn job(
+    job_id: u32,
+    user: &str,
+    part: &str,
+    start_s: i64,
+    hours: f64,
+    cores: u32,
+    eff: f64,
+) -> JobRow {
+    let start_ms = (start_s * 1000) as u64;
+    let elapsed_s = hours * 3600.0;
+    JobRow {
+        cluster: Some("c1".into()),
+        job_id,
+        user: Some(user.into()),
+        uid: Some(1001),
+        account: Some("physics".into()),
+        partition: Some(part.into()),
+        node_count: 1,
+        node_list: "n1".into(),
+        start_unix_ms: start_ms,
+        end_unix_ms: start_ms + (elapsed_s * 1000.0) as u64,
+        elapsed_s,
+        state: "COMPLETED".into(),
+        alloc_cores: Some(cores),
+        cpu_usage_s: Some(eff * f64::from(cores) * elapsed_s),
+        cpu_eff_pct: Some(100.0 * eff),
+        ..Default::default()
+    }
+}
+
+/// An index of two weeks of jobs, and a configuration whose admin group is this user's own (so
+/// the report reads the index whether the test runs as root or not), with `extra` appended.
+fn site(extra: &str) -> Site {
+    let dir = tempfile::tempdir().unwrap();
+    let archive = dir.path().join("archive");
+    std::fs::create_dir(&archive).unwrap();
+    let group = Command::new("id").arg("-gn").output().unwrap();
+    let group = String::from_utf8(group.stdout).unwrap().trim().to_string();
+    let config = dir.path().join("jobscope.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[paths]\narchive_dir = \"{}\"\n[archive]\nadmin_group = \"{group}\"\n{extra}",
+            archive.display()
+        ),
+    )
+    .unwrap();
+    let cfg = jobscope_sampler::config::Config::load(&config).unwrap();
+    let rows: Vec<JobRow> = (0..28u32)
+        .map(|i| {
+            let user = ["alice", "bob"][(i % 2) as usize];
+            let part = ["cpu", "debug"][(i % 3 == 0) as usize];
+            let start = T0_S - 7 * 86_400 + i64::from(i) * 12 * 3600;
+            job(
+                100 + i,
+                user,
+                part,
+                start,
+                2.0,
+                4,
+                0.1 + 0.03 * f64::from(i),
+            )
+        })
+        .collect();
+    write_rows_only(&jobscope_cli::audit::index_settings(&cfg), rows).unwrap();
+    Site { dir, config }
+}
+
+/// `jobscope --config … audit report ARGS` in UTC: (success, stdout, stderr).
+fn report(site: &Site, args: &[&str]) -> (bool, String, String) {
+    let run = Command::new(env!("CARGO_BIN_EXE_jobscope"))
+        .arg("--config")
+        .arg(&site.config)
+        .args(["audit", "report", "--utc"])
+        .args(args)
+        .env("TZ", "UTC")
+        .env_remove("JOBSCOPE_CONFIG")
+        .output()
+        .expect("run jobscope");
+    let text = |b: Vec<u8>| String::from_utf8(b).expect("UTF-8 output");
+    (run.status.success(), text(run.stdout), text(run.stderr))
+}
+
+const WEEK: [&str; 4] = ["--since", "2026-03-09", "--until", "2026-03-16"];
+
+#[test]
+fn the_timers_command_does_nothing_and_succeeds_without_recipients() {
+    let s = site("");
+    let (ok, out, err) = report(&s, &["--mail", "--last", "7d"]);
+    assert!(ok, "{err}");
+    assert_eq!(
+        out,
+        "audit.report_to is not set: the cluster report is not mailed\n"
+    );
+}
+
+#[test]
+fn the_text_by_default_and_the_page_to_a_new_file() {
+    let s = site("");
+    let (ok, out, err) = report(&s, &WEEK);
+    assert!(ok, "{err}");
+    assert!(
+        out.starts_with(
+            "jobscope cluster report: the whole cluster\nJobs that ended from 2026-03-09 00:00 to \
+             2026-03-16 00:00 (UTC, 7 days)"
+        ),
+        "{out}"
+    );
+    // A job every 12 hours from 2026-03-02 00:00, each 2 hours long: the 14 that start from
+    // 03-09 00:00 end in the window, the 14 before in the week before.
+    assert!(
+        out.contains("  14 jobs ended; 14 in the 7 days before (+0 %)."),
+        "{out}"
+    );
+    let page = s.dir.path().join("report.html");
+    let (ok, out, err) = report(
+        &s,
+        &[&WEEK[..], &["--html", page.to_str().unwrap()]].concat(),
+    );
+    assert!(ok, "{err}");
+    assert_eq!(out, "", "the page alone, no text");
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert!(html.starts_with("<!DOCTYPE html>"), "{html:.200}");
+    assert_eq!(html.matches("<img src=\"data:image/png;base64,").count(), 5);
+    let mode = std::fs::metadata(&page).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode & 0o007, 0, "the page is not for everyone: {mode:o}");
+    // Nothing is overwritten.
+    let (ok, _, err) = report(&s, &[&WEEK[..], &["-o", page.to_str().unwrap()]].concat());
+    assert!(!ok);
+    assert!(err.contains("report.html"), "{err}");
+}
+
+#[test]
+fn an_empty_window_is_refused_in_words() {
+    let s = site("");
+    let (ok, _, err) = report(&s, &["--since", "2026-03-16", "--until", "2026-03-09"]);
+    assert!(!ok);
+    assert!(err.contains("the window is empty"), "{err}");
+}
+
+/// --mail with recipients: root queues one mail (its MIME parts in the queue's file), and does it
+/// once per window; anyone else is told the queue is root's.
+#[test]
+fn the_mail_goes_into_the_queue_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let queue = dir.path().join("mail");
+    let s = site(&format!(
+        "[audit]\nreport_to = [\"hpc-admins@example.org\"]\n[mail]\nfrom = \
+         \"jobscope@example.org\"\nqueue_dir = \"{}\"\ntransport = \"sendmail\"\n\
+         [mail.sendmail]\npath = \"/bin/false\"\n",
+        queue.display()
+    ));
+    let (ok, out, err) = report(&s, &[&WEEK[..], &["--mail"]].concat());
+    if !root() {
+        assert!(!ok);
+        assert!(err.contains("run it as root"), "{err}");
+        return;
+    }
+    assert!(ok, "{err}");
+    assert!(out.contains("for hpc-admins@example.org: Queued"), "{out}");
+    let eml: Vec<PathBuf> = std::fs::read_dir(&queue)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "eml"))
+        .collect();
+    assert_eq!(eml.len(), 1, "{eml:?}");
+    let raw = std::fs::read_to_string(&eml[0]).unwrap();
+    for part in [
+        "multipart/alternative",
+        "text/plain",
+        "multipart/related",
+        "text/html",
+        "image/png",
+    ] {
+        assert!(raw.contains(part), "{part}");
+    }
+    let (ok, out, err) = report(&s, &[&WEEK[..], &["--mail"]].concat());
+    assert!(ok, "{err}");
+    assert!(out.contains(": AlreadyQueued"), "{out}");
+}
