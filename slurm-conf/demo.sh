@@ -9,7 +9,8 @@
 # /var/lib/jobscope/archive/YYYY/MM/DD/<jobid>.json, and the report mail the Epilog sent to
 # alice@localhost (caught by a real SMTP server on 127.0.0.1:2525 that runs for the demo only:
 # tests/cluster/smtp/sink.py, python3-aiosmtpd). Last, an audit session as root: `jobscope index
-# update` and three `jobscope audit` reports over the archive (docs/audit.md).
+# update`, three `jobscope audit` reports over the archive (docs/audit.md), and the cluster report
+# of the archive as one HTML page (`jobscope audit report --html`), whose path it prints.
 # The cluster stays up afterwards (explore with squeue, jobscope ...) unless --down is given;
 # stop it with: slurm-conf/cluster.sh down
 set -euo pipefail
@@ -205,6 +206,11 @@ if [ -x /usr/local/bin/jobscope ]; then
   audit audit usage --by user,partition --last 7d
   audit audit top --by user --metric core --top 5 --last 7d
   audit audit jobs --user "$DEMO_USER" --since "$T_SUBMIT"
+  # the week's cluster report of this archive, as one page with its charts inside
+  REPORT_HTML=$DEMO_DIR/cluster-report.html
+  rm -f "$REPORT_HTML"
+  audit audit report --last 7d --html "$REPORT_HTML"
+  [ -s "$REPORT_HTML" ] && echo "the cluster report: open file://$REPORT_HTML in a browser (one self-contained page, nothing fetched)"
 fi
 
 if [ "$down" = 0 ]; then
