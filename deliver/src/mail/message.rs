@@ -329,12 +329,12 @@ pub fn build_mail(
     let waiting = charts::cpu_wait_nodes(&s.nodes, charted);
     if !waiting.is_empty() {
         match charts::cpu_wait_png(&waiting, axis_s, size.0, size.1) {
-            Ok(bytes) => {
+            Ok(png) => {
                 let cid = CPU_WAIT_CID.to_string();
-                images.push(Attachment::new_inline(cid.clone()).body(
-                    bytes,
-                    ContentType::parse("image/png").expect("valid MIME type"),
-                ));
+                images.push(InlineImage {
+                    cid: cid.clone(),
+                    png,
+                });
                 view.charts.cpu_wait = Some(ChartImage {
                     cid,
                     alt: words::cpu_wait_chart_alt(&waiting),
