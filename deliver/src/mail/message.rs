@@ -345,9 +345,26 @@ pub fn build_mail(
             .multipart(related)
     };
 
-    let domain = opts.from.email.domain().to_string();
-    let message = Message::builder()
-        .from(opts.from.clone())
+    let message = assemble(&id, &opts.from, to, subject, body)?;
+    Ok(Mail {
+        id,
+        message,
+        warnings,
+    })
+}
+
+/// The headers every jobscope mail has (From, To, Subject, a Message-ID made of `id`,
+/// `Auto-Submitted`, `User-Agent`) around `body`.
+fn assemble(
+    id: &str,
+    from: &Mailbox,
+    to: &Mailbox,
+    subject: String,
+    body: MultiPart,
+) -> Result<Message, lettre::error::Error> {
+    let domain = from.email.domain().to_string();
+    Message::builder()
+        .from(from.clone())
         .to(to.clone())
         .subject(subject)
         .message_id(Some(format!("<jobscope.{id}@{domain}>")))
@@ -355,11 +372,29 @@ pub fn build_mail(
         .header(header::UserAgent::from(
             jobscope_report::GENERATOR.to_string(),
         ))
-        .multipart(body)?;
+        .multipart(body)
+}
+
+/// A mail of a plain-text part and an HTML part (no images) under queue id `id` (a stable
+/// [`jobscope_sampler::fsutil::is_safe_name`], so that queueing it twice queues it once): what the
+/// audit's alerts send. The caller renders both parts (HTML through the presenter's escaping
+/// registry); the subject is made one clean line here, as the job mail's is.
+pub fn text_and_html_mail(
+    id: &str,
+    from: &Mailbox,
+    to: &Mailbox,
+    subject: &str,
+    text: String,
+    html: String,
+) -> Result<Mail, MailError> {
+    let subject = jobscope_report::present::clean_line(subject, SUBJECT_MAX_CHARS);
+    let body = MultiPart::alternative()
+        .singlepart(SinglePart::plain(text))
+        .singlepart(SinglePart::html(html));
     Ok(Mail {
-        id,
-        message,
-        warnings,
+        id: id.to_string(),
+        message: assemble(id, from, to, subject, body)?,
+        warnings: Vec::new(),
     })
 }
 
