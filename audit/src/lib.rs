@@ -10,7 +10,10 @@
 //! - [`pg`]: the PostgreSQL sink and SQL engine (docs/postgres.md);
 //! - after each index update: [`write_cohorts`] (peer distributions) and [`history`] (a user's
 //!   earlier runs), the files the Epilog reads through `jobscope_archive::{peer, history}`;
-//!   [`metrics`]: OpenMetrics.
+//!   [`metrics`]: OpenMetrics;
+//! - [`alerts`]: rules over each user's jobs, and one mail per user and period (the deliver crate's
+//!   queue).
+pub mod alerts;
 pub mod arrow;
 pub mod eval;
 pub mod history;

@@ -637,7 +637,12 @@ impl Alerts {
         let ints: [(&str, u32, u64, u64); 11] = [
             ("alerts.period_days", self.period_days, 1, MOST_DAYS),
             ("alerts.max_jobs_listed", self.max_jobs_listed, 1, 10_000),
-            ("alerts.gpu_idle.window_days", self.gpu_idle.window_days, 1, MOST_DAYS),
+            (
+                "alerts.gpu_idle.window_days",
+                self.gpu_idle.window_days,
+                1,
+                MOST_DAYS,
+            ),
             (
                 "alerts.cpu_efficiency.window_days",
                 self.cpu_efficiency.window_days,
@@ -656,11 +661,36 @@ impl Alerts {
                 1,
                 MOST_DAYS,
             ),
-            ("alerts.mem_request.min_jobs", self.mem_request.min_jobs, 1, 1_000_000),
-            ("alerts.timeouts.window_days", self.timeouts.window_days, 1, MOST_DAYS),
-            ("alerts.timeouts.min_jobs", self.timeouts.min_jobs, 1, 1_000_000),
-            ("alerts.cpu_on_gpu.window_days", self.cpu_on_gpu.window_days, 1, MOST_DAYS),
-            ("alerts.cpu_on_gpu.min_jobs", self.cpu_on_gpu.min_jobs, 1, 1_000_000),
+            (
+                "alerts.mem_request.min_jobs",
+                self.mem_request.min_jobs,
+                1,
+                1_000_000,
+            ),
+            (
+                "alerts.timeouts.window_days",
+                self.timeouts.window_days,
+                1,
+                MOST_DAYS,
+            ),
+            (
+                "alerts.timeouts.min_jobs",
+                self.timeouts.min_jobs,
+                1,
+                1_000_000,
+            ),
+            (
+                "alerts.cpu_on_gpu.window_days",
+                self.cpu_on_gpu.window_days,
+                1,
+                MOST_DAYS,
+            ),
+            (
+                "alerts.cpu_on_gpu.min_jobs",
+                self.cpu_on_gpu.min_jobs,
+                1,
+                1_000_000,
+            ),
         ];
         for (key, v, lo, hi) in ints {
             if !(lo..=hi).contains(&u64::from(v)) {
@@ -669,7 +699,12 @@ impl Alerts {
         }
         let floats: [(&str, f64, f64, f64); 5] = [
             // Above 0: a threshold of nothing would call one idle second an alert.
-            ("alerts.gpu_idle.min_gpu_hours", self.gpu_idle.min_gpu_hours, 0.001, 1e6),
+            (
+                "alerts.gpu_idle.min_gpu_hours",
+                self.gpu_idle.min_gpu_hours,
+                0.001,
+                1e6,
+            ),
             (
                 "alerts.cpu_efficiency.max_cpu_eff_pct",
                 self.cpu_efficiency.max_cpu_eff_pct,
@@ -683,7 +718,12 @@ impl Alerts {
                 1e6,
             ),
             // At least 1: asking for less than the peak is no over-request.
-            ("alerts.mem_request.min_ratio", self.mem_request.min_ratio, 1.0, 1000.0),
+            (
+                "alerts.mem_request.min_ratio",
+                self.mem_request.min_ratio,
+                1.0,
+                1000.0,
+            ),
             (
                 "alerts.cpu_on_gpu.min_core_hours",
                 self.cpu_on_gpu.min_core_hours,
@@ -1174,11 +1214,23 @@ mod tests {
         ("alerts.period_days", Some("0"), Some("367")),
         ("alerts.max_jobs_listed", Some("0"), Some("10001")),
         ("alerts.gpu_idle.window_days", Some("0"), Some("367")),
-        ("alerts.gpu_idle.min_gpu_hours", Some("0.0"), Some("1000000.5")),
+        (
+            "alerts.gpu_idle.min_gpu_hours",
+            Some("0.0"),
+            Some("1000000.5"),
+        ),
         ("alerts.cpu_efficiency.window_days", Some("0"), Some("367")),
-        ("alerts.cpu_efficiency.max_cpu_eff_pct", Some("0.0"), Some("100.5")),
+        (
+            "alerts.cpu_efficiency.max_cpu_eff_pct",
+            Some("0.0"),
+            Some("100.5"),
+        ),
         ("alerts.cpu_efficiency.min_jobs", Some("0"), Some("1000001")),
-        ("alerts.cpu_efficiency.min_core_hours", Some("-0.5"), Some("1000000.5")),
+        (
+            "alerts.cpu_efficiency.min_core_hours",
+            Some("-0.5"),
+            Some("1000000.5"),
+        ),
         ("alerts.mem_request.window_days", Some("0"), Some("367")),
         ("alerts.mem_request.min_ratio", Some("0.5"), Some("1000.5")),
         ("alerts.mem_request.min_jobs", Some("0"), Some("1000001")),
@@ -1186,7 +1238,11 @@ mod tests {
         ("alerts.timeouts.min_jobs", Some("0"), Some("1000001")),
         ("alerts.cpu_on_gpu.window_days", Some("0"), Some("367")),
         ("alerts.cpu_on_gpu.min_jobs", Some("0"), Some("1000001")),
-        ("alerts.cpu_on_gpu.min_core_hours", Some("-0.5"), Some("1000000.5")),
+        (
+            "alerts.cpu_on_gpu.min_core_hours",
+            Some("-0.5"),
+            Some("1000000.5"),
+        ),
     ];
 
     const PATH_KEYS: &[&str] = &[
@@ -1352,7 +1408,10 @@ mod tests {
             let e = Config::parse(&format!("[alerts]\nadmin_to = {bad}\n"), Path::new("c"))
                 .unwrap_err()
                 .to_string();
-            assert!(e.contains("alerts.admin_to") && !e.contains('\n'), "{bad}: {e}");
+            assert!(
+                e.contains("alerts.admin_to") && !e.contains('\n'),
+                "{bad}: {e}"
+            );
         }
     }
 

@@ -1284,4 +1284,4 @@ impl Engine for ParquetEngine {
 #[cfg(test)]
 mod faults;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

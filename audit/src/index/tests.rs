@@ -9,27 +9,27 @@ use crate::table::Value;
 use jobscope_sampler::summary::*;
 use serde_json::Value as J;
 
-const DAY_MS: u64 = 86_400_000;
+pub(crate) const DAY_MS: u64 = 86_400_000;
 /// 2026-03-02 00:00 UTC, a Monday.
-const T0_MS: u64 = 1_772_409_600_000;
+pub(crate) const T0_MS: u64 = 1_772_409_600_000;
 
-struct Spec {
-    id: u32,
-    user: &'static str,
-    uid: u32,
-    part: &'static str,
-    nodes: &'static [&'static str],
-    cores: u32,
-    start_ms: u64,
-    elapsed_s: f64,
-    cpu_s: f64,
-    mem_alloc: u64,
-    peak: u64,
-    gpus: u32,
-    gpu_used: bool,
+pub(crate) struct Spec {
+    pub(crate) id: u32,
+    pub(crate) user: &'static str,
+    pub(crate) uid: u32,
+    pub(crate) part: &'static str,
+    pub(crate) nodes: &'static [&'static str],
+    pub(crate) cores: u32,
+    pub(crate) start_ms: u64,
+    pub(crate) elapsed_s: f64,
+    pub(crate) cpu_s: f64,
+    pub(crate) mem_alloc: u64,
+    pub(crate) peak: u64,
+    pub(crate) gpus: u32,
+    pub(crate) gpu_used: bool,
 }
 
-fn spec(id: u32, user: &'static str, uid: u32, part: &'static str, day: u64) -> Spec {
+pub(crate) fn spec(id: u32, user: &'static str, uid: u32, part: &'static str, day: u64) -> Spec {
     Spec {
         id,
         user,
@@ -47,7 +47,7 @@ fn spec(id: u32, user: &'static str, uid: u32, part: &'static str, day: u64) -> 
     }
 }
 
-fn gpu(
+pub(crate) fn gpu(
     node: &str,
     slot: u32,
     hours: f64,
@@ -66,7 +66,7 @@ fn gpu(
     .expect("a GPU summary")
 }
 
-fn summary(s: &Spec) -> JobSummary {
+pub(crate) fn summary(s: &Spec) -> JobSummary {
     let end_ms = s.start_ms + (s.elapsed_s * 1000.0) as u64;
     let n = s.nodes.len() as u32;
     let nodes: Vec<NodeSummary> = s

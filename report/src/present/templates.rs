@@ -264,8 +264,14 @@ mod tests {
         let text = "job  <script>alert(1)</script> & \"q\" 'a'\n  second line";
         let html = render_text_as_html("<b>t</b>", text).unwrap();
         assert!(!html.contains("<script") && !html.contains("<b>"), "{html}");
-        assert!(html.contains("&lt;b&gt;t&lt;&#x2F;b&gt;") || html.contains("&lt;b&gt;t&lt;/b&gt;"), "{html}");
+        assert!(
+            html.contains("&lt;b&gt;t&lt;&#x2F;b&gt;") || html.contains("&lt;b&gt;t&lt;/b&gt;"),
+            "{html}"
+        );
         assert!(html.contains("&lt;script&gt;alert(1)&lt;/script&gt; &amp; &quot;q&quot; &#x27;a&#x27;\n  second line"), "{html}");
-        assert_eq!(html.matches('<').count(), TEXT_AS_HTML_TEMPLATE.matches('<').count());
+        assert_eq!(
+            html.matches('<').count(),
+            TEXT_AS_HTML_TEMPLATE.matches('<').count()
+        );
     }
 }
