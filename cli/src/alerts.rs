@@ -141,7 +141,7 @@ fn send_text(rep: &send::SendReport) -> String {
     }
     for m in &rep.mails {
         out += &format!(
-            "  {:<16} {:<32} {:<40} {}{}\n",
+            "  {:<18} {:<32} {:<40} {}{}\n",
             m.user
                 .as_deref()
                 .map_or("(admins' summary)".to_string(), |u| clean_line(u, 16)),
@@ -160,7 +160,7 @@ fn send_text(rep: &send::SendReport) -> String {
         .filter(|u| u.decision != alerts::Decision::Mail)
     {
         out += &format!(
-            "  {:<16} not mailed: {}\n",
+            "  {:<18} not mailed: {}\n",
             clean_line(&u.user, 16),
             u.reason
         );
