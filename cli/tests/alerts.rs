@@ -99,22 +99,37 @@ fn the_dry_run_its_json_and_a_send_through_smtp() {
 
     let (rc, out, err) = jobscope(&cfg, &["alerts", "--dry-run", "--utc"]);
     assert_eq!(rc, 0, "{err}");
-    assert!(out.contains("rules: timeouts (≥ 3 jobs TIMEOUT in 7 days)"), "{out}");
+    assert!(
+        out.contains("\nrules:\n  timeouts        ≥ 3 jobs TIMEOUT in 7 days\n"),
+        "{out}"
+    );
     assert!(out.contains("2 users would be mailed, 0 not"), "{out}");
     let alice = block(&out, "alice");
     assert!(alice.starts_with("alice (uid 1001, alice@example.org): would be mailed:"));
-    assert!(alice.contains("Jobs stopped at their time limit: 3 jobs"), "{alice}");
+    assert!(
+        alice.contains("Jobs stopped at their time limit: 3 jobs"),
+        "{alice}"
+    );
     for id in ["4400001", "4400002", "4400003"] {
         assert!(alice.contains(id), "{alice}");
     }
     // The name as typed, without its bidi override; nothing of bob's.
     assert!(alice.contains("<b>alice-train</b>") && !alice.contains('\u{202E}'));
-    assert!(!alice.contains("7700") && !alice.contains("bobs-secret"), "{alice}");
-    assert!(!out.contains("carol"), "one TIMEOUT is under the rule's 3:\n{out}");
+    assert!(
+        !alice.contains("7700") && !alice.contains("bobs-secret"),
+        "{alice}"
+    );
+    assert!(
+        !out.contains("carol"),
+        "one TIMEOUT is under the rule's 3:\n{out}"
+    );
 
     // `check` and `send --dry-run` are the same dry run (past the line with the time).
     let body = |s: &str| s.split_once('\n').unwrap().1.to_string();
-    for args in [&["alerts", "check", "--utc"][..], &["alerts", "send", "--dry-run", "--utc"]] {
+    for args in [
+        &["alerts", "check", "--utc"][..],
+        &["alerts", "send", "--dry-run", "--utc"],
+    ] {
         let (rc, o, e) = jobscope(&cfg, args);
         assert_eq!(rc, 0, "{args:?}: {e}");
         assert_eq!(body(&o), body(&out), "{args:?}");
@@ -123,7 +138,10 @@ fn the_dry_run_its_json_and_a_send_through_smtp() {
     let (rc, out, err) = jobscope(&cfg, &["alerts", "--json"]);
     assert_eq!(rc, 0, "{err}");
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
-    assert_eq!(v["rules"], serde_json::json!([{"rule": "timeouts", "window_days": 7}]));
+    assert_eq!(
+        v["rules"],
+        serde_json::json!([{"rule": "timeouts", "window_days": 7}])
+    );
     assert_eq!(v["period_days"], 7);
     let users: Vec<&str> = v["users"]
         .as_array()
@@ -146,10 +164,19 @@ fn the_dry_run_its_json_and_a_send_through_smtp() {
     let got = sink.messages();
     let mut to: Vec<&str> = got.iter().map(|m| m.to[0].as_str()).collect();
     to.sort_unstable();
-    assert_eq!(to, ["alice@example.org", "bob@example.org", "hpc-admins@example.org"]);
+    assert_eq!(
+        to,
+        [
+            "alice@example.org",
+            "bob@example.org",
+            "hpc-admins@example.org"
+        ]
+    );
     let text_to = |who: &str| {
         let m = got.iter().find(|m| m.to[0] == who).unwrap();
-        let p = mail_parser::MessageParser::default().parse(&m.data).unwrap();
+        let p = mail_parser::MessageParser::default()
+            .parse(&m.data)
+            .unwrap();
         (
             p.body_text(0).unwrap().replace("\r\n", "\n"),
             p.body_html(0).unwrap().into_owned(),

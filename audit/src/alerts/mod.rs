@@ -221,11 +221,19 @@ pub struct UserAlert {
 }
 
 impl UserAlert {
-    /// Σ waste per unit over the findings.
+    /// Σ waste per unit over the findings, each job counted once per unit: a job two rules of
+    /// one unit list (a TIMEOUT at 3 % CPU) adds the larger of its two figures, not both.
     pub fn waste(&self) -> BTreeMap<WasteUnit, f64> {
-        let mut w = BTreeMap::new();
+        let mut per_job: BTreeMap<(WasteUnit, String), f64> = BTreeMap::new();
         for f in &self.findings {
-            *w.entry(f.waste_unit).or_insert(0.0) += f.waste_hours;
+            for j in &f.jobs {
+                let w = per_job.entry((f.waste_unit, j.key())).or_insert(0.0);
+                *w = w.max(j.waste_hours);
+            }
+        }
+        let mut w = BTreeMap::new();
+        for ((unit, _), h) in per_job {
+            *w.entry(unit).or_insert(0.0) += h;
         }
         w
     }
@@ -621,31 +629,25 @@ pub trait Reported {
 const MAX_ADVICE_BLOCKS: usize = 5;
 
 /// The advice blocks for the jobs of `findings`: one per batch script or job name the history
-/// has enough runs of (the latest job of each as "this run"), worded as the end-of-job report
-/// words them, job names cleaned.
+/// has enough runs of, for the most wasteful jobs first (each as "this run"), worded as the
+/// end-of-job report words them and headed by the job they were made for, job names cleaned.
 fn advice_blocks(cfg: &Config, h: &UserHistory, findings: &[Finding]) -> Vec<AdviceBlock> {
-    let mut latest: BTreeMap<(Option<String>, Option<String>), &AlertJob> = BTreeMap::new();
-    for j in findings.iter().flat_map(|f| &f.jobs) {
-        let k = (j.script_sha256.clone(), j.name.clone());
-        if latest.get(&k).is_none_or(|l| l.end_unix_ms < j.end_unix_ms) {
-            latest.insert(k, j);
-        }
-    }
-    let mut jobs: Vec<&AlertJob> = latest.into_values().collect();
-    jobs.sort_by_key(|j| std::cmp::Reverse(j.end_unix_ms));
-    let mut seen = BTreeSet::new();
+    let mut tried = BTreeSet::new();
+    let mut given = BTreeSet::new();
     let mut out = Vec::new();
-    for j in jobs {
+    for j in findings.iter().flat_map(|f| &f.jobs) {
+        if !tried.insert((j.script_sha256.clone(), j.name.clone())) {
+            continue;
+        }
         let Some(mut a) = advice(cfg, h, j) else {
             continue;
         };
+        // Two names of one script get the same advice: given once.
         let same = match a.basis {
-            HistoryBasis::SameScript => {
-                format!("script {}", j.script_sha256.as_deref().unwrap_or(""))
-            }
-            HistoryBasis::SameName => format!("name {}", a.name),
+            HistoryBasis::SameScript => (j.script_sha256.clone(), None),
+            HistoryBasis::SameName => (None, j.name.clone()),
         };
-        if !seen.insert(same) {
+        if !given.insert(same) {
             continue;
         }
         a.name = clean(&a.name, 64);
@@ -654,7 +656,12 @@ fn advice_blocks(cfg: &Config, h: &UserHistory, findings: &[Finding]) -> Vec<Adv
             continue;
         }
         out.push(AdviceBlock {
-            heading: advice_words::history_heading(&a),
+            heading: format!(
+                "\"{}\" (job {}): {}",
+                a.name,
+                j.job_id,
+                advice_words::history_heading(&a)
+            ),
             lines,
         });
         if out.len() == MAX_ADVICE_BLOCKS {
@@ -764,7 +771,7 @@ pub fn evaluate(src: &Sources, sent: &dyn Reported) -> Result<Evaluation> {
             .unwrap_or_default();
         // Only the jobs of rules that fired: the user's wish can only take jobs away.
         let mut notes = Vec::new();
-        let mut opted = 0usize;
+        let mut opted = BTreeSet::new();
         for jobs in per_rule.values_mut() {
             jobs.retain(|j| {
                 let w = wishes
@@ -773,22 +780,23 @@ pub fn evaluate(src: &Sources, sent: &dyn Reported) -> Result<Evaluation> {
                 match w {
                     Ok(false) => true,
                     Ok(true) => {
-                        opted += 1;
+                        opted.insert(j.key());
                         false
                     }
                     Err(e) => {
-                        notes.push(format!(
-                            "{e}: left out (its mail opt-out cannot be checked)"
-                        ));
+                        let n = format!("{e}: left out (its mail opt-out cannot be checked)");
+                        if !notes.contains(&n) {
+                            notes.push(n);
+                        }
                         false
                     }
                 }
             });
         }
-        if opted > 0 {
-            notes.push(format!(
-                "{opted} job(s) left out: run with --jobscope-mail=never"
-            ));
+        match opted.len() {
+            0 => {}
+            1 => notes.push("1 job left out: run with --jobscope-mail=never".into()),
+            n => notes.push(format!("{n} jobs left out: run with --jobscope-mail=never")),
         }
         let findings: Vec<Finding> = per_rule
             .into_iter()
@@ -832,10 +840,10 @@ pub fn evaluate(src: &Sources, sent: &dyn Reported) -> Result<Evaluation> {
         } else {
             (
                 Decision::Mail,
-                format!(
-                    "{} rule(s) fired over jobs not reported before",
-                    findings.len()
-                ),
+                match findings.len() {
+                    1 => "1 rule fired over jobs not reported before".to_string(),
+                    n => format!("{n} rules fired over jobs not reported before"),
+                },
             )
         };
         let advice = match hist.of(uid) {

@@ -285,10 +285,12 @@ fn mem_request_fires_at_4x_the_p95_peak_of_the_same_script() {
             "#SBATCH --cpus-per-task=1"
         ]
     );
+    // Made for the most wasteful job, the one that ended first of three that wasted alike.
     assert_eq!(
         a.advice[0].heading,
-        "Based on your last 3 runs of the same batch script:"
+        "\"train\" (job 52): Based on your last 3 runs of the same batch script:"
     );
+    assert_eq!(a.advice.len(), 1, "one script: one block");
     // Fewer runs than audit.history_min_runs: no percentile, no finding.
     site.cfg.audit.history_min_runs = 4;
     assert!(site.evaluate().users.is_empty());
@@ -325,6 +327,31 @@ fn timeouts_fire_at_k_in_the_window() {
     );
     site.cfg.alerts.timeouts.window_days = 10;
     assert!(user(&site.evaluate(), "bob").is_some());
+}
+
+/// A job two rules of one unit list counts once in the user's waste: three TIMEOUTs at 10 %
+/// CPU are 3 × 8 core-hours allocated (timeouts) and 3 × 7.2 unused (CPU efficiency): 24 in all.
+#[test]
+fn a_job_two_rules_list_counts_once_in_the_waste() {
+    let slow_timeout = |s: &mut Spec, j: &mut JobSummary| {
+        s.cpu_s = 2880.0;
+        timeout(s, j);
+    };
+    let mut site = site();
+    site.cfg.alerts.timeouts.enabled = true;
+    site.cfg.alerts.cpu_efficiency.enabled = true;
+    site.write(&[
+        job(75, ALICE, "cpu", 1, slow_timeout),
+        job(76, ALICE, "cpu", 2, slow_timeout),
+        job(77, ALICE, "cpu", 3, slow_timeout),
+    ]);
+    let ev = site.evaluate();
+    let a = user(&ev, "alice").unwrap();
+    assert_eq!(rules_of(a), [Rule::CpuEfficiency, Rule::Timeouts]);
+    let w = a.waste();
+    assert_eq!(w.len(), 1);
+    assert!(close(w[&WasteUnit::CoreHours], 24.0), "{w:?}");
+    assert!(words::mail_text(&site.cfg, a, Zone::Utc).contains("Wasted in all: 24.0 core-hours."));
 }
 
 /// A GPU job makes `gpu` a GPU partition. Three CPU-only jobs that started with it (16 of the
@@ -639,7 +666,7 @@ fn the_dry_run_and_its_json() {
     let ev = site.evaluate();
     let text = words::dry_run(&site.cfg, &ev, Zone::Utc);
     assert!(
-        text.contains("rules: timeouts (≥ 2 jobs TIMEOUT in 7 days)"),
+        text.contains("\nrules:\n  timeouts        ≥ 2 jobs TIMEOUT in 7 days\n"),
         "{text}"
     );
     assert!(text.contains("1 user would be mailed, 0 not"), "{text}");

@@ -235,36 +235,38 @@ pub fn user_block(cfg: &Config, u: &UserAlert, zone: Zone, dry_run: bool) -> Str
     out
 }
 
-fn rules_line(cfg: &Config, ev: &Evaluation) -> String {
+/// The enabled rules, one line each: name, threshold, window.
+fn rules_lines(cfg: &Config, ev: &Evaluation) -> String {
     if ev.rules.is_empty() {
-        return "none enabled".into();
+        return "rules: none enabled\n".into();
     }
     let a = &cfg.alerts;
-    ev.rules
-        .iter()
-        .map(|r| {
-            let t = match r.rule {
-                Rule::GpuIdle => format!("≥ {} GPU-hours idle", a.gpu_idle.min_gpu_hours),
-                Rule::CpuEfficiency => format!(
-                    "≥ {} under {} % CPU",
-                    jobs(a.cpu_efficiency.min_jobs as usize),
-                    a.cpu_efficiency.max_cpu_eff_pct
-                ),
-                Rule::MemRequest => format!(
-                    "≥ {} asking {}× the p95 peak",
-                    jobs(a.mem_request.min_jobs as usize),
-                    a.mem_request.min_ratio
-                ),
-                Rule::Timeouts => format!("≥ {} TIMEOUT", jobs(a.timeouts.min_jobs as usize)),
-                Rule::CpuOnGpu => format!(
-                    "≥ {} on a busy GPU partition",
-                    jobs(a.cpu_on_gpu.min_jobs as usize)
-                ),
-            };
-            format!("{} ({t} in {} days)", r.rule.key(), r.window_days)
-        })
-        .collect::<Vec<_>>()
-        .join("; ")
+    let mut out = "rules:\n".to_string();
+    for r in &ev.rules {
+        let t = match r.rule {
+            Rule::GpuIdle => format!("≥ {} GPU-hours idle", a.gpu_idle.min_gpu_hours),
+            Rule::CpuEfficiency => format!(
+                "≥ {} of ≥ {} core-hours under {} % CPU",
+                jobs(a.cpu_efficiency.min_jobs as usize),
+                a.cpu_efficiency.min_core_hours,
+                a.cpu_efficiency.max_cpu_eff_pct
+            ),
+            Rule::MemRequest => format!(
+                "≥ {} asking ≥ {}× the p95 peak of their earlier runs",
+                jobs(a.mem_request.min_jobs as usize),
+                a.mem_request.min_ratio
+            ),
+            Rule::Timeouts => format!("≥ {} TIMEOUT", jobs(a.timeouts.min_jobs as usize)),
+            Rule::CpuOnGpu => format!(
+                "≥ {} of ≥ {} core-hours without GPUs on a GPU partition ≥ {} % busy",
+                jobs(a.cpu_on_gpu.min_jobs as usize),
+                a.cpu_on_gpu.min_core_hours,
+                cfg.audit.busy_pct
+            ),
+        };
+        out += &format!("  {:<15} {t} in {} days\n", r.rule.key(), r.window_days);
+    }
+    out
 }
 
 /// The dry run for people: when and over what, then one block per user with a finding.
@@ -275,11 +277,11 @@ pub fn dry_run(cfg: &Config, ev: &Evaluation, zone: Zone) -> String {
         .filter(|u| u.decision == Decision::Mail)
         .count();
     let mut out = format!(
-        "jobscope alerts (dry run) at {}; period of {} days from {}\nrules: {}\n",
+        "jobscope alerts (dry run) at {}; period of {} days from {}\n{}",
         jobscope_sampler::time::utc_time(ev.now_unix_s.max(0) as u64),
         ev.period_days,
         jobscope_sampler::time::utc_time(ev.period_start_unix_s.max(0) as u64),
-        rules_line(cfg, ev)
+        rules_lines(cfg, ev)
     );
     out += &format!(
         "{} would be mailed, {} not (already mailed this period, opted out or no address)\n",
