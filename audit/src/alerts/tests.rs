@@ -532,7 +532,7 @@ fn the_mail_lists_the_jobs_the_waste_and_the_advice_and_a_hostile_name_is_inert(
     assert!(m.header_raw("Bcc").is_none());
     assert_eq!(
         m.subject(),
-        Some("jobscope: Jobs stopped at their time limit across your recent jobs")
+        Some("jobscope: your recent jobs: jobs stopped at their time limit")
     );
     let text = m.body_text(0).unwrap().replace("\r\n", "\n");
     // The table: header, rule, then one row per job with its 8 core-hours.

@@ -100,7 +100,6 @@ pub fn table(f: &Finding, max: usize) -> Table {
         Rule::MemRequest => &[
             ("alloc_mem_per_node_bytes", ColType::Int),
             ("mem_peak_p95_bytes", ColType::Int),
-            ("mem_peak_bytes", ColType::Int),
             ("mem_gb_hours_wasted", ColType::Float),
         ][..],
         Rule::Timeouts => &[
@@ -136,7 +135,6 @@ pub fn table(f: &Finding, max: usize) -> Table {
                 "core_hours_wasted" => float(j.core_hours_wasted),
                 "alloc_mem_per_node_bytes" => int(j.alloc_mem_per_node_bytes),
                 "mem_peak_p95_bytes" => int(j.mem_peak_p95_bytes),
-                "mem_peak_bytes" => int(j.mem_peak_bytes),
                 "mem_gb_hours_wasted" => float(j.mem_gb_hours_wasted),
                 "partition_busy_pct" => float(j.partition_busy_pct),
                 _ => Value::Null,
@@ -164,12 +162,10 @@ fn indent(text: &str, by: usize) -> String {
 /// The finding's table, indented, with the number of jobs left out of it.
 fn jobs_table(f: &Finding, max: usize, zone: Zone, by: usize) -> String {
     let mut out = indent(&render::text(&table(f, max), zone), by);
-    if f.jobs.len() > max {
-        out += &format!(
-            "{}… and {} more\n",
-            " ".repeat(by),
-            jobs(f.jobs.len() - max)
-        );
+    match f.jobs.len().saturating_sub(max) {
+        0 => {}
+        1 => out += &format!("{}… and 1 more job\n", " ".repeat(by)),
+        n => out += &format!("{}… and {n} more jobs\n", " ".repeat(by)),
     }
     out
 }
@@ -219,15 +215,22 @@ pub fn user_block(cfg: &Config, u: &UserAlert, zone: Zone, dry_run: bool) -> Str
         u.reason
     );
     for f in &u.findings {
-        out += &format!("  {}: {}\n", title(f.rule), sentence(cfg, f));
+        out += &indent(
+            &wrap(&format!("{}: {}", title(f.rule), sentence(cfg, f)), 100),
+            2,
+        );
         out += &jobs_table(f, cfg.alerts.max_jobs_listed as usize, zone, 4);
     }
     if !u.findings.is_empty() {
         out += &format!("  wasted in all: {}\n", waste_line(u));
     }
     if !u.advice.is_empty() {
-        out += "  #SBATCH lines from the user's earlier runs:\n";
-        out += &advice_text(u, 4);
+        // The lines the mail gives, without their reasons (the mail has them).
+        out += "  #SBATCH lines the mail gives, from the user's earlier runs:\n";
+        for b in &u.advice {
+            let lines: Vec<&str> = b.lines.iter().map(|l| l.line.as_str()).collect();
+            out += &format!("    {}\n      {}\n", b.heading, lines.join("  "));
+        }
     }
     for n in &u.notes {
         out += &format!("  note: {}\n", clean_line(n, 300));
@@ -301,10 +304,21 @@ pub fn dry_run(cfg: &Config, ev: &Evaluation, zone: Zone) -> String {
     out
 }
 
+/// A rule's name inside a sentence (the subject).
+fn short(rule: Rule) -> &'static str {
+    match rule {
+        Rule::GpuIdle => "idle GPUs",
+        Rule::CpuEfficiency => "low CPU efficiency",
+        Rule::MemRequest => "memory asked for and not used",
+        Rule::Timeouts => "jobs stopped at their time limit",
+        Rule::CpuOnGpu => "CPU-only jobs on busy GPU partitions",
+    }
+}
+
 /// The subject of a user's alert mail.
 pub fn subject(u: &UserAlert) -> String {
-    let rules: Vec<&str> = u.findings.iter().map(|f| title(f.rule)).collect();
-    format!("jobscope: {} across your recent jobs", rules.join(", "))
+    let rules: Vec<&str> = u.findings.iter().map(|f| short(f.rule)).collect();
+    format!("jobscope: your recent jobs: {}", rules.join(", "))
 }
 
 /// The body of a user's alert mail (its text part, and in `<pre>` its HTML part).
