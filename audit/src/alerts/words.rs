@@ -393,7 +393,14 @@ pub fn summary_table(mailed: &[&UserAlert]) -> Table {
                     .collect::<Vec<_>>()
                     .join(","),
             ),
-            Value::Int(u.findings.iter().map(|f| f.jobs.len() as i64).sum()),
+            // Each job once, however many rules list it.
+            Value::Int(
+                u.findings
+                    .iter()
+                    .flat_map(|f| f.jobs.iter().map(|j| j.key()))
+                    .collect::<std::collections::BTreeSet<_>>()
+                    .len() as i64,
+            ),
             h(WasteUnit::GpuHours),
             h(WasteUnit::CoreHours),
             h(WasteUnit::MemGbHours),
