@@ -88,7 +88,6 @@ pub fn table(f: &Finding, max: usize) -> Table {
         Rule::GpuIdle => &[
             ("alloc_gpus", ColType::Int),
             ("gpus_idle", ColType::Int),
-            ("gpus_never_used", ColType::Int),
             ("gpu_hours_wasted", ColType::Float),
         ][..],
         Rule::CpuEfficiency => &[
@@ -127,7 +126,6 @@ pub fn table(f: &Finding, max: usize) -> Table {
                 "elapsed_s" => Value::Float(j.elapsed_s),
                 "alloc_gpus" => int(j.alloc_gpus.map(u64::from)),
                 "gpus_idle" => int(j.gpus_idle.map(u64::from)),
-                "gpus_never_used" => int(j.gpus_never_used.map(u64::from)),
                 "gpu_hours_wasted" => float(j.gpu_hours_wasted),
                 "alloc_cores" => int(j.alloc_cores.map(u64::from)),
                 "cpu_eff_pct" => float(j.cpu_eff_pct),
