@@ -591,6 +591,14 @@ impl Store {
             .collect()
     }
 
+    /// The dated record of the run `key` that ran from `start_ms` to `end_ms` (what the index's row
+    /// names), when it is there: a few `lstat`s of the days it can be under, no walk of the tree.
+    pub fn record_path(&self, key: &Key, start_ms: u64, end_ms: u64) -> Option<PathBuf> {
+        let name = key.file_name();
+        self.existing_day(&name, start_ms, end_ms)
+            .map(|d| d.join(name))
+    }
+
     /// Where a record of `name` already is, for a job that ran from `start_ms` to `end_ms`: a retry
     /// replaces it there instead of adding a second record under its own end day.
     fn existing_day(&self, name: &str, start_ms: u64, end_ms: u64) -> Option<PathBuf> {

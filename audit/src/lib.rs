@@ -13,6 +13,9 @@
 //!   [`metrics`]: OpenMetrics;
 //! - [`cluster`]: the cluster report (`jobscope audit report`): charts, HTML, text and mail made of
 //!   the reports above.
+//! - [`alerts`]: rules over each user's jobs, and one mail per user and period (the deliver crate's
+//!   queue).
+pub mod alerts;
 pub mod arrow;
 pub mod cluster;
 pub mod eval;

@@ -4,7 +4,8 @@
 //! - [`run`]: `jobscope run -- CMD`, the same report without SLURM;
 //! - [`live`]: `show` and `top` on a running job;
 //! - [`audit`]: `jobscope index` and `jobscope audit`, and who may see what;
-//! - [`pg`]: `jobscope pg`.
+//! - [`pg`]: `jobscope pg`;
+//! - [`alerts`]: `jobscope alerts`.
 
 // Every `print!`/`println!` of this crate goes through [`out::write`]: a reader that went away
 // (`jobscope … | head`) ends the output quietly with exit status 0, where std's macros panic.
@@ -19,6 +20,7 @@ macro_rules! println {
 
 pub mod out;
 
+pub mod alerts;
 pub mod audit;
 pub mod live;
 pub mod pg;
@@ -121,6 +123,9 @@ enum Cmd {
         #[command(subcommand)]
         cmd: Box<crate::audit::AuditCmd>,
     },
+    /// Alerts to users across their jobs ([alerts] rules): `check` (default) prints who would be
+    /// mailed and why, `send` (root) mails them once per period (docs/audit.md).
+    Alerts(crate::alerts::AlertsArgs),
     /// PostgreSQL (root): `sync` pushes what the archive gained since the last sync, `init` sets
     /// up tables, roles and row-level security, `map-role` lets a database role see one user's jobs.
     Pg {
@@ -498,6 +503,7 @@ fn real_main() -> Result<()> {
             crate::audit::audit_cmd(&jobscope_epilog::load_config(&cli.config)?, *cmd)
         }
         Cmd::Pg { cmd } => crate::pg::run(cmd, &jobscope_epilog::load_config(&cli.config)?),
+        Cmd::Alerts(a) => crate::alerts::run(&jobscope_epilog::load_config(&cli.config)?, a),
         Cmd::Summarize { dir, json } => {
             let cfg = jobscope_epilog::load_config(&cli.config)?;
             let (s, problems) = pipeline::summarize_dir(&dir, &cfg).map_err(anyhow::Error::msg)?;

@@ -117,6 +117,7 @@ pub struct Config {
     pub sampler: Sampler,
     pub archive: Archive,
     pub audit: Audit,
+    pub alerts: Alerts,
     pub report: Report,
     pub mail: Mail,
     pub gpu: Gpu,
@@ -470,6 +471,293 @@ impl Audit {
     }
 }
 
+/// `[alerts]`: rules over each user's jobs in the index, each off until an admin enables it, and
+/// the mail that tells the user (`jobscope alerts`; docs/audit.md "Alerts"). A user gets at most one
+/// alert mail per `period_days`, listing every rule that fired.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Alerts {
+    /// At most one alert mail per user per this many days (periods of whole days from a Monday
+    /// 00:00 UTC).
+    pub period_days: u32,
+    /// A summary of each `jobscope alerts send` (who was mailed, which rules, the waste) goes to
+    /// this address; unset: none.
+    pub admin_to: Option<String>,
+    /// A rule's table in a mail lists at most this many jobs (the most wasteful first); the rest
+    /// are counted.
+    pub max_jobs_listed: u32,
+    pub gpu_idle: GpuIdleRule,
+    pub cpu_efficiency: CpuEfficiencyRule,
+    pub mem_request: MemRequestRule,
+    pub timeouts: TimeoutsRule,
+    pub cpu_on_gpu: CpuOnGpuRule,
+}
+
+impl Default for Alerts {
+    fn default() -> Self {
+        Alerts {
+            period_days: 7,
+            admin_to: None,
+            max_jobs_listed: 20,
+            gpu_idle: GpuIdleRule::default(),
+            cpu_efficiency: CpuEfficiencyRule::default(),
+            mem_request: MemRequestRule::default(),
+            timeouts: TimeoutsRule::default(),
+            cpu_on_gpu: CpuOnGpuRule::default(),
+        }
+    }
+}
+
+/// `[alerts.gpu_idle]`: GPUs idle or never used (the jobs `jobscope audit gpu-idle` lists) for at
+/// least `min_gpu_hours` GPU-hours in all over the window.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct GpuIdleRule {
+    pub enabled: bool,
+    pub window_days: u32,
+    pub min_gpu_hours: f64,
+}
+
+impl Default for GpuIdleRule {
+    fn default() -> Self {
+        GpuIdleRule {
+            enabled: false,
+            window_days: 7,
+            min_gpu_hours: 4.0,
+        }
+    }
+}
+
+/// `[alerts.cpu_efficiency]`: at least `min_jobs` jobs of at least `min_core_hours` core-hours
+/// each whose CPU efficiency was under `max_cpu_eff_pct` over the window.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CpuEfficiencyRule {
+    pub enabled: bool,
+    pub window_days: u32,
+    pub max_cpu_eff_pct: f64,
+    pub min_jobs: u32,
+    pub min_core_hours: f64,
+}
+
+impl Default for CpuEfficiencyRule {
+    fn default() -> Self {
+        CpuEfficiencyRule {
+            enabled: false,
+            window_days: 7,
+            max_cpu_eff_pct: 25.0,
+            min_jobs: 3,
+            min_core_hours: 1.0,
+        }
+    }
+}
+
+/// `[alerts.mem_request]`: at least `min_jobs` jobs over the window that asked for at least
+/// `min_ratio` times the 95th percentile of the memory peak of the user's earlier runs of the same
+/// batch script (else of the same name: the end-of-job advice's history, `audit.history_min_runs`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MemRequestRule {
+    pub enabled: bool,
+    pub window_days: u32,
+    pub min_ratio: f64,
+    pub min_jobs: u32,
+}
+
+impl Default for MemRequestRule {
+    fn default() -> Self {
+        MemRequestRule {
+            enabled: false,
+            window_days: 7,
+            min_ratio: 4.0,
+            min_jobs: 3,
+        }
+    }
+}
+
+/// `[alerts.timeouts]`: at least `min_jobs` jobs that ended TIMEOUT over the window.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TimeoutsRule {
+    pub enabled: bool,
+    pub window_days: u32,
+    pub min_jobs: u32,
+}
+
+impl Default for TimeoutsRule {
+    fn default() -> Self {
+        TimeoutsRule {
+            enabled: false,
+            window_days: 7,
+            min_jobs: 3,
+        }
+    }
+}
+
+/// `[alerts.cpu_on_gpu]`: at least `min_jobs` jobs of at least `min_core_hours` core-hours each
+/// without GPUs on a GPU partition while it was busy (`jobscope audit cpu-on-gpu`, `audit.busy_pct`)
+/// over the window.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CpuOnGpuRule {
+    pub enabled: bool,
+    pub window_days: u32,
+    pub min_jobs: u32,
+    pub min_core_hours: f64,
+}
+
+impl Default for CpuOnGpuRule {
+    fn default() -> Self {
+        CpuOnGpuRule {
+            enabled: false,
+            window_days: 7,
+            min_jobs: 3,
+            min_core_hours: 1.0,
+        }
+    }
+}
+
+impl Alerts {
+    /// The longest window of the enabled rules, in days (0 when none is enabled).
+    pub fn longest_window_days(&self) -> u32 {
+        [
+            (self.gpu_idle.enabled, self.gpu_idle.window_days),
+            (self.cpu_efficiency.enabled, self.cpu_efficiency.window_days),
+            (self.mem_request.enabled, self.mem_request.window_days),
+            (self.timeouts.enabled, self.timeouts.window_days),
+            (self.cpu_on_gpu.enabled, self.cpu_on_gpu.window_days),
+        ]
+        .iter()
+        .filter(|(on, _)| *on)
+        .map(|(_, d)| *d)
+        .max()
+        .unwrap_or(0)
+    }
+
+    /// Every `[alerts]` number's range (called by [`Config::validate`]; docs/configuration.md
+    /// lists the same ranges).
+    fn validate(&self) -> Result<(), String> {
+        const MOST_DAYS: u64 = 366;
+        let ints: [(&str, u32, u64, u64); 11] = [
+            ("alerts.period_days", self.period_days, 1, MOST_DAYS),
+            ("alerts.max_jobs_listed", self.max_jobs_listed, 1, 10_000),
+            (
+                "alerts.gpu_idle.window_days",
+                self.gpu_idle.window_days,
+                1,
+                MOST_DAYS,
+            ),
+            (
+                "alerts.cpu_efficiency.window_days",
+                self.cpu_efficiency.window_days,
+                1,
+                MOST_DAYS,
+            ),
+            (
+                "alerts.cpu_efficiency.min_jobs",
+                self.cpu_efficiency.min_jobs,
+                1,
+                1_000_000,
+            ),
+            (
+                "alerts.mem_request.window_days",
+                self.mem_request.window_days,
+                1,
+                MOST_DAYS,
+            ),
+            (
+                "alerts.mem_request.min_jobs",
+                self.mem_request.min_jobs,
+                1,
+                1_000_000,
+            ),
+            (
+                "alerts.timeouts.window_days",
+                self.timeouts.window_days,
+                1,
+                MOST_DAYS,
+            ),
+            (
+                "alerts.timeouts.min_jobs",
+                self.timeouts.min_jobs,
+                1,
+                1_000_000,
+            ),
+            (
+                "alerts.cpu_on_gpu.window_days",
+                self.cpu_on_gpu.window_days,
+                1,
+                MOST_DAYS,
+            ),
+            (
+                "alerts.cpu_on_gpu.min_jobs",
+                self.cpu_on_gpu.min_jobs,
+                1,
+                1_000_000,
+            ),
+        ];
+        for (key, v, lo, hi) in ints {
+            if !(lo..=hi).contains(&u64::from(v)) {
+                return Err(format!("{key} = {v} is outside {lo}..={hi}"));
+            }
+        }
+        let floats: [(&str, f64, f64, f64); 5] = [
+            // Above 0: a threshold of nothing would call one idle second an alert.
+            (
+                "alerts.gpu_idle.min_gpu_hours",
+                self.gpu_idle.min_gpu_hours,
+                0.001,
+                1e6,
+            ),
+            (
+                "alerts.cpu_efficiency.max_cpu_eff_pct",
+                self.cpu_efficiency.max_cpu_eff_pct,
+                0.001,
+                100.0,
+            ),
+            (
+                "alerts.cpu_efficiency.min_core_hours",
+                self.cpu_efficiency.min_core_hours,
+                0.0,
+                1e6,
+            ),
+            // At least 1: asking for less than the peak is no over-request.
+            (
+                "alerts.mem_request.min_ratio",
+                self.mem_request.min_ratio,
+                1.0,
+                1000.0,
+            ),
+            (
+                "alerts.cpu_on_gpu.min_core_hours",
+                self.cpu_on_gpu.min_core_hours,
+                0.0,
+                1e6,
+            ),
+        ];
+        for (key, v, lo, hi) in floats {
+            if !(v.is_finite() && lo <= v && v <= hi) {
+                return Err(format!("{key} = {v:?} is outside {lo:?}..={hi:?}"));
+            }
+        }
+        if let Some(to) = &self.admin_to {
+            // The address itself is parsed where the mail is built (jobscope_deliver); here only
+            // what can never be one.
+            if to.trim().is_empty()
+                || to.chars().any(char::is_control)
+                || !to.contains('@')
+                || to.len() > 254
+            {
+                return Err(format!(
+                    "alerts.admin_to = {:?} is not a mail address (local@domain)",
+                    to.escape_debug().to_string()
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
 impl Default for Paths {
     fn default() -> Self {
         Paths {
@@ -788,6 +1076,7 @@ impl Config {
         }
         Label::source(&self.postgres.source).map_err(|e| format!("postgres.source {e}"))?;
         check_report_to(&a.report_to)?;
+        self.alerts.validate()?;
         Ok(())
     }
 }
@@ -997,6 +1286,38 @@ mod tests {
         ("gpu.idle_min_s", None, Some("31536001")),
         ("postgres.connect_timeout_s", Some("0"), Some("301")),
         ("run.first_job_id", Some("67108863"), Some("4000000001")),
+        ("alerts.period_days", Some("0"), Some("367")),
+        ("alerts.max_jobs_listed", Some("0"), Some("10001")),
+        ("alerts.gpu_idle.window_days", Some("0"), Some("367")),
+        (
+            "alerts.gpu_idle.min_gpu_hours",
+            Some("0.0"),
+            Some("1000000.5"),
+        ),
+        ("alerts.cpu_efficiency.window_days", Some("0"), Some("367")),
+        (
+            "alerts.cpu_efficiency.max_cpu_eff_pct",
+            Some("0.0"),
+            Some("100.5"),
+        ),
+        ("alerts.cpu_efficiency.min_jobs", Some("0"), Some("1000001")),
+        (
+            "alerts.cpu_efficiency.min_core_hours",
+            Some("-0.5"),
+            Some("1000000.5"),
+        ),
+        ("alerts.mem_request.window_days", Some("0"), Some("367")),
+        ("alerts.mem_request.min_ratio", Some("0.5"), Some("1000.5")),
+        ("alerts.mem_request.min_jobs", Some("0"), Some("1000001")),
+        ("alerts.timeouts.window_days", Some("0"), Some("367")),
+        ("alerts.timeouts.min_jobs", Some("0"), Some("1000001")),
+        ("alerts.cpu_on_gpu.window_days", Some("0"), Some("367")),
+        ("alerts.cpu_on_gpu.min_jobs", Some("0"), Some("1000001")),
+        (
+            "alerts.cpu_on_gpu.min_core_hours",
+            Some("-0.5"),
+            Some("1000000.5"),
+        ),
     ];
 
     const PATH_KEYS: &[&str] = &[
@@ -1135,6 +1456,38 @@ mod tests {
             }
         }
         assert_eq!(numeric, NUMERIC_KEYS.len());
+    }
+
+    /// Every alert rule is off until an admin turns it on; an admin address that can never be
+    /// one is refused in one line naming the key.
+    #[test]
+    fn alert_rules_are_off_by_default_and_admin_to_is_an_address() {
+        let a = Config::default().alerts;
+        assert!(
+            !a.gpu_idle.enabled
+                && !a.cpu_efficiency.enabled
+                && !a.mem_request.enabled
+                && !a.timeouts.enabled
+                && !a.cpu_on_gpu.enabled
+        );
+        assert_eq!(a.longest_window_days(), 0);
+        assert_eq!(a.mem_request.min_ratio, 4.0);
+        let c = Config::parse(
+            "[alerts]\nadmin_to = \"hpc@example.org\"\n[alerts.timeouts]\nenabled = true\nwindow_days = 14\n[alerts.gpu_idle]\nenabled = true\n",
+            Path::new("c"),
+        )
+        .unwrap();
+        assert_eq!(c.alerts.admin_to.as_deref(), Some("hpc@example.org"));
+        assert_eq!(c.alerts.longest_window_days(), 14);
+        for bad in ["\"\"", "\"hpc\"", "\"a@b\\nBcc: x@y\""] {
+            let e = Config::parse(&format!("[alerts]\nadmin_to = {bad}\n"), Path::new("c"))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains("alerts.admin_to") && !e.contains('\n'),
+                "{bad}: {e}"
+            );
+        }
     }
 
     #[test]

@@ -47,7 +47,7 @@ pub(crate) fn spec(id: u32, user: &'static str, uid: u32, part: &'static str, da
     }
 }
 
-fn gpu(
+pub(crate) fn gpu(
     node: &str,
     slot: u32,
     hours: f64,

@@ -435,6 +435,34 @@ pub fn assemble(
         .multipart(body)
 }
 
+/// A mail of a plain-text part and an HTML part (no images) under queue id `id` (a stable
+/// [`jobscope_sampler::fsutil::is_safe_name`], so that queueing it twice queues it once): what the
+/// audit's alerts send. The caller renders both parts (HTML through the presenter's escaping
+/// registry); the subject is made one clean line here, as the job mail's is.
+pub fn text_and_html_mail(
+    id: &str,
+    from: &Mailbox,
+    to: &Mailbox,
+    subject: &str,
+    text: String,
+    html: String,
+) -> Result<Mail, MailError> {
+    let subject = jobscope_report::present::clean_line(subject, SUBJECT_MAX_CHARS);
+    Ok(Mail {
+        id: id.to_string(),
+        message: assemble(
+            id,
+            from,
+            std::slice::from_ref(to),
+            subject,
+            text,
+            html,
+            Vec::new(),
+        )?,
+        warnings: Vec::new(),
+    })
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;

@@ -10,8 +10,10 @@ pub mod message;
 pub mod queue;
 pub mod transport;
 
-#[cfg(test)]
-pub(crate) mod test_smtp;
+/// A loopback SMTP server for tests: this crate's, and (feature `testing`) other crates' that send
+/// through the queue end to end.
+#[cfg(any(test, feature = "testing"))]
+pub mod test_smtp;
 
 /// The presenter's promises checked on whole mails: the text and HTML views agree on every figure.
 #[cfg(test)]

@@ -10,7 +10,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Mode {
+pub enum Mode {
     /// Accepts every message.
     Accept,
     /// Accepts the connection and never says anything.
@@ -22,7 +22,7 @@ pub(crate) enum Mode {
 }
 
 #[derive(Debug, Clone)]
-pub(crate) struct Received {
+pub struct Received {
     pub helo: String,
     pub from: String,
     pub to: Vec<String>,
@@ -39,7 +39,7 @@ struct Shared {
     connections: Mutex<usize>,
 }
 
-pub(crate) struct Sink {
+pub struct Sink {
     addr: SocketAddr,
     shared: Arc<Shared>,
     acceptor: Option<JoinHandle<()>>,

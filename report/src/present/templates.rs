@@ -16,6 +16,7 @@ pub const SUBJECT_TEMPLATE: &str = include_str!("../../../report-templates/subje
 pub const HTML_TEMPLATE: &str = include_str!("../../../report-templates/report.html.hbs");
 pub const DIGEST_TEXT_TEMPLATE: &str = include_str!("../../../report-templates/digest.txt.hbs");
 pub const DIGEST_HTML_TEMPLATE: &str = include_str!("../../../report-templates/digest.html.hbs");
+pub const TEXT_AS_HTML_TEMPLATE: &str = include_str!("../../../report-templates/text.html.hbs");
 /// File names looked for in the site's template override directory.
 pub const SUBJECT_FILE: &str = "subject.hbs";
 pub const HTML_FILE: &str = "report.html.hbs";
@@ -214,6 +215,24 @@ impl Templates {
     }
 }
 
+/// A mail whose content is plain text (the audit's alerts) as its HTML part: `title` and the whole
+/// `text` escaped by this module's HTML registry (the one place HTML is escaped), the text as
+/// preformatted lines, so the two parts of the mail say the same thing character for character.
+/// The caller has cleaned the untrusted parts of `text` ([`super::clean`]).
+pub fn render_text_as_html(title: &str, text: &str) -> Result<String, RenderError> {
+    static REG: std::sync::OnceLock<Handlebars<'static>> = std::sync::OnceLock::new();
+    let reg = REG.get_or_init(|| {
+        let mut h = registry(true);
+        h.register_template_string("text.html", TEXT_AS_HTML_TEMPLATE)
+            .expect("built-in text-as-HTML template is valid");
+        h
+    });
+    reg.render(
+        "text.html",
+        &serde_json::json!({ "title": title, "text": text, "generator": crate::GENERATOR }),
+    )
+}
+
 /// Reads a site template: `Ok(None)` if there is none; refuses anything but a regular file of at most
 /// 1 MiB in UTF-8.
 fn read_template(path: &Path) -> Result<Option<String>, String> {
@@ -235,4 +254,27 @@ fn read_template(path: &Path) -> Result<Option<String>, String> {
     String::from_utf8(bytes)
         .map(Some)
         .map_err(|_| "not UTF-8".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Markup in the title or the text reaches the page as text, every character of the text
+    /// is there (escaped), and the page has no markup but the template's.
+    #[test]
+    fn text_as_html_escapes_title_and_text() {
+        let text = "job  <script>alert(1)</script> & \"q\" 'a'\n  second line";
+        let html = render_text_as_html("<b>t</b>", text).unwrap();
+        assert!(!html.contains("<script") && !html.contains("<b>"), "{html}");
+        assert!(
+            html.contains("&lt;b&gt;t&lt;&#x2F;b&gt;") || html.contains("&lt;b&gt;t&lt;/b&gt;"),
+            "{html}"
+        );
+        assert!(html.contains("&lt;script&gt;alert(1)&lt;/script&gt; &amp; &quot;q&quot; &#x27;a&#x27;\n  second line"), "{html}");
+        assert_eq!(
+            html.matches('<').count(),
+            TEXT_AS_HTML_TEMPLATE.matches('<').count()
+        );
+    }
 }

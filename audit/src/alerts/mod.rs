@@ -1,0 +1,865 @@
+//! Alerts to users across their jobs (docs/audit.md "Alerts"): rules an admin enables in
+//! `[alerts]`, each over a window of the index, and one mail per user per period that lists every
+//! rule that fired for them, the jobs, the hours wasted and the `#SBATCH` lines their history
+//! supports.
+//!
+//! - this module: the rules ([`evaluate`]), over the index and the run history the end-of-job
+//!   advice reads (`jobscope_archive::history`), with the user's mail opt-out read from each job's
+//!   archived record;
+//! - [`words`]: what is said, for people (the dry run), in the mail and to the admins;
+//! - [`state`]: the record of what was sent, so the same finding is not sent twice;
+//! - [`send`]: the mail queue (jobscope_deliver), then the record.
+//!
+//! Each rule is a test of one job and a threshold over the jobs that pass it: the jobs already
+//! reported to the user for that rule ([`state`]) and the jobs the user asked not to be mailed
+//! about (`--jobscope-mail=never`) never count, so what a mail lists is new, and the threshold is
+//! met by those jobs alone. A user's alert holds only that user's jobs (by uid): the only figure in
+//! it that other jobs shaped is a partition's busy share (`cpu_on_gpu`), an aggregate.
+
+pub mod send;
+pub mod state;
+pub mod words;
+
+#[cfg(test)]
+mod tests;
+
+use crate::index::ParquetEngine;
+use crate::query::{Engine, Query, Report, Window};
+use crate::table::Value;
+use anyhow::{Context, Result};
+use arrow_array::{Array, Float64Array, Int64Array, RecordBatch, StringArray};
+use jobscope_archive::history::{advice_for, read_user, Run, UserHistory};
+use jobscope_archive::{cluster_label, Key, Store};
+use jobscope_report::present::{clean, history as advice_words, AdviceView};
+use jobscope_sampler::config::{Config, MailPolicy};
+use jobscope_sampler::job::JobState;
+use jobscope_sampler::summary::analysis::HistoryBasis;
+use serde::Serialize;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::Path;
+
+/// The rules, in the order a mail lists them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Rule {
+    GpuIdle,
+    CpuEfficiency,
+    MemRequest,
+    Timeouts,
+    CpuOnGpu,
+}
+
+impl Rule {
+    pub const ALL: [Rule; 5] = [
+        Rule::GpuIdle,
+        Rule::CpuEfficiency,
+        Rule::MemRequest,
+        Rule::Timeouts,
+        Rule::CpuOnGpu,
+    ];
+
+    /// Its name in the configuration (`[alerts.<key>]`), the record and the JSON output.
+    pub fn key(self) -> &'static str {
+        match self {
+            Rule::GpuIdle => "gpu_idle",
+            Rule::CpuEfficiency => "cpu_efficiency",
+            Rule::MemRequest => "mem_request",
+            Rule::Timeouts => "timeouts",
+            Rule::CpuOnGpu => "cpu_on_gpu",
+        }
+    }
+
+    /// What its waste is counted in.
+    pub fn unit(self) -> WasteUnit {
+        match self {
+            Rule::GpuIdle => WasteUnit::GpuHours,
+            Rule::MemRequest => WasteUnit::MemGbHours,
+            Rule::CpuEfficiency | Rule::Timeouts | Rule::CpuOnGpu => WasteUnit::CoreHours,
+        }
+    }
+
+    fn enabled_in(self, cfg: &Config) -> Option<u32> {
+        let a = &cfg.alerts;
+        let (on, days) = match self {
+            Rule::GpuIdle => (a.gpu_idle.enabled, a.gpu_idle.window_days),
+            Rule::CpuEfficiency => (a.cpu_efficiency.enabled, a.cpu_efficiency.window_days),
+            Rule::MemRequest => (a.mem_request.enabled, a.mem_request.window_days),
+            Rule::Timeouts => (a.timeouts.enabled, a.timeouts.window_days),
+            Rule::CpuOnGpu => (a.cpu_on_gpu.enabled, a.cpu_on_gpu.window_days),
+        };
+        on.then_some(days)
+    }
+}
+
+/// The unit of a rule's waste (the names are the audit's column suffixes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WasteUnit {
+    GpuHours,
+    CoreHours,
+    MemGbHours,
+}
+
+impl WasteUnit {
+    pub fn words(self) -> &'static str {
+        match self {
+            WasteUnit::GpuHours => "GPU-hours",
+            WasteUnit::CoreHours => "core-hours",
+            WasteUnit::MemGbHours => "GB-hours of memory",
+        }
+    }
+}
+
+/// One job of a finding: the index row's figures an alert shows (units in the names; null: not
+/// known), and its waste under the rule.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AlertJob {
+    pub cluster: Option<String>,
+    pub job_id: u32,
+    /// The archive's start second of the run (with `cluster` and `job_id`, the run's key).
+    pub start_unix_s: u64,
+    pub end_unix_s: i64,
+    pub name: Option<String>,
+    pub partition: Option<String>,
+    pub state: String,
+    pub elapsed_s: f64,
+    pub alloc_cores: Option<u32>,
+    pub alloc_gpus: Option<u32>,
+    pub alloc_mem_per_node_bytes: Option<u64>,
+    pub mem_peak_bytes: Option<u64>,
+    pub cpu_eff_pct: Option<f64>,
+    pub core_hours_alloc: Option<f64>,
+    pub core_hours_wasted: Option<f64>,
+    pub mem_gb_hours_wasted: Option<f64>,
+    pub gpu_hours_wasted: Option<f64>,
+    pub gpus_idle: Option<u32>,
+    pub gpus_never_used: Option<u32>,
+    /// `mem_request`: the 95th percentile of the memory peak of the user's runs of the same job.
+    pub mem_peak_p95_bytes: Option<u64>,
+    /// `cpu_on_gpu`: the partition's allocated share at the job's start (`audit cpu-on-gpu`).
+    pub partition_busy_pct: Option<f64>,
+    /// This job's part of the finding's waste, in the rule's unit.
+    pub waste_hours: f64,
+    #[serde(skip)]
+    uid: u32,
+    #[serde(skip)]
+    user: String,
+    #[serde(skip)]
+    script_sha256: Option<String>,
+    #[serde(skip)]
+    start_unix_ms: u64,
+    #[serde(skip)]
+    end_unix_ms: u64,
+    #[serde(skip)]
+    cpu_usage_s: Option<f64>,
+}
+
+impl AlertJob {
+    /// The run's key in the record of sent alerts: `<cluster>/<job_id>/<start_s>`.
+    pub fn key(&self) -> String {
+        format!(
+            "{}/{}/{}",
+            self.cluster.as_deref().unwrap_or(""),
+            self.job_id,
+            self.start_unix_s
+        )
+    }
+
+    /// The run as the history holds it (`jobscope_archive::history::Run::of`, the index's figures).
+    fn run(&self) -> Run {
+        Run::of(
+            self.end_unix_ms as i64,
+            self.mem_peak_bytes,
+            self.elapsed_s,
+            self.cpu_usage_s,
+        )
+    }
+}
+
+/// What one rule found for one user.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Finding {
+    pub rule: Rule,
+    pub window_days: u32,
+    /// Σ of the jobs' waste.
+    pub waste_hours: f64,
+    pub waste_unit: WasteUnit,
+    /// The jobs, most wasteful first (then by end time).
+    pub jobs: Vec<AlertJob>,
+}
+
+/// What is decided for one user.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Decision {
+    /// A mail goes (`send`) or would go (dry run).
+    Mail,
+    /// The user was mailed in this period already: the findings wait for the next one.
+    AlreadyMailed,
+    /// Every job that made a rule fire was run with `--jobscope-mail=never`.
+    OptedOut,
+    /// No address for the user (no `mail.domain`, or a user name that is no mailbox).
+    NoAddress,
+}
+
+/// One user's alert: findings, advice, and what is decided.
+#[derive(Debug, Clone, Serialize)]
+pub struct UserAlert {
+    pub uid: u32,
+    pub user: String,
+    /// `<user>@<mail.domain>`.
+    pub to: Option<String>,
+    pub decision: Decision,
+    /// The decision in words.
+    pub reason: String,
+    pub findings: Vec<Finding>,
+    /// Resubmit-ready lines from the user's earlier runs of the jobs listed (the end-of-job
+    /// advice's history), one block per batch script or job name.
+    pub advice: Vec<AdviceBlock>,
+    /// Jobs left out, and why.
+    pub notes: Vec<String>,
+}
+
+impl UserAlert {
+    /// Σ waste per unit over the findings, each job counted once per unit: a job two rules of
+    /// one unit list (a TIMEOUT at 3 % CPU) adds the larger of its two figures, not both.
+    pub fn waste(&self) -> BTreeMap<WasteUnit, f64> {
+        let mut per_job: BTreeMap<(WasteUnit, String), f64> = BTreeMap::new();
+        for f in &self.findings {
+            for j in &f.jobs {
+                let w = per_job.entry((f.waste_unit, j.key())).or_insert(0.0);
+                *w = w.max(j.waste_hours);
+            }
+        }
+        let mut w = BTreeMap::new();
+        for ((unit, _), h) in per_job {
+            *w.entry(unit).or_insert(0.0) += h;
+        }
+        w
+    }
+
+    /// The runs this alert reports, per rule (what the record keeps once it is sent).
+    pub fn reported(&self) -> BTreeMap<Rule, Vec<(String, i64)>> {
+        self.findings
+            .iter()
+            .map(|f| {
+                (
+                    f.rule,
+                    f.jobs.iter().map(|j| (j.key(), j.end_unix_s)).collect(),
+                )
+            })
+            .collect()
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct AdviceBlock {
+    /// `Based on your last 7 runs of the same batch script:` (the end-of-job report's words).
+    pub heading: String,
+    pub lines: Vec<AdviceView>,
+}
+
+/// An enabled rule and its window.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Enabled {
+    pub rule: Rule,
+    pub window_days: u32,
+}
+
+/// Everything one evaluation found.
+#[derive(Debug, Clone, Serialize)]
+pub struct Evaluation {
+    pub now_unix_s: i64,
+    pub period_days: u32,
+    /// The current period: `[period_start_unix_s, + period_days)`.
+    pub period_start_unix_s: i64,
+    /// The enabled rules and their windows.
+    pub rules: Vec<Enabled>,
+    /// Users with at least one finding, by uid.
+    pub users: Vec<UserAlert>,
+    /// For the person running it (a record that cannot be read, …).
+    pub notes: Vec<String>,
+}
+
+/// Monday 1970-01-05 00:00 UTC: periods start on Mondays.
+const FIRST_MONDAY_S: i64 = 4 * 86_400;
+
+/// The start of the period of `period_days` days that holds `now_s`: whole periods counted from
+/// a Monday 00:00 UTC (7 days: each week from Monday; 1 day: each UTC day).
+pub fn period_start(now_s: i64, period_days: u32) -> i64 {
+    let p = i64::from(period_days.max(1)) * 86_400;
+    FIRST_MONDAY_S + (now_s - FIRST_MONDAY_S).div_euclid(p) * p
+}
+
+/// The columns an evaluation reads from the index.
+const COLUMNS: &[&str] = &[
+    "cluster",
+    "job_id",
+    "scheduler_start_unix_s",
+    "start_unix_ms",
+    "end_unix_ms",
+    "name",
+    "script_sha256",
+    "user",
+    "uid",
+    "partition",
+    "state",
+    "elapsed_s",
+    "alloc_cores",
+    "alloc_gpus",
+    "alloc_mem_per_node_bytes",
+    "mem_peak_bytes",
+    "cpu_usage_s",
+    "cpu_eff_pct",
+    "core_hours_alloc",
+    "core_hours_wasted",
+    "mem_gb_hours_wasted",
+    "gpu_hours_wasted",
+    "gpus_idle",
+    "gpus_never_used",
+];
+
+/// Typed cells of one batch by column name.
+struct Cols<'a>(&'a RecordBatch);
+
+impl<'a> Cols<'a> {
+    fn any(&self, n: &str) -> Result<&'a dyn Array> {
+        self.0
+            .column_by_name(n)
+            .map(|a| a.as_ref())
+            .with_context(|| format!("the index has no column {n}"))
+    }
+    fn i(&self, n: &str, r: usize) -> Result<Option<i64>> {
+        let a = self.any(n)?;
+        let a: &Int64Array = a
+            .as_any()
+            .downcast_ref()
+            .with_context(|| format!("column {n} has type {}", a.data_type()))?;
+        Ok((!a.is_null(r)).then(|| a.value(r)))
+    }
+    fn f(&self, n: &str, r: usize) -> Result<Option<f64>> {
+        let a = self.any(n)?;
+        let a: &Float64Array = a
+            .as_any()
+            .downcast_ref()
+            .with_context(|| format!("column {n} has type {}", a.data_type()))?;
+        Ok((!a.is_null(r)).then(|| a.value(r)))
+    }
+    fn t(&self, n: &str, r: usize) -> Result<Option<String>> {
+        let a = self.any(n)?;
+        let a: &StringArray = a
+            .as_any()
+            .downcast_ref()
+            .with_context(|| format!("column {n} has type {}", a.data_type()))?;
+        Ok((!a.is_null(r)).then(|| a.value(r).to_string()))
+    }
+}
+
+/// Counts and sizes from the index are never negative; one that is (a damaged part) is unknown.
+fn nonneg<T: TryFrom<i64>>(v: Option<i64>) -> Option<T> {
+    v.and_then(|x| T::try_from(x).ok())
+}
+
+/// The jobs that ended in `window` with a uid and a user name (an alert has no one to go to
+/// otherwise).
+fn scan_jobs(eng: &ParquetEngine, window: &Window) -> Result<Vec<AlertJob>> {
+    let mut q = Query::new(Report::Jobs);
+    q.window = window.clone();
+    let mut out = Vec::new();
+    for b in eng.scan(&q, COLUMNS)? {
+        let c = Cols(&b);
+        for r in 0..b.num_rows() {
+            let (Some(end_ms), Some(uid), Some(user), Some(job_id)) = (
+                c.i("end_unix_ms", r)?,
+                nonneg::<u32>(c.i("uid", r)?),
+                c.t("user", r)?,
+                nonneg::<u32>(c.i("job_id", r)?),
+            ) else {
+                continue;
+            };
+            if !window.contains_end_ms(end_ms) || end_ms < 0 {
+                continue;
+            }
+            let start_ms = nonneg::<u64>(c.i("start_unix_ms", r)?).unwrap_or(0);
+            out.push(AlertJob {
+                cluster: c.t("cluster", r)?,
+                job_id,
+                // The archive's key (jobscope_archive::Key::of): SLURM's start second, else the
+                // summary's.
+                start_unix_s: nonneg::<u64>(c.i("scheduler_start_unix_s", r)?)
+                    .unwrap_or(start_ms / 1000),
+                end_unix_s: end_ms.div_euclid(1000),
+                name: c.t("name", r)?,
+                partition: c.t("partition", r)?,
+                state: c.t("state", r)?.unwrap_or_default(),
+                elapsed_s: c.f("elapsed_s", r)?.unwrap_or(0.0),
+                alloc_cores: nonneg(c.i("alloc_cores", r)?),
+                alloc_gpus: nonneg(c.i("alloc_gpus", r)?),
+                alloc_mem_per_node_bytes: nonneg(c.i("alloc_mem_per_node_bytes", r)?),
+                mem_peak_bytes: nonneg(c.i("mem_peak_bytes", r)?),
+                cpu_eff_pct: c.f("cpu_eff_pct", r)?,
+                core_hours_alloc: c.f("core_hours_alloc", r)?,
+                core_hours_wasted: c.f("core_hours_wasted", r)?,
+                mem_gb_hours_wasted: c.f("mem_gb_hours_wasted", r)?,
+                gpu_hours_wasted: c.f("gpu_hours_wasted", r)?,
+                gpus_idle: nonneg(c.i("gpus_idle", r)?),
+                gpus_never_used: nonneg(c.i("gpus_never_used", r)?),
+                mem_peak_p95_bytes: None,
+                partition_busy_pct: None,
+                waste_hours: 0.0,
+                uid,
+                user,
+                script_sha256: c.t("script_sha256", r)?,
+                start_unix_ms: start_ms,
+                end_unix_ms: end_ms as u64,
+                cpu_usage_s: c.f("cpu_usage_s", r)?,
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// A run's identity in a report table (`cluster`, `job_id`, `start_unix_s`), to find the jobs an
+/// audit report lists among the scanned ones.
+type RunId = (Option<String>, i64, i64);
+
+/// The runs an audit report lists, each with its row, for the rows `keep` accepts.
+fn report_runs(
+    eng: &dyn Engine,
+    q: &Query,
+    keep: impl Fn(&crate::table::Table, &[Value]) -> bool,
+) -> Result<HashMap<RunId, Vec<Value>>> {
+    let t = eng.run(q)?;
+    let col = |n: &str| t.column(n).with_context(|| format!("report without {n}"));
+    let (cl, id, st) = (col("cluster")?, col("job_id")?, col("start_unix_s")?);
+    Ok(t.rows
+        .iter()
+        .filter(|r| keep(&t, r))
+        .map(|r| {
+            let key = (
+                r[cl].as_str().map(str::to_string),
+                r[id].as_f64().unwrap_or(-1.0) as i64,
+                r[st].as_f64().unwrap_or(-1.0) as i64,
+            );
+            (key, r.clone())
+        })
+        .collect())
+}
+
+fn run_id(j: &AlertJob) -> RunId {
+    (
+        j.cluster.clone(),
+        i64::from(j.job_id),
+        (j.start_unix_ms / 1000) as i64,
+    )
+}
+
+/// Where an evaluation reads from, and when it runs.
+pub struct Sources<'a> {
+    pub cfg: &'a Config,
+    pub engine: &'a ParquetEngine,
+    /// The index directory (the run history is under it).
+    pub index_dir: &'a Path,
+    /// The archive (each job's opt-out is in its record).
+    pub store: &'a Store,
+    pub now_unix_s: i64,
+}
+
+/// The user's run history, read once per user (`None`: none, or not readable).
+struct Histories<'a> {
+    dir: &'a Path,
+    read: HashMap<u32, Option<UserHistory>>,
+}
+
+impl Histories<'_> {
+    fn of(&mut self, uid: u32) -> Option<&UserHistory> {
+        let dir = self.dir;
+        self.read
+            .entry(uid)
+            .or_insert_with(|| read_user(dir, uid).ok().flatten())
+            .as_ref()
+    }
+}
+
+/// The end-of-job advice for the run `j` from its user's history (the same script, else the same
+/// name; `audit.history_min_runs`), exactly as the Epilog would add it to `j`'s report.
+fn advice(
+    cfg: &Config,
+    h: &UserHistory,
+    j: &AlertJob,
+) -> Option<jobscope_sampler::summary::analysis::HistoryAdvice> {
+    advice_for(
+        h,
+        j.name.as_deref(),
+        j.script_sha256.as_deref(),
+        j.run(),
+        cfg.audit.history_min_runs,
+        &cfg.report,
+    )
+}
+
+/// Whether `j` passes `rule`'s test of one job, setting its waste (and the rule's own figure).
+/// `gpu_idle` and `busy` are the runs of the audit's `gpu-idle` report and the busy ones of its
+/// `cpu-on-gpu` report with their busy share.
+fn passes(
+    cfg: &Config,
+    rule: Rule,
+    j: &mut AlertJob,
+    gpu_idle: &HashMap<RunId, Vec<Value>>,
+    busy: &HashMap<RunId, Value>,
+    hist: &mut Histories,
+) -> bool {
+    let a = &cfg.alerts;
+    let waste = match rule {
+        Rule::GpuIdle => gpu_idle
+            .contains_key(&run_id(j))
+            .then_some(j.gpu_hours_wasted)
+            .flatten()
+            .filter(|w| *w > 0.0),
+        Rule::CpuEfficiency => (j
+            .cpu_eff_pct
+            .is_some_and(|e| e < a.cpu_efficiency.max_cpu_eff_pct)
+            && j.core_hours_alloc
+                .is_some_and(|h| h >= a.cpu_efficiency.min_core_hours))
+        .then(|| j.core_hours_wasted.unwrap_or(0.0)),
+        Rule::MemRequest => {
+            let (Some(req), true) = (
+                j.alloc_mem_per_node_bytes,
+                j.name.is_some() || j.script_sha256.is_some(),
+            ) else {
+                return false;
+            };
+            let p95 = hist
+                .of(j.uid)
+                .and_then(|h| advice(cfg, h, j))
+                .and_then(|adv| adv.mem_peak_p95_bytes)
+                .filter(|p| *p > 0);
+            match p95 {
+                Some(p) if req as f64 >= a.mem_request.min_ratio * p as f64 => {
+                    j.mem_peak_p95_bytes = Some(p);
+                    Some(j.mem_gb_hours_wasted.unwrap_or(0.0))
+                }
+                _ => None,
+            }
+        }
+        Rule::Timeouts => {
+            (j.state == JobState::Timeout.as_str()).then(|| j.core_hours_alloc.unwrap_or(0.0))
+        }
+        Rule::CpuOnGpu => match busy.get(&run_id(j)) {
+            Some(pct)
+                if j.core_hours_alloc
+                    .is_some_and(|h| h >= a.cpu_on_gpu.min_core_hours) =>
+            {
+                j.partition_busy_pct = pct.as_f64();
+                j.core_hours_alloc
+            }
+            _ => None,
+        },
+    };
+    match waste {
+        Some(w) => {
+            j.waste_hours = w;
+            true
+        }
+        None => false,
+    }
+}
+
+/// Whether the jobs that passed `rule`'s test of one job meet its threshold.
+fn meets(cfg: &Config, rule: Rule, jobs: &[AlertJob]) -> bool {
+    let a = &cfg.alerts;
+    let n = jobs.len() as u64;
+    match rule {
+        Rule::GpuIdle => {
+            !jobs.is_empty()
+                && jobs.iter().map(|j| j.waste_hours).sum::<f64>() >= a.gpu_idle.min_gpu_hours
+        }
+        Rule::CpuEfficiency => n >= u64::from(a.cpu_efficiency.min_jobs),
+        Rule::MemRequest => n >= u64::from(a.mem_request.min_jobs),
+        Rule::Timeouts => n >= u64::from(a.timeouts.min_jobs),
+        Rule::CpuOnGpu => n >= u64::from(a.cpu_on_gpu.min_jobs),
+    }
+}
+
+/// What a job's archived record says of the user's mail wish: only `user_options` is read.
+#[derive(serde::Deserialize)]
+struct MailWish {
+    uid: Option<u32>,
+    #[serde(default)]
+    user_options: BTreeMap<String, String>,
+}
+
+/// Whether the user asked not to be mailed about run `j`: `--jobscope-mail=never`, kept in the
+/// job's archived record (`user_options.mail`, the option the end-of-job mail obeys first:
+/// jobscope_deliver::notify::effective_policy). `Err`: the record cannot be read or is not this
+/// user's, so the wish is unknown.
+fn opted_out(store: &Store, j: &AlertJob) -> Result<bool, String> {
+    let key = Key {
+        job_id: j.job_id,
+        start_unix_s: j.start_unix_s,
+        cluster: j.cluster.as_deref().and_then(cluster_label),
+    };
+    let path = store
+        .record_path(&key, j.start_unix_ms, j.end_unix_ms)
+        .ok_or_else(|| format!("job {}: its archived record is gone", j.job_id))?;
+    let bytes = jobscope_sampler::fsutil::read_limited(&path, jobscope_archive::MAX_DOC_BYTES)
+        .map_err(|e| format!("job {}: {e}", j.job_id))?;
+    let w: MailWish = serde_json::from_slice(&bytes)
+        .map_err(|e| format!("job {}: {}: {e}", j.job_id, path.display()))?;
+    if w.uid != Some(j.uid) {
+        return Err(format!(
+            "job {}: its archived record is not user {}'s",
+            j.job_id, j.uid
+        ));
+    }
+    Ok(w.user_options
+        .get("mail")
+        .and_then(|m| MailPolicy::parse(m))
+        == Some(MailPolicy::Never))
+}
+
+/// The runs already reported to each user per rule (from the record of sent alerts), and the
+/// period each user was last mailed in.
+pub trait Reported {
+    fn was_reported(&self, uid: u32, rule: Rule, job_key: &str) -> bool;
+    fn mailed_in(&self, uid: u32) -> Option<i64>;
+}
+
+/// At most this many `#SBATCH` blocks in one alert.
+const MAX_ADVICE_BLOCKS: usize = 5;
+
+/// The advice blocks for the jobs of `findings`: one per batch script or job name the history
+/// has enough runs of, for the most wasteful jobs first (each as "this run"), worded as the
+/// end-of-job report words them and headed by the job they were made for, job names cleaned.
+fn advice_blocks(cfg: &Config, h: &UserHistory, findings: &[Finding]) -> Vec<AdviceBlock> {
+    let mut tried = BTreeSet::new();
+    let mut given = BTreeSet::new();
+    let mut out = Vec::new();
+    for j in findings.iter().flat_map(|f| &f.jobs) {
+        if !tried.insert((j.script_sha256.clone(), j.name.clone())) {
+            continue;
+        }
+        let Some(mut a) = advice(cfg, h, j) else {
+            continue;
+        };
+        // Two names of one script get the same advice: given once.
+        let same = match a.basis {
+            HistoryBasis::SameScript => (j.script_sha256.clone(), None),
+            HistoryBasis::SameName => (None, j.name.clone()),
+        };
+        if !given.insert(same) {
+            continue;
+        }
+        a.name = clean(&a.name, 64);
+        let lines = advice_words::history_lines(&a);
+        if lines.is_empty() {
+            continue;
+        }
+        out.push(AdviceBlock {
+            heading: format!(
+                "\"{}\" (job {}): {}",
+                a.name,
+                j.job_id,
+                advice_words::history_heading(&a)
+            ),
+            lines,
+        });
+        if out.len() == MAX_ADVICE_BLOCKS {
+            break;
+        }
+    }
+    out
+}
+
+/// Evaluates the enabled rules over the index as of `src.now_unix_s`, leaving out what `sent`
+/// says was reported, and decides for each user with a finding.
+pub fn evaluate(src: &Sources, sent: &dyn Reported) -> Result<Evaluation> {
+    let cfg = src.cfg;
+    let now = src.now_unix_s;
+    let rules: Vec<(Rule, u32)> = Rule::ALL
+        .iter()
+        .filter_map(|r| r.enabled_in(cfg).map(|d| (*r, d)))
+        .collect();
+    let mut ev = Evaluation {
+        now_unix_s: now,
+        period_days: cfg.alerts.period_days,
+        period_start_unix_s: period_start(now, cfg.alerts.period_days),
+        rules: rules
+            .iter()
+            .map(|&(rule, window_days)| Enabled { rule, window_days })
+            .collect(),
+        users: Vec::new(),
+        notes: Vec::new(),
+    };
+    if rules.is_empty() {
+        ev.notes
+            .push("no alert rule is enabled (`enabled = true` in an [alerts.<rule>] table)".into());
+        return Ok(ev);
+    }
+    let window = |days: u32| Window {
+        since_unix_s: Some(now - i64::from(days) * 86_400),
+        until_unix_s: Some(now),
+    };
+    let longest = rules.iter().map(|r| r.1).max().unwrap_or(1);
+    let jobs = scan_jobs(src.engine, &window(longest))?;
+    // What the audit's own reports decide, over each rule's window: the jobs `audit gpu-idle`
+    // lists, and those `audit cpu-on-gpu` marks busy, with the partition's busy share.
+    let mut gpu_idle = HashMap::new();
+    let mut busy = HashMap::new();
+    for (rule, days) in &rules {
+        let mut q = Query::new(match rule {
+            Rule::GpuIdle => Report::GpuIdle,
+            Rule::CpuOnGpu => Report::CpuOnlyOnGpu {
+                busy_pct: cfg.audit.busy_pct,
+            },
+            _ => continue,
+        });
+        q.window = window(*days);
+        if *rule == Rule::GpuIdle {
+            gpu_idle = report_runs(src.engine, &q, |_, _| true)?;
+        } else {
+            busy = report_runs(src.engine, &q, |t, r| {
+                t.column("busy").is_some_and(|b| r[b] == Value::Bool(true))
+            })?
+            .into_iter()
+            .map(|(k, r)| {
+                let pct = q
+                    .columns()
+                    .iter()
+                    .position(|c| c.name == "partition_busy_pct")
+                    .map_or(Value::Null, |i| r[i].clone());
+                (k, pct)
+            })
+            .collect();
+        }
+    }
+    let mut hist = Histories {
+        dir: src.index_dir,
+        read: HashMap::new(),
+    };
+    // uid → rule → the jobs that passed the rule's test, not reported before.
+    let mut by_user: BTreeMap<u32, BTreeMap<Rule, Vec<AlertJob>>> = BTreeMap::new();
+    for j in &jobs {
+        for (rule, days) in &rules {
+            if !window(*days).contains_end_ms(j.end_unix_ms as i64)
+                || sent.was_reported(j.uid, *rule, &j.key())
+            {
+                continue;
+            }
+            let mut j = j.clone();
+            if passes(cfg, *rule, &mut j, &gpu_idle, &busy, &mut hist) {
+                by_user
+                    .entry(j.uid)
+                    .or_default()
+                    .entry(*rule)
+                    .or_default()
+                    .push(j);
+            }
+        }
+    }
+    let mut wishes: HashMap<String, Result<bool, String>> = HashMap::new();
+    for (uid, mut per_rule) in by_user {
+        per_rule.retain(|rule, jobs| meets(cfg, *rule, jobs));
+        if per_rule.is_empty() {
+            continue;
+        }
+        let user = per_rule
+            .values()
+            .flatten()
+            .next()
+            .map(|j| j.user.clone())
+            .unwrap_or_default();
+        // Only the jobs of rules that fired: the user's wish can only take jobs away.
+        let mut notes = Vec::new();
+        let mut opted = BTreeSet::new();
+        for jobs in per_rule.values_mut() {
+            jobs.retain(|j| {
+                let w = wishes
+                    .entry(j.key())
+                    .or_insert_with(|| opted_out(src.store, j));
+                match w {
+                    Ok(false) => true,
+                    Ok(true) => {
+                        opted.insert(j.key());
+                        false
+                    }
+                    Err(e) => {
+                        let n = format!("{e}: left out (its mail opt-out cannot be checked)");
+                        if !notes.contains(&n) {
+                            notes.push(n);
+                        }
+                        false
+                    }
+                }
+            });
+        }
+        match opted.len() {
+            0 => {}
+            1 => notes.push("1 job left out: run with --jobscope-mail=never".into()),
+            n => notes.push(format!("{n} jobs left out: run with --jobscope-mail=never")),
+        }
+        let findings: Vec<Finding> = per_rule
+            .into_iter()
+            .filter(|(rule, jobs)| meets(cfg, *rule, jobs))
+            .map(|(rule, mut jobs)| {
+                jobs.sort_by(|a, b| {
+                    b.waste_hours
+                        .total_cmp(&a.waste_hours)
+                        .then(a.end_unix_ms.cmp(&b.end_unix_ms))
+                        .then(a.job_id.cmp(&b.job_id))
+                });
+                Finding {
+                    rule,
+                    window_days: rules.iter().find(|r| r.0 == rule).map_or(0, |r| r.1),
+                    waste_hours: jobs.iter().map(|j| j.waste_hours).sum(),
+                    waste_unit: rule.unit(),
+                    jobs,
+                }
+            })
+            .collect();
+        let to = jobscope_deliver::mail::message::choose_recipient(
+            None,
+            Some(&user),
+            cfg.mail.domain.as_deref(),
+        );
+        let (decision, reason) = if findings.is_empty() {
+            (
+                Decision::OptedOut,
+                "every job that made a rule fire was run with --jobscope-mail=never (or could not be checked)".to_string(),
+            )
+        } else if let Err(e) = &to {
+            (Decision::NoAddress, format!("no address: {e}"))
+        } else if let Some(p) = sent.mailed_in(uid).filter(|p| *p == ev.period_start_unix_s) {
+            (
+                Decision::AlreadyMailed,
+                format!(
+                    "already mailed in this period (from {}); these wait for the next one",
+                    jobscope_sampler::time::utc_time(p.max(0) as u64)
+                ),
+            )
+        } else {
+            (
+                Decision::Mail,
+                match findings.len() {
+                    1 => "1 rule fired over jobs not reported before".to_string(),
+                    n => format!("{n} rules fired over jobs not reported before"),
+                },
+            )
+        };
+        let advice = match hist.of(uid) {
+            Some(h) if !findings.is_empty() => advice_blocks(cfg, h, &findings),
+            _ => Vec::new(),
+        };
+        ev.users.push(UserAlert {
+            uid,
+            user,
+            to: to.ok().map(|r| r.mailbox.email.to_string()),
+            decision,
+            reason,
+            findings,
+            advice,
+            notes,
+        });
+    }
+    Ok(ev)
+}
