@@ -538,15 +538,16 @@ fn the_mail_lists_the_jobs_the_waste_and_the_advice_and_a_hostile_name_is_inert(
     // The table: header, rule, then one row per job with its 8 core-hours.
     let header = text
         .lines()
-        .find(|l| l.trim_start().starts_with("job_id"))
-        .unwrap();
+        .find(|l| l.trim_start().starts_with("job "))
+        .unwrap_or_else(|| panic!("no table header in\n{text}"));
+    // the headers for people, with their units (audit/src/render.rs LABELS)
     for col in [
         "name",
         "partition",
         "end (UTC)",
-        "elapsed_s",
-        "alloc_cores",
-        "core_hours_alloc",
+        "elapsed",
+        "cores",
+        "core-h alloc",
     ] {
         assert!(header.contains(col), "{header}");
     }

@@ -125,6 +125,21 @@ fn jobscope_1(version: &str) -> Result<String, String> {
 fn subcommand(s: &mut String, parent: &str, cmd: &Command) {
     let name = format!("{parent} {}", cmd.get_name());
     if cmd.has_subcommands() {
+        // A group's own options (`jobscope alerts --dry-run`, which its subcommands share):
+        // a section of the group's, before its subcommands'.
+        if cmd.get_arguments().any(|a| !a.is_hide_set() && !is_meta(a)) {
+            write!(
+                s,
+                ".SS \"{}\"\n\\fB{}\\fR [\\fIoptions\\fR] [\\fIcommand\\fR]\n.br\n",
+                esc(&name),
+                esc(&name)
+            )
+            .ok();
+            if let Some(about) = cmd.get_long_about().or(cmd.get_about()) {
+                writeln!(s, "{}", esc(&about.to_string())).ok();
+            }
+            options(s, cmd, true);
+        }
         for sub in cmd.get_subcommands() {
             subcommand(s, &name, sub);
         }
@@ -148,9 +163,18 @@ fn subcommand(s: &mut String, parent: &str, cmd: &Command) {
     if let Some(about) = cmd.get_long_about().or(cmd.get_about()) {
         writeln!(s, "{}", esc(&about.to_string())).ok();
     }
+    options(s, cmd, false);
+}
+
+/// `help` and `version`, which every command has.
+fn is_meta(a: &clap::Arg) -> bool {
+    matches!(a.get_id().as_str(), "help" | "version")
+}
+
+/// The options of `cmd`, one `.TP` each; `with_global`: also those it passes to its subcommands.
+fn options(s: &mut String, cmd: &Command, with_global: bool) {
     for a in cmd.get_arguments() {
-        if a.is_hide_set() || a.is_global_set() || matches!(a.get_id().as_str(), "help" | "version")
-        {
+        if a.is_hide_set() || (a.is_global_set() && !with_global) || is_meta(a) {
             continue;
         }
         let head = if a.is_positional() {
