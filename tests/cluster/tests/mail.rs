@@ -310,18 +310,33 @@ fn smtp_mail_matches_the_archived_report() -> Result<()> {
     let html = html_of(&d)?;
     ensure!(html.contains(&format!("Job {id}")) && html.contains("mailcheck"));
 
-    // Inline charts: a busy-cores and a memory chart per node, PNGs of the configured size, each
-    // named by the HTML.
+    // Inline charts: a busy-cores and a memory chart per node, and, where the kernel view gave
+    // a node at least two figures of its wait for a CPU (a collector ran: the host's test
+    // cluster starts one), one chart of that wait; PNGs of the configured size, each named by
+    // the HTML.
     let size = (
         config_u64("mail.chart_width")? as u32,
         config_u64("mail.chart_height")? as u32,
     );
-    let nodes = s["nodes"].as_array().context("nodes")?.len();
+    let node_list = s["nodes"].as_array().context("nodes")?;
+    let nodes = node_list.len();
+    let waits = |n: &Value| {
+        n["timeline"].as_array().map_or(0, |t| {
+            t.iter().filter(|p| p["cpu_wait_pct"].is_number()).count()
+        })
+    };
+    let wait_chart = node_list.iter().any(|n| waits(n) >= 2);
     let imgs: Vec<_> = m.attachments().collect();
     ensure!(
-        imgs.len() == 2 * nodes,
-        "{} images for {nodes} node(s)",
-        imgs.len()
+        imgs.len() == 2 * nodes + usize::from(wait_chart),
+        "{} images for {nodes} node(s){}",
+        imgs.len(),
+        if wait_chart { " and the wait for a CPU" } else { "" }
+    );
+    ensure!(
+        html.contains("cid:job-cpu-wait@jobscope") == wait_chart,
+        "the CPU-wait chart in the HTML: {}, expected {wait_chart}",
+        !wait_chart
     );
     for p in imgs {
         let ct = p.content_type().context("image without Content-Type")?;
