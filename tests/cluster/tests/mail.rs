@@ -331,7 +331,11 @@ fn smtp_mail_matches_the_archived_report() -> Result<()> {
         imgs.len() == 2 * nodes + usize::from(wait_chart),
         "{} images for {nodes} node(s){}",
         imgs.len(),
-        if wait_chart { " and the wait for a CPU" } else { "" }
+        if wait_chart {
+            " and the wait for a CPU"
+        } else {
+            ""
+        }
     );
     ensure!(
         html.contains("cid:job-cpu-wait@jobscope") == wait_chart,
