@@ -3,6 +3,7 @@
 //! nothing and success with --mail while audit.report_to is unset (what the weekly timer runs).
 //! The report's contents are tested in jobscope-audit (audit/src/cluster/).
 
+mod common;
 use jobscope_audit::index::write_rows_only;
 use jobscope_audit::JobRow;
 use std::os::unix::fs::PermissionsExt;
@@ -58,19 +59,7 @@ fn job(
 /// the report reads the index whether the test runs as root or not), with `extra` appended.
 fn site(extra: &str) -> Site {
     let dir = tempfile::tempdir().unwrap();
-    let archive = dir.path().join("archive");
-    std::fs::create_dir(&archive).unwrap();
-    let group = Command::new("id").arg("-gn").output().unwrap();
-    let group = String::from_utf8(group.stdout).unwrap().trim().to_string();
-    let config = dir.path().join("jobscope.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[paths]\narchive_dir = \"{}\"\n[archive]\nadmin_group = \"{group}\"\n{extra}",
-            archive.display()
-        ),
-    )
-    .unwrap();
+    let config = common::admin_config(dir.path(), extra);
     let cfg = jobscope_sampler::config::Config::load(&config).unwrap();
     let rows: Vec<JobRow> = (0..28u32)
         .map(|i| {

@@ -110,19 +110,7 @@ fn big_job(
 /// user's own, so the audit reads the index whether the test runs as root or not.
 fn site() -> Site {
     let dir = tempfile::tempdir().unwrap();
-    let archive = dir.path().join("archive");
-    std::fs::create_dir(&archive).unwrap();
-    let group = Command::new("id").arg("-gn").output().unwrap();
-    let group = String::from_utf8(group.stdout).unwrap().trim().to_string();
-    let config = dir.path().join("jobscope.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[paths]\narchive_dir = \"{}\"\n[archive]\nadmin_group = \"{group}\"\n",
-            archive.display()
-        ),
-    )
-    .unwrap();
+    let config = common::admin_config(dir.path(), "");
     let users = [
         LONG_USER,
         "b.another-long-username-32-chars",

@@ -4,6 +4,7 @@
 //! back). The expected hours, days and weekdays are read off a calendar (`TZ=Europe/Oslo date -d
 //! @…`), not computed by the code under test.
 
+mod common;
 use jobscope_audit::index::write_rows_only;
 use jobscope_audit::JobRow;
 use std::path::PathBuf;
@@ -65,19 +66,7 @@ fn site_of(tz: &'static str, mut rows: Vec<JobRow>) -> Site {
         zone_file.display()
     );
     let dir = tempfile::tempdir().unwrap();
-    let archive = dir.path().join("archive");
-    std::fs::create_dir(&archive).unwrap();
-    let group = Command::new("id").arg("-gn").output().unwrap();
-    let group = String::from_utf8(group.stdout).unwrap().trim().to_string();
-    let config = dir.path().join("jobscope.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[paths]\narchive_dir = \"{}\"\n[archive]\nadmin_group = \"{group}\"\n",
-            archive.display()
-        ),
-    )
-    .unwrap();
+    let config = common::admin_config(dir.path(), "");
     let cfg = jobscope_sampler::config::Config::load(&config).unwrap();
     rows.sort_by_key(|r| r.end_unix_ms);
     write_rows_only(&jobscope_cli::audit::index_settings(&cfg), rows).unwrap();

@@ -58,3 +58,23 @@ pub fn config(dir: &Path, extra: &str) -> PathBuf {
     .unwrap();
     cfg
 }
+
+/// A config over `dir` whose archive is `dir/archive` (made here) and whose admin group is this
+/// process's own group, so the audit reads every job whether the test runs as root or not (plus
+/// `extra` lines).
+pub fn admin_config(dir: &Path, extra: &str) -> PathBuf {
+    let archive = dir.join("archive");
+    std::fs::create_dir_all(&archive).unwrap();
+    let group = Command::new("id").arg("-gn").output().unwrap();
+    let group = String::from_utf8(group.stdout).unwrap().trim().to_string();
+    let cfg = dir.join("jobscope.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[paths]\narchive_dir = \"{}\"\n[archive]\nadmin_group = \"{group}\"\n{extra}",
+            archive.display()
+        ),
+    )
+    .unwrap();
+    cfg
+}
