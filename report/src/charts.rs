@@ -567,7 +567,7 @@ fn draw(spec: &Spec, rgb: &mut [u8], width: u32, height: u32) -> Result<(), Char
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use jobscope_sampler::summary::{CpuTotals, IoTotals, MemTotals, Quality};
 
@@ -627,7 +627,7 @@ mod tests {
     }
 
     /// Decodes `bytes` as an RGB(A) PNG: (width, height, rows of RGB pixels).
-    fn png_rgb(bytes: &[u8]) -> (u32, u32, Vec<Vec<[u8; 3]>>) {
+    pub(crate) fn png_rgb(bytes: &[u8]) -> (u32, u32, Vec<Vec<[u8; 3]>>) {
         let dec = png::Decoder::new(std::io::Cursor::new(bytes));
         let mut reader = dec.read_info().expect("a PNG header");
         let mut buf = vec![0; reader.output_buffer_size().expect("buffer size")];

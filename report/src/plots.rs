@@ -487,25 +487,8 @@ fn ramp(share: f64) -> RGBColor {
 mod tests {
     use super::*;
 
-    /// (width, height, rows of RGB pixels) of a PNG.
-    fn decode(bytes: &[u8]) -> (u32, u32, Vec<Vec<[u8; 3]>>) {
-        let mut r = png::Decoder::new(std::io::Cursor::new(bytes))
-            .read_info()
-            .expect("a PNG header");
-        let mut buf = vec![0; r.output_buffer_size().expect("size")];
-        let info = r.next_frame(&mut buf).expect("a frame");
-        let px = info.color_type.samples();
-        let rows = buf[..info.buffer_size()]
-            .chunks(info.line_size)
-            .map(|row| {
-                row.chunks(px)
-                    .take(info.width as usize)
-                    .map(|p| [p[0], p[1], p[2]])
-                    .collect()
-            })
-            .collect();
-        (info.width, info.height, rows)
-    }
+    // (width, height, rows of RGB pixels) of a PNG: the job charts' test decoder
+    use crate::charts::tests::png_rgb as decode;
 
     fn rgb(s: Shade) -> [u8; 3] {
         let c = s.rgb();
