@@ -285,6 +285,16 @@ impl Page {
         Ok(p)
     }
 
+    /// Adds `view` to the section begun last.
+    fn push_table(&mut self, view: TableView) {
+        self.view
+            .sections
+            .last_mut()
+            .expect("a section")
+            .tables
+            .push(view);
+    }
+
     fn section(&mut self, id: &'static str, title: &str) -> &mut Section {
         self.view.sections.push(Section {
             id,
@@ -531,9 +541,8 @@ impl Page {
             &project(&d.by_day, &cols),
             zone,
         );
-        let s = self.view.sections.last_mut().expect("a section");
-        s.tables.push(by_part);
-        s.tables.push(by_day);
+        self.push_table(by_part);
+        self.push_table(by_day);
     }
 
     fn top(&mut self, d: &Data, by: GroupKey, id: &'static str, title: &str, tables: &[Table]) {
@@ -642,12 +651,7 @@ impl Page {
             ),
             zone,
         );
-        self.view
-            .sections
-            .last_mut()
-            .expect("a section")
-            .tables
-            .push(view);
+        self.push_table(view);
     }
 
     fn efficiency(&mut self, d: &Data) {
@@ -702,12 +706,7 @@ impl Page {
             ]);
         }
         let view = table_view("Jobs per efficiency bucket".into(), &table, zone);
-        self.view
-            .sections
-            .last_mut()
-            .expect("a section")
-            .tables
-            .push(view);
+        self.push_table(view);
     }
 
     fn heatmap(&mut self, d: &Data) {
@@ -786,12 +785,7 @@ impl Page {
             |w, h| plots::grid_png(&grid, w, h),
         );
         let view = table_view("Per weekday".into(), &table, zone);
-        self.view
-            .sections
-            .last_mut()
-            .expect("a section")
-            .tables
-            .push(view);
+        self.push_table(view);
     }
 
     fn gpu(&mut self, d: &Data) {
@@ -886,12 +880,7 @@ impl Page {
             row.insert(1, Value::Int(n as i64));
         }
         let view = table_view("The users above".into(), &table, zone);
-        self.view
-            .sections
-            .last_mut()
-            .expect("a section")
-            .tables
-            .push(view);
+        self.push_table(view);
     }
 
     fn cpu_on_gpu(&mut self, d: &Data) {
@@ -1003,12 +992,7 @@ impl Page {
             busy_rows.len()
         );
         let view = table_view(caption, &busy, zone);
-        self.view
-            .sections
-            .last_mut()
-            .expect("a section")
-            .tables
-            .push(view);
+        self.push_table(view);
     }
 
     /// The Content-ID of a chart in the mail (made of the section's id: no user text).
