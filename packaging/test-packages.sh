@@ -21,6 +21,7 @@ for f in /usr/bin/jobscope /usr/sbin/jobscope-epilog /etc/jobscope/jobscope.toml
   /lib/systemd/system/jobscope-pg-sync.timer /lib/systemd/system/jobscope-pg-sync.service \
   /lib/systemd/system/jobscope-audit-report.timer /lib/systemd/system/jobscope-audit-report.service \
   /usr/share/man/man1/jobscope.1.gz /usr/share/man/man8/jobscope-epilog.8.gz \
+  /usr/share/man/man8/jobscope-kernel.8.gz /usr/sbin/jobscope-kernel \
   /usr/share/man/man5/jobscope.toml.5.gz /usr/share/bash-completion/completions/jobscope \
   /usr/share/zsh/vendor-completions/_jobscope /usr/share/fish/vendor_completions.d/jobscope.fish \
   /usr/share/jobscope/grafana/jobscope.json; do
@@ -34,7 +35,8 @@ done
 dpkg-query -W -f='${Conffiles}\n' jobscope | grep -q ' /etc/jobscope/jobscope.toml ' \
   && ok "jobscope.toml is a conffile" || bad "jobscope.toml is not a conffile"
 
-for p in /usr/share/man/man1/jobscope.1.gz /usr/share/man/man8/jobscope-epilog.8.gz /usr/share/man/man5/jobscope.toml.5.gz; do
+for p in /usr/share/man/man1/jobscope.1.gz /usr/share/man/man8/jobscope-epilog.8.gz \
+         /usr/share/man/man8/jobscope-kernel.8.gz /usr/share/man/man5/jobscope.toml.5.gz; do
   w=$(MANWIDTH=80 man --warnings -l "$p" 2>&1 >/dev/null)
   [ -z "$w" ] && ok "man -l $p: no warnings" || bad "man -l $p: $w"
 done
@@ -42,6 +44,15 @@ page=$(MANWIDTH=200 man -l /usr/share/man/man1/jobscope.1.gz 2>/dev/null)
 for sub in $(/usr/bin/jobscope --help | awk '/^Commands:/ { on = 1; next } on && NF { print $1 } !NF { on = 0 }' | grep -v '^help$'); do
   grep -q "jobscope $sub" <<<"$page" && ok "jobscope(1) documents '$sub'" || bad "jobscope(1) lacks '$sub'"
 done
+
+kpage=$(MANWIDTH=200 man -l /usr/share/man/man8/jobscope-kernel.8.gz 2>/dev/null)
+for sub in run status; do
+  grep -q "jobscope-kernel $sub" <<<"$kpage" && ok "jobscope-kernel(8) documents '$sub'" || bad "jobscope-kernel(8) lacks '$sub'"
+done
+for hidden in workload bench; do
+  grep -q "jobscope-kernel $hidden" <<<"$kpage" && bad "jobscope-kernel(8) shows the hidden '$hidden'" || ok "jobscope-kernel(8) hides '$hidden'"
+done
+grep -q -- "--syscalls" <<<"$kpage" && ok "jobscope-kernel(8) documents --syscalls" || bad "jobscope-kernel(8) lacks --syscalls"
 
 complete_words() { # words...: what bash completion offers after them
   bash -c 'source /usr/share/bash-completion/completions/jobscope

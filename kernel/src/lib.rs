@@ -7,8 +7,13 @@
 //! the contract needs ([`create_job`], [`tag_task`], [`read_job`], [`read_state`]); the tests
 //! and the benchmark use them as the SPANK plugin's tagger would.
 
+#[doc(hidden)]
+pub mod bench;
+pub mod cli;
 pub mod sweep;
 pub mod sysclass;
+#[doc(hidden)]
+pub mod workload;
 
 /// The generated skeleton (libbpf-cargo, from the object's BTF).
 #[allow(

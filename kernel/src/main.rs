@@ -2,62 +2,15 @@
 //! Hidden subcommands: `workload` (known work for the tests and the benchmark) and `bench`
 //! (bench/kernel/run.sh).
 
-mod bench;
-mod workload;
-
-use clap::{Parser, Subcommand};
+use clap::Parser;
+use jobscope_kernel::cli::{Cli, Cmd};
+use jobscope_kernel::{bench, workload};
 use jobscope_kernel::{check_support, Collector, Options, SmallIo, Sweeper};
-use jobscope_model::kernel::{State, ABI_VERSION, PIN_DIR, STATE_SYSCALLS};
+use jobscope_model::kernel::{State, ABI_VERSION, STATE_SYSCALLS};
 use libbpf_rs::MapHandle;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
-
-#[derive(Parser)]
-#[command(
-    name = "jobscope-kernel",
-    version,
-    about = "jobscope's per-node kernel collector"
-)]
-struct Cli {
-    #[command(subcommand)]
-    cmd: Cmd,
-}
-
-#[derive(Subcommand)]
-enum Cmd {
-    /// Load the BPF programs, pin their maps and keep them fed until SIGTERM/SIGINT.
-    Run {
-        /// Count system calls by class (off by default: a program on sys_enter costs every
-        /// process of the node, in a job or not, on each system call; docs/kernel.md has the
-        /// figures). On kernels that refuse fentry, small reads and writes are counted only
-        /// with this switch too.
-        #[arg(long)]
-        syscalls: bool,
-        /// Entries of the jobs map (jobs counted at once on this node).
-        #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(u32).range(1..))]
-        max_jobs: u32,
-        #[arg(long, default_value = PIN_DIR)]
-        pin_dir: PathBuf,
-        /// Where the job samplers keep `<job>.*` directories (the sweep's sign of a live job).
-        #[arg(long, default_value = "/var/spool/jobscope")]
-        spool_dir: PathBuf,
-        /// Exit 0, not 1, where the kernel cannot run BPF (no BTF, not root, load failure).
-        #[arg(long)]
-        optional: bool,
-    },
-    /// Whether the collector runs, and how full its jobs map is.
-    Status {
-        #[arg(long)]
-        json: bool,
-        #[arg(long, default_value = PIN_DIR)]
-        pin_dir: PathBuf,
-    },
-    #[command(hide = true)]
-    Workload(workload::Args),
-    #[command(hide = true)]
-    Bench(bench::Args),
-}
 
 fn main() -> ExitCode {
     match Cli::parse().cmd {
@@ -230,7 +183,10 @@ fn status(pin_dir: &Path, json: bool) -> ExitCode {
                 }
             );
             println!("  jobs            {} of {}", f.jobs, s.max_jobs);
-            println!("  dropped events  {}", s.dropped_events);
+            println!(
+                "  dropped events  {} (accountings of tagged tasks whose job had no entry)",
+                s.dropped_events
+            );
         }
         (Err(e), true) => println!(
             "{{\"pinned\":false,\"pin_dir\":{},\"error\":{}}}",

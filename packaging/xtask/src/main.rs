@@ -5,6 +5,8 @@
 //!
 //! - `man/jobscope.1`: from the clap definition of `jobscope` (cli/src/lib.rs, `cli::command`),
 //!   every subcommand and option included, so the page cannot drift from the program;
+//! - `man/jobscope-kernel.8`: the kernel collector, from its clap definition
+//!   (kernel/src/cli.rs, `jobscope_kernel::cli::command`);
 //! - `man/jobscope-epilog.8`: the Epilog program (it has no options; its interface is SLURM's
 //!   Epilog environment and its configuration, see cli/src/lib.rs `epilog_main`);
 //! - `man/jobscope.toml.5`: docs/configuration.md turned into roff (one source for the keys);
@@ -53,6 +55,7 @@ fn run(args: &[String]) -> Result<(), String> {
     let version = env!("CARGO_PKG_VERSION");
     write(man.join("jobscope.1"), &jobscope_1(version)?)?;
     write(man.join("jobscope-epilog.8"), &jobscope_epilog_8(version))?;
+    write(man.join("jobscope-kernel.8"), &jobscope_kernel_8(version)?)?;
     let conf_md = docs.join("configuration.md");
     let md =
         std::fs::read_to_string(&conf_md).map_err(|e| format!("{}: {e}", conf_md.display()))?;
@@ -88,12 +91,46 @@ fn th(name: &str, section: &str, version: &str, title: &str) -> String {
     )
 }
 
-/// jobscope(1): clap_mangen's page for the command, then one subsection per subcommand with its
-/// own synopsis and options.
+/// jobscope(1).
 fn jobscope_1(version: &str) -> Result<String, String> {
-    let cmd = jobscope_cli::command();
+    page(
+        jobscope_cli::command(),
+        "1",
+        version,
+        ".SH FILES\n.TP\n\\fI/etc/jobscope/jobscope.toml\\fR\nThe site configuration (see \
+         \\fBjobscope.toml\\fR(5)); \\fB\\-\\-config\\fR names another.\n.TP\n\
+         \\fI/var/lib/jobscope/archive\\fR\nThe JSON archive that \\fBjobscope show\\fR reads.\n\
+         .SH EXIT STATUS\n0 on success; 1 on an error (printed as one line on standard error), \
+         and from \\fBarchive verify\\fR when it finds a problem.\n\
+         .SH SEE ALSO\n\\fBjobscope\\-epilog\\fR(8), \\fBjobscope\\-kernel\\fR(8), \
+         \\fBjobscope.toml\\fR(5), \\fBslurm.conf\\fR(5)\n",
+    )
+}
+
+/// jobscope-kernel(8): the per-node collector the jobscope-kernel service runs.
+fn jobscope_kernel_8(version: &str) -> Result<String, String> {
+    page(
+        jobscope_kernel::cli::command(),
+        "8",
+        version,
+        ".SH FILES\n.TP\n\\fI/sys/fs/bpf/jobscope\\fR\nThe pinned maps the SPANK plugin's \
+         sampler and \\fBjobscope run\\fR read (root only).\n.TP\n\
+         \\fI/lib/systemd/system/jobscope\\-kernel.service\\fR\nRuns \\fBjobscope\\-kernel run \
+         \\-\\-optional\\fR on every node; a drop-in overriding \\fIExecStart\\fR turns on \
+         \\fB\\-\\-syscalls\\fR.\n.TP\n\\fI/usr/share/doc/jobscope/kernel.md\\fR\nWhat is \
+         counted, how, and what it costs.\n\
+         .SH EXIT STATUS\n0 on success (and with \\fB\\-\\-optional\\fR where the kernel cannot run \
+         the programs); 1 on an error, printed on standard error.\n\
+         .SH SEE ALSO\n\\fBjobscope\\fR(1), \\fBjobscope.toml\\fR(5), \\fBbpftool\\fR(8)\n",
+    )
+}
+
+/// A command's page: clap_mangen's title, name, synopsis, description and options, then one
+/// subsection per (visible) subcommand with its own synopsis and options, then `tail`.
+fn page(cmd: Command, section: &str, version: &str, tail: &str) -> Result<String, String> {
+    let name = cmd.get_name().to_string();
     let man = clap_mangen::Man::new(cmd.clone())
-        .section("1")
+        .section(section)
         .source(format!("jobscope {version}"))
         .manual("jobscope manual");
     let mut buf = Vec::new();
@@ -108,17 +145,10 @@ fn jobscope_1(version: &str) -> Result<String, String> {
         .map_err(|e| e.to_string())?;
     let mut s = String::from_utf8(buf).map_err(|e| e.to_string())?;
     s.push_str(".SH COMMANDS\n");
-    for sub in cmd.get_subcommands() {
-        subcommand(&mut s, "jobscope", sub);
+    for sub in cmd.get_subcommands().filter(|c| !c.is_hide_set()) {
+        subcommand(&mut s, &name, sub);
     }
-    s.push_str(
-        ".SH FILES\n.TP\n\\fI/etc/jobscope/jobscope.toml\\fR\nThe site configuration (see \
-         \\fBjobscope.toml\\fR(5)); \\fB\\-\\-config\\fR names another.\n.TP\n\
-         \\fI/var/lib/jobscope/archive\\fR\nThe JSON archive that \\fBjobscope show\\fR reads.\n\
-         .SH EXIT STATUS\n0 on success; 1 on an error (printed as one line on standard error), \
-         and from \\fBarchive verify\\fR when it finds a problem.\n\
-         .SH SEE ALSO\n\\fBjobscope\\-epilog\\fR(8), \\fBjobscope.toml\\fR(5), \\fBslurm.conf\\fR(5)\n",
-    );
+    s.push_str(tail);
     Ok(s)
 }
 
@@ -140,7 +170,7 @@ fn subcommand(s: &mut String, parent: &str, cmd: &Command) {
             }
             options(s, cmd, true);
         }
-        for sub in cmd.get_subcommands() {
+        for sub in cmd.get_subcommands().filter(|c| !c.is_hide_set()) {
             subcommand(s, &name, sub);
         }
         return;
@@ -465,17 +495,21 @@ impl Roff {
 mod tests {
     use super::*;
 
-    /// Every subcommand and every option of the real CLI appears in jobscope(1).
-    #[test]
-    fn the_man_page_names_every_subcommand_and_option() {
-        let page = jobscope_1("0").unwrap();
+    /// Every visible subcommand and every option of `cmd` appears in `page`; no hidden
+    /// subcommand does.
+    fn names_every_visible_command(cmd: &Command, page: &str) {
         fn walk(cmd: &Command, page: &str, path: &str) {
             for sub in cmd.get_subcommands() {
                 let name = format!("{path} {}", sub.get_name());
-                if !sub.has_subcommands() {
-                    assert!(page.contains(&format!(".SS \"{}\"", esc(&name))), "{name}");
+                let heading = format!(".SS \"{}\"", esc(&name));
+                if sub.is_hide_set() {
+                    assert!(!page.contains(&heading), "hidden {name} is in the page");
+                    continue;
                 }
-                for a in sub.get_arguments() {
+                if !sub.has_subcommands() {
+                    assert!(page.contains(&heading), "{name}");
+                }
+                for a in sub.get_arguments().filter(|a| !a.is_hide_set()) {
                     if let Some(l) = a.get_long().filter(|l| *l != "help") {
                         assert!(page.contains(&format!("\\-\\-{}", esc(l))), "{name} --{l}");
                     }
@@ -483,7 +517,28 @@ mod tests {
                 walk(sub, page, &name);
             }
         }
-        walk(&jobscope_cli::command(), &page, "jobscope");
+        walk(cmd, page, cmd.get_name());
+    }
+
+    #[test]
+    fn the_man_page_names_every_subcommand_and_option() {
+        names_every_visible_command(&jobscope_cli::command(), &jobscope_1("0").unwrap());
+    }
+
+    #[test]
+    fn the_collector_page_names_its_commands_and_hides_the_test_ones() {
+        let page = jobscope_kernel_8("0").unwrap();
+        names_every_visible_command(&jobscope_kernel::cli::command(), &page);
+        for sub in ["run", "status"] {
+            assert!(
+                page.contains(&format!(".SS \"jobscope\\-kernel {sub}\"")),
+                "{sub}"
+            );
+        }
+        for hidden in ["workload", "bench"] {
+            assert!(!page.contains(hidden), "{hidden}");
+        }
+        assert!(page.contains("\\-\\-syscalls"));
     }
 
     /// The configuration page carries every key of the reference's tables, and no line of it is

@@ -1,0 +1,58 @@
+//! The command line of `jobscope-kernel`, here in the library so that its man page
+//! (jobscope-kernel(8), packaging/xtask) is written from the same definition.
+
+use crate::{bench, workload};
+use clap::{Parser, Subcommand};
+use jobscope_model::kernel::PIN_DIR;
+use std::path::PathBuf;
+
+#[derive(Parser)]
+#[command(
+    name = "jobscope-kernel",
+    version,
+    about = "jobscope's per-node kernel collector"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+pub enum Cmd {
+    /// Load the BPF programs, pin their maps and keep them fed until SIGTERM/SIGINT.
+    Run {
+        /// Count system calls by class (off by default: a program on sys_enter costs every
+        /// process of the node, in a job or not, on each system call; docs/kernel.md has the
+        /// figures). On kernels that refuse fentry, small reads and writes are counted only
+        /// with this switch too.
+        #[arg(long)]
+        syscalls: bool,
+        /// Entries of the jobs map (jobs counted at once on this node).
+        #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(u32).range(1..))]
+        max_jobs: u32,
+        #[arg(long, default_value = PIN_DIR)]
+        pin_dir: PathBuf,
+        /// Where the job samplers keep `<job>.*` directories (the sweep's sign of a live job).
+        #[arg(long, default_value = "/var/spool/jobscope")]
+        spool_dir: PathBuf,
+        /// Exit 0, not 1, where the kernel cannot run BPF (no BTF, not root, load failure).
+        #[arg(long)]
+        optional: bool,
+    },
+    /// Whether the collector runs, and how full its jobs map is.
+    Status {
+        #[arg(long)]
+        json: bool,
+        #[arg(long, default_value = PIN_DIR)]
+        pin_dir: PathBuf,
+    },
+    #[command(hide = true)]
+    Workload(workload::Args),
+    #[command(hide = true)]
+    Bench(bench::Args),
+}
+
+/// The definition, for the man page.
+pub fn command() -> clap::Command {
+    <Cli as clap::CommandFactory>::command()
+}
