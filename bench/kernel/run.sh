@@ -16,7 +16,10 @@
 #   2. CPU time (user+sys, getrusage) of a pipe ping-pong (200k round trips), a 1 GiB
 #      loopback TCP transfer and dd bs=512 to a file on /var/tmp, with every other program
 #      (scheduler, fork/exit, small I/O, network, block, page cache) attached vs detached;
-#      added CPU % (target < 1 %).
+#      added CPU % (target < 1 %); and, where kernel.bpf_stats_enabled is 1
+#      (sysctl -w kernel.bpf_stats_enabled=1; set it back to 0 after), each program's runs and
+#      run time during each workload as `jobscope-kernel run` attaches them by default, against
+#      the workload's CPU time, also less an empty program's run time measured the same way.
 # Takes about two minutes with the defaults (7 rounds). Run it on an otherwise idle machine.
 set -eu
 cd "$(dirname "$0")/../.."

@@ -3,19 +3,18 @@
  *
  * Tasks are tagged, not cgroups: user space puts a struct js_task into the task-local storage
  * `tasks` of a job's first task (through a pidfd); sched_process_fork copies the tag to every
- * child and thread. Each hook starts with the same fast path,
- *     t = bpf_task_storage_get(&tasks, task, 0, 0); if (!t) return 0;
- * which is all that every other task on the host pays.
+ * child and thread. Each hook starts with the same fast path, tag_of(task): a task without any
+ * BPF task storage (every other task on the host) costs one pointer test; a tagged task one
+ * task-storage lookup.
  *
  * The programs never create `jobs` entries (user space does, before tagging, and deletes them):
  * a tagged task whose job has no entry only bumps state.dropped_events.
  *
- * Concurrency: counters live in this CPU's copy of the PERCPU_HASH value. Classic tracepoints
- * (tp_btf) run their BPF probes with preemption disabled, so a plain += cannot be interleaved
- * with another update on the same CPU. fentry programs run with migration disabled but are
- * preemptible: another task of the same job may run on this CPU in the middle of a
- * read-modify-write, so they add atomically (a lock-prefixed add on a CPU-local cache line).
- * The task iterator (js_catch_up) is preemptible too and adds atomically for the same reason.
+ * Concurrency: the per-event hooks add to their own task's js_task fields only, which no other
+ * context writes (see above js_sys_enter). A job's counters (this CPU's copy of the PERCPU_HASH
+ * value) are written only by account(), from the task iterator (js_catch_up, preemptible) and
+ * at a task's exit, so it adds atomically (a lock-prefixed add on a CPU-local cache line): one
+ * may preempt or interleave with the other on the same CPU.
  *
  * The license must be GPL: bpf_task_storage_get and tp_btf/fentry attachment are GPL-only.
  */
@@ -121,12 +120,41 @@ static __always_inline void account(struct js_task *t, struct task_struct *p)
 	__sync_fetch_and_add(&c->run_ns, advance(&t->seen_run_ns, p->se.sum_exec_runtime));
 	__sync_fetch_and_add(&c->runq_wait_ns,
 			     advance(&t->seen_run_delay_ns, p->sched_info.run_delay));
+	/* what the task's own hooks counted (a plain 8-byte load: only the task writes these) */
+#define JS_MOVE(f) __sync_fetch_and_add(&c->f, advance(&t->seen_##f, t->own_##f))
+	for (int i = 0; i < JS_SYS_NCLASS; i++)
+		JS_MOVE(syscalls[i]);
+	JS_MOVE(small_reads);
+	JS_MOVE(small_writes);
+	JS_MOVE(net_tx_bytes);
+	JS_MOVE(net_rx_bytes);
+	JS_MOVE(net_tx_calls);
+	JS_MOVE(net_rx_calls);
+	JS_MOVE(blk_read_bytes);
+	JS_MOVE(blk_write_bytes);
+	JS_MOVE(dirtied_bytes);
+#undef JS_MOVE
+}
+
+/* Task p's tag, or NULL. Most tasks on a node have no BPF task storage at all: for them the
+ * pointer test settles it without the helper call. This is the fast path every other process
+ * pays, once per send, receive, bio or dirtied page. */
+static __always_inline struct js_task *tag_of(struct task_struct *p)
+{
+	if (bpf_core_field_exists(p->bpf_storage) && !p->bpf_storage)
+		return 0;
+	return bpf_task_storage_get(&tasks, p, 0, 0);
+}
+
+static __always_inline struct js_task *current_tag(void)
+{
+	return tag_of(bpf_get_current_task_btf());
 }
 
 SEC("tp_btf/sched_process_fork")
 int BPF_PROG(js_fork, struct task_struct *parent, struct task_struct *child)
 {
-	struct js_task *t = bpf_task_storage_get(&tasks, parent, 0, 0);
+	struct js_task *t = tag_of(parent);
 	if (!t)
 		return 0;
 	/* The tracepoint fires after copy_process and before the child is first woken: its
@@ -152,7 +180,7 @@ int js_catch_up(struct bpf_iter__task *ctx)
 
 	if (!p)
 		return 0;
-	t = bpf_task_storage_get(&tasks, p, 0, 0);
+	t = tag_of(p);
 	if (t)
 		account(t, p);
 	return 0;
@@ -161,7 +189,7 @@ int js_catch_up(struct bpf_iter__task *ctx)
 SEC("tp_btf/sched_process_exit")
 int BPF_PROG(js_exit, struct task_struct *p)
 {
-	struct js_task *t = bpf_task_storage_get(&tasks, p, 0, 0);
+	struct js_task *t = tag_of(p);
 	if (!t)
 		return 0;
 	/* everything up to now; only the dead task's own final switch-out comes after this */
@@ -170,16 +198,15 @@ int BPF_PROG(js_exit, struct task_struct *p)
 }
 
 /* The third system call argument in the user registers sys_enter gets (the kernel's own
- * pt_regs field names, see vmlinux_min.h). */
+ * pt_regs field names, see vmlinux_min.h): a plain load from the tracepoint's pointer. */
 #if defined(__TARGET_ARCH_x86)
-#define JS_SYSCALL_ARG3(regs) ((__u64)BPF_CORE_READ(regs, dx))
+#define JS_SYSCALL_ARG3(regs) ((__u64)(regs)->dx)
 #elif defined(__TARGET_ARCH_arm64)
-#define JS_SYSCALL_ARG3(regs) ((__u64)BPF_CORE_READ(regs, regs[2]))
+#define JS_SYSCALL_ARG3(regs) ((__u64)(regs)->regs[2])
 #endif
 
 /* The sys_enter half of small I/O counting where fentry is unavailable (see above). */
-static __always_inline void small_io_at_syscall(struct js_counters *c, struct pt_regs *regs,
-						long id)
+static __always_inline void small_io_at_syscall(struct js_task *t, struct pt_regs *regs, long id)
 {
 #if defined(__TARGET_ARCH_x86) || defined(__TARGET_ARCH_arm64)
 	bool rd = id == nr_read || id == nr_pread64;
@@ -190,23 +217,25 @@ static __always_inline void small_io_at_syscall(struct js_counters *c, struct pt
 	if (JS_SYSCALL_ARG3(regs) >= JS_SMALL_IO_BYTES)
 		return;
 	if (rd)
-		c->small_reads++;
+		t->own_small_reads++;
 	else
-		c->small_writes++;
+		t->own_small_writes++;
 #endif
 }
 
+/* Every hook below runs in its task's own context and adds to that task's own fields only (no
+ * lookup of the job's entry per event); account() moves them to the job. Only the task writes
+ * its own fields: tp_btf programs are not preemptible and a program does not nest on one CPU;
+ * fentry programs are preemptible, but what runs meanwhile is another task, with its own
+ * fields. So plain additions, no atomics. */
 SEC("tp_btf/sys_enter")
 int BPF_PROG(js_sys_enter, struct pt_regs *regs, long id)
 {
-	struct js_task *t = bpf_task_storage_get(&tasks, bpf_get_current_task_btf(), 0, 0);
+	struct js_task *t = current_tag();
 	if (!t)
 		return 0;
-	struct js_counters *c = job_of(t);
 	__u32 cls = JS_SYS_OTHER;
 
-	if (!c)
-		return 0;
 	if (id >= 0 && id < JS_MAX_SYSCALLS) {
 		__u32 nr = id;
 		__u32 *v = bpf_map_lookup_elem(&sysclass, &nr);
@@ -214,9 +243,9 @@ int BPF_PROG(js_sys_enter, struct pt_regs *regs, long id)
 		if (v && *v < JS_SYS_NCLASS)
 			cls = *v;
 	}
-	c->syscalls[cls]++;
+	t->own_syscalls[cls]++;
 	if (small_io_from_syscalls)
-		small_io_at_syscall(c, regs, id);
+		small_io_at_syscall(t, regs, id);
 	return 0;
 }
 
@@ -225,15 +254,10 @@ int BPF_PROG(js_sys_enter, struct pt_regs *regs, long id)
 SEC("tp_btf/sys_enter")
 int BPF_PROG(js_sys_enter_io, struct pt_regs *regs, long id)
 {
-	struct js_task *t = bpf_task_storage_get(&tasks, bpf_get_current_task_btf(), 0, 0);
+	struct js_task *t = current_tag();
 	if (!t)
 		return 0;
-	if (id != nr_read && id != nr_pread64 && id != nr_write && id != nr_pwrite64)
-		return 0;
-	struct js_counters *c = job_of(t);
-
-	if (c)
-		small_io_at_syscall(c, regs, id);
+	small_io_at_syscall(t, regs, id);
 	return 0;
 }
 
@@ -247,30 +271,22 @@ int BPF_PROG(js_sys_enter_empty)
 SEC("fentry/vfs_read")
 int BPF_PROG(js_vfs_read, struct file *file, char *buf, size_t count, loff_t *pos)
 {
-	struct js_task *t = bpf_task_storage_get(&tasks, bpf_get_current_task_btf(), 0, 0);
+	struct js_task *t = current_tag();
 	if (!t)
 		return 0;
-	if (count < JS_SMALL_IO_BYTES) {
-		struct js_counters *c = job_of(t);
-
-		if (c)
-			__sync_fetch_and_add(&c->small_reads, 1); /* fentry: preemptible */
-	}
+	if (count < JS_SMALL_IO_BYTES)
+		t->own_small_reads++;
 	return 0;
 }
 
 SEC("fentry/vfs_write")
 int BPF_PROG(js_vfs_write, struct file *file, const char *buf, size_t count, loff_t *pos)
 {
-	struct js_task *t = bpf_task_storage_get(&tasks, bpf_get_current_task_btf(), 0, 0);
+	struct js_task *t = current_tag();
 	if (!t)
 		return 0;
-	if (count < JS_SMALL_IO_BYTES) {
-		struct js_counters *c = job_of(t);
-
-		if (c)
-			__sync_fetch_and_add(&c->small_writes, 1); /* fentry: preemptible */
-	}
+	if (count < JS_SMALL_IO_BYTES)
+		t->own_small_writes++;
 	return 0;
 }
 
@@ -287,35 +303,27 @@ static __always_inline bool is_inet(struct sock *sk)
 SEC("tp_btf/sock_send_length")
 int BPF_PROG(js_sock_send, struct sock *sk, int ret, int flags)
 {
-	struct js_task *t = bpf_task_storage_get(&tasks, bpf_get_current_task_btf(), 0, 0);
+	struct js_task *t = current_tag();
 	if (!t)
 		return 0;
 	if (ret <= 0 || !is_inet(sk))
 		return 0;
-	struct js_counters *c = job_of(t);
-
-	if (c) {
-		c->net_tx_bytes += ret;
-		c->net_tx_calls++;
-	}
+	t->own_net_tx_bytes += ret;
+	t->own_net_tx_calls++;
 	return 0;
 }
 
 SEC("tp_btf/sock_recv_length")
 int BPF_PROG(js_sock_recv, struct sock *sk, int ret, int flags)
 {
-	struct js_task *t = bpf_task_storage_get(&tasks, bpf_get_current_task_btf(), 0, 0);
+	struct js_task *t = current_tag();
 	if (!t)
 		return 0;
 	/* A MSG_PEEK receive leaves the bytes queued: they are counted when really read. */
 	if (ret <= 0 || (flags & MSG_PEEK) || !is_inet(sk))
 		return 0;
-	struct js_counters *c = job_of(t);
-
-	if (c) {
-		c->net_rx_bytes += ret;
-		c->net_rx_calls++;
-	}
+	t->own_net_rx_bytes += ret;
+	t->own_net_rx_calls++;
 	return 0;
 }
 
@@ -327,55 +335,49 @@ int BPF_PROG(js_sock_recv, struct sock *sk, int ret, int flags)
 SEC("tp_btf/block_bio_queue")
 int BPF_PROG(js_bio_queue, struct bio *bio)
 {
-	struct js_task *t = bpf_task_storage_get(&tasks, bpf_get_current_task_btf(), 0, 0);
+	struct js_task *t = current_tag();
 	if (!t)
 		return 0;
 	/* Traced once per bio (BIO_TRACE_COMPLETION), before any split: the full size, once. */
 	__u32 op = bio->bi_opf & JS_REQ_OP_MASK;
 	__u64 bytes = bio->bi_iter.bi_size;
 
-	if (op != JS_REQ_OP_READ && op != JS_REQ_OP_WRITE)
-		return 0;
-	struct js_counters *c = job_of(t);
-
-	if (!c)
-		return 0;
 	if (op == JS_REQ_OP_WRITE)
-		c->blk_write_bytes += bytes;
-	else
-		c->blk_read_bytes += bytes;
+		t->own_blk_write_bytes += bytes;
+	else if (op == JS_REQ_OP_READ)
+		t->own_blk_read_bytes += bytes;
 	return 0;
 }
 
 /* Bytes of a folio: page_size << order. folio_test_large() is PG_head in the first word, and a
- * large folio's order is the low byte of _flags_1 (include/linux/mm.h folio_large_order). Both
- * the field and the PG_head bit are relocated by CO-RE; where the field is missing (kernels
- * before folios), every folio is one page. */
+ * large folio's order is the low byte of _flags_1 (include/linux/mm.h folio_large_order). The
+ * fields and the PG_head bit are relocated by CO-RE, and read with plain loads from the
+ * tracepoint's trusted pointer (no bpf_probe_read_kernel call per dirtied page); where neither
+ * shape of the flags word or no _flags_1 exists (kernels before folios), every folio is one
+ * page. */
 static __always_inline __u64 folio_bytes(struct folio *folio)
 {
-	unsigned long flags = 0, flags1 = 0;
+	unsigned long flags;
 	__u32 head_bit = bpf_core_enum_value(enum pageflags, PG_head);
 
-	if (!bpf_core_field_exists(folio->_flags_1))
+	if (bpf_core_field_exists(((struct folio___flags_memdesc *)folio)->flags.f))
+		flags = ((struct folio___flags_memdesc *)folio)->flags.f;
+	else if (bpf_core_field_exists(((struct folio___flags_word *)folio)->flags))
+		flags = ((struct folio___flags_word *)folio)->flags;
+	else
 		return page_size;
-	if (bpf_probe_read_kernel(&flags, sizeof(flags), folio))
+	if (!bpf_core_field_exists(folio->_flags_1) || !(flags & (1UL << (head_bit & 63))))
 		return page_size;
-	if (!(flags & (1UL << (head_bit & 63))))
-		return page_size;
-	flags1 = BPF_CORE_READ(folio, _flags_1);
-	return page_size << (flags1 & 0xff);
+	return page_size << (folio->_flags_1 & 0xff);
 }
 
 SEC("tp_btf/writeback_dirty_folio")
 int BPF_PROG(js_dirty_folio, struct folio *folio, struct address_space *mapping)
 {
-	struct js_task *t = bpf_task_storage_get(&tasks, bpf_get_current_task_btf(), 0, 0);
+	struct js_task *t = current_tag();
 	if (!t)
 		return 0;
 	/* Fired by folio_account_dirtied when a clean folio turns dirty, in the writer's context. */
-	struct js_counters *c = job_of(t);
-
-	if (c)
-		c->dirtied_bytes += folio_bytes(folio);
+	t->own_dirtied_bytes += folio_bytes(folio);
 	return 0;
 }

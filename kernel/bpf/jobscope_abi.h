@@ -19,7 +19,7 @@
 #ifndef JOBSCOPE_ABI_H
 #define JOBSCOPE_ABI_H
 
-#define JS_ABI_VERSION 1
+#define JS_ABI_VERSION 2
 #define JS_PIN_DIR "/sys/fs/bpf/jobscope"
 #define JS_MAX_SYSCALLS 512
 #define JS_KEY_RUN (1ULL << 63)
@@ -54,15 +54,39 @@ struct js_counters {
 	__u64 dirtied_bytes;           /* page-cache bytes dirtied by the job's buffered writes */
 };
 
-/* Per task (thread): the job it belongs to and the baselines of the kernel's own per-task
- * counters already added to the job (deltas are added by the collector's once-a-second task
- * iterator and at exit; exchanged atomically, see jobscope.bpf.c). */
+/* Per task (thread): the job it belongs to; what the task's own hooks counted (every figure of
+ * js_counters but the scheduler's four, in the same order); and the baselines of both already
+ * added to the job. The hooks that run per event (system calls, small reads and writes, sends,
+ * receives, bios, dirtied pages) only add to their task's own fields: no lookup of the job's
+ * entry per event. The collector's once-a-second task iterator and the task's exit move the
+ * deltas to the job, with the kernel's own per-task scheduler counters (see jobscope.bpf.c).
+ * Only the task itself writes own_*; baselines are exchanged atomically. */
 struct js_task {
 	__u64 job_key;
 	__u64 seen_nvcsw;
 	__u64 seen_nivcsw;
 	__u64 seen_run_ns;
 	__u64 seen_run_delay_ns;
+	__u64 own_syscalls[JS_SYS_NCLASS];
+	__u64 own_small_reads;
+	__u64 own_small_writes;
+	__u64 own_net_tx_bytes;
+	__u64 own_net_rx_bytes;
+	__u64 own_net_tx_calls;
+	__u64 own_net_rx_calls;
+	__u64 own_blk_read_bytes;
+	__u64 own_blk_write_bytes;
+	__u64 own_dirtied_bytes;
+	__u64 seen_syscalls[JS_SYS_NCLASS];
+	__u64 seen_small_reads;
+	__u64 seen_small_writes;
+	__u64 seen_net_tx_bytes;
+	__u64 seen_net_rx_bytes;
+	__u64 seen_net_tx_calls;
+	__u64 seen_net_rx_calls;
+	__u64 seen_blk_read_bytes;
+	__u64 seen_blk_write_bytes;
+	__u64 seen_dirtied_bytes;
 };
 
 /* flags */
@@ -74,7 +98,9 @@ struct js_state {
 	__u64 heartbeat_ns;     /* CLOCK_MONOTONIC of the collector's last beat (every second) */
 	__u64 flags;
 	__u64 max_jobs;         /* max_entries of the jobs map */
-	__u64 dropped_events;   /* events of tagged tasks whose job had no entry (atomic) */
+	__u64 dropped_events;   /* accountings (once a second and at exit)
+				 * of tagged tasks whose job had no entry
+				 * (atomic) */
 };
 
 #endif

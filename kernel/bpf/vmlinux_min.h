@@ -55,7 +55,10 @@ struct sched_info {
 	unsigned long long run_delay;
 };
 
+struct bpf_local_storage;
+
 struct task_struct {
+	struct bpf_local_storage *bpf_storage; /* NULL while no BPF program gave the task storage */
 	unsigned long nvcsw;
 	unsigned long nivcsw;
 	struct sched_entity se;
@@ -93,11 +96,24 @@ struct bio {
 	struct bvec_iter bi_iter;
 };
 
-/* The folio's first word is its flags (`unsigned long flags` up to 6.17, `memdesc_flags_t flags`
- * from 6.18: the same word, a different type), read by offset; `_flags_1` is the first tail
- * page's flags, whose low byte is the folio order of a large folio (include/linux/mm.h). */
+/* The folio's first word is its flags: `unsigned long flags` up to 6.17, `memdesc_flags_t flags`
+ * (a struct holding `unsigned long f`) from 6.18. Both shapes are declared as flavors (libbpf
+ * ignores the ___suffix when matching names) and the program reads the one the running kernel
+ * has, as a plain load from the tracepoint's folio pointer, no helper call. `_flags_1` is the
+ * first tail page's flags, whose low byte is the folio order of a large folio
+ * (include/linux/mm.h). */
 struct folio {
 	unsigned long _flags_1;
+};
+
+struct folio___flags_word {
+	unsigned long flags;
+};
+
+struct folio___flags_memdesc {
+	struct {
+		unsigned long f;
+	} flags;
 };
 
 /* The system call argument registers (read by jobscope.bpf.c's JS_SYSCALL_ARG3). */

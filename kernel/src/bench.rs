@@ -8,9 +8,11 @@
 //! 2. CPU time (user + system, of the workload and its children, getrusage) of a pipe
 //!    ping-pong, a loopback TCP transfer and a small-write dd, with every other program
 //!    attached, none, and all but the small I/O ones (which sit on sys_enter where the kernel
-//!    refuses fentry), in a tagged process.
+//!    refuses fentry), in a tagged process; with `kernel.bpf_stats_enabled=1`, also the run
+//!    count and run time of each program during each workload (what CPU-time differences on a
+//!    noisy machine cannot resolve).
 
-use jobscope_kernel::{create_job, launch, tag_task, Collector, Options, SmallIo, SysEnter};
+use crate::{create_job, launch, tag_task, Collector, Options, SmallIo, SysEnter};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -48,7 +50,7 @@ fn run(c: &Collector, tagged: bool, program: &str, args: &[&str]) -> anyhow::Res
     let before = children_cpu_ns();
     let child = launch::blocked(program, args)?;
     if tagged {
-        let pidfd = jobscope_kernel::pidfd_open(child.pid())?;
+        let pidfd = crate::pidfd_open(child.pid())?;
         use std::os::fd::AsFd;
         tag_task(c.tasks(), pidfd.as_fd(), KEY)?;
     }
@@ -73,6 +75,36 @@ fn children_cpu_ns() -> f64 {
     };
     let tv = |t: libc::timeval| t.tv_sec as f64 * 1e9 + t.tv_usec as f64 * 1e3;
     tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
+/// Run count and run time (ns) of each of this benchmark's programs, by name: the kernel keeps
+/// them while `kernel.bpf_stats_enabled` is 1. Ours are the `js_` programs loaded since `since`
+/// (CLOCK_BOOTTIME, which bpf_prog_info's load_time counts in), so a collector running on the
+/// host is left out.
+fn prog_stats(since: std::time::Duration) -> std::collections::HashMap<String, (u64, u64)> {
+    libbpf_rs::query::ProgInfoIter::default()
+        .filter(|p| p.load_time >= since && p.name.to_string_lossy().starts_with("js_"))
+        .map(|p| {
+            (
+                p.name.to_string_lossy().into_owned(),
+                (p.run_cnt, p.run_time_ns),
+            )
+        })
+        .collect()
+}
+
+fn boottime() -> std::time::Duration {
+    // SAFETY: ts is a valid out-pointer.
+    let ts = unsafe {
+        let mut ts: libc::timespec = std::mem::zeroed();
+        libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut ts);
+        ts
+    };
+    std::time::Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+fn bpf_stats_on() -> bool {
+    std::fs::read_to_string("/proc/sys/kernel/bpf_stats_enabled").is_ok_and(|s| s.trim() == "1")
 }
 
 fn value(out: &str, name: &str) -> f64 {
@@ -110,13 +142,18 @@ fn bench(a: Args) -> anyhow::Result<()> {
         pin_dir: format!("/sys/fs/bpf/jobscope-bench-{}", std::process::id()).into(),
         bench: true,
     };
+    let loaded_after = boottime();
     let mut c = Collector::start(&opts)?;
     create_job(c.jobs(), KEY)?;
     let exe = exe();
     let calls = a.calls.to_string();
 
-    // 1. system calls. Only sys_enter is attached here: the rest would add noise, not cost.
+    // 1. system calls. Besides sys_enter, the scheduler, network, block and page-cache programs
+    // are attached (the counts move from each task to the job at its exit, js_exit), but not
+    // the small I/O ones, which may sit on sys_enter too; a getppid() loop runs none of them
+    // but fork and exit, once per run.
     c.detach_main();
+    c.attach_main_with(false)?;
     let configs = [
         ("(a) tagged, nothing on sys_enter", SysEnter::None, true),
         ("(b) tagged, empty program", SysEnter::Empty, true),
@@ -152,12 +189,19 @@ fn bench(a: Args) -> anyhow::Result<()> {
         "  ratio (c-a)/(b-a) = {:.2}  (target <= 1.5)",
         (med[2] - med[0]) / (med[1] - med[0])
     );
-    let counted = jobscope_kernel::read_job(c.jobs(), KEY)?.unwrap_or_default();
+    let counted = crate::read_job(c.jobs(), KEY)?.unwrap_or_default();
     println!(
         "  check: system calls counted for the job {} (>= {} expected)",
         counted.syscalls.iter().sum::<u64>(),
         a.calls * a.rounds as u64
     );
+    // The empty program's own run time, as bpf_stats measures it: the floor of that measurement
+    // (the kernel's timing of each run and the call), for the per-program figures below.
+    // (the kernel keeps 15 characters of a program's name)
+    let empty_ns = prog_stats(loaded_after)
+        .get("js_sys_enter_em")
+        .filter(|(n, _)| *n > 0)
+        .map(|(n, ns)| *ns as f64 / *n as f64);
 
     // 2. CPU time of other work, every other program on vs off.
     let rt = a.round_trips.to_string();
@@ -178,6 +222,18 @@ fn bench(a: Args) -> anyhow::Result<()> {
     ];
     // cpu[work][config]: 0 off, 1 all on, 2 on but the small I/O programs
     let mut cpu = vec![[Vec::new(), Vec::new(), Vec::new()]; works.len()];
+    // with kernel.bpf_stats_enabled=1: per workload, in the runs with what `jobscope-kernel run`
+    // attaches by default (everything where fentry counts small I/O; all but the small I/O
+    // programs where it sits on sys_enter and comes with --syscalls), each program's runs and
+    // run time, and the workload's CPU time in those runs
+    let stats = bpf_stats_on();
+    let default_config = match c.small_io() {
+        SmallIo::Fentry => 1,
+        SmallIo::Syscalls => 2,
+    };
+    let mut ran: Vec<std::collections::HashMap<String, (u64, u64)>> =
+        vec![Default::default(); works.len()];
+    let mut ran_cpu = vec![0.0; works.len()];
     for round in 0..a.rounds {
         for step in 0..3 {
             let config = (step + round) % 3;
@@ -186,7 +242,17 @@ fn bench(a: Args) -> anyhow::Result<()> {
                 c.attach_main_with(config == 1)?;
             }
             for (w, (_, prog, args)) in works.iter().enumerate() {
+                let before = (stats && config == default_config).then(|| prog_stats(loaded_after));
                 let (_, t) = run(&c, true, prog, args)?;
+                if let Some(before) = before {
+                    for (name, (n, ns)) in prog_stats(loaded_after) {
+                        let (n0, ns0) = before.get(&name).copied().unwrap_or_default();
+                        let e = ran[w].entry(name).or_default();
+                        e.0 += n - n0;
+                        e.1 += ns - ns0;
+                    }
+                    ran_cpu[w] += t;
+                }
                 cpu[w][config].push(t);
                 let _ = std::fs::remove_file(&dd_file);
             }
@@ -224,7 +290,56 @@ fn bench(a: Args) -> anyhow::Result<()> {
             (no_io - off) / off * 100.0
         );
     }
-    let j = jobscope_kernel::read_job(c.jobs(), KEY)?.unwrap_or_default();
+    if stats {
+        println!(
+            "== the same, as `jobscope-kernel run` attaches them by default ({}): what each \
+             program ran during the workload (kernel.bpf_stats_enabled=1; a run's time includes \
+             the kernel's own timing of it)",
+            if default_config == 1 {
+                "all on"
+            } else {
+                "on without small I/O"
+            }
+        );
+        for (w, label) in labels.iter().enumerate() {
+            let mut progs: Vec<_> = ran[w].iter().filter(|(_, (n, _))| *n > 0).collect();
+            progs.sort_by_key(|(_, (_, ns))| std::cmp::Reverse(*ns));
+            let total: u64 = progs.iter().map(|(_, (_, ns))| ns).sum();
+            let list: Vec<String> = progs
+                .iter()
+                .map(|(name, (n, ns))| format!("{name} {n} x {:.0} ns", *ns as f64 / *n as f64))
+                .collect();
+            println!(
+                "  {label:<38} BPF {:>7.2} ms of {:>8.1} ms CPU ({:.2} %): {}",
+                total as f64 / 1e6,
+                ran_cpu[w] / 1e6,
+                total as f64 / ran_cpu[w] * 100.0,
+                list.join(", ")
+            );
+            if let Some(e) = empty_ns {
+                let runs: u64 = progs.iter().map(|(_, (n, _))| n).sum();
+                let net = total as f64 - e * runs as f64;
+                println!(
+                    "  {:<38} less the floor: {:.2} ms ({:.2} %)",
+                    "",
+                    net / 1e6,
+                    net / ran_cpu[w] * 100.0
+                );
+            }
+        }
+        if let Some(e) = empty_ns {
+            println!(
+                "  floor: an empty program (js_sys_enter_empty, section 1) measures {e:.0} ns a run \
+                 this way"
+            );
+        }
+    } else {
+        println!(
+            "  (per-program run time: run with kernel.bpf_stats_enabled=1, \
+             e.g. sysctl -w kernel.bpf_stats_enabled=1)"
+        );
+    }
+    let j = crate::read_job(c.jobs(), KEY)?.unwrap_or_default();
     println!(
         "  check: job counted {} switches, {} MiB sent, {} MiB dirtied",
         j.ctx_voluntary + j.ctx_involuntary,

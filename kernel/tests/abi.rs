@@ -64,7 +64,27 @@ fn task_layout() {
             seen_nvcsw,
             seen_nivcsw,
             seen_run_ns,
-            seen_run_delay_ns
+            seen_run_delay_ns,
+            own_syscalls,
+            own_small_reads,
+            own_small_writes,
+            own_net_tx_bytes,
+            own_net_rx_bytes,
+            own_net_tx_calls,
+            own_net_rx_calls,
+            own_blk_read_bytes,
+            own_blk_write_bytes,
+            own_dirtied_bytes,
+            seen_syscalls,
+            seen_small_reads,
+            seen_small_writes,
+            seen_net_tx_bytes,
+            seen_net_rx_bytes,
+            seen_net_tx_calls,
+            seen_net_rx_calls,
+            seen_blk_read_bytes,
+            seen_blk_write_bytes,
+            seen_dirtied_bytes
         ]
     );
 }

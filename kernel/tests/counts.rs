@@ -300,9 +300,11 @@ fn untagged_work_adds_nothing_and_a_missing_job_only_drops() {
         None,
         "a program created an entry"
     );
+    // The task's events were counted in its own storage; its accounting at exit found no entry
+    // and counted a drop (once; the once-a-second iterator is not run here).
     let dropped = r.c.state().unwrap().dropped_events;
     assert!(
-        dropped >= dropped_before + 2000,
+        dropped > dropped_before,
         "dropped events {dropped_before} -> {dropped}"
     );
     // the heartbeat is a one-word store: it keeps the programs' count

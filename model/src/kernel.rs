@@ -5,7 +5,7 @@
 
 /// `JS_ABI_VERSION`: the collector writes it into [`State::abi_version`]; a reader that finds
 /// another version reads nothing (the report says so) rather than misreading.
-pub const ABI_VERSION: u64 = 1;
+pub const ABI_VERSION: u64 = 2;
 /// `JS_PIN_DIR`: where the collector pins its maps (bpffs).
 pub const PIN_DIR: &str = "/sys/fs/bpf/jobscope";
 /// `JS_MAX_SYSCALLS`: entries of the syscall class table.
@@ -74,7 +74,8 @@ pub struct Counters {
     pub dirtied_bytes: u64,
 }
 
-/// `struct js_task`: per task, the job it counts for and the baselines already added.
+/// `struct js_task`: per task, the job it counts for, what the task's own hooks counted (network,
+/// block, page cache) and the baselines already added to the job.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[repr(C)]
 pub struct Task {
@@ -83,6 +84,26 @@ pub struct Task {
     pub seen_nivcsw: u64,
     pub seen_run_ns: u64,
     pub seen_run_delay_ns: u64,
+    pub own_syscalls: [u64; 6],
+    pub own_small_reads: u64,
+    pub own_small_writes: u64,
+    pub own_net_tx_bytes: u64,
+    pub own_net_rx_bytes: u64,
+    pub own_net_tx_calls: u64,
+    pub own_net_rx_calls: u64,
+    pub own_blk_read_bytes: u64,
+    pub own_blk_write_bytes: u64,
+    pub own_dirtied_bytes: u64,
+    pub seen_syscalls: [u64; 6],
+    pub seen_small_reads: u64,
+    pub seen_small_writes: u64,
+    pub seen_net_tx_bytes: u64,
+    pub seen_net_rx_bytes: u64,
+    pub seen_net_tx_calls: u64,
+    pub seen_net_rx_calls: u64,
+    pub seen_blk_read_bytes: u64,
+    pub seen_blk_write_bytes: u64,
+    pub seen_dirtied_bytes: u64,
 }
 
 /// `struct js_state`: the collector's state, one entry.
@@ -158,6 +179,30 @@ fn words(b: &[u8]) -> impl Iterator<Item = u64> + '_ {
         .map(|w| u64::from_ne_bytes(w.try_into().expect("8 bytes")))
 }
 
+/// A field of a [`Pod`] struct: one word or an array of words.
+trait Field {
+    fn read(&mut self, next: &mut dyn FnMut() -> u64);
+    fn write(&self, out: &mut Vec<u8>);
+}
+
+impl Field for u64 {
+    fn read(&mut self, next: &mut dyn FnMut() -> u64) {
+        *self = next();
+    }
+    fn write(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.to_ne_bytes());
+    }
+}
+
+impl<const N: usize> Field for [u64; N] {
+    fn read(&mut self, next: &mut dyn FnMut() -> u64) {
+        self.iter_mut().for_each(|w| w.read(next));
+    }
+    fn write(&self, out: &mut Vec<u8>) {
+        self.iter().for_each(|w| w.write(out));
+    }
+}
+
 macro_rules! pod {
     ($t:ty { $($f:ident),* }) => {
         impl Pod for $t {
@@ -165,12 +210,12 @@ macro_rules! pod {
                 let mut w = words(b);
                 let mut next = || w.next().unwrap_or(0);
                 let mut v = <$t>::default();
-                $( v.$f = next(); )*
+                $( Field::read(&mut v.$f, &mut next); )*
                 v
             }
             fn to_bytes(&self) -> Vec<u8> {
                 let mut out = Vec::with_capacity(std::mem::size_of::<$t>());
-                $( out.extend_from_slice(&self.$f.to_ne_bytes()); )*
+                $( Field::write(&self.$f, &mut out); )*
                 out
             }
         }
@@ -199,7 +244,27 @@ pod!(Task {
     seen_nvcsw,
     seen_nivcsw,
     seen_run_ns,
-    seen_run_delay_ns
+    seen_run_delay_ns,
+    own_syscalls,
+    own_small_reads,
+    own_small_writes,
+    own_net_tx_bytes,
+    own_net_rx_bytes,
+    own_net_tx_calls,
+    own_net_rx_calls,
+    own_blk_read_bytes,
+    own_blk_write_bytes,
+    own_dirtied_bytes,
+    seen_syscalls,
+    seen_small_reads,
+    seen_small_writes,
+    seen_net_tx_bytes,
+    seen_net_rx_bytes,
+    seen_net_tx_calls,
+    seen_net_rx_calls,
+    seen_blk_read_bytes,
+    seen_blk_write_bytes,
+    seen_dirtied_bytes
 });
 pod!(State {
     abi_version,
@@ -226,6 +291,16 @@ mod tests {
         assert_eq!(Counters::from_bytes(&b), c);
         // the last field is the last word, as in struct js_counters
         assert_eq!(&b[b.len() - 8..], &99u64.to_ne_bytes());
+        let t = Task {
+            job_key: 1,
+            own_syscalls: [2, 3, 4, 5, 6, 7],
+            seen_dirtied_bytes: 8,
+            ..Default::default()
+        };
+        let b = t.to_bytes();
+        assert_eq!(b.len(), std::mem::size_of::<Task>());
+        assert_eq!(Task::from_bytes(&b), t);
+        assert_eq!(&b[b.len() - 8..], &8u64.to_ne_bytes());
         let s = State {
             abi_version: 1,
             dropped_events: 5,
