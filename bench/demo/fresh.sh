@@ -35,6 +35,10 @@ mmdebstrap --quiet --variant=important --include=ca-certificates,gcc,libc6-dev,g
 # what reaching the archive takes on this host (a snapshot mirror needs its date checks off)
 cp /etc/apt/apt.conf.d/99* "$ROOT/etc/apt/apt.conf.d/" 2>/dev/null || true
 cp /etc/resolv.conf /etc/hosts "$ROOT/etc/"
+# and this host's certificate authorities (its network may sit behind a TLS proxy with its own CA),
+# in a file of their own that no package's trigger rewrites, named as this host's environment does
+cp /etc/ssl/certs/ca-certificates.crt "$ROOT/etc/demo-fresh-host-ca.crt"
+CA=/etc/demo-fresh-host-ca.crt
 # the Rust toolchain, read-only, and rustup's proxies; CARGO_HOME's registry starts empty
 install -d "$ROOT/root/.rustup" "$ROOT/root/.cargo/bin"
 mount --bind -o ro "$RUSTUP_DIR" "$ROOT/root/.rustup"
@@ -49,7 +53,7 @@ echo "demo-fresh: slurm-conf/demo.sh --down in the fresh system (clone of $(git 
 t0=$(date +%s)
 rc=0
 chroot "$ROOT" /usr/bin/env -i HOME=/root TERM=dumb PATH=/root/.cargo/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
-  RUSTUP_AUTO_INSTALL=0 /bin/bash -c 'cd /root/jobscope && slurm-conf/demo.sh --down' >"$WORK.log" 2>&1 || rc=$?
+  RUSTUP_AUTO_INSTALL=0 SSL_CERT_FILE=$CA CARGO_HTTP_CAINFO=$CA /bin/bash -c 'cd /root/jobscope && slurm-conf/demo.sh --down' >"$WORK.log" 2>&1 || rc=$?
 t1=$(date +%s)
 grep -E '^==> \[' "$WORK.log" || true
 if [ "$rc" != 0 ]; then
