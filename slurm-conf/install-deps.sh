@@ -23,7 +23,7 @@ set -euo pipefail
 
 PKGS=(slurmctld slurmd slurm-client munge libslurm-dev slurm-wlm-basic-plugins-dev
       libclang-dev mailutils bc python3 python3-aiosmtpd
-      clang libelf-dev zlib1g-dev pkg-config  # the kernel collector's BPF programs (kernel/build.rs, libbpf-sys)
+      clang libelf-dev zlib1g-dev pkg-config make  # the kernel collector's BPF programs (kernel/build.rs; libbpf-sys builds libbpf with make)
       postgresql   # the PostgreSQL sink's tests and demo: slurm-conf/postgres.sh starts its own server
       lintian      # packaging/build-debs.sh checks the .debs with it
       mmdebstrap debian-archive-keyring  # the SLURM 24.11 root filesystem (slurm-conf/trixie/rootfs.sh)
@@ -33,7 +33,7 @@ PKGS=(slurmctld slurmd slurm-client munge libslurm-dev slurm-wlm-basic-plugins-d
 # What the demo uses: the cluster, the build (bindgen's libclang, the BPF programs' clang and
 # libelf) and the SMTP server that catches the report mail. The demo mails through SMTP, so no MTA.
 DEMO_PKGS=(slurmctld slurmd slurm-client munge libslurm-dev slurm-wlm-basic-plugins-dev
-           libclang-dev python3 python3-aiosmtpd clang libelf-dev zlib1g-dev pkg-config)
+           libclang-dev python3 python3-aiosmtpd clang libelf-dev zlib1g-dev pkg-config make)
 TEST_USERS=(alice bob)
 # The MTA behind `mail.transport = "sendmail"` in the mail tests. exim4 conflicts with every other
 # MTA, so it is only installed where none is: apt must never swap out a host's own MTA.
