@@ -6,7 +6,9 @@ use super::query::{GroupKey, Query, Report, Zone};
 use super::table::{ColType, Table, Value};
 use anyhow::Result;
 use chrono::FixedOffset;
-use jobscope_report::present::{clean_line, fmt_bytes, fmt_duration, fmt_hours};
+use jobscope_report::present::{
+    clean_line, clean_line_cols, fmt_bytes, fmt_duration, fmt_hours, width,
+};
 
 const WEEKDAYS: [&str; 7] = ["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"];
 
@@ -255,10 +257,34 @@ pub fn text(t: &Table, zone: Zone) -> String {
     text_within(t, zone, None)
 }
 
-/// [`text`], its lines at most `max_chars` characters where that can be had by cutting free text
+/// `s` in lines of at most `width` terminal columns (a longer word alone on its line), each after
+/// the first indented by `indent`. The one word wrapper of the audit's texts (the cluster report,
+/// the alert mails).
+pub fn wrap(s: &str, width: usize, indent: &str) -> String {
+    let mut out = String::new();
+    let mut line = 0;
+    for w in s.split_whitespace() {
+        let n = jobscope_report::present::width(w);
+        // `41.0 %`: the sign stays with its number.
+        let glued = w.starts_with('%');
+        if line > 0 && line + 1 + n > width && !glued {
+            out.push('\n');
+            out.push_str(indent);
+            line = 0;
+        } else if line > 0 {
+            out.push(' ');
+            line += 1;
+        }
+        out.push_str(w);
+        line += n;
+    }
+    out
+}
+
+/// [`text`], its lines at most `max_cols` terminal columns where that can be had by cutting free text
 /// ([`FREE_TEXT`]: names, accounts) short with an ellipsis, widest column first, down to
 /// [`TEXT_MIN_CHARS`] or its header. Numbers, times and vocabulary are never cut.
-pub fn text_within(t: &Table, zone: Zone, max_chars: Option<usize>) -> String {
+pub fn text_within(t: &Table, zone: Zone, max_cols: Option<usize>) -> String {
     let cells: Vec<Vec<String>> = t
         .rows
         .iter()
@@ -270,20 +296,21 @@ pub fn text_within(t: &Table, zone: Zone, max_chars: Option<usize>) -> String {
         })
         .collect();
     let names: Vec<String> = t.columns.iter().map(|c| header(&c.name, zone)).collect();
-    let chars = |s: &str| s.chars().count();
-    let width = |c: usize| {
+    // terminal columns, not characters: a CJK character takes two
+    let cols = width;
+    let col_width = |c: usize| {
         cells
             .iter()
-            .map(|r| chars(&r[c]))
-            .chain([chars(&names[c])])
+            .map(|r| cols(&r[c]))
+            .chain([cols(&names[c])])
             .max()
             .unwrap_or(0)
     };
-    let mut widths: Vec<usize> = (0..t.columns.len()).map(width).collect();
-    if let Some(max) = max_chars {
+    let mut widths: Vec<usize> = (0..t.columns.len()).map(col_width).collect();
+    if let Some(max) = max_cols {
         let floor = |c: usize| {
             if FREE_TEXT.contains(&t.columns[c].name.as_str()) {
-                chars(&names[c]).max(TEXT_MIN_CHARS)
+                cols(&names[c]).max(TEXT_MIN_CHARS)
             } else {
                 usize::MAX
             }
@@ -308,12 +335,12 @@ pub fn text_within(t: &Table, zone: Zone, max_chars: Option<usize>) -> String {
                 s.push_str("  ");
             }
             // Cut short to the column (only free text is ever longer), the cut shown by `…`.
-            let v = if chars(v) > widths[c] {
-                clean_line(v, widths[c].saturating_sub(1))
+            let v = if cols(v) > widths[c] {
+                clean_line_cols(v, widths[c])
             } else {
                 v.clone()
             };
-            let pad = widths[c].saturating_sub(chars(&v));
+            let pad = widths[c].saturating_sub(cols(&v));
             if right(c) {
                 s.push_str(&" ".repeat(pad));
                 s.push_str(&v);
@@ -527,6 +554,37 @@ mod tests {
                 assert!(names.contains(&d), "{:?}: {d}", q.report);
             }
         }
+    }
+
+    /// A CJK job name takes two terminal columns a character: the columns after it still line up,
+    /// and a cut keeps the line within the width asked for, counted in columns.
+    #[test]
+    fn wide_characters_are_measured_in_terminal_columns() {
+        let mut t = Table::new(vec![
+            Column::new("name", ColType::Text),
+            Column::new("state", ColType::Text),
+        ]);
+        for name in ["計算化学のシミュレーション", "plain-ascii-name"] {
+            t.rows.push(vec![
+                Value::Text(name.into()),
+                Value::Text("COMPLETED".into()),
+            ]);
+        }
+        // hand-counted: 13 wide characters = 26 columns, the widest name
+        let out = text_within(&t, Zone::Utc, None);
+        let lines: Vec<&str> = out.lines().collect();
+        let state_col = |l: &str| {
+            let at = l.find("COMPLETED").unwrap_or_else(|| panic!("{out}"));
+            width(&l[..at])
+        };
+        // lines[1] is the header's rule
+        assert_eq!(state_col(lines[2]), 26 + 2, "{out}");
+        assert_eq!(state_col(lines[3]), 26 + 2, "{out}");
+        // 20 columns: the name gets 20 - 2 - 9 = 9 columns: four wide characters and the ellipsis
+        let fit = text_within(&t, Zone::Utc, Some(20));
+        let lines: Vec<&str> = fit.lines().collect();
+        assert!(lines.iter().all(|l| width(l) <= 20), "{fit}");
+        assert!(lines[2].starts_with("計算化学…  COMPLETED"), "{fit}");
     }
 
     #[test]

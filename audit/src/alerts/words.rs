@@ -6,7 +6,7 @@
 
 use super::{Decision, Evaluation, Finding, Rule, UserAlert, WasteUnit};
 use crate::query::Zone;
-use crate::render;
+use crate::render::{self, wrap};
 use crate::table::{ColType, Column, Table, Value};
 use jobscope_report::present::{clean_line, fmt_hours};
 use jobscope_sampler::config::Config;
@@ -214,7 +214,7 @@ pub fn user_block(cfg: &Config, u: &UserAlert, zone: Zone, dry_run: bool) -> Str
     );
     for f in &u.findings {
         out += &indent(
-            &wrap(&format!("{}: {}", title(f.rule), sentence(cfg, f)), 100),
+            &(wrap(&format!("{}: {}", title(f.rule), sentence(cfg, f)), 100, "") + "\n"),
             2,
         );
         out += &jobs_table(f, cfg.alerts.max_jobs_listed as usize, zone, 4);
@@ -330,7 +330,7 @@ pub fn mail_text(cfg: &Config, u: &UserAlert, zone: Zone) -> String {
     );
     for (i, f) in u.findings.iter().enumerate() {
         out += &format!("\n{}. {}\n", i + 1, title(f.rule));
-        out += &indent(&wrap(&sentence(cfg, f), 96), 3);
+        out += &indent(&(wrap(&sentence(cfg, f), 96, "") + "\n"), 3);
         out += "\n";
         out += &jobs_table(f, max, zone, 3);
     }
@@ -346,24 +346,6 @@ pub fn mail_text(cfg: &Config, u: &UserAlert, zone: Zone) -> String {
         cfg.alerts.period_days
     );
     out
-}
-
-/// `s` broken into lines of at most `width` characters at spaces.
-fn wrap(s: &str, width: usize) -> String {
-    let mut out = String::new();
-    let mut line = String::new();
-    for w in s.split(' ') {
-        if !line.is_empty() && line.chars().count() + 1 + w.chars().count() > width {
-            out += &line;
-            out.push('\n');
-            line.clear();
-        }
-        if !line.is_empty() {
-            line.push(' ');
-        }
-        line += w;
-    }
-    out + &line + "\n"
 }
 
 /// The admins' summary of one send: one row per user mailed (rules, jobs, waste by unit).

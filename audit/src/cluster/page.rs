@@ -13,14 +13,14 @@
 
 use super::{Data, Distribution, METRICS};
 use crate::query::{GroupKey, Zone};
-use crate::render;
+use crate::render::{self, wrap};
 use crate::table::{ColType, Column, Table, Value};
 use anyhow::{Context, Result};
 use base64::Engine as _;
 use jobscope_deliver::mail::message::{assemble, InlineImage, Mail, Mailbox};
 use jobscope_report::plots::{self, Bars, Grid, Segment, Shade};
 use jobscope_report::present::templates::{registry, SUBJECT_MAX_CHARS};
-use jobscope_report::present::{clean_line, fmt_hours, fmt_pct};
+use jobscope_report::present::{clean_line, fmt_hours, fmt_pct, width};
 use serde::Serialize;
 
 pub const HTML_TEMPLATE: &str = include_str!("../../../report-templates/cluster.html.hbs");
@@ -299,7 +299,7 @@ impl Page {
         self.view.sections.push(Section {
             id,
             title: title.to_string(),
-            rule: "-".repeat(title.chars().count()),
+            rule: "-".repeat(width(title)),
             chart: None,
             sentences: Vec::new(),
             tables: Vec::new(),
@@ -1078,29 +1078,6 @@ impl Page {
 
 /// Sentences in the text part are wrapped at this many characters.
 const TEXT_COLUMNS: usize = 90;
-
-/// `s` in lines of at most `width` characters (a longer word alone on its line), each after the
-/// first indented by `indent`.
-fn wrap(s: &str, width: usize, indent: &str) -> String {
-    let mut out = String::new();
-    let mut line = 0;
-    for w in s.split_whitespace() {
-        let n = w.chars().count();
-        // `41.0 %`: the sign stays with its number.
-        let glued = w.starts_with('%');
-        if line > 0 && line + 1 + n > width && !glued {
-            out.push('\n');
-            out.push_str(indent);
-            line = 0;
-        } else if line > 0 {
-            out.push(' ');
-            line += 1;
-        }
-        out.push_str(w);
-        line += n;
-    }
-    out
-}
 
 fn all_col(cols: &[Column], r: &[Value], c: &str) -> f64 {
     cols.iter()

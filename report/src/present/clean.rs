@@ -54,9 +54,53 @@ pub fn clean_line(s: &str, max_chars: usize) -> String {
     clean(&words.join(" "), max_chars)
 }
 
+/// The columns `s` takes on a terminal: East Asian wide and fullwidth characters (CJK names) take
+/// two, combining marks none (Unicode's East Asian Width, through unicode-width), so that tables
+/// and padding line up whatever script a name is written in.
+pub fn width(s: &str) -> usize {
+    unicode_width::UnicodeWidthStr::width(s)
+}
+
+/// [`clean_line`], cut to at most `max_cols` terminal columns ([`width`]) with `…` (one column)
+/// appended when cut: a wide character that would straddle the edge goes too.
+pub fn clean_line_cols(s: &str, max_cols: usize) -> String {
+    let full = clean_line(s, usize::MAX);
+    if width(&full) <= max_cols {
+        return full;
+    }
+    let mut out = String::new();
+    let mut cols = 0;
+    for c in full.chars() {
+        let w = unicode_width::UnicodeWidthChar::width(c).unwrap_or(0);
+        if cols + w > max_cols.saturating_sub(1) {
+            break;
+        }
+        cols += w;
+        out.push(c);
+    }
+    out.truncate(out.trim_end().len());
+    out.push('…');
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn wide_characters_take_two_columns_and_are_cut_by_columns() {
+        assert_eq!(width("abc"), 3);
+        assert_eq!(width("日本語"), 6);
+        assert_eq!(width("Jörg"), 4);
+        // e + combining acute: one column
+        assert_eq!(width("e\u{301}"), 1);
+        assert_eq!(clean_line_cols("日本語のジョブ", 8), "日本語…");
+        assert_eq!(width(&clean_line_cols("日本語のジョブ", 8)), 7);
+        // a wide character that would end one column past the edge goes
+        assert_eq!(clean_line_cols("a日本語", 5), "a日…");
+        assert_eq!(clean_line_cols("short", 8), "short");
+        assert_eq!(clean_line_cols("ab\u{202E}cd efgh", 6), "abcd…");
+    }
 
     #[test]
     fn strips_control_bidi_invisible_and_caps() {

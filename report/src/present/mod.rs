@@ -15,7 +15,7 @@ pub mod history;
 pub mod templates;
 pub mod words;
 
-pub use clean::{clean, clean_line};
+pub use clean::{clean, clean_line, clean_line_cols, width};
 pub use format::*;
 pub use templates::Templates;
 

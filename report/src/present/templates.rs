@@ -43,15 +43,15 @@ fn as_text(v: &serde_json::Value) -> String {
 }
 
 // Column layout for the digest's table: `{{rpad value width}}` pads on the right (left-aligned),
-// `{{lpad value width}}` on the left. Widths count characters, not bytes.
+// `{{lpad value width}}` on the left. Widths count terminal columns (a CJK character takes two).
 handlebars_helper!(rpad: |v: Json, w: u64| {
     let s = as_text(v);
-    let n = s.chars().count();
+    let n = super::width(&s);
     format!("{s}{}", " ".repeat((w as usize).saturating_sub(n)))
 });
 handlebars_helper!(lpad: |v: Json, w: u64| {
     let s = as_text(v);
-    let n = s.chars().count();
+    let n = super::width(&s);
     format!("{}{s}", " ".repeat((w as usize).saturating_sub(n)))
 });
 
