@@ -59,17 +59,22 @@ pub fn stored_nodes(cfg: &Config, job_id: u32) -> Vec<NodeSummary> {
 }
 
 /// A requeued job runs again under the same id, and its state directory still holds the first
-/// run's `archived` marker, which would make this run's Epilog skip its report. When this node's
-/// spool started well after the archived run's start (the requeue's hold-off is a minute or more;
-/// one run's spool starts within seconds of SLURM's start), this is a later run: the earlier run's
-/// state moves to `<job>.run<start_s>` and this run proceeds. Returns whether it did.
+/// run's `archived` marker, which would make this run's Epilog skip its report. A spool that began
+/// after the archived run had ended on every node it was archived from (`archived_end_ms`, the
+/// latest end of its node summaries) is a later run's: SLURM starts a requeued job again only after
+/// every Epilog of the earlier run has finished, and a node of the archived run whose summary
+/// came too late began before that run ended. Then the earlier run's state moves to
+/// `<job>.run<start_s>` and this run proceeds. Returns whether it did.
+///
+/// Without `archived_end_ms` (a state written by an older version, or a run archived with no node
+/// summary), a spool that began more than [`LATER_RUN_S`] after the archived run's start counts as
+/// a later run: SLURM holds a requeued job back for a minute or more unless an admin lets it start.
 fn set_aside_earlier_run(
     cfg: &Config,
     job_id: u32,
     spool: &Path,
     log: &mut dyn FnMut(&str),
 ) -> bool {
-    const LATER_RUN_S: u64 = 10;
     let state = job_state_dir(cfg, job_id);
     // The marker holds the archived record's path; its name is the run's key.
     let Some(archived_start_s) = read_limited(&state.join("archived"), 4096)
@@ -84,13 +89,17 @@ fn set_aside_earlier_run(
     else {
         return false;
     };
-    let Some(spool_start_s) = pipeline::read_node_dir(spool)
-        .header()
-        .map(|h| h.start_unix_ms / 1000)
-    else {
+    let Some(spool_start_ms) = pipeline::read_node_dir(spool).start_unix_ms() else {
         return false;
     };
-    if spool_start_s <= archived_start_s + LATER_RUN_S {
+    let archived_end_ms = read_limited(&state.join(ARCHIVED_END_FILE), 64)
+        .ok()
+        .and_then(|b| String::from_utf8_lossy(&b).trim().parse::<u64>().ok());
+    let later = match archived_end_ms {
+        Some(end_ms) => spool_start_ms > end_ms,
+        None => spool_start_ms / 1000 > archived_start_s + LATER_RUN_S,
+    };
+    if !later {
         return false;
     }
     let aside = cfg
@@ -109,6 +118,14 @@ fn set_aside_earlier_run(
         Err(_) => !is_archived(cfg, job_id),
     }
 }
+
+/// In a job's state directory, beside `archived`: when the archived run ended, the latest end of
+/// the node summaries it was made from (ms since the epoch).
+const ARCHIVED_END_FILE: &str = "archived_end_ms";
+
+/// Without [`ARCHIVED_END_FILE`]: how long after the archived run's start a spool must begin to be
+/// a later run's.
+const LATER_RUN_S: u64 = 10;
 
 pub fn is_archived(cfg: &Config, job_id: u32) -> bool {
     job_state_dir(cfg, job_id).join("archived").exists()
@@ -157,6 +174,7 @@ pub fn finish_job(
     slurm: &dyn Slurm,
 ) -> Result<(JobSummary, PathBuf)> {
     let nodes = stored_nodes(cfg, facts.job_id);
+    let nodes_end_ms = nodes.iter().map(|n| n.end_unix_ms).max();
     let mut s = pipeline::job(facts, nodes, expected, cfg, GENERATOR, &|f, e| {
         slurm.decide_end(f, e)
     });
@@ -176,6 +194,20 @@ pub fn finish_job(
     }
 
     let dir = job_state_dir(cfg, facts.job_id);
+    // Written before the marker: a marker is never without the end that tells a later run's
+    // spool from this one's (set_aside_earlier_run).
+    match nodes_end_ms {
+        Some(end_ms) => write_atomic(
+            &dir,
+            ARCHIVED_END_FILE,
+            end_ms.to_string().as_bytes(),
+            0o600,
+            None,
+        )?,
+        None => {
+            let _ = std::fs::remove_file(dir.join(ARCHIVED_END_FILE));
+        }
+    }
     write_atomic(
         &dir,
         "archived",
@@ -893,6 +925,61 @@ mod tests {
              job 9: archived as a partial report; no data from n2\n"
         );
         assert_eq!(ReapReport::default().describe(), "nothing to reap\n");
+    }
+
+    /// A short run's spool on node `node`, beginning `start_ms` after the fixtures' start and
+    /// ending `end_ms` after it.
+    fn short_spool(c: &Config, job: u32, node: &str, start_ms: u64, end_ms: u64) {
+        let dir = job_dir(&c.paths.spool_dir, job, node);
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut h = header(job, node, "job");
+        let t0 = h.start_unix_ms;
+        h.start_unix_ms = t0 + start_ms;
+        let mut w = SeriesWriter::create(&dir, "job.jsc", h, Limits::default()).unwrap();
+        w.push(Bucket {
+            t_first_ms: t0 + start_ms + 500,
+            t_last_ms: t0 + start_ms + 500,
+            n: 1,
+            last: Reading {
+                cpu_usage_ns: Some(1),
+                ..Default::default()
+            },
+            gauges: Default::default(),
+        })
+        .unwrap();
+        w.end(&End {
+            t_ms: t0 + end_ms,
+            reason: "stopped".into(),
+            samples_taken: 1,
+            samples_missed: 0,
+        })
+        .unwrap();
+    }
+
+    /// A requeued job that an admin let start again at once (`scontrol update StartTime=now`):
+    /// its second run begins seconds after the first began, but after the first ended. It gets
+    /// its own report; an Epilog of the first run again (a retry, its spool beginning before
+    /// that run ended) does not make a second one.
+    #[test]
+    fn a_requeued_run_started_at_once_gets_its_own_report_and_a_retry_none() {
+        let d = tempfile::tempdir().unwrap();
+        let c = cfg(d.path());
+        let slurm = FakeSlurm::up();
+        let mut log = |_: &str| {};
+        short_spool(&c, 91, "a", 0, 3_000);
+        let first = run_epilog(&c, &env(91, "a", "a"), &slurm, &mut log).unwrap();
+        assert!(matches!(first, Outcome::Archived { .. }), "{first:?}");
+        short_spool(&c, 91, "a", 0, 3_000);
+        let retry = run_epilog(&c, &env(91, "a", "a"), &slurm, &mut log).unwrap();
+        assert!(matches!(retry, Outcome::AlreadyArchived), "{retry:?}");
+        // 5 s after the first run's start: within what the hold-off rule would take for it
+        short_spool(&c, 91, "a", 5_000, 9_000);
+        let second = run_epilog(&c, &env(91, "a", "a"), &slurm, &mut log).unwrap();
+        assert!(matches!(second, Outcome::Archived { .. }), "{second:?}");
+        let runs = archive::Store::new(&c.paths.archive_dir, &c.archive.admin_group)
+            .runs(91, 0)
+            .unwrap();
+        assert_eq!(runs.len(), 2, "{runs:?}");
     }
 
     /// A requeued job: the same id runs again; the second run's Epilog finds the first run's

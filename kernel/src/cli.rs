@@ -6,12 +6,16 @@ use clap::{Parser, Subcommand};
 use jobscope_model::kernel::PIN_DIR;
 use std::path::PathBuf;
 
+/// jobscope's per-node kernel collector.
+///
+/// Loads jobscope's BPF programs once per node and keeps their maps pinned, so that the SPANK
+/// plugin's sampler (in every job's slurmstepd) and `jobscope run` read, per job, the time its
+/// threads waited for a CPU, its context switches, network and block bytes, page-cache bytes
+/// dirtied and, with --syscalls, its system calls by class. Nothing else about a job is recorded.
+/// The jobscope-kernel service runs `jobscope-kernel run --optional` on every node; where the
+/// kernel lacks BTF or BPF, reports say that the kernel view is missing.
 #[derive(Parser)]
-#[command(
-    name = "jobscope-kernel",
-    version,
-    about = "jobscope's per-node kernel collector"
-)]
+#[command(name = "jobscope-kernel", version)]
 pub struct Cli {
     #[command(subcommand)]
     pub cmd: Cmd,
@@ -30,6 +34,7 @@ pub enum Cmd {
         /// Entries of the jobs map (jobs counted at once on this node).
         #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(u32).range(1..))]
         max_jobs: u32,
+        /// Where the maps are pinned (a directory on bpffs, created 0700 root).
         #[arg(long, default_value = PIN_DIR)]
         pin_dir: PathBuf,
         /// Where the job samplers keep `<job>.*` directories (the sweep's sign of a live job).
@@ -41,8 +46,10 @@ pub enum Cmd {
     },
     /// Whether the collector runs, and how full its jobs map is.
     Status {
+        /// One JSON object, for scripts and monitoring.
         #[arg(long)]
         json: bool,
+        /// Where the collector pins its maps.
         #[arg(long, default_value = PIN_DIR)]
         pin_dir: PathBuf,
     },

@@ -302,11 +302,7 @@ pub fn summarize_node(
         .map(|s| &s.header)
         .chain(steps.iter().map(|s| &s.header))
         .collect();
-    let start_unix_ms = headers
-        .iter()
-        .map(|h| h.start_unix_ms)
-        .min()
-        .unwrap_or(bound_ms);
+    let start_unix_ms = earliest_start_ms(headers.iter().copied()).unwrap_or(bound_ms);
     let end_unix_ms = recorded_end_ms(series, steps)
         .filter(|&t| t >= start_unix_ms && t <= bound_ms)
         .unwrap_or(bound_ms);
@@ -632,7 +628,22 @@ pub struct NodeSpool {
     pub problems: Vec<String>,
 }
 
+/// When the node's spool began: the earliest of its headers' starts (the series' and the steps').
+fn earliest_start_ms<'a>(headers: impl Iterator<Item = &'a crate::spool::Header>) -> Option<u64> {
+    headers.map(|h| h.start_unix_ms).min()
+}
+
 impl NodeSpool {
+    /// When this spool began, as its node summary's `start_unix_ms` says ([`earliest_start_ms`]).
+    pub fn start_unix_ms(&self) -> Option<u64> {
+        earliest_start_ms(
+            self.series
+                .iter()
+                .map(|s| &s.header)
+                .chain(self.steps.iter().map(|s| &s.header)),
+        )
+    }
+
     /// The first header found (the series', else a step's): which job, node and user the spool is of.
     pub fn header(&self) -> Option<&crate::spool::Header> {
         self.series
