@@ -197,13 +197,15 @@ pub fn finish_job(
     // Written before the marker: a marker is never without the end that tells a later run's
     // spool from this one's (set_aside_earlier_run).
     match nodes_end_ms {
-        Some(end_ms) => write_atomic(
-            &dir,
-            ARCHIVED_END_FILE,
-            end_ms.to_string().as_bytes(),
-            0o600,
-            None,
-        )?,
+        Some(end_ms) => {
+            write_atomic(
+                &dir,
+                ARCHIVED_END_FILE,
+                end_ms.to_string().as_bytes(),
+                0o600,
+                None,
+            )?;
+        }
         None => {
             let _ = std::fs::remove_file(dir.join(ARCHIVED_END_FILE));
         }
