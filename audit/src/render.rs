@@ -257,17 +257,17 @@ pub fn text(t: &Table, zone: Zone) -> String {
     text_within(t, zone, None)
 }
 
-/// `s` in lines of at most `width` terminal columns (a longer word alone on its line), each after
-/// the first indented by `indent`. The one word wrapper of the audit's texts (the cluster report,
-/// the alert mails).
-pub fn wrap(s: &str, width: usize, indent: &str) -> String {
+/// `s` in lines of at most `max_cols` terminal columns (a longer word alone on its line), each
+/// after the first indented by `indent`. The one word wrapper of the audit's texts (the cluster
+/// report, the alert mails).
+pub fn wrap(s: &str, max_cols: usize, indent: &str) -> String {
     let mut out = String::new();
     let mut line = 0;
     for w in s.split_whitespace() {
-        let n = jobscope_report::present::width(w);
+        let n = width(w);
         // `41.0 %`: the sign stays with its number.
         let glued = w.starts_with('%');
-        if line > 0 && line + 1 + n > width && !glued {
+        if line > 0 && line + 1 + n > max_cols && !glued {
             out.push('\n');
             out.push_str(indent);
             line = 0;
@@ -281,8 +281,8 @@ pub fn wrap(s: &str, width: usize, indent: &str) -> String {
     out
 }
 
-/// [`text`], its lines at most `max_cols` terminal columns where that can be had by cutting free text
-/// ([`FREE_TEXT`]: names, accounts) short with an ellipsis, widest column first, down to
+/// [`text`], its lines at most `max_cols` terminal columns ([`width`]: a CJK character takes two)
+/// where that can be had by cutting free text ([`FREE_TEXT`]: names, accounts) short with an ellipsis, widest column first, down to
 /// [`TEXT_MIN_CHARS`] or its header. Numbers, times and vocabulary are never cut.
 pub fn text_within(t: &Table, zone: Zone, max_cols: Option<usize>) -> String {
     let cells: Vec<Vec<String>> = t
@@ -296,13 +296,11 @@ pub fn text_within(t: &Table, zone: Zone, max_cols: Option<usize>) -> String {
         })
         .collect();
     let names: Vec<String> = t.columns.iter().map(|c| header(&c.name, zone)).collect();
-    // terminal columns, not characters: a CJK character takes two
-    let cols = width;
     let col_width = |c: usize| {
         cells
             .iter()
-            .map(|r| cols(&r[c]))
-            .chain([cols(&names[c])])
+            .map(|r| width(&r[c]))
+            .chain([width(&names[c])])
             .max()
             .unwrap_or(0)
     };
@@ -310,7 +308,7 @@ pub fn text_within(t: &Table, zone: Zone, max_cols: Option<usize>) -> String {
     if let Some(max) = max_cols {
         let floor = |c: usize| {
             if FREE_TEXT.contains(&t.columns[c].name.as_str()) {
-                cols(&names[c]).max(TEXT_MIN_CHARS)
+                width(&names[c]).max(TEXT_MIN_CHARS)
             } else {
                 usize::MAX
             }
@@ -335,12 +333,12 @@ pub fn text_within(t: &Table, zone: Zone, max_cols: Option<usize>) -> String {
                 s.push_str("  ");
             }
             // Cut short to the column (only free text is ever longer), the cut shown by `…`.
-            let v = if cols(v) > widths[c] {
+            let v = if width(v) > widths[c] {
                 clean_line_cols(v, widths[c])
             } else {
                 v.clone()
             };
-            let pad = widths[c].saturating_sub(cols(&v));
+            let pad = widths[c].saturating_sub(width(&v));
             if right(c) {
                 s.push_str(&" ".repeat(pad));
                 s.push_str(&v);

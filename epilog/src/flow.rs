@@ -996,29 +996,7 @@ mod tests {
         let first = run_epilog(&c, &env(90, "a", "a"), &slurm, &mut log).unwrap();
         assert!(matches!(first, Outcome::Archived { .. }), "{first:?}");
         // The second run's spool starts five minutes later.
-        let dir = job_dir(&c.paths.spool_dir, 90, "a");
-        std::fs::create_dir_all(&dir).unwrap();
-        let mut h = header(90, "a", "job");
-        h.start_unix_ms += 300_000;
-        let mut w = SeriesWriter::create(&dir, "job.jsc", h, Limits::default()).unwrap();
-        w.push(Bucket {
-            t_first_ms: 1_700_001_300_000,
-            t_last_ms: 1_700_001_300_000,
-            n: 1,
-            last: Reading {
-                cpu_usage_ns: Some(1),
-                ..Default::default()
-            },
-            gauges: Default::default(),
-        })
-        .unwrap();
-        w.end(&End {
-            t_ms: 1_700_001_330_000,
-            reason: "stopped".into(),
-            samples_taken: 1,
-            samples_missed: 0,
-        })
-        .unwrap();
+        short_spool(&c, 90, "a", 300_000, 330_000);
         let second = run_epilog(&c, &env(90, "a", "a"), &slurm, &mut log).unwrap();
         assert!(matches!(second, Outcome::Archived { .. }), "{second:?}");
         let runs = archive::Store::new(&c.paths.archive_dir, &c.archive.admin_group)

@@ -11,7 +11,7 @@
  * a tagged task whose job has no entry only bumps state.dropped_events.
  *
  * Concurrency: the per-event hooks add to their own task's js_task fields only, which no other
- * context writes (see above js_sys_enter). A job's counters (this CPU's copy of the PERCPU_HASH
+ * context writes (the comment above js_sys_enter says why). A job's counters (this CPU's copy of the PERCPU_HASH
  * value) are written only by account(), from the task iterator (js_catch_up, preemptible) and
  * at a task's exit, so it adds atomically (a lock-prefixed add on a CPU-local cache line): one
  * may preempt or interleave with the other on the same CPU.
@@ -121,7 +121,7 @@ static __always_inline void account(struct js_task *t, struct task_struct *p)
 	__sync_fetch_and_add(&c->runq_wait_ns,
 			     advance(&t->seen_run_delay_ns, p->sched_info.run_delay));
 	/* what the task's own hooks counted (a plain 8-byte load: only the task writes these) */
-#define JS_MOVE(f) __sync_fetch_and_add(&c->f, advance(&t->seen_##f, t->own_##f))
+#define JS_MOVE(f) __sync_fetch_and_add(&c->f, advance(&t->seen.f, t->own.f))
 	for (int i = 0; i < JS_SYS_NCLASS; i++)
 		JS_MOVE(syscalls[i]);
 	JS_MOVE(small_reads);
@@ -217,9 +217,9 @@ static __always_inline void small_io_at_syscall(struct js_task *t, struct pt_reg
 	if (JS_SYSCALL_ARG3(regs) >= JS_SMALL_IO_BYTES)
 		return;
 	if (rd)
-		t->own_small_reads++;
+		t->own.small_reads++;
 	else
-		t->own_small_writes++;
+		t->own.small_writes++;
 #endif
 }
 
@@ -243,7 +243,7 @@ int BPF_PROG(js_sys_enter, struct pt_regs *regs, long id)
 		if (v && *v < JS_SYS_NCLASS)
 			cls = *v;
 	}
-	t->own_syscalls[cls]++;
+	t->own.syscalls[cls]++;
 	if (small_io_from_syscalls)
 		small_io_at_syscall(t, regs, id);
 	return 0;
@@ -275,7 +275,7 @@ int BPF_PROG(js_vfs_read, struct file *file, char *buf, size_t count, loff_t *po
 	if (!t)
 		return 0;
 	if (count < JS_SMALL_IO_BYTES)
-		t->own_small_reads++;
+		t->own.small_reads++;
 	return 0;
 }
 
@@ -286,7 +286,7 @@ int BPF_PROG(js_vfs_write, struct file *file, const char *buf, size_t count, lof
 	if (!t)
 		return 0;
 	if (count < JS_SMALL_IO_BYTES)
-		t->own_small_writes++;
+		t->own.small_writes++;
 	return 0;
 }
 
@@ -308,8 +308,8 @@ int BPF_PROG(js_sock_send, struct sock *sk, int ret, int flags)
 		return 0;
 	if (ret <= 0 || !is_inet(sk))
 		return 0;
-	t->own_net_tx_bytes += ret;
-	t->own_net_tx_calls++;
+	t->own.net_tx_bytes += ret;
+	t->own.net_tx_calls++;
 	return 0;
 }
 
@@ -322,8 +322,8 @@ int BPF_PROG(js_sock_recv, struct sock *sk, int ret, int flags)
 	/* A MSG_PEEK receive leaves the bytes queued: they are counted when really read. */
 	if (ret <= 0 || (flags & MSG_PEEK) || !is_inet(sk))
 		return 0;
-	t->own_net_rx_bytes += ret;
-	t->own_net_rx_calls++;
+	t->own.net_rx_bytes += ret;
+	t->own.net_rx_calls++;
 	return 0;
 }
 
@@ -343,9 +343,9 @@ int BPF_PROG(js_bio_queue, struct bio *bio)
 	__u64 bytes = bio->bi_iter.bi_size;
 
 	if (op == JS_REQ_OP_WRITE)
-		t->own_blk_write_bytes += bytes;
+		t->own.blk_write_bytes += bytes;
 	else if (op == JS_REQ_OP_READ)
-		t->own_blk_read_bytes += bytes;
+		t->own.blk_read_bytes += bytes;
 	return 0;
 }
 
@@ -378,6 +378,6 @@ int BPF_PROG(js_dirty_folio, struct folio *folio, struct address_space *mapping)
 	if (!t)
 		return 0;
 	/* Fired by folio_account_dirtied when a clean folio turns dirty, in the writer's context. */
-	t->own_dirtied_bytes += folio_bytes(folio);
+	t->own.dirtied_bytes += folio_bytes(folio);
 	return 0;
 }

@@ -54,39 +54,36 @@ struct js_counters {
 	__u64 dirtied_bytes;           /* page-cache bytes dirtied by the job's buffered writes */
 };
 
-/* Per task (thread): the job it belongs to; what the task's own hooks counted (every figure of
- * js_counters but the scheduler's four, in the same order); and the baselines of both already
- * added to the job. The hooks that run per event (system calls, small reads and writes, sends,
- * receives, bios, dirtied pages) only add to their task's own fields: no lookup of the job's
- * entry per event. The collector's once-a-second task iterator and the task's exit move the
- * deltas to the job, with the kernel's own per-task scheduler counters (see jobscope.bpf.c).
- * Only the task itself writes own_*; baselines are exchanged atomically. */
+/* What a task's own hooks counted: every figure of js_counters but the scheduler's four, in the
+ * same order. */
+struct js_own {
+	__u64 syscalls[JS_SYS_NCLASS];
+	__u64 small_reads;
+	__u64 small_writes;
+	__u64 net_tx_bytes;
+	__u64 net_rx_bytes;
+	__u64 net_tx_calls;
+	__u64 net_rx_calls;
+	__u64 blk_read_bytes;
+	__u64 blk_write_bytes;
+	__u64 dirtied_bytes;
+};
+
+/* Per task (thread): the job it belongs to; what the task's own hooks counted (`own`); and the
+ * baselines already added to the job, of the kernel's own per-task scheduler counters and of
+ * `own` (`seen`). The hooks that run per event (system calls, small reads and writes, sends,
+ * receives, bios, dirtied pages) only add to their task's `own`: no lookup of the job's entry per
+ * event. The collector's once-a-second task iterator and the task's exit move the deltas to the
+ * job (see jobscope.bpf.c). Only the task itself writes `own`; baselines are exchanged
+ * atomically. */
 struct js_task {
 	__u64 job_key;
 	__u64 seen_nvcsw;
 	__u64 seen_nivcsw;
 	__u64 seen_run_ns;
 	__u64 seen_run_delay_ns;
-	__u64 own_syscalls[JS_SYS_NCLASS];
-	__u64 own_small_reads;
-	__u64 own_small_writes;
-	__u64 own_net_tx_bytes;
-	__u64 own_net_rx_bytes;
-	__u64 own_net_tx_calls;
-	__u64 own_net_rx_calls;
-	__u64 own_blk_read_bytes;
-	__u64 own_blk_write_bytes;
-	__u64 own_dirtied_bytes;
-	__u64 seen_syscalls[JS_SYS_NCLASS];
-	__u64 seen_small_reads;
-	__u64 seen_small_writes;
-	__u64 seen_net_tx_bytes;
-	__u64 seen_net_rx_bytes;
-	__u64 seen_net_tx_calls;
-	__u64 seen_net_rx_calls;
-	__u64 seen_blk_read_bytes;
-	__u64 seen_blk_write_bytes;
-	__u64 seen_dirtied_bytes;
+	struct js_own own;
+	struct js_own seen;
 };
 
 /* flags */

@@ -2,8 +2,8 @@
 //! really lay out) against jobscope_model::kernel (what the readers decode): same size, same
 //! field offsets. A field added, removed or reordered on one side only fails here.
 
-use jobscope_kernel::skel::types::{js_counters, js_state, js_task};
-use jobscope_model::kernel::{Counters, State, Task};
+use jobscope_kernel::skel::types::{js_counters, js_own, js_state, js_task};
+use jobscope_model::kernel::{Counters, Own, State, Task};
 use std::mem::{offset_of, size_of};
 
 macro_rules! same_layout {
@@ -65,26 +65,24 @@ fn task_layout() {
             seen_nivcsw,
             seen_run_ns,
             seen_run_delay_ns,
-            own_syscalls,
-            own_small_reads,
-            own_small_writes,
-            own_net_tx_bytes,
-            own_net_rx_bytes,
-            own_net_tx_calls,
-            own_net_rx_calls,
-            own_blk_read_bytes,
-            own_blk_write_bytes,
-            own_dirtied_bytes,
-            seen_syscalls,
-            seen_small_reads,
-            seen_small_writes,
-            seen_net_tx_bytes,
-            seen_net_rx_bytes,
-            seen_net_tx_calls,
-            seen_net_rx_calls,
-            seen_blk_read_bytes,
-            seen_blk_write_bytes,
-            seen_dirtied_bytes
+            own,
+            seen
+        ]
+    );
+    same_layout!(
+        js_own,
+        Own,
+        [
+            syscalls,
+            small_reads,
+            small_writes,
+            net_tx_bytes,
+            net_rx_bytes,
+            net_tx_calls,
+            net_rx_calls,
+            blk_read_bytes,
+            blk_write_bytes,
+            dirtied_bytes
         ]
     );
 }

@@ -74,8 +74,24 @@ pub struct Counters {
     pub dirtied_bytes: u64,
 }
 
-/// `struct js_task`: per task, the job it counts for, what the task's own hooks counted (network,
-/// block, page cache) and the baselines already added to the job.
+/// `struct js_own`: what a task's own hooks counted, [`Counters`] but the scheduler's four.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[repr(C)]
+pub struct Own {
+    pub syscalls: [u64; 6],
+    pub small_reads: u64,
+    pub small_writes: u64,
+    pub net_tx_bytes: u64,
+    pub net_rx_bytes: u64,
+    pub net_tx_calls: u64,
+    pub net_rx_calls: u64,
+    pub blk_read_bytes: u64,
+    pub blk_write_bytes: u64,
+    pub dirtied_bytes: u64,
+}
+
+/// `struct js_task`: per task, the job it counts for, what the task's own hooks counted (`own`)
+/// and the baselines already added to the job (`seen_*`, `seen`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[repr(C)]
 pub struct Task {
@@ -84,26 +100,8 @@ pub struct Task {
     pub seen_nivcsw: u64,
     pub seen_run_ns: u64,
     pub seen_run_delay_ns: u64,
-    pub own_syscalls: [u64; 6],
-    pub own_small_reads: u64,
-    pub own_small_writes: u64,
-    pub own_net_tx_bytes: u64,
-    pub own_net_rx_bytes: u64,
-    pub own_net_tx_calls: u64,
-    pub own_net_rx_calls: u64,
-    pub own_blk_read_bytes: u64,
-    pub own_blk_write_bytes: u64,
-    pub own_dirtied_bytes: u64,
-    pub seen_syscalls: [u64; 6],
-    pub seen_small_reads: u64,
-    pub seen_small_writes: u64,
-    pub seen_net_tx_bytes: u64,
-    pub seen_net_rx_bytes: u64,
-    pub seen_net_tx_calls: u64,
-    pub seen_net_rx_calls: u64,
-    pub seen_blk_read_bytes: u64,
-    pub seen_blk_write_bytes: u64,
-    pub seen_dirtied_bytes: u64,
+    pub own: Own,
+    pub seen: Own,
 }
 
 /// `struct js_state`: the collector's state, one entry.
@@ -205,17 +203,24 @@ impl<const N: usize> Field for [u64; N] {
 
 macro_rules! pod {
     ($t:ty { $($f:ident),* }) => {
+        impl Field for $t {
+            fn read(&mut self, next: &mut dyn FnMut() -> u64) {
+                $( Field::read(&mut self.$f, next); )*
+            }
+            fn write(&self, out: &mut Vec<u8>) {
+                $( Field::write(&self.$f, out); )*
+            }
+        }
         impl Pod for $t {
             fn from_bytes(b: &[u8]) -> Self {
                 let mut w = words(b);
-                let mut next = || w.next().unwrap_or(0);
                 let mut v = <$t>::default();
-                $( Field::read(&mut v.$f, &mut next); )*
+                Field::read(&mut v, &mut || w.next().unwrap_or(0));
                 v
             }
             fn to_bytes(&self) -> Vec<u8> {
                 let mut out = Vec::with_capacity(std::mem::size_of::<$t>());
-                $( Field::write(&self.$f, &mut out); )*
+                Field::write(self, &mut out);
                 out
             }
         }
@@ -239,32 +244,26 @@ impl Pod for Counters {
             .collect()
     }
 }
+pod!(Own {
+    syscalls,
+    small_reads,
+    small_writes,
+    net_tx_bytes,
+    net_rx_bytes,
+    net_tx_calls,
+    net_rx_calls,
+    blk_read_bytes,
+    blk_write_bytes,
+    dirtied_bytes
+});
 pod!(Task {
     job_key,
     seen_nvcsw,
     seen_nivcsw,
     seen_run_ns,
     seen_run_delay_ns,
-    own_syscalls,
-    own_small_reads,
-    own_small_writes,
-    own_net_tx_bytes,
-    own_net_rx_bytes,
-    own_net_tx_calls,
-    own_net_rx_calls,
-    own_blk_read_bytes,
-    own_blk_write_bytes,
-    own_dirtied_bytes,
-    seen_syscalls,
-    seen_small_reads,
-    seen_small_writes,
-    seen_net_tx_bytes,
-    seen_net_rx_bytes,
-    seen_net_tx_calls,
-    seen_net_rx_calls,
-    seen_blk_read_bytes,
-    seen_blk_write_bytes,
-    seen_dirtied_bytes
+    own,
+    seen
 });
 pod!(State {
     abi_version,
@@ -293,8 +292,14 @@ mod tests {
         assert_eq!(&b[b.len() - 8..], &99u64.to_ne_bytes());
         let t = Task {
             job_key: 1,
-            own_syscalls: [2, 3, 4, 5, 6, 7],
-            seen_dirtied_bytes: 8,
+            own: Own {
+                syscalls: [2, 3, 4, 5, 6, 7],
+                ..Default::default()
+            },
+            seen: Own {
+                dirtied_bytes: 8,
+                ..Default::default()
+            },
             ..Default::default()
         };
         let b = t.to_bytes();
