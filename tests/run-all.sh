@@ -1,9 +1,14 @@
 #!/bin/bash
 # THE test command (README, CI): everything from a fresh clone, as root, non-interactive.
 #
-#   sudo tests/run-all.sh [--keep-up] [--skip-deps] [--skip-24.11] [--skip-vm]
+#   sudo tests/run-all.sh [--keep-up] [--skip-deps] [--skip-24.11] [--skip-vm] [--until PHASE]
 #
-# Phases: deps (slurm-conf/install-deps.sh; no apt-get when all is installed) -> build
+# --until unit|pg|packages|host stops after that phase (unit includes the mutation test; host is
+# the 22.05 host's one- and two-node suites): for proofs on a fresh machine (tests/fresh.sh) and for
+# developers.
+#
+# Phases: deps (slurm-conf/install-deps.sh; no apt-get when all is installed) -> fetch (every crate
+# of Cargo.lock, for every platform: `cargo metadata` in the tests resolves them all) -> build
 # (cargo build --release --workspace) -> unit tests (whole workspace except the cluster tests)
 # -> the spool mutation test with overflow checks (dev profile) -> .deb packages (packaging/build-debs.sh,
 # lintian) -> install them (slurm-conf/cluster.sh install --packages) -> 1-node cluster + cluster tests (all but
@@ -21,18 +26,27 @@ cd "$REPO" || exit 1
 CLUSTER=slurm-conf/cluster.sh
 CLUSTER_PKG=jobscope-cluster-tests
 
-keep_up=0 skip_deps=0 skip_2411=${JOBSCOPE_SKIP_2411:-0} skip_vm=${JOBSCOPE_SKIP_VM:-0}
+keep_up=0 skip_deps=0 skip_2411=${JOBSCOPE_SKIP_2411:-0} skip_vm=${JOBSCOPE_SKIP_VM:-0} until=""
+want_until=0
 for a in "$@"; do
+  if [ "$want_until" = 1 ]; then until=$a; want_until=0; continue; fi
   case "$a" in
+    --until) want_until=1 ;;
+    --until=*) until=${a#--until=} ;;
     --keep-up) keep_up=1 ;;
     --skip-deps) skip_deps=1 ;;
     --skip-24.11) skip_2411=1 ;;
     --skip-vm) skip_vm=1 ;;
     --with-24.11) ;;  # the default since 24.11 joined the run; accepted for old command lines
-    -h|--help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "run-all: unknown argument $a" >&2; exit 2 ;;
   esac
 done
+[ "$want_until" = 0 ] || { echo "run-all: --until needs a phase (unit, pg, packages or host)" >&2; exit 2; }
+case "$until" in
+  ""|unit|pg|packages|host) ;;
+  *) echo "run-all: --until $until: not a phase (unit, pg, packages or host)" >&2; exit 2 ;;
+esac
 
 [ "$(id -u)" = 0 ] || { echo "run-all: must run as root (it installs packages, starts SLURM, submits jobs via runuser)" >&2; exit 1; }
 exec </dev/null
@@ -103,6 +117,8 @@ trap finish EXIT
 trap 'echo "run-all: interrupted" >&2; FAILED=1; exit 130' INT TERM
 # abort <msg>: a phase the later ones depend on failed
 abort() { echo "run-all: $1: stopping here" >&2; exit 1; }
+# stop_after <phase>: the end of the run when --until names that phase
+stop_after() { [ "$until" != "$1" ] || { echo "run-all: --until $1: the later phases left out"; exit 0; }; }
 
 # shellcheck source=tests/cluster/suites.sh
 . tests/cluster/suites.sh
@@ -136,6 +152,12 @@ fi
 # with every other crate as in the workspace build (so only the plugin crate is compiled twice), and
 # is copied aside as jobscope_spank_faults.so (cluster.sh install puts it beside the packaged one);
 # the workspace build after it puts the plugin without the feature back into target/release.
+# The build fetches only the host's crates; `cargo metadata` (cli/tests/crate_graph.rs) resolves
+# every platform's, and fails offline on a machine that never fetched them. So every crate of the
+# lock file is fetched here, by the test command itself, not left to what a machine happens to hold.
+phase "fetch: cargo fetch --locked (every crate of Cargo.lock, for every platform)"
+cargo fetch --locked; end_phase $? || abort "crates could not be fetched"
+
 phase "build: cargo build --release --workspace (first with jobscope-plugin/fault-injection, kept as jobscope_spank_faults.so)"
 REL=${CARGO_TARGET_DIR:-$REPO/target}/release
 cargo build --release --workspace --features jobscope-plugin/fault-injection \
@@ -149,6 +171,7 @@ run_tests unit; end_phase $?
 # find arithmetic that corrupt spools can overflow, so it also runs where overflow panics.
 phase "mutation test with overflow checks (dev profile)"
 cargo test -p jobscope-report --test mutation; end_phase $?
+stop_after unit
 
 # A real PostgreSQL (Debian's package) on 127.0.0.1:55432, started and stopped by the project's
 # script (the outage test runs a second one on 55433 itself): the sink, resume after an outage,
@@ -161,6 +184,7 @@ if bash slurm-conf/postgres.sh up; then
 else
   end_phase 1
 fi
+stop_after pg
 
 # The .deb packages are built from the release build (lintian must report no error) and installed
 # with apt; the cluster tests then run the packaged files (cluster.sh install --packages). If the
@@ -177,6 +201,8 @@ else
   bash "$CLUSTER" install; end_phase $? || abort "install failed"
 fi
 
+stop_after packages
+
 phase "cluster up (1 node)"
 CLUSTER_STARTED=1
 if bash "$CLUSTER" up; end_phase $?; then
@@ -189,6 +215,7 @@ if bash "$CLUSTER" up --nodes 2; end_phase $?; then
   phase "cluster tests, 2 nodes (two_node_*)"
   run_tests two-node; end_phase $?
 fi
+stop_after host
 
 # SLURM 24.11 (issue 11 §1): the same cluster tests against the daemons of a Debian 13 root
 # filesystem (slurm-conf/trixie/: built once per machine and cached), with the plugin built against
