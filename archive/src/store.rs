@@ -628,7 +628,10 @@ impl Store {
         let json = serde_json::to_vec_pretty(s)?;
         ensure_dir(&self.root, 0o755, 0, 0)?;
         let day_dir = match self.existing_day(&name, s.start_unix_ms, s.end_unix_ms) {
-            Some(d) => d,
+            Some(d) => {
+                refuse_another_run(&d.join(&name), s)?;
+                d
+            }
             None => self.root.join(date_path(s.end_unix_ms)),
         };
         let mut dir = self.root.clone();
@@ -1025,6 +1028,35 @@ pub fn find(archive_dir: &Path, job_id: u32, caller_uid: u32) -> Result<Vec<u8>>
     )?)
 }
 
+/// The same key written again replaces the earlier record only when it is the same run (a retry,
+/// a late node): a record whose run ended before this one began, or began after this one ended, is
+/// another run of the job (a requeue) that happens to share the key, and replacing it would lose
+/// its report. Refused, so the caller keeps this run's evidence and says why.
+fn refuse_another_run(existing: &Path, s: &JobSummary) -> Result<()> {
+    #[derive(serde::Deserialize)]
+    struct Span {
+        start_unix_ms: u64,
+        end_unix_ms: u64,
+    }
+    let Ok(bytes) = jobscope_sampler::fsutil::read_limited(existing, MAX_DOC_BYTES) else {
+        return Ok(());
+    };
+    let Ok(old) = serde_json::from_slice::<Span>(&bytes) else {
+        return Ok(());
+    };
+    ensure!(
+        old.end_unix_ms >= s.start_unix_ms && old.start_unix_ms <= s.end_unix_ms,
+        "job {}: {} holds another run of this job ({} to {}), not this one ({} to {}): not replaced",
+        s.job_id,
+        existing.display(),
+        utc_time(old.start_unix_ms / 1000),
+        utc_time(old.end_unix_ms / 1000),
+        utc_time(s.start_unix_ms / 1000),
+        utc_time(s.end_unix_ms / 1000),
+    );
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1066,6 +1098,30 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let s = Store::new(&d.path().join("archive"), "root");
         (d, s)
+    }
+
+    /// Two runs of one job under one key (a requeued job whose runs got the same start second
+    /// from a confused source): the second is refused, the first record stays as it was. The
+    /// same run written again (a retry) still replaces its record.
+    #[test]
+    fn another_run_under_the_same_key_is_refused_not_written_over() {
+        const DAY: u64 = 20_000 * 86_400;
+        let (_d, st) = store();
+        let mut first = summary(7, DAY + 100, DAY + 200);
+        first.scheduler_start_unix_s = Some(DAY + 100);
+        let a = st.write(&first).unwrap();
+        let before = std::fs::read(&a.path).unwrap();
+        let mut again = first.clone();
+        again.end_unix_ms += 1_000;
+        assert_eq!(st.write(&again).unwrap().path, a.path, "a retry of the same run");
+        let kept = std::fs::read(&a.path).unwrap();
+        assert_ne!(kept, before);
+        let mut later = summary(7, DAY + 300, DAY + 400);
+        later.scheduler_start_unix_s = Some(DAY + 100);
+        let err = format!("{:#}", st.write(&later).unwrap_err());
+        assert!(err.contains("another run of this job"), "{err}");
+        assert_eq!(std::fs::read(&a.path).unwrap(), kept);
+        assert_eq!(files(&st.root).len(), 2, "the record and the owner's copy");
     }
 
     /// Every `*.json` below `dir` (any depth), relative, sorted.

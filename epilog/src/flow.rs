@@ -649,7 +649,7 @@ pub fn append_log(path: &Path, line: &str) {
 mod tests {
     use super::*;
     use jobscope_report::pipeline::testing::header;
-    use jobscope_report::slurm::{EndReason, FakeSlurm, JobState};
+    use jobscope_report::slurm::{EndReason, FakeSlurm, JobFacts, JobState};
     use jobscope_sampler::sample::Reading;
     use jobscope_sampler::spool::writer::{Limits, SeriesWriter, StepWriter};
     use jobscope_sampler::spool::{Bucket, End, Event};
@@ -982,6 +982,57 @@ mod tests {
             .runs(91, 0)
             .unwrap();
         assert_eq!(runs.len(), 2, "{runs:?}");
+    }
+
+    /// A requeued job that an admin let start again at once, under load: the first run's Epilog
+    /// asks the controller only after the requeue and `scontrol update StartTime=now`, and the
+    /// controller answers with the job's next start (the second run's), seconds after the first
+    /// run's own first record. Each run is archived under its own start: the first run's record
+    /// keeps its start and is not replaced by the second's (they shared a key when the first run
+    /// took the controller's start: the second run's report was written over the first's path).
+    #[test]
+    fn each_run_of_a_requeued_job_is_keyed_by_its_own_start_whatever_slurm_says_later() {
+        let d = tempfile::tempdir().unwrap();
+        let c = cfg(d.path());
+        let t0_s = header(93, "a", "job").start_unix_ms / 1000;
+        let next_start_s = t0_s + 5;
+        let facts = |state, requeued| JobFacts {
+            job_id: 93,
+            scheduler_state: Some(state),
+            requeued,
+            start_unix_s: Some(next_start_s),
+            ..Default::default()
+        };
+        let mut slurm = FakeSlurm::up();
+        // The first run's Epilog: the job is pending again, due to start at `next_start_s`.
+        slurm.jobs.insert(93, facts(JobState::Pending, true));
+        let mut log = |_: &str| {};
+        short_spool(&c, 93, "a", 0, 3_000);
+        let first = run_epilog(&c, &env(93, "a", "a"), &slurm, &mut log).unwrap();
+        assert!(matches!(first, Outcome::Archived { .. }), "{first:?}");
+        // The second run began at `next_start_s` and completed.
+        slurm.jobs.insert(93, facts(JobState::Completed, false));
+        short_spool(&c, 93, "a", 5_000, 9_000);
+        let second = run_epilog(&c, &env(93, "a", "a"), &slurm, &mut log).unwrap();
+        assert!(matches!(second, Outcome::Archived { .. }), "{second:?}");
+        let runs = archive::Store::new(&c.paths.archive_dir, &c.archive.admin_group)
+            .runs(93, 0)
+            .unwrap();
+        assert_eq!(runs.len(), 2, "{runs:?}");
+        let mut got: Vec<(u64, u64, Option<u64>)> = runs
+            .iter()
+            .map(|r| {
+                let bytes = std::fs::read(&r.path).unwrap();
+                let s: JobSummary = serde_json::from_slice(&bytes).unwrap();
+                (s.start_unix_ms, s.end_unix_ms, s.scheduler_start_unix_s)
+            })
+            .collect();
+        got.sort();
+        let t0_ms = t0_s * 1000;
+        // The first run: its own start and end; SLURM's start (the next run's) is not kept as its.
+        assert_eq!(got[0], (t0_ms, t0_ms + 3_000, None), "{got:?}");
+        // The second run: SLURM's start is its own, and its first record falls in that second.
+        assert_eq!(got[1], (t0_ms + 5_000, t0_ms + 9_000, Some(next_start_s)), "{got:?}");
     }
 
     /// A requeued job: the same id runs again; the second run's Epilog finds the first run's

@@ -89,6 +89,21 @@ pub fn best_start_ms(slurm_ms: Option<u64>, measured_ms: Option<u64>) -> Option<
     }
 }
 
+/// SLURM's start second when it is this run's. The controller's record describes the job's latest
+/// run: once a job is requeued, the Epilog of the run that ended (or a late `reap`) is answered
+/// with the next run's expected or actual start (`scontrol update StartTime=now`, or the hold-off's
+/// begin time), which lies after this run's own first record. Such a start is another run's: it
+/// must neither become this run's start nor its identity (the archive's key), or the two runs of
+/// one job share a key and one report replaces the other. A start up to [`CLOCK_SKEW_MS`] after
+/// the nodes' first record is this run's (the clocks differ); one before it is too (the launch
+/// takes time, and the record never describes an earlier run). Without a measured start, SLURM's
+/// is all there is.
+pub fn this_runs_start_s(slurm_start_s: Option<u64>, measured_ms: Option<u64>) -> Option<u64> {
+    slurm_start_s.filter(|&s| {
+        measured_ms.is_none_or(|m| s.saturating_mul(1000) <= m.saturating_add(CLOCK_SKEW_MS))
+    })
+}
+
 /// Assembles the job's summary (without analysis). `expected_nodes` are the allocation's nodes;
 /// those without a summary are named as missing and still count in the allocation.
 pub fn assemble(
@@ -112,8 +127,10 @@ pub fn assemble(
             .iter()
             .filter(|n| n.quality.samples > 0 || !n.steps.is_empty())
     };
-    let slurm_start_ms = facts.start_unix_s.map(|t| t.saturating_mul(1000));
-    let start_unix_ms = best_start_ms(slurm_start_ms, measured().map(|n| n.start_unix_ms).min())
+    let measured_start_ms = measured().map(|n| n.start_unix_ms).min();
+    let scheduler_start_s = this_runs_start_s(facts.start_unix_s, measured_start_ms);
+    let slurm_start_ms = scheduler_start_s.map(|t| t.saturating_mul(1000));
+    let start_unix_ms = best_start_ms(slurm_start_ms, measured_start_ms)
         .or_else(|| nodes.iter().map(|n| n.start_unix_ms).max())
         .unwrap_or(0);
     let nodes_end_ms = nodes.iter().map(|n| n.end_unix_ms).max();
@@ -276,7 +293,7 @@ pub fn assemble(
         start_unix_ms,
         end_unix_ms,
         elapsed_s,
-        scheduler_start_unix_s: facts.start_unix_s,
+        scheduler_start_unix_s: scheduler_start_s,
         alloc,
         cpu,
         mem,

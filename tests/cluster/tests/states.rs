@@ -335,6 +335,9 @@ fn a_requeued_job_keeps_both_reports() -> Result<()> {
     )?;
     wait_running(id)?;
     std::thread::sleep(Duration::from_secs(5));
+    let requeued_at_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)?
+        .as_millis() as u64;
     slurm_cmd("scontrol", &["requeue", &id.to_string()])?;
     // The first run ends (and is archived) and the job is pending again, held back by SLURM for
     // two minutes (Reason=BeginTime). Nothing here is about that wait, and the cluster is held by
@@ -359,18 +362,29 @@ fn a_requeued_job_keeps_both_reports() -> Result<()> {
     }
     let files = archive_files(id);
     ensure!(files.len() == 2, "job {id}: archived runs {files:?}");
-    let mut states = Vec::new();
+    let mut runs = Vec::new();
     for f in &files {
         let v: Value = serde_json::from_slice(&std::fs::read(f)?)?;
-        states.push((
+        runs.push((
             v["start_unix_ms"].as_u64().unwrap_or(0),
+            v["end_unix_ms"].as_u64().unwrap_or(0),
             v["state"].as_str().unwrap_or("").to_string(),
         ));
     }
-    states.sort();
+    runs.sort();
+    // Each run is its own: the first began before the requeue and ended before the second
+    // began (the controller's answer to the first run's Epilog already describes the second run:
+    // its start must not become the first run's, nor their shared key).
+    let [(start1, end1, state1), (start2, end2, state2)] = &runs[..] else {
+        unreachable!("two files checked above")
+    };
     ensure!(
-        states[0].1 == "REQUEUED" && states[1].1 == "COMPLETED" && states[0].0 < states[1].0,
-        "job {id}: runs {states:?}"
+        state1 == "REQUEUED" && state2 == "COMPLETED",
+        "job {id}: runs {runs:?}"
+    );
+    ensure!(
+        start1 < end1 && *start1 < requeued_at_ms && end1 <= start2 && start2 < end2,
+        "job {id}: runs {runs:?} (requeued at {requeued_at_ms})"
     );
     Ok(())
 }
