@@ -1113,7 +1113,11 @@ mod tests {
         let before = std::fs::read(&a.path).unwrap();
         let mut again = first.clone();
         again.end_unix_ms += 1_000;
-        assert_eq!(st.write(&again).unwrap().path, a.path, "a retry of the same run");
+        assert_eq!(
+            st.write(&again).unwrap().path,
+            a.path,
+            "a retry of the same run"
+        );
         let kept = std::fs::read(&a.path).unwrap();
         assert_ne!(kept, before);
         let mut later = summary(7, DAY + 300, DAY + 400);

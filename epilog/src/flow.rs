@@ -1032,7 +1032,11 @@ mod tests {
         // The first run: its own start and end; SLURM's start (the next run's) is not kept as its.
         assert_eq!(got[0], (t0_ms, t0_ms + 3_000, None), "{got:?}");
         // The second run: SLURM's start is its own, and its first record falls in that second.
-        assert_eq!(got[1], (t0_ms + 5_000, t0_ms + 9_000, Some(next_start_s)), "{got:?}");
+        assert_eq!(
+            got[1],
+            (t0_ms + 5_000, t0_ms + 9_000, Some(next_start_s)),
+            "{got:?}"
+        );
     }
 
     /// A requeued job: the same id runs again; the second run's Epilog finds the first run's
