@@ -8,8 +8,8 @@
 #   sudo tests/fresh.sh [--until unit|pg|packages] [WORKDIR]
 #                         (default: --until unit, /var/tmp/jobscope-tests-fresh; removed after)
 #
-# The cluster phases start SLURM on this host's loopback, so no other jobscope test cluster may
-# be up; they are left out by default (the host's own runs cover them). Prints the run's summary.
+# The cluster phases would start SLURM on this host's loopback, so they are not offered: the
+# phases up to the packages start no cluster, and may run beside one. Prints the run's summary.
 set -euo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 until=unit WORK=/var/tmp/jobscope-tests-fresh

@@ -14,6 +14,7 @@ WORK=${1:-/var/tmp/jobscope-demo-fresh}
 FRESH_ROOT=$WORK/root
 die() { echo "demo-fresh: ERROR: $*" >&2; exit 1; }
 . "$REPO/slurm-conf/lib/fresh-system.sh"
+! (exec 3<>/dev/tcp/127.0.0.1/6817) 2>/dev/null || die "something listens on 6817: stop the test cluster first (slurm-conf/cluster.sh down)"
 trap 'fresh_cleanup; rm -rf "$WORK"' EXIT
 fresh_make "$REPO"
 

@@ -3,8 +3,8 @@
 # command): a new bookworm root filesystem (mmdebstrap, "important" packages plus a C compiler and
 # git, as a fresh install with Rust has), this machine's Rust toolchain and nothing else of it (no
 # crates downloaded, no apt packages of the project, no build), and a clone of the repository's
-# HEAD. It runs on this host's kernel and loopback (chroot, shared network, cgroups and BPF), so
-# no other jobscope test cluster may be up. Sourced, not run; the sourcing script defines die and
+# HEAD. It runs on this host's kernel and loopback (chroot, shared network, cgroups and BPF): a
+# cluster started in it would meet the host's. Sourced, not run; the sourcing script defines die and
 # sets FRESH_ROOT (the root filesystem's directory, removed by fresh_cleanup).
 
 . "$(dirname "${BASH_SOURCE[0]}")/debian-root.sh"
@@ -25,7 +25,6 @@ fresh_make() {
   local repo=$1
   [ "$(id -u)" = 0 ] || die "must run as root"
   command -v mmdebstrap >/dev/null || die "mmdebstrap is missing (slurm-conf/install-deps.sh installs it)"
-  ! (exec 3<>/dev/tcp/127.0.0.1/6817) 2>/dev/null || die "something listens on 6817: stop the test cluster first (slurm-conf/cluster.sh down)"
   local rustup_dir=${RUSTUP_HOME:-$HOME/.rustup} cargo_bin=${CARGO_HOME:-$HOME/.cargo}/bin
   [ -x "$cargo_bin/cargo" ] || die "no cargo in $cargo_bin"
   fresh_cleanup
