@@ -9,7 +9,7 @@
 
 . "$(dirname "${BASH_SOURCE[0]}")/debian-root.sh"
 
-# the host's certificate authorities inside the fresh system (its network may sit behind a TLS
+# the host's certificate authorities inside the fresh system, for cargo, pip and curl alike (its network may sit behind a TLS
 # proxy with its own CA), in a file of their own that no package's trigger rewrites
 FRESH_CA=/etc/fresh-system-host-ca.crt
 
@@ -55,5 +55,5 @@ fresh_make() {
 fresh_run() {
   local log=$1; shift
   chroot "$FRESH_ROOT" /usr/bin/env -i HOME=/root TERM=dumb PATH=/root/.cargo/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
-    RUSTUP_AUTO_INSTALL=0 SSL_CERT_FILE=$FRESH_CA CARGO_HTTP_CAINFO=$FRESH_CA /bin/bash -c "cd /root/jobscope && $*" >"$log" 2>&1
+    RUSTUP_AUTO_INSTALL=0 SSL_CERT_FILE=$FRESH_CA CARGO_HTTP_CAINFO=$FRESH_CA PIP_CERT=$FRESH_CA REQUESTS_CA_BUNDLE=$FRESH_CA /bin/bash -c "cd /root/jobscope && $*" >"$log" 2>&1
 }
