@@ -72,7 +72,47 @@ enum Op {
     FlipByte(usize, u16),
     /// A lock file left by a writer that died (pid-text format of earlier versions).
     StaleLock,
+    /// An entry of state.json made to say something else than its part (issue 29 §3).
+    EditState(Edit, usize),
 }
+
+/// How [`Op::EditState`] changes state.json.
+#[derive(Debug, Clone, Copy)]
+enum Edit {
+    /// A job part's month: one the index does not have.
+    MonthAbsent,
+    /// A job part's month: the other month of [`DAYS`].
+    MonthOther,
+    /// The month in a job part's path (no such file).
+    PathMonth,
+    /// The month and the path's month alike, to one the index does not have.
+    MonthAndPath,
+    /// A job part's rows, one more.
+    Rows,
+    /// A job part's end times before any job's.
+    EndTimes,
+    /// A job part listed with the node parts.
+    OtherTable,
+    /// A job part's entry gone.
+    DropJobs,
+    /// A node part's entry gone.
+    DropNodes,
+    /// `next_part` back to 1.
+    NextPartBack,
+}
+
+const EDITS: [Edit; 10] = [
+    Edit::MonthAbsent,
+    Edit::MonthOther,
+    Edit::PathMonth,
+    Edit::MonthAndPath,
+    Edit::Rows,
+    Edit::EndTimes,
+    Edit::OtherTable,
+    Edit::DropJobs,
+    Edit::DropNodes,
+    Edit::NextPartBack,
+];
 
 fn op() -> impl Strategy<Value = Op> {
     let day = 0..DAYS.len();
@@ -89,6 +129,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (0..8usize).prop_map(Op::DuplicateStateEntry),
         1 => (0..8usize, any::<u16>()).prop_map(|(p, o)| Op::FlipByte(p, o)),
         1 => Just(Op::StaleLock),
+        2 => (0..EDITS.len(), 0..8usize).prop_map(|(e, i)| Op::EditState(EDITS[e], i)),
     ]
 }
 
@@ -185,8 +226,13 @@ impl World {
     fn rows(&self) -> Result<Vec<RunKey>> {
         let eng = ParquetEngine::open(&self.settings.dir)?;
         let cols = ["cluster", "job_id", "scheduler_start_unix_s"];
+        // A window over every job (1970 to 2100): an entry's end times count, as in any report
+        // with --since or --until.
+        let mut q = Query::new(Q::Jobs);
+        q.window.since_unix_s = Some(1);
+        q.window.until_unix_s = Some(4_102_444_800);
         let mut out = Vec::new();
-        for b in eng.scan(&Query::new(Q::Jobs), &cols)? {
+        for b in eng.scan(&q, &cols)? {
             let c = b.column_by_name("cluster").unwrap().as_string::<i32>();
             let j = b
                 .column_by_name("job_id")
@@ -337,7 +383,56 @@ impl World {
             Op::StaleLock => {
                 let _ = std::fs::write(self.store.root().join(LOCK), "elsewhere 2147483646 0\n");
             }
+            Op::EditState(edit, i) => self.edit_state(edit, i),
         }
+    }
+
+    /// [`Op::EditState`]: the `i`-th entry (modulo their number) edited.
+    fn edit_state(&self, edit: Edit, i: usize) {
+        let Some(mut st) = self.state() else { return };
+        let table = if matches!(edit, Edit::DropNodes) {
+            "nodes"
+        } else {
+            "jobs"
+        };
+        let Some(list) = st[table].as_array_mut().filter(|l| !l.is_empty()) else {
+            return;
+        };
+        let k = i % list.len();
+        let month = list[k]["month"].as_str().unwrap().to_string();
+        let file = list[k]["file"].as_str().unwrap().to_string();
+        let other = if month == "2026-03" {
+            "2026-04"
+        } else {
+            "2026-03"
+        };
+        match edit {
+            Edit::MonthAbsent => list[k]["month"] = "1999-01".into(),
+            Edit::MonthOther => list[k]["month"] = other.into(),
+            Edit::PathMonth => list[k]["file"] = file.replace(&month, other).into(),
+            Edit::MonthAndPath => {
+                list[k]["file"] = file.replace(&month, "1999-01").into();
+                list[k]["month"] = "1999-01".into();
+            }
+            Edit::Rows => list[k]["rows"] = (list[k]["rows"].as_u64().unwrap() + 1).into(),
+            Edit::EndTimes => {
+                list[k]["min_end_ms"] = 0.into();
+                list[k]["max_end_ms"] = 0.into();
+            }
+            Edit::OtherTable => {
+                let e = list.remove(k);
+                st["nodes"].as_array_mut().unwrap().push(e);
+            }
+            Edit::DropJobs | Edit::DropNodes => {
+                list.remove(k);
+            }
+            Edit::NextPartBack => st["next_part"] = 1.into(),
+        }
+        std::fs::write(
+            self.settings.dir.join(STATE),
+            serde_json::to_vec(&st).unwrap(),
+        )
+        .unwrap();
     }
 
     /// Runs one update and checks it: fails exactly when something cannot be read, naming the
@@ -472,6 +567,23 @@ fn the_reproduced_sequences() {
         Update,
     ]);
     run(&[Write(1, 0), Update, FlipByte(0, 1000), Update]);
+    // Issue 29 §3: an entry of state.json says another month, path, rows, end times or table than
+    // its part, or is gone, or next_part went back; each with a month of two parts, then a later
+    // write to it.
+    for edit in EDITS {
+        run(&[
+            Write(1, 0),
+            Update,
+            Write(2, 1),
+            Write(3, 2),
+            Update,
+            EditState(edit, 0),
+            Update,
+            Update,
+            Write(4, 0),
+            Update,
+        ]);
+    }
     // A stale lock does not stop an update; a day moved within its month.
     run(&[
         Write(1, 0),

@@ -22,8 +22,12 @@
 //! Crash safety: parts are written under new names and only become part of the index when
 //! state.json (written atomically) lists them; files it does not list are removed by the next
 //! writer. A missing or unreadable state.json makes the next update a full rebuild; a listed part
-//! that is missing, listed twice, under another month or not what was written (its SHA-256) makes
-//! its month rebuilt: the index can always be thrown away.
+//! that is missing, listed twice, under another month or table than its path, not what was written
+//! (its SHA-256), or whose entry's rows or end times are not the file's own makes both the month
+//! its entry names and the month of its path rebuilt, and so does a part file no entry lists though
+//! a committed update wrote it (an entry gone): each run stays one row. An entry's seal (a hash of
+//! its fields) tells an entry edited since it was checked without reading the file. The index can
+//! always be thrown away.
 
 pub mod lock;
 
@@ -130,7 +134,68 @@ pub struct Part {
     /// read again (an update must not read the whole index).
     #[serde(default)]
     pub stamp: Option<Stamp>,
+    /// [`seal_of`] this entry when it was last checked against its file: while it matches, no field
+    /// above was changed since (an edited or damaged state.json), so its month, rows and end times
+    /// are the file's without reading it. `None`: never checked (an earlier jobscope).
+    #[serde(default)]
+    pub seal: Option<String>,
 }
+
+/// What [`seal_of`] hashes first: a seal is of nothing else.
+const SEAL_DOMAIN: &str = "jobscope index part entry 1";
+
+/// The SHA-256 of everything an entry of `table` says about its part (every field but the seal).
+fn seal_of(table: &str, p: &Part) -> String {
+    let facts = serde_json::json!([
+        SEAL_DOMAIN,
+        table,
+        p.file,
+        p.month,
+        p.rows,
+        p.min_end_ms,
+        p.max_end_ms,
+        p.sha256,
+        p.stamp
+    ]);
+    jobscope_sampler::digest::sha256_hex(facts.to_string().as_bytes())
+}
+
+/// Whether `p`'s entry is as it was when last checked against its file.
+fn sealed(table: &str, p: &Part) -> bool {
+    p.seal.as_deref() == Some(seal_of(table, p).as_str())
+}
+
+/// A month of the index's directories: `YYYY-MM`.
+fn is_month(s: &str) -> bool {
+    let b = s.as_bytes();
+    b.len() == 7
+        && b[4] == b'-'
+        && b[..4].iter().chain(&b[5..]).all(u8::is_ascii_digit)
+        && matches!(s[5..].parse::<u8>(), Ok(1..=12))
+}
+
+/// The number in a part file's name, `part-NNNNNNNN.parquet`.
+fn part_seq(name: &str) -> Option<u64> {
+    let digits = name.strip_prefix("part-")?.strip_suffix(".parquet")?;
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+/// A part's table, month and number from its path, `<table>/<YYYY-MM>/part-NNNNNNNN.parquet`.
+fn parse_part_path(file: &str) -> Option<(&str, &str, u64)> {
+    let mut it = file.split('/');
+    let (table, month, name) = (it.next()?, it.next()?, it.next()?);
+    if it.next().is_some() || !matches!(table, "jobs" | "nodes") || !is_month(month) {
+        return None;
+    }
+    Some((table, month, part_seq(name)?))
+}
+
+/// A part number past this is not one an index reaches (a new part per update every minute for a
+/// million years is 5·10^11): a larger `next_part` in state.json is damage.
+const MAX_PART_SEQ: u64 = 1_000_000_000_000;
 
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct State {
@@ -392,7 +457,7 @@ fn write_part_batches(
     let path = dir.join(&name);
     std::fs::rename(&tmp, &path)?;
     let stamp = settled(&std::fs::symlink_metadata(&path)?);
-    Ok(Part {
+    let mut part = Part {
         file: format!("{rel_dir}/{name}"),
         month: month.to_string(),
         rows,
@@ -400,7 +465,10 @@ fn write_part_batches(
         max_end_ms,
         sha256: Some(sha256),
         stamp,
-    })
+        seal: None,
+    };
+    part.seal = Some(seal_of(table, &part));
+    Ok(part)
 }
 
 fn end_range(b: &RecordBatch) -> (Option<i64>, Option<i64>) {
@@ -657,7 +725,7 @@ impl<'a> Index<'a> {
                 ..Default::default()
             }
         });
-        let next_part = state.next_part.max(1);
+        let next_part = self.next_free_seq(&state);
 
         // A directory that cannot be read stops the update here, the index as it was.
         let days = self.store.walk_days()?;
@@ -936,28 +1004,45 @@ impl<'a> Index<'a> {
         Ok(rep)
     }
 
-    /// Checks every listed part against state.json: listed once, under its own month, there, and
-    /// with the checksum it was written with (read again only when its [`Stamp`] moved). Returns
-    /// the months to rebuild and why; records the checksums and stamps it verified in `st`.
+    /// Checks every entry of state.json against its part: listed once, under the table and month
+    /// of its path, there, with the checksum it was written with (read again only when its
+    /// [`Stamp`] moved), and with the file's own rows and end times (read again only when the
+    /// entry's seal does not match). An entry that fails is dropped, and both the month it names
+    /// and the month of its path are rebuilt: either may be where its rows are (a month edited in
+    /// state.json, or a path). Part files no entry lists are [`Index::unlisted`]. Returns the
+    /// months to rebuild and why; records the checksums, stamps and seals it verified in `st`.
     fn validate(&self, st: &mut State) -> BTreeMap<String, String> {
         let mut bad = BTreeMap::new();
+        let unlisted = self.unlisted(st);
         let mut seen = BTreeSet::new();
         for (table, parts) in [("jobs", &mut st.jobs), ("nodes", &mut st.nodes)] {
-            for p in parts.iter_mut() {
-                if let Err(e) = self.check_part(table, p, &mut seen) {
-                    bad.entry(p.month.clone()).or_insert(format!("{e:#}"));
+            parts.retain_mut(|p| {
+                let Err(e) = self.check_part(table, p, &mut seen) else {
+                    return true;
+                };
+                let in_path = p.file.split('/').nth(1).unwrap_or_default();
+                for month in [p.month.as_str(), in_path] {
+                    if is_month(month) {
+                        bad.entry(month.to_string())
+                            .or_insert_with(|| format!("{e:#}"));
+                    }
                 }
-            }
+                false
+            });
+        }
+        for (month, why) in unlisted {
+            bad.entry(month).or_insert(why);
         }
         bad
     }
 
     fn check_part(&self, table: &str, p: &mut Part, seen: &mut BTreeSet<String>) -> Result<()> {
-        let name = p.file.strip_prefix(&format!("{table}/{}/", p.month));
-        if !name
-            .is_some_and(|n| n.starts_with("part-") && n.ends_with(".parquet") && !n.contains('/'))
-        {
-            bail!("index part {} is listed under month {}", p.file, p.month);
+        if !parse_part_path(&p.file).is_some_and(|(t, m, _)| t == table && m == p.month) {
+            bail!(
+                "index part {} is listed in {table} under month {}",
+                p.file,
+                p.month
+            );
         }
         if !seen.insert(p.file.clone()) {
             bail!("index part {} is listed twice", p.file);
@@ -968,10 +1053,23 @@ impl<'a> Index<'a> {
         if !md.is_file() {
             bail!("index part {} is not a regular file", p.file);
         }
-        if p.sha256.is_some() && p.stamp == Some(stamp_of(&md)) {
+        let unchanged = p.sha256.is_some() && p.stamp == Some(stamp_of(&md));
+        if unchanged && sealed(table, p) {
             return Ok(());
         }
-        let sum = manifest::sha256_file(&path)
+        if !unchanged {
+            self.check_sum(table, p, &path)?;
+            p.stamp = settled(&md);
+        }
+        self.check_footer(table, p)?;
+        p.seal = Some(seal_of(table, p));
+        Ok(())
+    }
+
+    /// The part's bytes against the checksum it was written with (or, written before checksums
+    /// were kept, every page decoded once; its checksum is then recorded).
+    fn check_sum(&self, table: &str, p: &mut Part, path: &Path) -> Result<()> {
+        let sum = manifest::sha256_file(path)
             .with_context(|| format!("index part {} cannot be read", p.file))?;
         match &p.sha256 {
             Some(want) if *want != sum => {
@@ -979,7 +1077,6 @@ impl<'a> Index<'a> {
             }
             Some(_) => {}
             None => {
-                // Written before checksums were kept: every page decoded once, then trusted.
                 let schema = if table == "jobs" {
                     stored_job_schema()
                 } else {
@@ -998,8 +1095,135 @@ impl<'a> Index<'a> {
                 p.sha256 = Some(sum);
             }
         }
-        p.stamp = settled(&md);
         Ok(())
+    }
+
+    /// The entry's rows and end times against the part's own footer (its row count and the
+    /// statistics of `end_unix_ms`): an entry that says fewer rows or other end times than the file
+    /// holds would make totals wrong and a window skip the file.
+    fn check_footer(&self, table: &str, p: &Part) -> Result<()> {
+        let f = std::fs::File::open(self.settings.dir.join(&p.file))
+            .with_context(|| format!("index part {}", p.file))?;
+        let m = ArrowReaderMetadata::load(&f, ArrowReaderOptions::new())
+            .with_context(|| format!("index part {} is damaged", p.file))?;
+        let schema = if table == "jobs" {
+            stored_job_schema()
+        } else {
+            node_schema()
+        };
+        if m.schema().fields() != schema.fields() {
+            bail!("index part {} has other columns than {table}", p.file);
+        }
+        let rows = m.metadata().file_metadata().num_rows();
+        if u64::try_from(rows).ok() != Some(p.rows) {
+            bail!(
+                "index part {} holds {rows} rows, state.json says {}",
+                p.file,
+                p.rows
+            );
+        }
+        let (mut min, mut max) = (None::<i64>, None::<i64>);
+        if let Ok(col) = m.schema().index_of("end_unix_ms") {
+            for rg in m.metadata().row_groups() {
+                match rg.column(col).statistics() {
+                    Some(Statistics::Int64(st)) => {
+                        min = st.min_opt().copied().into_iter().chain(min).min();
+                        max = st.max_opt().copied().into_iter().chain(max).max();
+                    }
+                    _ if rg.num_rows() == 0 => {}
+                    _ => bail!("index part {} has no statistics of its end times", p.file),
+                }
+            }
+        }
+        if (min, max) != (p.min_end_ms, p.max_end_ms) {
+            bail!(
+                "index part {} holds end times {min:?} to {max:?}, state.json says {:?} to {:?}",
+                p.file,
+                p.min_end_ms,
+                p.max_end_ms
+            );
+        }
+        Ok(())
+    }
+
+    /// The part files in the index's month directories: (path in the index, month, number).
+    fn part_files(&self) -> Vec<(String, String, u64)> {
+        let mut out = Vec::new();
+        for table in ["jobs", "nodes"] {
+            let Ok(months) = std::fs::read_dir(self.settings.dir.join(table)) else {
+                continue;
+            };
+            for m in months.flatten() {
+                let month = m.file_name().to_string_lossy().into_owned();
+                let Ok(files) = std::fs::read_dir(m.path()) else {
+                    continue;
+                };
+                for f in files.flatten() {
+                    let name = f.file_name().to_string_lossy().into_owned();
+                    let file = format!("{table}/{month}/{name}");
+                    if let Some((_, _, seq)) = parse_part_path(&file) {
+                        out.push((file, month.clone(), seq));
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// Months that hold a part file state.json does not list although a committed update wrote
+    /// it (its number is below `next_part`): an entry gone from state.json, whose rows would
+    /// otherwise be missing while its days count as read. A crashed writer's new files are numbered
+    /// from `next_part` on and are not counted; those a committed update had replaced (compacted,
+    /// or of a rebuilt month) are, when it died before removing them: a month rebuilt once more.
+    /// When `next_part` itself disagrees with the listed parts, every unlisted file is counted.
+    fn unlisted(&self, st: &State) -> BTreeMap<String, String> {
+        let listed: BTreeSet<&str> = st
+            .jobs
+            .iter()
+            .chain(&st.nodes)
+            .map(|p| p.file.as_str())
+            .collect();
+        let highest = listed
+            .iter()
+            .filter_map(|f| parse_part_path(f))
+            .map(|(_, _, seq)| seq)
+            .max();
+        let below = if st.next_part <= MAX_PART_SEQ && highest.is_none_or(|h| h < st.next_part) {
+            st.next_part
+        } else {
+            u64::MAX
+        };
+        let mut out = BTreeMap::new();
+        for (file, month, seq) in self.part_files() {
+            if seq < below && !listed.contains(file.as_str()) {
+                out.entry(month)
+                    .or_insert_with(|| format!("index part {file} is not listed in state.json"));
+            }
+        }
+        out
+    }
+
+    /// The number of the next part file: past every part listed or on disk (a new part never
+    /// replaces a file, whatever `next_part` in state.json says).
+    fn next_free_seq(&self, st: &State) -> u64 {
+        let listed = st
+            .jobs
+            .iter()
+            .chain(&st.nodes)
+            .filter_map(|p| parse_part_path(&p.file));
+        let on_disk = self.part_files();
+        let taken = listed
+            .map(|(_, _, seq)| seq)
+            .chain(on_disk.iter().map(|(_, _, seq)| *seq))
+            .filter(|&seq| seq < MAX_PART_SEQ)
+            .max()
+            .map_or(1, |seq| seq + 1);
+        let said = if st.next_part <= MAX_PART_SEQ {
+            st.next_part
+        } else {
+            1
+        };
+        said.max(taken)
     }
 
     /// Removes part files state.json does not list (older compacted parts, a crashed writer's files).
@@ -1198,11 +1422,16 @@ impl ParquetEngine {
             since.is_none_or(|s| max.is_none_or(|m| m >= s))
                 && until.is_none_or(|u| min.is_none_or(|m| m < u))
         };
+        // An entry's end times skip its file only while its seal holds (state.json edited or
+        // damaged since the last update: the footer's statistics decide instead), and a file
+        // listed twice is read once; the next update rebuilds such months.
+        let mut files = BTreeSet::new();
         let parts: Vec<&Part> = self
             .state
             .jobs
             .iter()
-            .filter(|p| overlaps(p.min_end_ms, p.max_end_ms))
+            .filter(|p| files.insert(p.file.as_str()))
+            .filter(|p| !sealed("jobs", p) || overlaps(p.min_end_ms, p.max_end_ms))
             .collect();
         let read_schema = dict.then(dict_job_schema);
         let stored = stored_inputs(columns);

@@ -1189,3 +1189,192 @@ fn an_update_rewrites_only_the_history_its_new_jobs_change() {
         "{notes:?}"
     );
 }
+
+/// The runs the index holds as a window over all of 1970–2099 reads them (a window, so an entry's
+/// end times count), job ids sorted, duplicates kept.
+fn indexed_ids(fx: &Fixture) -> Vec<i64> {
+    let mut q = Query::new(Report::Jobs);
+    q.window = Window {
+        since_unix_s: Some(1),
+        until_unix_s: Some(4_102_444_800),
+    };
+    let t = fx.engine().run(&q).unwrap();
+    let id = t.column("job_id").unwrap();
+    let mut ids: Vec<i64> = t
+        .rows
+        .iter()
+        .map(|r| match r[id] {
+            Value::Int(i) => i,
+            ref v => panic!("job_id {v:?}"),
+        })
+        .collect();
+    ids.sort_unstable();
+    ids
+}
+
+/// The job ids of the archived records, read from their JSON, sorted.
+fn archived_ids(fx: &Fixture) -> Vec<i64> {
+    let mut ids: Vec<i64> = fx
+        .json_docs()
+        .iter()
+        .map(|d| d["job_id"].as_i64().unwrap())
+        .collect();
+    ids.sort_unstable();
+    ids
+}
+
+/// Issue 29 §3: an entry of state.json that says something else than its part (the month, the
+/// path, the rows, the end times, the table; an entry gone; `next_part` back or past any number) is
+/// found, the month the part really holds is rebuilt, every run is one row, and later updates are
+/// right. Each edit on an index of its own: March's one part (7 runs), April's two (5 runs).
+#[test]
+fn a_state_json_entry_that_disagrees_with_its_part_rebuilds_the_month_it_holds() {
+    type Edit = fn(&mut J);
+    /// The first entry of `table` (March's part, for jobs).
+    fn first<'a>(st: &'a mut J, table: &str) -> &'a mut J {
+        &mut st[table][0]
+    }
+    let edits: [(&str, Edit, Option<&str>); 13] = [
+        (
+            "a month not in the index",
+            |st| first(st, "jobs")["month"] = "1999-01".into(),
+            Some("2026-03"),
+        ),
+        (
+            "another month of the index",
+            |st| first(st, "jobs")["month"] = "2026-04".into(),
+            Some("2026-03"),
+        ),
+        (
+            "the path's month",
+            |st| {
+                let f = first(st, "jobs")["file"]
+                    .as_str()
+                    .unwrap()
+                    .replace("2026-03", "1999-01");
+                first(st, "jobs")["file"] = f.into();
+            },
+            Some("2026-03"),
+        ),
+        (
+            "the month and the path's month alike",
+            |st| {
+                let f = first(st, "jobs")["file"]
+                    .as_str()
+                    .unwrap()
+                    .replace("2026-03", "1999-01");
+                first(st, "jobs")["file"] = f.into();
+                first(st, "jobs")["month"] = "1999-01".into();
+            },
+            Some("2026-03"),
+        ),
+        (
+            "more rows",
+            |st| {
+                let rows = first(st, "jobs")["rows"].as_u64().unwrap();
+                first(st, "jobs")["rows"] = (rows + 5).into();
+            },
+            Some("2026-03"),
+        ),
+        (
+            "fewer rows",
+            |st| first(st, "jobs")["rows"] = 1.into(),
+            Some("2026-03"),
+        ),
+        (
+            "end times before any job",
+            |st| {
+                first(st, "jobs")["min_end_ms"] = 0.into();
+                first(st, "jobs")["max_end_ms"] = 0.into();
+            },
+            Some("2026-03"),
+        ),
+        (
+            "listed with the nodes",
+            |st| {
+                let e = st["jobs"].as_array_mut().unwrap().remove(0);
+                st["nodes"].as_array_mut().unwrap().push(e);
+            },
+            Some("2026-03"),
+        ),
+        (
+            "a job part's entry gone",
+            |st| {
+                st["jobs"].as_array_mut().unwrap().remove(0);
+            },
+            Some("2026-03"),
+        ),
+        (
+            "a node part's entry gone",
+            |st| {
+                st["nodes"].as_array_mut().unwrap().remove(0);
+            },
+            Some("2026-03"),
+        ),
+        (
+            "a day's mark gone",
+            |st| {
+                let days = st["days"].as_object_mut().unwrap();
+                let first = days.keys().next().unwrap().clone();
+                days.remove(&first);
+            },
+            Some("2026-03"),
+        ),
+        ("next_part back to 1", |st| st["next_part"] = 1.into(), None),
+        (
+            "next_part past any part",
+            |st| st["next_part"] = u64::MAX.into(),
+            None,
+        ),
+    ];
+    for (what, edit, month) in edits {
+        let fx = fixture();
+        let specs = mixed_jobs();
+        let (first, rest) = specs.split_at(8);
+        fx.write(first);
+        fx.index().update(false).unwrap();
+        fx.write(rest);
+        fx.index().update(false).unwrap();
+        assert_eq!(
+            indexed_ids(&fx),
+            archived_ids(&fx),
+            "{what}: before the edit"
+        );
+        let path = fx.settings.dir.join(STATE);
+        let mut st: J = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        assert_eq!(st["jobs"][0]["month"], "2026-03", "{what}: the fixture");
+        edit(&mut st);
+        std::fs::write(&path, serde_json::to_vec(&st).unwrap()).unwrap();
+
+        let rep = fx.index().update(false).unwrap();
+        assert!(!rep.rebuilt, "{what}: {rep:?}");
+        if let Some(m) = month {
+            assert!(rep.months_rebuilt.iter().any(|r| r == m), "{what}: {rep:?}");
+        }
+        assert_eq!(
+            indexed_ids(&fx),
+            archived_ids(&fx),
+            "{what}: after the update"
+        );
+        assert_eq!(rep.jobs_total, 12, "{what}: {rep:?}");
+        // The next update finds everything current, and the index still holds each run once.
+        let rep = fx.index().update(false).unwrap();
+        assert!(rep.months_rebuilt.is_empty(), "{what}: {rep:?}");
+        assert_eq!((rep.jobs_added, rep.jobs_total), (0, 12), "{what}: {rep:?}");
+        assert_eq!(
+            indexed_ids(&fx),
+            archived_ids(&fx),
+            "{what}: a later update"
+        );
+        // New runs in both months are added beside the parts that are there.
+        fx.write(&[
+            spec(300, "alice", 1001, "debug", 2),
+            spec(301, "bob", 1002, "gpu", 32),
+        ]);
+        let rep = fx.index().update(false).unwrap();
+        assert!(rep.months_rebuilt.is_empty(), "{what}: {rep:?}");
+        assert_eq!((rep.jobs_added, rep.jobs_total), (2, 14), "{what}: {rep:?}");
+        assert_eq!(indexed_ids(&fx), archived_ids(&fx), "{what}: new runs");
+        assert_eq!(archived_ids(&fx).len(), 14, "{what}: the archive");
+    }
+}
