@@ -30,6 +30,17 @@ pub trait Engine {
     fn run(&self, q: &Query) -> Result<Table>;
 }
 
+/// The earliest instant a window's end may be: 0000-01-01 00:00:00 UTC, the first that a
+/// four-digit year spells. With [`MAX_TIME_S`] and [`MAX_SPAN_S`] it keeps every sum made of a
+/// window (its length, the window of the same length before it, its milliseconds) far inside i64:
+/// `--since=-9223372036854775808` overflowed them (issue 29 §4).
+pub const MIN_TIME_S: i64 = -62_167_219_200;
+/// The latest: 9999-12-31 23:59:59 UTC.
+pub const MAX_TIME_S: i64 = 253_402_300_799;
+/// The longest span a window or a duration is given as (`--last`, `--min-elapsed`): 10 000 years
+/// of 365.2425 days, 3 652 425 days.
+pub const MAX_SPAN_S: i64 = 3_652_425 * 86_400;
+
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Window {
     pub since_unix_s: Option<i64>,
@@ -38,8 +49,19 @@ pub struct Window {
 
 impl Window {
     pub fn contains_end_ms(&self, end_unix_ms: i64) -> bool {
-        self.since_unix_s.is_none_or(|s| end_unix_ms >= s * 1000)
-            && self.until_unix_s.is_none_or(|u| end_unix_ms < u * 1000)
+        self.since_unix_s
+            .is_none_or(|s| end_unix_ms >= s.saturating_mul(1000))
+            && self
+                .until_unix_s
+                .is_none_or(|u| end_unix_ms < u.saturating_mul(1000))
+    }
+
+    /// Whether each end given is within [`MIN_TIME_S`]..=[`MAX_TIME_S`].
+    pub fn in_range(&self) -> bool {
+        [self.since_unix_s, self.until_unix_s]
+            .iter()
+            .flatten()
+            .all(|t| (MIN_TIME_S..=MAX_TIME_S).contains(t))
     }
 }
 

@@ -12,7 +12,10 @@ use clap::{Args, Subcommand, ValueEnum};
 use jobscope_archive::{self as archive, Store};
 use jobscope_audit::eval::MemEngine;
 use jobscope_audit::index::{Index, ParquetEngine, Settings};
-use jobscope_audit::query::{Engine, Filters, GroupKey, Query, Report, WasteMetric, Window, Zone};
+use jobscope_audit::query::{
+    Engine, Filters, GroupKey, Query, Report, WasteMetric, Window, Zone, MAX_SPAN_S, MAX_TIME_S,
+    MIN_TIME_S,
+};
 use jobscope_audit::render;
 use jobscope_audit::row::JobRow;
 use jobscope_sampler::config::Config;
@@ -64,13 +67,14 @@ pub enum EngineKind {
 #[derive(Args, Debug, Clone)]
 pub struct Common {
     /// Jobs that ended at or after this time: `YYYY-MM-DD`, `YYYY-MM-DDTHH:MM` (local time, or
-    /// UTC with --utc; a four-digit year) or Unix seconds.
-    #[arg(long)]
+    /// UTC with --utc; a four-digit year) or Unix seconds, from 0000-01-01 to 9999-12-31 UTC.
+    // Hyphen values are taken so that negative Unix seconds get the range, not "unknown option".
+    #[arg(long, allow_hyphen_values = true)]
     since: Option<String>,
-    /// Jobs that ended before this time (same forms as --since); it must be after --since.
-    #[arg(long)]
+    /// Jobs that ended before this time (same forms and range as --since); after --since.
+    #[arg(long, allow_hyphen_values = true)]
     until: Option<String>,
-    /// Jobs that ended in the last span: `7d`, `12h`, `2w`, `30m`.
+    /// Jobs that ended in the last span: `7d`, `12h`, `2w`, `30m` (at most 3652425d).
     // Hyphen values are taken so that `--last -5d` is told the span cannot be negative, not that
     // `-5` is an unknown option.
     #[arg(long, conflicts_with = "since", allow_hyphen_values = true)]
@@ -100,7 +104,7 @@ pub struct Common {
     /// insufficient_data).
     #[arg(long, value_delimiter = ',')]
     class: Vec<String>,
-    /// Jobs that ran at least this long (`90s`, `10m`, `2h`).
+    /// Jobs that ran at least this long (`90s`, `10m`, `2h`; at most 3652425d).
     #[arg(long, allow_hyphen_values = true)]
     min_elapsed: Option<String>,
     /// Only jobs with GPUs.
@@ -371,13 +375,33 @@ pub fn index_cmd(cfg: &Config, cmd: IndexCmd) -> Result<()> {
     Ok(())
 }
 
+/// The range of `--since` and `--until`, as the errors say it.
+const TIME_RANGE: &str = "0000-01-01 to 9999-12-31 UTC (Unix seconds -62167219200 to 253402300799)";
+/// The range of a span (`--last`, `--min-elapsed`), as the errors say it.
+const SPAN_RANGE: &str = "0 to 3652425d (10 000 years)";
+
+/// The time `s` given to `flag`: [`instant`], within [`MIN_TIME_S`]..=[`MAX_TIME_S`] (a window
+/// past them overflowed the report's arithmetic, issue 29 §4). Errors name the argument.
+fn parse_when(flag: &str, s: &str, zone: Zone) -> Result<i64> {
+    let t = instant(s, zone).map_err(|e| anyhow::anyhow!("{flag} {e}"))?;
+    match t {
+        Some(t) if (MIN_TIME_S..=MAX_TIME_S).contains(&t) => Ok(t),
+        _ => bail!("{flag} {s}: out of range: a time from {TIME_RANGE}"),
+    }
+}
+
 /// `2026-11-01`, `2026-11-01T12:30` (or with a space) on `zone`'s wall clock, at that time's own
-/// offset, or Unix seconds.
-fn parse_when(s: &str, zone: Zone) -> Result<i64> {
+/// offset, or Unix seconds; `None`: a number of seconds past i64.
+fn instant(s: &str, zone: Zone) -> Result<Option<i64>> {
     use chrono::format::ParseErrorKind;
     use chrono::{NaiveDate, NaiveDateTime, NaiveTime};
     if let Ok(n) = s.parse::<i64>() {
-        return Ok(n);
+        return Ok(Some(n));
+    }
+    // Unix seconds that do not fit i64 are out of range, not a malformed date.
+    let digits = s.strip_prefix(['-', '+']).unwrap_or(s);
+    if !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) {
+        return Ok(None);
     }
     // chrono's `%Y` takes any number of digits: `26-11-25` would be the year 26, and the report
     // would cover the whole archive without a word.
@@ -399,30 +423,46 @@ fn parse_when(s: &str, zone: Zone) -> Result<i64> {
         }
         _ => anyhow::anyhow!("{s:?}: expected YYYY-MM-DD, YYYY-MM-DDTHH:MM or Unix seconds"),
     })?;
-    zone.instant_of(wall)
+    zone.instant_of(wall).map(Some)
 }
 
-/// `90s`, `10m`, `12h`, `7d`, `2w` (a bare number is seconds): a duration, so `7d` is 168 hours
-/// even across a daylight-saving change.
-fn parse_span(s: &str) -> Result<i64> {
-    use chrono::TimeDelta;
+/// `90s`, `10m`, `12h`, `7d`, `2w` given to `flag` (a bare number is seconds): a duration, so `7d`
+/// is 168 hours even across a daylight-saving change; at most [`MAX_SPAN_S`]. Errors name the
+/// argument.
+fn parse_span(flag: &str, s: &str) -> Result<i64> {
     let s = s.trim();
     if s.starts_with('-') {
-        bail!("{s:?}: a duration cannot be negative (`7d` is the last 7 days)");
+        bail!("{flag} {s:?}: a duration cannot be negative (`7d` is the last 7 days)");
     }
     let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
-    let n: i64 = num
-        .parse()
-        .map_err(|_| anyhow::anyhow!("{s:?}: expected a number and s, m, h, d or w"))?;
-    let span = match unit {
-        "" | "s" => TimeDelta::try_seconds(n),
-        "m" => TimeDelta::try_minutes(n),
-        "h" => TimeDelta::try_hours(n),
-        "d" => TimeDelta::try_days(n),
-        "w" => TimeDelta::try_weeks(n),
-        _ => bail!("{s:?}: the unit must be s, m, h, d or w"),
+    let unit_s: i64 = match unit {
+        "" | "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        "d" => 86_400,
+        "w" => 7 * 86_400,
+        _ if num.is_empty() => bail!("{flag} {s:?}: expected a number and s, m, h, d or w"),
+        _ => bail!("{flag} {s:?}: the unit must be s, m, h, d or w"),
     };
-    Ok(span.context("span too large")?.num_seconds())
+    if num.is_empty() {
+        bail!("{flag} {s:?}: expected a number and s, m, h, d or w");
+    }
+    // All digits: a number that does not parse is too large, like one whose seconds are.
+    match num.parse::<i64>().ok().and_then(|n| n.checked_mul(unit_s)) {
+        Some(span) if span <= MAX_SPAN_S => Ok(span),
+        _ => bail!("{flag} {s}: out of range: a span from {SPAN_RANGE}"),
+    }
+}
+
+/// The start of a window `span` seconds before `end`, which must not be before [`MIN_TIME_S`];
+/// `what` names the arguments that made it.
+fn start_before(end: i64, span: i64, what: &str) -> Result<i64> {
+    match end.checked_sub(span) {
+        Some(t) if t >= MIN_TIME_S => Ok(t),
+        _ => {
+            bail!("{what}: the window would start before 0000-01-01 (times run from {TIME_RANGE})")
+        }
+    }
 }
 
 /// The group keys of `--by`: each known, none empty (`--by ,` is a slip, not "no grouping"), none
@@ -502,14 +542,18 @@ fn query(c: &Common, report: Report, group_by: Vec<GroupKey>) -> Result<Query> {
     let zone = if c.utc { Zone::Utc } else { Zone::Local };
     let now_s = (jobscope_sampler::sampler::now_unix_ms() / 1000) as i64;
     let since = match (&c.since, &c.last) {
-        (Some(s), _) => Some(parse_when(s, zone)?),
-        (None, Some(l)) => Some(now_s - parse_span(l)?),
+        (Some(s), _) => Some(parse_when("--since", s, zone)?),
+        (None, Some(l)) => Some(start_before(
+            now_s,
+            parse_span("--last", l)?,
+            &format!("--last {l}"),
+        )?),
         (None, None) => None,
     };
     let until = c
         .until
         .as_deref()
-        .map(|u| parse_when(u, zone))
+        .map(|u| parse_when("--until", u, zone))
         .transpose()?;
     // A window that ends before it starts holds no job: a report of nothing with exit 0 would
     // read as "nobody ran anything", so it is refused, naming both ends as given.
@@ -544,7 +588,7 @@ fn query(c: &Common, report: Report, group_by: Vec<GroupKey>) -> Result<Query> {
             min_elapsed_s: c
                 .min_elapsed
                 .as_deref()
-                .map(parse_span)
+                .map(|m| parse_span("--min-elapsed", m))
                 .transpose()?
                 .map(|s| s as f64),
             gpu: match (c.gpu, c.no_gpu) {
@@ -826,22 +870,20 @@ mod tests {
 
     #[test]
     fn times_and_spans_parse() {
-        assert_eq!(parse_when("1700000000", Zone::Utc).unwrap(), 1_700_000_000);
+        let when = |s: &str, zone: Zone| parse_when("--since", s, zone);
+        assert_eq!(when("1700000000", Zone::Utc).unwrap(), 1_700_000_000);
         // 2024-02-29 13:05 UTC = 1709211900; the same wall time at UTC+1 is an hour earlier.
+        assert_eq!(when("2024-02-29T13:05", Zone::Utc).unwrap(), 1_709_211_900);
         assert_eq!(
-            parse_when("2024-02-29T13:05", Zone::Utc).unwrap(),
-            1_709_211_900
-        );
-        assert_eq!(
-            parse_when("2024-02-29 13:05", Zone::Fixed(3600)).unwrap(),
+            when("2024-02-29 13:05", Zone::Fixed(3600)).unwrap(),
             1_709_208_300
         );
-        assert_eq!(parse_when("1970-01-01", Zone::Utc).unwrap(), 0);
+        assert_eq!(when("1970-01-01", Zone::Utc).unwrap(), 0);
         for bad in ["2024-13-01", "2026-02-30", "2026-01-01T24:00"] {
-            let e = parse_when(bad, Zone::Utc).unwrap_err().to_string();
-            assert_eq!(e, format!("{bad:?}: there is no such date or time"));
+            let e = when(bad, Zone::Utc).unwrap_err().to_string();
+            assert_eq!(e, format!("--since {bad:?}: there is no such date or time"));
         }
-        let e = parse_when("yesterday", Zone::Utc).unwrap_err().to_string();
+        let e = when("yesterday", Zone::Utc).unwrap_err().to_string();
         assert!(e.contains("expected YYYY-MM-DD"), "{e}");
         // chrono alone reads `26-11-25` as the year 26.
         for bad in [
@@ -851,21 +893,107 @@ mod tests {
             "26-11-25T10:00",
             "20266-01-01",
         ] {
-            let e = parse_when(bad, Zone::Utc).unwrap_err().to_string();
+            let e = when(bad, Zone::Utc).unwrap_err().to_string();
             assert!(e.contains("the year must have four digits"), "{bad}: {e}");
         }
-        assert_eq!(
-            parse_when("0001-01-01", Zone::Utc).unwrap(),
-            -62_135_596_800
-        );
+        assert_eq!(when("0001-01-01", Zone::Utc).unwrap(), -62_135_596_800);
         for bad in ["-5d", "-30m", " -1h"] {
-            let e = parse_span(bad).unwrap_err().to_string();
+            let e = parse_span("--last", bad).unwrap_err().to_string();
             assert!(e.contains("cannot be negative"), "{bad}: {e}");
         }
-        assert_eq!(parse_span("7d").unwrap(), 604_800);
-        assert_eq!(parse_span("90").unwrap(), 90);
-        assert_eq!(parse_span("2w").unwrap(), 1_209_600);
-        assert!(parse_span("7y").is_err());
-        assert!(parse_span("d").is_err());
+        let span = |s: &str| parse_span("--last", s);
+        assert_eq!(span("7d").unwrap(), 604_800);
+        assert_eq!(span("90").unwrap(), 90);
+        assert_eq!(span("2w").unwrap(), 1_209_600);
+        assert!(span("7y").is_err());
+        assert!(span("d").is_err());
+    }
+
+    /// Issue 29 §4: times and spans at the ends of i64 (and just past the range) are one error
+    /// naming the argument and the range; the ends of the range are taken. The instants are the
+    /// calendar's (`date -u -d 0000-01-01 +%s`: -62167219200; 9999-12-31 23:59:59: 253402300799).
+    #[test]
+    fn times_and_spans_out_of_range_are_refused_naming_the_argument() {
+        let first = -62_167_219_200;
+        let last = 253_402_300_799;
+        assert_eq!(
+            parse_when("--since", "0000-01-01", Zone::Utc).unwrap(),
+            first
+        );
+        assert_eq!(
+            parse_when("--until", "9999-12-31T23:59", Zone::Utc).unwrap(),
+            last - 59
+        );
+        assert_eq!(
+            parse_when("--since", "-62167219200", Zone::Utc).unwrap(),
+            first
+        );
+        assert_eq!(
+            parse_when("--until", "253402300799", Zone::Utc).unwrap(),
+            last
+        );
+        let huge = [
+            i64::MIN.to_string(),
+            i64::MAX.to_string(),
+            "-62167219201".into(),
+            "253402300800".into(),
+            "9223372036854775808".into(),
+            "-9223372036854775809".into(),
+            "+99999999999999999999999".into(),
+        ];
+        for bad in &huge {
+            for flag in ["--since", "--until"] {
+                let e = parse_when(flag, bad, Zone::Utc).unwrap_err().to_string();
+                assert_eq!(
+                    e,
+                    format!(
+                        "{flag} {bad}: out of range: a time from 0000-01-01 to 9999-12-31 UTC \
+                         (Unix seconds -62167219200 to 253402300799)"
+                    )
+                );
+            }
+        }
+        // Midnight of 0000-01-01 an hour east of UTC is an hour before the range.
+        let e = parse_when("--until", "0000-01-01", Zone::Fixed(3600)).unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("--until 0000-01-01: out of range"),
+            "{e}"
+        );
+
+        // 10 000 years of 365.2425 days.
+        assert_eq!(parse_span("--last", "3652425d").unwrap(), 315_569_520_000);
+        assert_eq!(parse_span("--min-elapsed", "0").unwrap(), 0);
+        for bad in [
+            "3652426d",
+            "315569520001",
+            "9223372036854775807",
+            "9223372036854775808",
+            "9223372036854775807w",
+            "1317624576693539402w",
+            "99999999999999999999999d",
+        ] {
+            for flag in ["--last", "--min-elapsed"] {
+                let e = parse_span(flag, bad).unwrap_err().to_string();
+                assert_eq!(
+                    e,
+                    format!("{flag} {bad}: out of range: a span from 0 to 3652425d (10 000 years)")
+                );
+            }
+        }
+        for bad in ["-9223372036854775808", "-9223372036854775808d"] {
+            let e = parse_span("--last", bad).unwrap_err().to_string();
+            assert!(e.starts_with("--last "), "{e}");
+            assert!(e.contains("cannot be negative"), "{e}");
+        }
+        // A span back from a time: not before the range, and no overflow at the ends of i64.
+        assert_eq!(start_before(first + 10, 10, "--last 10s").unwrap(), first);
+        for (end, span) in [(first + 10, 11), (i64::MIN, 1), (i64::MIN, i64::MAX)] {
+            let e = start_before(end, span, "--last x").unwrap_err().to_string();
+            assert!(
+                e.starts_with("--last x: the window would start before 0000-01-01"),
+                "{e}"
+            );
+        }
     }
 }

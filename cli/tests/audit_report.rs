@@ -153,6 +153,74 @@ fn an_empty_window_is_refused_in_words() {
     assert!(err.contains("the window is empty"), "{err}");
 }
 
+/// Issue 29 §4: `--since=-9223372036854775808 --until=0` aborted (the window's length overflowed
+/// and the per-day chart asked for 2.5 PB). Each time and span argument at the ends of i64, past
+/// its range, or making a window that starts before it: one line naming the argument, a failed
+/// exit.
+#[test]
+fn extreme_windows_are_one_line_errors_naming_the_argument() {
+    let s = site("");
+    let time_range =
+        "a time from 0000-01-01 to 9999-12-31 UTC (Unix seconds -62167219200 to 253402300799)";
+    let span_range = "a span from 0 to 3652425d (10 000 years)";
+    let (min, max) = (i64::MIN.to_string(), i64::MAX.to_string());
+    let mut cases: Vec<(Vec<String>, String)> = vec![(
+        vec![format!("--since={min}"), "--until=0".into()],
+        format!("--since {min}: out of range: {time_range}"),
+    )];
+    for v in [
+        &min,
+        &max,
+        "-62167219201",
+        "253402300800",
+        "99999999999999999999",
+    ] {
+        for flag in ["--since", "--until"] {
+            cases.push((
+                vec![flag.into(), v.to_string()],
+                format!("{flag} {v}: out of range: {time_range}"),
+            ));
+        }
+    }
+    for v in [&max, "9223372036854775807w", "3652426d"] {
+        cases.push((
+            vec![format!("--last={v}")],
+            format!("--last {v}: out of range: {span_range}"),
+        ));
+    }
+    cases.push((
+        vec![
+            "--last".into(),
+            "3652425d".into(),
+            "--until".into(),
+            "2026-03-16".into(),
+        ],
+        "--last 3652425d before --until 2026-03-16: the window would start before 0000-01-01"
+            .into(),
+    ));
+    cases.push((
+        vec!["--until".into(), "0000-01-03".into()],
+        "7 days before --until 0000-01-03: the window would start before 0000-01-01".into(),
+    ));
+    for (args, needle) in cases {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let (ok, out, err) = report(&s, &args);
+        assert!(!ok, "{args:?}: {out}");
+        assert!(out.is_empty(), "{args:?}: {out}");
+        let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
+        assert_eq!(lines.len(), 1, "{args:?}: {err}");
+        assert!(
+            lines[0].contains(&needle),
+            "{args:?}: no {needle:?} in {err}"
+        );
+    }
+    // The ends of the range are taken: a window of ten thousand years is a report by month.
+    let (ok, out, err) = report(&s, &["--since=-62167219200", "--until", "253402300799"]);
+    assert!(ok, "{err}");
+    assert!(out.contains("Usage and waste per month"), "{out}");
+    assert!(out.contains("  28 jobs ended"), "{out}");
+}
+
 /// --mail with recipients: root queues one mail (its MIME parts in the queue's file), and does it
 /// once per window; anyone else is told the queue is root's.
 #[test]

@@ -23,7 +23,9 @@ mod tests;
 use crate::eval;
 use crate::index::ParquetEngine;
 use crate::metrics::EFF_BUCKETS;
-use crate::query::{Engine, Filters, GroupKey, Query, Report, WasteMetric, Window, Zone};
+use crate::query::{
+    Engine, Filters, GroupKey, Query, Report, WasteMetric, Window, Zone, MAX_TIME_S, MIN_TIME_S,
+};
 use crate::table::Table;
 use anyhow::{ensure, Context, Result};
 use arrow_array::{Array, Float64Array};
@@ -133,7 +135,7 @@ impl Data {
 }
 
 fn span_s(w: &Window) -> Option<i64> {
-    Some(w.until_unix_s? - w.since_unix_s?)
+    w.until_unix_s?.checked_sub(w.since_unix_s?)
 }
 
 /// Asks the index everything the report shows.
@@ -149,6 +151,12 @@ pub fn gather(eng: &ParquetEngine, o: &Options) -> Result<Data> {
     ensure!(
         since < until,
         "the report's window is empty (--since is not before --until)"
+    );
+    // In range, its length and the window before it are far inside i64 (issue 29 §4).
+    ensure!(
+        o.window.in_range(),
+        "the report's window ({since} to {until}) is not within 0000-01-01 and 9999-12-31 UTC \
+         (Unix seconds {MIN_TIME_S} to {MAX_TIME_S})"
     );
     let span = until - since;
     let previous = Window {

@@ -41,16 +41,27 @@ impl Sql {
 /// second (the partition key), so PostgreSQL reads only the months that can hold matching jobs.
 fn conditions(q: &Query, s: &mut Sql, spans: Option<(i64, i64)>, uid_only: bool) -> String {
     let mut c = vec!["TRUE".to_string()];
+    // Saturating: a window or a span (the database's) at the ends of i64 bounds nothing, and
+    // must not overflow (issue 29 §4).
     if let Some(since) = q.window.since_unix_s {
-        c.push(format!("end_unix_ms >= {}", s.p(since * 1000)));
+        c.push(format!(
+            "end_unix_ms >= {}",
+            s.p(since.saturating_mul(1000))
+        ));
         if let Some((span, _)) = spans {
-            c.push(format!("key_start_s >= {}", s.p(since - span)));
+            c.push(format!(
+                "key_start_s >= {}",
+                s.p(since.saturating_sub(span))
+            ));
         }
     }
     if let Some(until) = q.window.until_unix_s {
-        c.push(format!("end_unix_ms < {}", s.p(until * 1000)));
+        c.push(format!("end_unix_ms < {}", s.p(until.saturating_mul(1000))));
         if let Some((_, lead)) = spans {
-            c.push(format!("key_start_s <= {}", s.p(until + lead)));
+            c.push(format!(
+                "key_start_s <= {}",
+                s.p(until.saturating_add(lead))
+            ));
         }
     }
     let f = &q.filters;

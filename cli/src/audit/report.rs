@@ -6,7 +6,7 @@
 //! rather than given a "report" of one user. `--mail` writes into root's mail queue, so it is
 //! root's (the weekly timer runs it as root).
 
-use super::{admin_index, euid, is_admin, parse_span, parse_when};
+use super::{admin_index, euid, is_admin, parse_span, parse_when, start_before};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use jobscope_audit::cluster::{self, page::Page};
@@ -27,14 +27,15 @@ const FLUSH_BUDGET: Duration = Duration::from_secs(60);
 #[derive(Args, Debug)]
 pub struct ReportArgs {
     /// Jobs that ended at or after this time: `YYYY-MM-DD`, `YYYY-MM-DDTHH:MM` (local time) or
-    /// Unix seconds [default: 7 days before --until].
-    #[arg(long)]
+    /// Unix seconds, from 0000-01-01 to 9999-12-31 UTC [default: 7 days before --until].
+    // Hyphen values are taken so that negative numbers get the range, not "unknown option".
+    #[arg(long, allow_hyphen_values = true)]
     since: Option<String>,
-    /// Jobs that ended before this time (same forms as --since) [default: now].
-    #[arg(long)]
+    /// Jobs that ended before this time (same forms and range as --since) [default: now].
+    #[arg(long, allow_hyphen_values = true)]
     until: Option<String>,
-    /// The window as a span before --until: `7d`, `12h`, `2w` [default: 7d].
-    #[arg(long, conflicts_with = "since")]
+    /// The window as a span before --until: `7d`, `12h`, `2w`, at most 3652425d [default: 7d].
+    #[arg(long, conflicts_with = "since", allow_hyphen_values = true)]
     last: Option<String>,
     /// Only these accounts (comma-separated or repeated).
     #[arg(long, value_delimiter = ',')]
@@ -102,13 +103,29 @@ pub fn run(cfg: &Config, a: ReportArgs) -> Result<()> {
     let zone = if a.utc { Zone::Utc } else { Zone::Local };
     let now_s = (jobscope_sampler::sampler::now_unix_ms() / 1000) as i64;
     let until = match &a.until {
-        Some(u) => parse_when(u, zone)?,
+        Some(u) => parse_when("--until", u, zone)?,
         None => now_s,
     };
+    // Every end in range (parse_when, start_before): the report's window, its length and the
+    // window before it cannot overflow (issue 29 §4).
     let since = match (&a.since, &a.last) {
-        (Some(s), _) => parse_when(s, zone)?,
-        (None, Some(l)) => until.saturating_sub(parse_span(l)?),
-        (None, None) => until - DEFAULT_SPAN_S,
+        (Some(s), _) => parse_when("--since", s, zone)?,
+        (None, Some(l)) => start_before(
+            until,
+            parse_span("--last", l)?,
+            &format!(
+                "--last {l} before --until {}",
+                a.until.as_deref().unwrap_or("now")
+            ),
+        )?,
+        (None, None) => start_before(
+            until,
+            DEFAULT_SPAN_S,
+            &format!(
+                "7 days before --until {}",
+                a.until.as_deref().unwrap_or("now")
+            ),
+        )?,
     };
     if since >= until {
         bail!(
