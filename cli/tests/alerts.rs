@@ -7,10 +7,9 @@ use jobscope_archive::Store;
 use jobscope_sampler::job::JobState;
 use jobscope_sampler::summary::JobSummary;
 use std::path::Path;
-use std::process::Command;
 
 mod common;
-use common::{am_root, jobscope, BIN};
+use common::{am_root, as_nobody, jobscope};
 
 /// The stored fixture as job `job_id` of `user` (`uid`) named `name`, ended TIMEOUT `hours_ago`
 /// hours ago after running as long as it did (every time of the document moved by one offset).
@@ -201,26 +200,6 @@ fn the_dry_run_its_json_and_a_send_through_smtp() {
     let (_, out, _) = jobscope(&cfg, &["alerts", "--json"]);
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["users"], serde_json::json!([]));
-}
-
-/// Runs `jobscope ARGS` as `nobody` (uid and gid 65534).
-fn as_nobody(cfg: &Path, args: &[&str]) -> (i32, String, String) {
-    use std::os::unix::process::CommandExt;
-    let out = Command::new(BIN)
-        .arg("--config")
-        .arg(cfg)
-        .args(args)
-        .env_remove("JOBSCOPE_CONFIG")
-        .current_dir("/")
-        .uid(65534)
-        .gid(65534)
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
 }
 
 /// Alerts read every user's jobs: someone outside the admin group is told so in one line.

@@ -415,25 +415,63 @@ fn mistyped_inputs_get_a_clear_answer_not_a_wrong_report() {
     }
 }
 
-/// `jobscope --config CFG ARGS` as `nobody`, from `/`.
-fn as_nobody(cfg: &Path, args: &[&str]) -> (i32, String, String) {
-    use std::os::unix::process::CommandExt;
-    let out = Command::new(common::BIN)
-        .arg("--config")
-        .arg(cfg)
-        .args(args)
-        .env_remove("JOBSCOPE_CONFIG")
-        .env("TZ", "UTC")
-        .current_dir("/")
-        .uid(65534)
-        .gid(65534)
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+/// What the errors of issue 29 §4 say the ranges are.
+const TIME_RANGE: &str =
+    "a time from 0000-01-01 to 9999-12-31 UTC (Unix seconds -62167219200 to 253402300799)";
+const SPAN_RANGE: &str = "a span from 0 to 3652425d (10 000 years)";
+
+/// Issue 29 §4: every time and span argument of every report, at the ends of i64 and just past
+/// its range, in both spellings (`--since X`, `--since=X`): one line naming the argument and the
+/// range, nothing on standard output, a failed exit, no abort.
+#[test]
+fn extreme_times_and_spans_are_refused_naming_the_argument_and_the_range() {
+    let site = site();
+    let (min, max) = (i64::MIN.to_string(), i64::MAX.to_string());
+    let times = [
+        min.as_str(),
+        max.as_str(),
+        "-62167219201",
+        "253402300800",
+        "99999999999999999999",
+    ];
+    let spans = [max.as_str(), "9223372036854775807w", "3652426d"];
+    for report in ["usage", "top", "gpu-idle", "cpu-on-gpu", "heatmap", "jobs"] {
+        for v in times {
+            for flag in ["--since", "--until"] {
+                let needle = format!("{flag} {v}: out of range: {TIME_RANGE}");
+                refused(&site, &[report, flag, v], &needle);
+                refused(&site, &[report, &format!("{flag}={v}")], &needle);
+            }
+        }
+        for v in spans {
+            for flag in ["--last", "--min-elapsed"] {
+                let needle = format!("{flag} {v}: out of range: {SPAN_RANGE}");
+                refused(&site, &[report, &format!("{flag}={v}")], &needle);
+            }
+        }
+        // The longest span, from now, reaches back before the first time.
+        refused(
+            &site,
+            &[report, "--last", "3652425d"],
+            "--last 3652425d: the window would start before 0000-01-01",
+        );
+    }
+    // The ends of the range are taken: every job is in the widest window.
+    let (rc, out, err) = audit(
+        &site,
+        &[
+            "jobs",
+            "--since=-62167219200",
+            "--until",
+            "253402300799",
+            "--min-elapsed",
+            "0",
+            "--format",
+            "csv",
+        ],
+    );
+    assert_eq!(rc, 0, "{err}");
+    assert_eq!(out.lines().count(), 1 + 24, "{out}");
 }
 
 /// A scratch directory others can enter and a configuration in it naming `admin_group`.
@@ -453,7 +491,7 @@ fn open_site(admin_group: &str) -> (tempfile::TempDir, PathBuf) {
 fn a_user_who_is_not_an_admin_is_told_they_see_only_their_own_jobs() {
     let (_d, cfg) = open_site("root");
     let (rc, out, err) = if common::am_root() {
-        as_nobody(&cfg, &["audit", "jobs"])
+        common::as_nobody(&cfg, &["audit", "jobs"])
     } else {
         // Not root: this user is outside the admin group `root` already.
         common::jobscope(&cfg, &["audit", "jobs"])
@@ -468,7 +506,7 @@ fn a_user_who_is_not_an_admin_is_told_they_see_only_their_own_jobs() {
 fn an_admin_whose_index_cannot_be_read_gets_one_line_with_the_os_error_once() {
     let run = |cfg: &Path| {
         if common::am_root() {
-            as_nobody(cfg, &["audit", "usage"])
+            common::as_nobody(cfg, &["audit", "usage"])
         } else {
             common::jobscope(cfg, &["audit", "usage"])
         }

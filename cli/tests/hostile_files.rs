@@ -8,7 +8,6 @@
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 mod common;
 use common::*;
@@ -258,26 +257,6 @@ fn a_document_out_of_range_is_refused_alike_by_show_and_the_audit() {
         "rc {rc}: {err}"
     );
     assert!(!out.contains("4242"), "{out}");
-}
-
-/// Runs `jobscope ARGS` as `nobody` (uid and gid 65534).
-fn as_nobody(cfg: &Path, args: &[&str]) -> (i32, String, String) {
-    use std::os::unix::process::CommandExt;
-    let out = Command::new(BIN)
-        .arg("--config")
-        .arg(cfg)
-        .args(args)
-        .env_remove("JOBSCOPE_CONFIG")
-        .current_dir("/")
-        .uid(65534)
-        .gid(65534)
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
 }
 
 /// An archive that `nobody` cannot read (root's, 0700): no command may find nothing and call that

@@ -11,12 +11,8 @@ use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-const BIN: &str = env!("CARGO_BIN_EXE_jobscope");
-
-fn am_root() -> bool {
-    // SAFETY: geteuid cannot fail.
-    unsafe { libc::geteuid() == 0 }
-}
+mod common;
+use common::{am_root, BIN};
 
 /// A world-readable directory with a config: samples every second.
 struct Setup {
@@ -59,7 +55,7 @@ fn run_cmd(s: &Setup, user: Option<&str>, tag: &str, args: &[&str], cmd: &[&str]
     let mut c = match user {
         Some(u) => {
             let mut c = Command::new("/usr/sbin/runuser");
-            c.args(["-u", u, "--", BIN]);
+            c.args(["-u", u, "--"]).arg(common::bin_for_anyone());
             c
         }
         None => Command::new(BIN),
