@@ -8,6 +8,8 @@
 #                                                      (+ the fake NVML library, test cluster only)
 #   slurm-conf/cluster.sh install --packages DIR       the same from the .debs in DIR (apt install; the
 #                                                      /usr/local paths become links to the packaged files)
+#   slurm-conf/cluster.sh install --demo               what the demo runs only: not the test-only files
+#                                                      (fault-injection plugin, fake NVML), nor a word on them
 #
 # up --nodes 1 (default): one slurmd named `hostname -s`, Debian's standard paths
 #   (/etc/slurm, /run/slurmctld.pid, /run/slurmd.pid, /var/lib/slurm/{slurmctld,slurmd}).
@@ -449,12 +451,14 @@ install_packages() {
 
 cmd_install() {
   need_root
-  local rel f missing=() tmp packages=
-  case "${1:-}" in
-    --packages) [ -n "${2:-}" ] || die "install --packages needs a directory"; packages=$2 ;;
-    "") ;;
-    *) die "install takes no arguments but --packages DIR" ;;
-  esac
+  local rel f missing=() tmp packages= demo=0
+  while [ $# -gt 0 ]; do
+    case "$1" in
+      --packages) [ -n "${2:-}" ] || die "install --packages needs a directory"; packages=$2; shift 2 ;;
+      --demo) demo=1; shift ;;
+      *) die "install takes no arguments but --packages DIR and --demo" ;;
+    esac
+  done
   rel=${CARGO_TARGET_DIR:-$REPO/target}/release
   if [ -n "$packages" ]; then
     install_packages "$packages"
@@ -471,15 +475,20 @@ cmd_install() {
     install -D -m 0755 "$rel/jobscope-kernel" /usr/local/sbin/jobscope-kernel
     log "installed $PLUGIN_SO $CLI_BIN $EPILOG_BIN /usr/local/sbin/jobscope-kernel"
   fi
-  # Test-only: the fault-injection plugin, from the build in either mode (no package has it).
-  if [ -f "$rel/jobscope_spank_faults.so" ]; then
+  # Test-only: the fault-injection plugin and the fake NVML, from the build in either mode (no
+  # package has them). The demo builds neither and has no use for them: not a word about them there.
+  if [ "$demo" = 1 ]; then
+    :
+  elif [ -f "$rel/jobscope_spank_faults.so" ]; then
     install -D -m 0755 "$rel/jobscope_spank_faults.so" "$FAULTS_PLUGIN_SO"
     log "installed $FAULTS_PLUGIN_SO (fault injection, cluster tests only)"
   else
     warn "$rel/jobscope_spank_faults.so not built: the inject= cluster test needs it (cargo build --release --workspace --features jobscope-plugin/fault-injection, then copy target/release/libjobscope_spank.so to that name; tests/run-all.sh does)"
   fi
   # Test-only: the fake NVML of the GPU cluster tests, outside every production and linker path.
-  if [ -f "$rel/libfake_nvml.so" ]; then
+  if [ "$demo" = 1 ]; then
+    :
+  elif [ -f "$rel/libfake_nvml.so" ]; then
     install -D -m 0755 "$rel/libfake_nvml.so" "$FAKE_NVML_SO"
     log "installed $FAKE_NVML_SO (fake NVML, GPU cluster tests only)"
   else
@@ -502,7 +511,7 @@ cmd_install() {
   fi
 }
 
-usage() { sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; }
 
 case "${1:-}" in
   up) shift; cmd_up "$@" ;;

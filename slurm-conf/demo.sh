@@ -72,8 +72,10 @@ export CARGO_PROFILE_RELEASE_OPT_LEVEL=0 CARGO_PROFILE_RELEASE_DEBUG=0 CARGO_PRO
 step "building into $CARGO_TARGET_DIR (cargo build --release -p jobscope-plugin -p jobscope-cli -p jobscope-epilog -p jobscope-kernel)"
 cargo build --release -p jobscope-plugin -p jobscope-cli -p jobscope-epilog -p jobscope-kernel
 
-step "installing jobscope (slurm-conf/cluster.sh install)"
-bash "$HERE/cluster.sh" install
+# --demo: what the demo runs, without the test suite's own files (fault injection, a fake GPU
+# library) or warnings that they were not built.
+step "installing jobscope (slurm-conf/cluster.sh install --demo)"
+bash "$HERE/cluster.sh" install --demo
 
 step "starting the 1-node test cluster (slurm-conf/cluster.sh up)"
 bash "$HERE/cluster.sh" up

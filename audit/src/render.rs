@@ -110,6 +110,15 @@ const LABELS: &[(&str, &str)] = &[
     ("partition_busy_pct", "partition busy %"),
     ("hour_of_day", "hour"),
     ("day_of_week", "weekday"),
+    // The cluster report's own tables (audit/src/cluster/page.rs).
+    ("jobs_by_cpu_eff", "jobs by CPU eff"),
+    ("jobs_by_mem_eff", "jobs by mem eff"),
+    ("jobs_with_idle_gpus", "jobs with idle GPUs"),
+    ("busiest_hour", "busiest hour"),
+    (
+        "core_hours_alloc_in_busiest_hour",
+        "core-h alloc in busiest hour",
+    ),
 ];
 
 /// A column's header for people: its label with its unit, and a time says its zone

@@ -9,6 +9,7 @@
 //! - [`params`]: the analysis thresholds.
 //! - [`slurm`]: SLURM's notations (hostlists, cpulists, step ids) as pure parsers.
 //! - [`vocab`]: enums written once with their one spelling (states, classes, event kinds, …).
+//! - [`text`]: the characters no view or one-line message may show, and how a message escapes them.
 //!
 //! Reading files, sampling and SLURM's commands live in `jobscope-sampler` and `jobscope-epilog`, which
 //! depend on this crate; nothing here depends on them.
@@ -20,5 +21,6 @@ pub mod sample;
 pub mod slurm;
 pub mod spool;
 pub mod summary;
+pub mod text;
 pub mod time;
 pub mod vocab;

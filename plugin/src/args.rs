@@ -3,7 +3,8 @@
 //! They override the config file. Unknown or malformed arguments are logged and ignored: a typo on the
 //! plugstack line must not stop jobs.
 
-use jobscope_sampler::config::AbsPath;
+use jobscope_sampler::config::{AbsPath, ECHO_CHARS};
+use jobscope_sampler::text::quoted;
 use std::path::PathBuf;
 
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -58,16 +59,19 @@ impl Args {
                 }
                 "inject" => {
                     a.problems.push(format!(
-                        "ignoring plugstack argument {arg:?}: this plugin is built without the fault-injection feature"
+                        "ignoring plugstack argument {}: this plugin is built without the fault-injection feature",
+                        quoted(arg, ECHO_CHARS)
                     ));
                     continue;
                 }
                 _ => false,
             };
             if !ok {
+                // The argument as written, escaped: the log line stays one line (`quoted`).
+                let arg = quoted(arg, ECHO_CHARS);
                 a.problems.push(match why {
-                    Some(why) => format!("ignoring plugstack argument {arg:?}: {why}"),
-                    None => format!("ignoring plugstack argument {arg:?}"),
+                    Some(why) => format!("ignoring plugstack argument {arg}: {why}"),
+                    None => format!("ignoring plugstack argument {arg}"),
                 });
             }
         }
@@ -147,5 +151,26 @@ mod tests {
             assert!(p.contains("must be an absolute path without '..'"), "{p}");
             assert!(!p.contains('\n'), "one line: {p}");
         }
+    }
+
+    /// A refused argument holding CR, LF, ESC or a bidi override is logged on one line, escaped.
+    #[test]
+    fn refused_arguments_are_logged_escaped_on_one_line() {
+        let a = Args::parse([
+            "spool_dir=rel\r\nFAKE: line",
+            "cgroup_root=/x/../\u{1b}[31mred",
+            "bogus\u{202E}=1",
+            "cadence=1\u{3164}",
+        ]);
+        assert_eq!(a.problems.len(), 4, "{:?}", a.problems);
+        for p in &a.problems {
+            assert!(
+                !p.chars().any(jobscope_sampler::text::is_hidden),
+                "a raw control, bidi or invisible character: {p:?}"
+            );
+        }
+        assert!(a.problems[0].contains("rel\\r\\nFAKE"), "{:?}", a.problems);
+        assert!(a.problems[1].contains("\\u{1b}[31mred"), "{:?}", a.problems);
+        assert!(a.problems[2].contains("bogus\\u{202e}"), "{:?}", a.problems);
     }
 }

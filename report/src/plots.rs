@@ -6,10 +6,13 @@
 //!
 //! These know nothing of the audit: they draw labelled numbers. Every label is [`clean_line`]d and
 //! cut (a user or account name is user text), and a value that is not a finite number ≥ 0 draws
-//! nothing. A chart with nothing to draw says "no jobs" instead of drawing empty axes.
+//! nothing. A chart with nothing to draw says so in its unit ("no jobs", "no GB-hours") instead
+//! of drawing empty bars.
 
 use crate::charts::{draw_err, png_of, ChartError, FAMILY};
 use crate::present::{clean_line, fmt_hours};
+use plotters::coord::ranged1d::{DefaultFormatting, KeyPointHint, Ranged};
+use plotters::coord::types::RangedCoordf64;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
@@ -85,7 +88,7 @@ impl Bars {
         (0..self.segments.len()).map(|s| self.value(s, cat)).sum()
     }
 
-    /// A value as the axis and the bars write it.
+    /// A value as the bars write it (the axis writes its ticks: [`ValueAxis::label`]).
     fn fmt(&self, v: f64) -> String {
         if self.counts {
             format!("{v:.0}")
@@ -99,6 +102,134 @@ impl Bars {
             .map(|c| self.total(c))
             .fold(0.0, f64::max)
     }
+}
+
+/// The most ticks a value axis has.
+const MOST_TICKS: usize = 6;
+/// Tick marks' length in pixels; plotters puts the labels twice as far from the axis.
+const TICK_PX: u32 = 4;
+/// Pixels between a value axis' tick labels and its title.
+const TITLE_GAP_PX: u32 = 6;
+
+/// A value axis: from 0 to `max`, ticks at `ticks` (0, then every `step`), each label distinct.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ValueAxis {
+    pub max: f64,
+    pub ticks: Vec<f64>,
+    step: f64,
+    /// Decimals the labels need for the step (0 for counts).
+    decimals: usize,
+}
+
+impl ValueAxis {
+    /// The axis for values up to `top`: ticks every 1, 2 or 5 × 10^k, at most `most` of them
+    /// (0 included), the last at or above `top` and the axis ending there. Counts (`counts`:
+    /// jobs) step by whole numbers, so a chart of one job reads `0, 1`, never `0, 0, 1, 1` (what
+    /// fractional ticks rounded to integers read).
+    pub fn new(top: f64, counts: bool, most: usize) -> ValueAxis {
+        let top = if top.is_finite() && top > 0.0 {
+            top
+        } else {
+            1.0
+        };
+        let intervals = most.max(2) - 1;
+        // The smallest step of 1, 2, 5 × 10^k that covers `top` in `intervals` steps.
+        let mut exp = (top / intervals as f64).log10().floor() as i32 - 1;
+        let step = 'found: loop {
+            for m in [1.0, 2.0, 5.0] {
+                let step = m * 10f64.powi(exp);
+                if counts && step < 1.0 {
+                    continue;
+                }
+                if (top / step - 1e-9).ceil() as usize <= intervals {
+                    break 'found step;
+                }
+            }
+            exp += 1;
+        };
+        let n = ((top / step - 1e-9).ceil() as usize).max(1);
+        let decimals = if counts {
+            0
+        } else {
+            (-(step.log10() + 1e-9).floor()).max(0.0) as usize
+        };
+        let ticks: Vec<f64> = (0..=n).map(|i| i as f64 * step).collect();
+        ValueAxis {
+            max: n as f64 * step,
+            ticks,
+            step,
+            decimals,
+        }
+    }
+
+    /// A tick's label: as many decimals as the step needs (`0.05`, `0.10`; `2000`), so no two
+    /// labels read alike.
+    pub fn label(&self, v: f64) -> String {
+        // On the step's grid, so that 0.30000000000000004 reads 0.3.
+        let v = (v / self.step).round() * self.step;
+        if v == 0.0 {
+            return "0".into();
+        }
+        format!("{v:.*}", self.decimals)
+    }
+
+    pub fn labels(&self) -> Vec<String> {
+        self.ticks.iter().map(|v| self.label(*v)).collect()
+    }
+}
+
+/// A value axis' coordinate: mapped as plotters maps `0..max`, with the ticks and mesh lines at
+/// [`ValueAxis::ticks`] only (plotters' own choice of ticks for a float range goes below 1).
+struct Ticked {
+    inner: RangedCoordf64,
+    ticks: Vec<f64>,
+}
+
+impl Ticked {
+    /// `axis` drawn from 0 to `max` (at least to its last tick).
+    fn of(axis: &ValueAxis, max: f64) -> Ticked {
+        Ticked {
+            inner: (0.0..max.max(axis.max)).into(),
+            ticks: axis.ticks.clone(),
+        }
+    }
+}
+
+impl Ranged for Ticked {
+    type FormatOption = DefaultFormatting;
+    type ValueType = f64;
+
+    fn map(&self, value: &f64, limit: (i32, i32)) -> i32 {
+        self.inner.map(value, limit)
+    }
+
+    fn key_points<H: KeyPointHint>(&self, hint: H) -> Vec<f64> {
+        if hint.weight().allow_light_points() {
+            Vec::new()
+        } else {
+            self.ticks.clone()
+        }
+    }
+
+    fn range(&self) -> std::ops::Range<f64> {
+        self.inner.range()
+    }
+}
+
+/// Pixels a value axis' label area needs across the axis so that its title never overlaps its
+/// labels: plotters puts the labels `2 × TICK_PX` from the axis and the title at the area's far
+/// edge; between them, the widest (left axis) or tallest (bottom axis) label and a gap.
+fn value_area(a: &Area, labels: &[String], title: &str, px: f64, left: bool) -> u32 {
+    let style = TextStyle::from((FAMILY, px).into_font());
+    let size = |t: &str| a.estimate_text_size(t, &style).unwrap_or((0, 0));
+    let label = labels
+        .iter()
+        .map(|l| if left { size(l).0 } else { size(l).1 })
+        .max()
+        .unwrap_or(0);
+    // The title is drawn along the axis: its height is what it takes across.
+    let title = size(title).1;
+    2 * TICK_PX + label + TITLE_GAP_PX + title + 2
 }
 
 /// A grid of cells shaded from white (0) to the darkest blue (the largest value): `values[row][col]`.
@@ -128,11 +259,12 @@ fn label(s: &str) -> String {
     clean_line(s, LABEL_CHARS)
 }
 
-/// "no jobs" in the middle of `a`.
-fn say_empty(a: &Area, px: f64) -> Result<(), ChartError> {
+/// `no {unit}` in the middle of `a`: "no jobs", and a chart of unused GB-hours where none went
+/// unused "no GB-hours" (not "no jobs": there were jobs).
+fn say_empty(a: &Area, px: f64, unit: &str) -> Result<(), ChartError> {
     let (w, h) = a.dim_in_pixel();
     a.draw_text(
-        "no jobs",
+        &format!("no {}", label(unit)),
         &text_style(px, Pos::new(HPos::Center, VPos::Center)).color(&RGBColor(120, 120, 120)),
         (w as i32 / 2, h as i32 / 2),
     )
@@ -214,30 +346,32 @@ pub fn columns_png(panels: &[Bars], width: u32, height: u32) -> Result<Vec<u8>, 
 fn draw_columns(a: &Area, b: &Bars, px: f64) -> Result<(), ChartError> {
     let n = b.categories.len();
     let top = b.top();
-    let y_max = if top > 0.0 { top * 1.1 } else { 1.0 };
+    let small = px * 0.85;
+    let axis = ValueAxis::new(top, b.counts, MOST_TICKS);
+    let y_area = value_area(a, &axis.labels(), &b.unit, small, true);
     let mut chart = ChartBuilder::on(a)
         .caption(label_title(&b.title), (FAMILY, px * 1.1))
         .margin((px * 0.6) as u32)
         .x_label_area_size((px * 1.8) as u32)
-        .y_label_area_size((px * 3.6) as u32)
-        .build_cartesian_2d(0.0..(n.max(1) as f64), 0.0..y_max)
+        .y_label_area_size(y_area)
+        .build_cartesian_2d(0.0..(n.max(1) as f64), Ticked::of(&axis, axis.max))
         .map_err(draw_err)?;
-    let y_fmt = |v: &f64| b.fmt(*v);
+    let y_fmt = |v: &f64| axis.label(*v);
     chart
         .configure_mesh()
         .disable_x_mesh()
         .bold_line_style(RGBColor(225, 225, 225))
         .light_line_style(TRANSPARENT)
+        .set_all_tick_mark_size(TICK_PX)
         .x_labels(0)
-        .y_labels(5)
         .y_label_formatter(&y_fmt)
-        .label_style((FAMILY, px * 0.85))
-        .axis_desc_style((FAMILY, px * 0.85))
+        .label_style((FAMILY, small))
+        .axis_desc_style((FAMILY, small))
         .y_desc(b.unit.clone())
         .draw()
         .map_err(draw_err)?;
     if top <= 0.0 {
-        return say_empty(&chart.plotting_area().strip_coord_spec(), px);
+        return say_empty(&chart.plotting_area().strip_coord_spec(), px, &b.unit);
     }
     for c in 0..n {
         let mut base = 0.0;
@@ -293,28 +427,39 @@ pub fn bars_png(panels: &[Bars], width: u32, height: u32) -> Result<Vec<u8>, Cha
 fn draw_bars(a: &Area, b: &Bars, px: f64) -> Result<(), ChartError> {
     let n = b.categories.len();
     let top = b.top();
-    // Room right of the longest bar for its total.
-    let x_max = if top > 0.0 { top * 1.3 } else { 1.0 };
     let names: Vec<String> = b.categories.iter().map(|c| label(c)).collect();
     let small = px * 0.85;
     let longest = names.iter().map(|l| l.chars().count()).max().unwrap_or(0);
     let (w, _) = a.dim_in_pixel();
     let name_px = ((longest as f64 * small * 0.6) as u32 + 10).min(w / 2);
+    let axis = ValueAxis::new(top, b.counts, MOST_TICKS);
+    // Room right of the longest bar for its total.
+    let x_max = axis.max.max(top * 1.3);
+    let labels = axis.labels();
+    let x_area = value_area(a, &labels, &b.unit, small, false);
+    // The last tick may be where the axis ends: room right of it for half its label, centred
+    // there.
+    let last = labels.last().map_or(0, |l| {
+        a.estimate_text_size(l, &TextStyle::from((FAMILY, small).into_font()))
+            .map_or(0, |s| s.0)
+    });
+    let margin = (px * 0.6) as u32;
     let mut chart = ChartBuilder::on(a)
         .caption(label_title(&b.title), (FAMILY, px * 1.1))
-        .margin((px * 0.6) as u32)
-        .x_label_area_size((px * 2.6) as u32)
+        .margin(margin)
+        .margin_right(margin.max(last / 2 + 2))
+        .x_label_area_size(x_area)
         .y_label_area_size(name_px)
-        .build_cartesian_2d(0.0..x_max, 0.0..(n.max(1) as f64))
+        .build_cartesian_2d(Ticked::of(&axis, x_max), 0.0..(n.max(1) as f64))
         .map_err(draw_err)?;
-    let x_fmt = |v: &f64| b.fmt(*v);
+    let x_fmt = |v: &f64| axis.label(*v);
     chart
         .configure_mesh()
         .disable_y_mesh()
         .bold_line_style(RGBColor(225, 225, 225))
         .light_line_style(TRANSPARENT)
+        .set_all_tick_mark_size(TICK_PX)
         .y_labels(0)
-        .x_labels(4)
         .x_label_formatter(&x_fmt)
         .label_style((FAMILY, small))
         .axis_desc_style((FAMILY, small))
@@ -322,7 +467,7 @@ fn draw_bars(a: &Area, b: &Bars, px: f64) -> Result<(), ChartError> {
         .draw()
         .map_err(draw_err)?;
     if top <= 0.0 {
-        return say_empty(&chart.plotting_area().strip_coord_spec(), px);
+        return say_empty(&chart.plotting_area().strip_coord_spec(), px, &b.unit);
     }
     let row_y = |c: usize| (n - 1 - c) as f64;
     for c in 0..n {
@@ -465,7 +610,7 @@ pub fn grid_png(g: &Grid, width: u32, height: u32) -> Result<Vec<u8>, ChartError
         side.draw_text("0", &style, (x1 + 4, bottom))
             .map_err(draw_err)?;
         if max <= 0.0 {
-            say_empty(&main, px)?;
+            say_empty(&main, px, &g.unit)?;
         }
         root.present().map_err(draw_err)
     })
@@ -607,6 +752,164 @@ mod tests {
 
     fn rgb_of(c: RGBColor) -> [u8; 3] {
         [c.0, c.1, c.2]
+    }
+
+    /// Count axes tick whole numbers, each label once: one job reads `0, 1` (it read `0, 0, 0,
+    /// 1, 1, 1`: ticks at fifths rounded to integers). Every axis: at most the ticks asked for,
+    /// distinct labels, the last tick at or above the top.
+    #[test]
+    fn value_axes_tick_distinct_labels_and_counts_whole_numbers() {
+        let one = ValueAxis::new(1.0, true, MOST_TICKS);
+        assert_eq!(one.labels(), ["0", "1"]);
+        assert_eq!(one.max, 1.0);
+        assert_eq!(ValueAxis::new(3.0, true, 6).labels(), ["0", "1", "2", "3"]);
+        assert_eq!(
+            ValueAxis::new(10_000.0, true, 6).labels(),
+            ["0", "2000", "4000", "6000", "8000", "10000"]
+        );
+        assert_eq!(
+            ValueAxis::new(1.1, false, 6).labels(),
+            ["0", "0.5", "1.0", "1.5"]
+        );
+        assert_eq!(
+            ValueAxis::new(0.003, false, 6).labels(),
+            ["0", "0.001", "0.002", "0.003"]
+        );
+        let mut tops: Vec<f64> = (1..=300).map(f64::from).collect();
+        tops.extend([
+            0.0,
+            -1.0,
+            f64::NAN,
+            0.0021,
+            0.05,
+            0.5,
+            0.99,
+            1.01,
+            7.3,
+            99.9,
+            1234.5,
+            10_001.0,
+            3e7,
+        ]);
+        for counts in [true, false] {
+            for most in [2, 3, 5, 6] {
+                for &top in &tops {
+                    let a = ValueAxis::new(top, counts, most);
+                    let labels = a.labels();
+                    assert!(
+                        a.ticks.len() >= 2 && a.ticks.len() <= most,
+                        "{top}: {labels:?}"
+                    );
+                    let mut seen = labels.clone();
+                    seen.dedup();
+                    assert_eq!(seen, labels, "{top} ({counts}): labels repeat");
+                    if top.is_finite() && top > 0.0 {
+                        assert!(a.max >= top && *a.ticks.last().unwrap() == a.max, "{top}");
+                    }
+                    if counts {
+                        for (v, l) in a.ticks.iter().zip(&labels) {
+                            assert_eq!(v.fract(), 0.0, "{top}: tick {v}");
+                            assert_eq!(l.parse::<f64>().unwrap(), *v, "{top}: {l}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Runs of non-white pixels along `line` (column or row indices where something is drawn),
+    /// as (first, last) pairs.
+    fn runs(inked: impl Iterator<Item = bool>) -> Vec<(usize, usize)> {
+        let mut v: Vec<(usize, usize)> = Vec::new();
+        for (i, ink) in inked.enumerate() {
+            if !ink {
+                continue;
+            }
+            match v.last_mut() {
+                Some(r) if r.1 + 1 == i => r.1 = i,
+                _ => v.push((i, i)),
+            }
+        }
+        v
+    }
+
+    const MESH: [u8; 3] = [225, 225, 225];
+
+    /// The value axis' title stands apart from its tick labels, however wide the labels: left of
+    /// the columns, between the picture's edge and the mesh, the title and the labels are two
+    /// runs of ink with white between them (the title overlapped 5-digit labels).
+    #[test]
+    fn the_value_axis_title_never_overlaps_its_labels() {
+        for top in [3.0, 0.0042, 12_345.0, 3.5e6] {
+            let mut b = two_days();
+            b.segments[0].values = vec![top, top / 2.0];
+            b.segments.truncate(1);
+            b.segments[0].label = None;
+            let png = columns_png(std::slice::from_ref(&b), 450, 300).unwrap();
+            if let Some(d) = std::env::var_os("JOBSCOPE_PLOTS_OUT") {
+                std::fs::write(
+                    std::path::Path::new(&d).join(format!("columns-{top}.png")),
+                    &png,
+                )
+                .unwrap();
+            }
+            let (w, h, rows) = decode(&png);
+            let (w, h) = (w as usize, h as usize);
+            let (y0, y1) = (h / 8, h * 7 / 8);
+            // Where the horizontal mesh lines begin (a long run of their grey: text is
+            // anti-aliased and has that grey in places too).
+            let mesh_x = (y0..y1)
+                .filter_map(|y| {
+                    runs((0..w).map(|x| rows[y][x] == MESH))
+                        .into_iter()
+                        .find(|r| r.1 - r.0 > 12)
+                        .map(|r| r.0)
+                })
+                .min()
+                .unwrap_or_else(|| panic!("{top}: no mesh line"));
+            // The title at the left edge, then the labels (then tick marks): the first two runs.
+            let inked = (0..mesh_x).map(|x| (y0..y1).any(|y| rows[y][x] != [255, 255, 255]));
+            let r = runs(inked);
+            // The title is one line of text on its side: a narrow run, white after it (before:
+            // "1000000" ran into it, and at 12 345 core-hours 3 pixels parted them).
+            assert!(
+                r.len() >= 2 && r[0].1 - r[0].0 < 12 && r[1].0 - r[0].1 > 4,
+                "{top}: the title and the labels left of x={mesh_x} touch: {r:?}"
+            );
+            // Bars: the same below the plot, the title under the labels.
+            let mut bars = b.clone();
+            bars.categories = vec!["alice".into(), "bob".into()];
+            let png = bars_png(std::slice::from_ref(&bars), 450, 200).unwrap();
+            if let Some(d) = std::env::var_os("JOBSCOPE_PLOTS_OUT") {
+                std::fs::write(
+                    std::path::Path::new(&d).join(format!("bars-{top}.png")),
+                    &png,
+                )
+                .unwrap();
+            }
+            let (w, h, rows) = decode(&png);
+            let (w, h) = (w as usize, h as usize);
+            let (x0, x1) = (w / 4, w - 4);
+            // Where the vertical mesh lines end.
+            let mesh_y = (x0..x1)
+                .filter_map(|x| {
+                    runs((0..h).map(|y| rows[y][x] == MESH))
+                        .into_iter()
+                        .filter(|r| r.1 - r.0 > 20)
+                        .map(|r| r.1)
+                        .max()
+                })
+                .max()
+                .unwrap_or_else(|| panic!("{top}: no mesh line"));
+            let inked = (mesh_y + 1..h).map(|y| (x0..x1).any(|x| rows[y][x] != [255, 255, 255]));
+            // Tick marks, labels, then the title at the bottom: the last two runs.
+            let r = runs(inked);
+            let n = r.len();
+            assert!(
+                n >= 2 && r[n - 1].0 - r[n - 2].1 > 2,
+                "{top}: the bars' labels and title below y={mesh_y} touch: {r:?}"
+            );
+        }
     }
 
     #[test]

@@ -67,6 +67,20 @@ fn check(case: &str) {
             !line.starts_with("From "),
             "report for {case}: a line an mbox would rewrite as '>From': {line:?}"
         );
+        // Durations are spelled one way: seconds with their space (`20.1 s`, as CPU time reads),
+        // or one compound token (`1m05s`); never `20.1s` beside `19.9 s`.
+        let unspaced: Vec<&str> = line
+            .split(|c: char| c.is_whitespace() || "(),;:".contains(c))
+            .filter(|w| {
+                w.strip_suffix('s').is_some_and(|n| {
+                    !n.is_empty() && n.chars().all(|c| c.is_ascii_digit() || c == '.')
+                })
+            })
+            .collect();
+        assert!(
+            unspaced.is_empty(),
+            "report for {case}: seconds without their space {unspaced:?}: {line:?}"
+        );
     }
 }
 
@@ -145,4 +159,47 @@ fn two_node_imbalanced() {
     check("two-node-imbalanced");
     let r = report("two-node-imbalanced");
     assert!(r.contains("Imbalance") && r.contains("--nodes=1"), "{r}");
+}
+
+/// Seconds of a figure as `fmt_secs` writes it: `18.6 s`, or `1h02m05s (3725 s)`.
+fn secs(figure: &str) -> f64 {
+    let f = figure.trim().trim_end_matches(')');
+    let n = f.rsplit_once('(').map_or(f, |(_, n)| n);
+    n.trim_end_matches(" s")
+        .parse()
+        .unwrap_or_else(|e| panic!("{figure:?}: {e}"))
+}
+
+/// No part larger than the whole: in every recorded job's report, user and system CPU time are
+/// each at most the CPU time, and add up to it. The 2-node job, recorded on cgroup v1, counted
+/// 19.0 s of user time in 18.6 s of CPU time (the split counts ticks, the total nanoseconds).
+#[test]
+fn the_user_and_system_split_never_exceeds_the_cpu_time() {
+    for case in [
+        "serial",
+        "parallel",
+        "leak",
+        "idle",
+        "oom",
+        "two-node-imbalanced",
+    ] {
+        let r = report(case);
+        let line = r
+            .lines()
+            .find(|l| l.trim_start().starts_with("CPU time ") && l.contains("(user "))
+            .unwrap_or_else(|| panic!("{case}: no CPU time line\n{r}"));
+        let rest = line.trim_start().trim_start_matches("CPU time").trim();
+        let (total, split) = rest.split_once("(user ").unwrap();
+        let (user, system) = split.trim_end_matches(')').split_once(", system ").unwrap();
+        let (total, user, system) = (secs(total), secs(user), secs(system));
+        assert!(
+            user <= total && system <= total,
+            "{case}: a part larger than the whole: {line}"
+        );
+        // One decimal each: the parts add up to the total within their rounding.
+        assert!(
+            (user + system - total).abs() <= 0.1 + 1e-9,
+            "{case}: {line}"
+        );
+    }
 }

@@ -2,6 +2,7 @@
 //! Every key is optional; see docs/configuration.md for the reference. Unknown keys are an error, so a
 //! typo does not silently fall back to a default.
 
+use crate::text::{escape_hidden, quoted};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
@@ -17,12 +18,16 @@ const MAX_CONFIG_BYTES: u64 = 256 * 1024;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AbsPath(PathBuf);
 
-/// Why a value was refused, one line.
+/// The most characters of a refused value a message echoes (it is quoted and escaped: [`quoted`]).
+pub const ECHO_CHARS: usize = 300;
+
+/// Why a value was refused, one line: the value [`quoted`], so that a CR, LF, ESC or bidi
+/// override in it shows escaped instead of breaking the line or the terminal.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ValueError {
-    #[error("must be an absolute path without '..': {0}")]
+    #[error("must be an absolute path without '..': {}", quoted(.0, ECHO_CHARS))]
     NotAbsolute(String),
-    #[error("{0:?}: 1 to {MAX_LABEL_CHARS} of A-Z a-z 0-9 _ -{1}")]
+    #[error("{}: 1 to {MAX_LABEL_CHARS} of A-Z a-z 0-9 _ -{}", quoted(.0, ECHO_CHARS), .1)]
     BadLabel(String, &'static str),
 }
 
@@ -744,13 +749,13 @@ impl Alerts {
             // The address itself is parsed where the mail is built (jobscope_deliver); here only
             // what can never be one.
             if to.trim().is_empty()
-                || to.chars().any(char::is_control)
+                || to.chars().any(crate::text::is_hidden)
                 || !to.contains('@')
                 || to.len() > 254
             {
                 return Err(format!(
-                    "alerts.admin_to = {:?} is not a mail address (local@domain)",
-                    to.escape_debug().to_string()
+                    "alerts.admin_to = {} is not a mail address (local@domain)",
+                    quoted(to, ECHO_CHARS)
                 ));
             }
         }
@@ -793,28 +798,31 @@ impl Default for Archive {
     }
 }
 
+/// A configuration error, one line: the file's path and every value it echoes escaped
+/// ([`escape_hidden`], [`quoted`]), whatever characters they hold.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("{path}: {source}")]
+    #[error("{}: {source}", escape_hidden(&path.to_string_lossy()))]
     Io {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("{path}: {message}")]
+    #[error("{}: {}", escape_hidden(&path.to_string_lossy()), escape_hidden(message))]
     Invalid { path: PathBuf, message: String },
 }
 
 /// toml's own message spans several lines (a source excerpt with a caret); an admin reading a log
 /// or a terminal wants one: `line 2: cadence_s = "thirty": invalid type: string "thirty", expected u32`.
+/// The line's text and toml's words (which may name a key as written) are escaped.
 fn one_line_toml_error(text: &str, e: &toml::de::Error) -> String {
-    let msg = e.message().trim().replace('\n', " ");
+    let msg = escape_hidden(e.message().trim()).into_owned();
     match e.span() {
         Some(span) => {
             let start = span.start.min(text.len());
             let line_no = text[..start].matches('\n').count() + 1;
             let line = text.lines().nth(line_no - 1).unwrap_or("").trim();
-            let line: String = line.chars().filter(|c| !c.is_control()).take(80).collect();
-            format!("line {line_no}: {line}: {msg}")
+            let line: String = line.chars().take(80).collect();
+            format!("line {line_no}: {}: {msg}", escape_hidden(&line))
         }
         None => msg,
     }
@@ -1070,8 +1078,8 @@ impl Config {
             || self.archive.admin_group.is_empty()
         {
             return Err(format!(
-                "archive.admin_group {:?} is not a valid group name",
-                self.archive.admin_group
+                "archive.admin_group {} is not a valid group name",
+                quoted(&self.archive.admin_group, ECHO_CHARS)
             ));
         }
         Label::source(&self.postgres.source).map_err(|e| format!("postgres.source {e}"))?;
@@ -1085,8 +1093,8 @@ impl Config {
 pub const MAX_REPORT_TO: usize = 100;
 
 /// `audit.report_to`: bare addresses (`local@domain`, no display name, at most 254 bytes, no
-/// space or control character, not starting with `-`). The mail builder parses each again when it
-/// sends; this catches a typo when the file is read, naming the key.
+/// space, control, bidi or invisible character, not starting with `-`). The mail builder parses
+/// each again when it sends; this catches a typo when the file is read, naming the key.
 fn check_report_to(list: &[String]) -> Result<(), String> {
     if list.len() > MAX_REPORT_TO {
         return Err(format!(
@@ -1098,13 +1106,15 @@ fn check_report_to(list: &[String]) -> Result<(), String> {
         let ok = !a.is_empty()
             && a.len() <= 254
             && !a.starts_with('-')
-            && !a.chars().any(|c| c.is_control() || c.is_whitespace())
+            && !a
+                .chars()
+                .any(|c| crate::text::is_hidden(c) || c.is_whitespace())
             && a.split('@').count() == 2
             && a.split('@').all(|p| !p.is_empty());
         if !ok {
             return Err(format!(
-                "audit.report_to {:?} is not a bare address (local@domain)",
-                a.escape_debug().take(300).collect::<String>()
+                "audit.report_to {} is not a bare address (local@domain)",
+                quoted(a, ECHO_CHARS)
             ));
         }
     }
@@ -1122,8 +1132,15 @@ mod tests {
         }
         for bad in ["", "relative", "./x", "../x", "/var/../etc", "/a/b/.."] {
             let e = AbsPath::new(bad).unwrap_err().to_string();
-            assert_eq!(e, format!("must be an absolute path without '..': {bad}"));
+            assert_eq!(e, format!("must be an absolute path without '..': {bad:?}"));
         }
+        let e = AbsPath::new("rel\r\n\u{1b}[2J\u{202E}")
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            "must be an absolute path without '..': \"rel\\r\\n\\u{1b}[2J\\u{202e}\""
+        );
     }
 
     #[test]
@@ -1488,6 +1505,123 @@ mod tests {
                 "{bad}: {e}"
             );
         }
+    }
+
+    /// Characters that break a one-line message or a terminal: CR, LF, ESC (a colour), a bidi
+    /// override and isolate, an invisible filler.
+    const HOSTILE: [&str; 6] = ["\r", "\n", "\u{1b}[31m", "\u{202E}", "\u{2066}", "\u{3164}"];
+
+    /// `s` as a TOML basic string on one line: `"`, `\\` and every control, bidi or invisible
+    /// character escaped (`\u202E`), so that the value itself holds them.
+    fn toml_str(s: &str) -> String {
+        let mut out = String::from('"');
+        for c in s.chars() {
+            match c {
+                '"' | '\\' => {
+                    out.push('\\');
+                    out.push(c);
+                }
+                c if crate::text::is_hidden(c) => {
+                    out.push_str(&format!("\\U{:08X}", u32::from(c)));
+                }
+                c => out.push(c),
+            }
+        }
+        out.push('"');
+        out
+    }
+
+    /// An error a person reads: one line, no control, bidi or invisible character.
+    fn assert_one_line(e: &str, what: &str) {
+        assert!(
+            !e.chars().any(crate::text::is_hidden),
+            "{what}: a raw control, bidi or invisible character in {e:?}"
+        );
+    }
+
+    /// Every error that echoes a value (path keys, labels, the admin group, mail addresses, a key
+    /// as written, the file's own path) is one line, the value escaped so that what was there
+    /// can still be read.
+    #[test]
+    fn every_echoed_value_is_escaped_in_one_line() {
+        for h in HOSTILE {
+            let shown = escape_hidden(h).into_owned();
+            let mut cases: Vec<(String, String)> = Vec::new();
+            for key in PATH_KEYS {
+                for v in [format!("rel{h}/x"), format!("/var/{h}/../etc")] {
+                    cases.push((one_key(key, &toml_str(&v)), key.to_string()));
+                }
+            }
+            for (key, v) in [
+                ("run.cluster", toml_str(&format!("c{h}"))),
+                ("postgres.source", toml_str(&format!("s{h}"))),
+                ("archive.admin_group", toml_str(&format!("adm{h}"))),
+                ("alerts.admin_to", toml_str(&format!("a@b{h}"))),
+                (
+                    "audit.report_to",
+                    format!("[{}]", toml_str(&format!("a@b{h}"))),
+                ),
+                ("sampler.cadence_s", toml_str(&format!("thirty{h}"))),
+            ] {
+                cases.push((one_key(key, &v), key.to_string()));
+            }
+            // A key as written (toml names it in its own words).
+            cases.push((
+                format!("[sampler]\n{} = 5\n", toml_str(&format!("cad{h}ence_s"))),
+                "cad".into(),
+            ));
+            for (text, key) in cases {
+                let e = Config::parse(&text, Path::new("/etc/j.toml"))
+                    .map(|_| ())
+                    .expect_err(&text)
+                    .to_string();
+                assert_one_line(&e, &text);
+                let name = key.rsplit('.').next().unwrap();
+                assert!(e.contains(name), "{text:?}: {e}");
+                assert!(e.contains(&shown), "{text:?}: {e} does not show {shown}");
+            }
+            // The file's own path.
+            let path = format!("/etc/j{h}.toml");
+            let e = Config::parse("[sampler]\ncadence_s = 0\n", Path::new(&path))
+                .unwrap_err()
+                .to_string();
+            assert_one_line(&e, &path);
+            assert!(e.starts_with(&format!("/etc/j{shown}.toml: ")), "{e}");
+            let e = Config::load_named(Path::new(&path))
+                .unwrap_err()
+                .to_string();
+            assert_one_line(&e, &path);
+        }
+    }
+
+    /// The shipped example with a hostile character put at a seeded random place, 4000 times:
+    /// whatever the parser or the checks say, it is one line.
+    #[test]
+    fn mutated_configs_give_one_line_errors() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../slurm-conf");
+        let example = std::fs::read_to_string(format!("{dir}/examples/jobscope.toml")).unwrap();
+        let chars: Vec<char> = example.chars().collect();
+        let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+        let mut next = move || {
+            // xorshift64*
+            x ^= x >> 12;
+            x ^= x << 25;
+            x ^= x >> 27;
+            x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+        };
+        let mut refused = 0;
+        for _ in 0..4000 {
+            let at = next() as usize % (chars.len() + 1);
+            let h = HOSTILE[next() as usize % HOSTILE.len()];
+            let mut text: String = chars[..at].iter().collect();
+            text.push_str(h);
+            text.extend(&chars[at..]);
+            if let Err(e) = Config::parse(&text, Path::new("/etc/j.toml")) {
+                refused += 1;
+                assert_one_line(&e.to_string(), &text);
+            }
+        }
+        assert!(refused > 1000, "{refused} refused");
     }
 
     #[test]

@@ -12,11 +12,14 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
+use crate::text::escape_hidden;
+
+/// A file error, one line: the path escaped ([`escape_hidden`]), whatever characters it holds.
 #[derive(Debug, thiserror::Error)]
 pub enum FsError {
-    #[error("{path}: {source}")]
+    #[error("{}: {source}", escape_hidden(&path.to_string_lossy()))]
     Io { path: PathBuf, source: io::Error },
-    #[error("{path}: refusing to use it: {why}")]
+    #[error("{}: refusing to use it: {}", escape_hidden(&path.to_string_lossy()), escape_hidden(why))]
     Unsafe { path: PathBuf, why: String },
 }
 
@@ -29,7 +32,9 @@ pub fn io_err(path: &Path) -> impl FnOnce(io::Error) -> FsError + '_ {
 
 /// An error and its causes on one line, `what: why: root cause`, each said once: a cause whose
 /// text already ends the line is left out ([`FsError::Io`] prints its OS error and also has it as
-/// its source, so `{:#}` would say "No such file or directory" twice).
+/// its source, so `{:#}` would say "No such file or directory" twice). One line whatever the
+/// errors echo: a control, bidi or invisible character any of them let through is escaped
+/// ([`escape_hidden`]).
 pub fn error_line(e: &(dyn std::error::Error + 'static)) -> String {
     let mut line = e.to_string();
     let mut cause = e.source();
@@ -41,7 +46,7 @@ pub fn error_line(e: &(dyn std::error::Error + 'static)) -> String {
         }
         cause = c.source();
     }
-    line
+    escape_hidden(&line).into_owned()
 }
 
 /// A name that may be joined to a directory: no separators, no `..`, no control characters.
@@ -433,6 +438,14 @@ mod tests {
         // A cause the line does not end with yet is said.
         let e = Other(io::Error::other("inner"));
         assert_eq!(error_line(&e), "outer: inner");
+        // One line, whatever a path or a cause holds: CR, LF, ESC and bidi overrides escaped.
+        let e = Outer(io_err(Path::new("/x/a\r\nFAKE\u{1b}[2J\u{202E}"))(
+            io::Error::other("bad\nthing"),
+        ));
+        assert_eq!(
+            error_line(&e),
+            "the index at /x is missing or damaged: /x/a\\r\\nFAKE\\u{1b}[2J\\u{202e}: bad\\nthing"
+        );
     }
 
     #[test]

@@ -31,4 +31,4 @@ pub mod spool;
 pub mod users;
 
 // The pure stages live in jobscope-model; these names keep one path for the plugin and the epilog.
-pub use jobscope_model::{job, params, sample, slurm, summary, time, vocab};
+pub use jobscope_model::{job, params, sample, slurm, summary, text, time, vocab};

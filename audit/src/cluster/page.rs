@@ -20,7 +20,7 @@ use base64::Engine as _;
 use jobscope_deliver::mail::message::{assemble, InlineImage, Mail, Mailbox};
 use jobscope_report::plots::{self, Bars, Grid, Segment, Shade};
 use jobscope_report::present::templates::{registry, SUBJECT_MAX_CHARS};
-use jobscope_report::present::{clean_line, fmt_hours, fmt_pct, width};
+use jobscope_report::present::{clean_line, fmt_hours, fmt_pct, plural, width};
 use serde::Serialize;
 
 pub const HTML_TEMPLATE: &str = include_str!("../../../report-templates/cluster.html.hbs");
@@ -159,9 +159,9 @@ fn table_view(caption: String, t: &Table, zone: Zone) -> TableView {
     }
 }
 
-/// `7 days`, `36 hours`, else minutes.
+/// `7 days`, `1 day`, `36 hours`, else minutes.
 fn span_words(s: i64) -> String {
-    let plural = |n: i64, what: &str| format!("{n} {what}{}", if n == 1 { "" } else { "s" });
+    let s = s.max(0) as u64;
     if s % 86_400 == 0 {
         plural(s / 86_400, "day")
     } else if s % 3600 == 0 {
@@ -169,6 +169,11 @@ fn span_words(s: i64) -> String {
     } else {
         plural(s / 60, "minute")
     }
+}
+
+/// A count the index gave as a figure (`jobs`), for [`plural`].
+fn count(v: Option<f64>) -> u64 {
+    v.filter(|v| v.is_finite() && *v >= 0.0).unwrap_or(0.0) as u64
 }
 
 /// A change in points: `(+3.0 points)`; `(none before)` without an earlier figure.
@@ -268,12 +273,12 @@ impl Page {
         let t = &d.totals;
         p.subject = clean_line(
             &format!(
-                "jobscope cluster report{}: {} jobs, CPU efficiency {} {}",
+                "jobscope cluster report{}: {}, CPU efficiency {} {}",
                 match p.view.subtitle.as_str() {
                     "the whole cluster" => String::new(),
                     s => format!(" ({s})"),
                 },
-                num(t, 0, "jobs").unwrap_or(0.0),
+                plural(count(num(t, 0, "jobs")), "job"),
                 fmt_pct(num(t, 0, "cpu_eff_pct")),
                 points(
                     num(t, 0, "cpu_eff_pct"),
@@ -343,10 +348,12 @@ impl Page {
         let mut s = Vec::new();
         let (jobs, jobs_before) = f("jobs");
         s.push(format!(
-            "{} jobs ended; {} in the {span} before{}.",
-            jobs.unwrap_or(0.0),
-            jobs_before.unwrap_or(0.0),
+            "{} ended; {} in the {span} before{}.",
+            plural(count(jobs), "job"),
+            count(jobs_before),
+            // "0 in the 7 days before" says there is nothing to compare with.
             match change(jobs, jobs_before).as_str() {
+                _ if count(jobs_before) == 0 => String::new(),
                 "" => String::new(),
                 c => format!(" {c}"),
             }
@@ -413,10 +420,16 @@ impl Page {
                 d.opts.window.since_unix_s.unwrap_or(0),
                 d.opts.window.until_unix_s.unwrap_or(0),
             );
-            let (first, last) = (local_day(since, zone), local_day(until - 1, zone));
-            (first..=last.max(first))
-                .map(crate::query::day_text)
-                .collect()
+            let (first, last) = (
+                local_day(since, zone),
+                local_day(until.saturating_sub(1), zone),
+            );
+            // Bounded whatever the window: `gather` makes one longer than MAX_DAYS monthly, and
+            // MAX_DAYS days touch at most MAX_DAYS + 2 days of a wall clock (part days at each
+            // end, an hour's offset change); a window it did not check (issue 29 §4: its length
+            // overflowed) cannot make a column per day of 10^16 years.
+            let days = last.saturating_sub(first).clamp(0, super::MAX_DAYS + 1);
+            (first..=first + days).map(crate::query::day_text).collect()
         };
         let first = cats.first().cloned().unwrap_or_default();
         let earlier = (0..d.by_day.rows.len())
@@ -550,8 +563,8 @@ impl Page {
         let key = by.column();
         let s = self.section(id, title);
         s.sentences.push(format!(
-            "The {} {key}s with the most allocated but unused core-hours, memory GB-hours and \
-             idle GPU-hours.",
+            "The {key}s with the most allocated but unused core-hours, memory GB-hours and idle \
+             GPU-hours, at most {} in each chart.",
             d.opts.top_n
         ));
         let titles = [
@@ -661,11 +674,11 @@ impl Page {
         let t = &d.totals;
         s.sentences.push(format!(
             "Jobs by their own CPU efficiency and memory efficiency (peak of the request). Over \
-             all their hours: CPU {}, memory {}. Not counted: {} jobs without a CPU figure and {} \
+             all their hours: CPU {}, memory {}. Not counted: {} without a CPU figure and {} \
              without a memory figure (too short to judge, or not measured).",
             fmt_pct(num(t, 0, "cpu_eff_pct")),
             fmt_pct(num(t, 0, "mem_eff_pct")),
-            cpu.unknown,
+            plural(cpu.unknown, "job"),
             mem.unknown
         ));
         let labels = Distribution::labels();
@@ -799,10 +812,10 @@ impl Page {
         }
         let jobs = &d.gpu_idle_jobs;
         s.sentences.push(format!(
-            "{} jobs had a GPU idle or never used; {} of the {} GPU-hours allocated were idle \
+            "{} had a GPU idle or never used; {} of the {} GPU-hours allocated were idle \
              ({}). The idle share of a GPU's hours is the time its utilization stayed at the \
-             idle mark (gpu_hours_wasted).",
-            jobs.rows.len(),
+             idle mark.",
+            plural(jobs.rows.len() as u64, "job"),
             fmt_hours(num(t, 0, "gpu_hours_wasted")),
             fmt_hours(alloc),
             fmt_pct(
@@ -926,10 +939,10 @@ impl Page {
         let busy_h: f64 = parts.iter().map(|p| p.1).sum();
         let names: Vec<String> = parts.iter().map(|p| name(p.0.as_deref())).collect();
         s.sentences.push(format!(
-            "{} jobs without GPUs ran on partitions where jobs with GPUs ran ({}); {} of them \
+            "{} without GPUs ran on partitions where jobs with GPUs ran ({}); {} of them \
              started while their partition was busy (at least {} % of its cores seen allocated), \
              {} core-hours in all.",
-            t.rows.len(),
+            plural(t.rows.len() as u64, "job"),
             names.join(", "),
             busy_rows.len(),
             d.opts.busy_pct,
@@ -986,11 +999,18 @@ impl Page {
             .take(d.opts.top_n)
             .map(|&r| busy.rows[r].clone())
             .collect();
-        let caption = format!(
-            "The {} largest of the {} that started while busy, by core-hours allocated",
-            busy.rows.len(),
-            busy_rows.len()
-        );
+        let caption = if busy.rows.len() == busy_rows.len() {
+            format!(
+                "The {} that started while busy, by core-hours allocated",
+                plural(busy_rows.len() as u64, "job")
+            )
+        } else {
+            format!(
+                "The {} largest of the {} that started while busy, by core-hours allocated",
+                busy.rows.len(),
+                plural(busy_rows.len() as u64, "job")
+            )
+        };
         let view = table_view(caption, &busy, zone);
         self.push_table(view);
     }

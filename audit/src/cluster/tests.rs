@@ -419,3 +419,133 @@ fn write_the_report_for_a_look() {
         t3 - t2
     );
 }
+
+/// The report of `n` jobs over the fixture's second week (one day each, spread over users,
+/// partitions and efficiencies); `n` = 1 is a cluster's first week.
+fn report_of(n: u32) -> (Fixture, Data, Page) {
+    let fx = fixture();
+    let users: [(&'static str, u32); 4] = [
+        ("alice", 1001),
+        ("bob", 1002),
+        ("carol", 1003),
+        ("dave", 1004),
+    ];
+    for i in 0..n {
+        let (user, uid) = users[(i % 4) as usize];
+        let part = ["cpu", "debug", "gpu"][(i % 3) as usize];
+        let eff = 0.05 + 0.9 * f64::from(i % 19) / 18.0;
+        let mut s = job(
+            10_000 + i,
+            user,
+            uid,
+            part,
+            7 + u64::from(i % 7),
+            u64::from(i % 20),
+            1 + i % 16,
+            0.25 + f64::from(i % 5),
+            eff,
+        );
+        if part == "gpu" {
+            s.nodes = &["g1"];
+            s.gpus = 1;
+            s.gpu_used = i % 2 == 0;
+        }
+        let mut j = summary(&s);
+        j.account = Some(["physics", "chemistry"][(i % 2) as usize].to_string());
+        fx.store.write(&j).unwrap();
+    }
+    fx.index().update(false).unwrap();
+    let d = gather(&fx.engine(), &options()).unwrap();
+    let p = Page::new(&d).unwrap();
+    (fx, d, p)
+}
+
+/// The headers of every table of the page (`<th>`), and of the text part (the line above each
+/// rule of dashes).
+fn headers(page: &Page) -> Vec<String> {
+    let html = page.html().unwrap();
+    let mut v: Vec<String> = html
+        .split("<th")
+        .skip(1)
+        .filter_map(|s| Some(s.split_once('>')?.1.split_once("</th>")?.0.to_string()))
+        .collect();
+    let text = page.text().unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    for w in lines.windows(2) {
+        if w[1].starts_with("--") && w[1].contains("  -") {
+            v.push(w[0].to_string());
+        }
+    }
+    v
+}
+
+/// A cluster's first week, one job: the words agree with the count ("1 job ended", not "1
+/// jobs"), every chart draws, and every table has headers for people.
+#[test]
+fn one_job_reads_right() {
+    let (_fx, d, page) = report_of(1);
+    assert_eq!(d.totals.rows[0][0], crate::table::Value::Int(1));
+    let text = page.text().unwrap();
+    assert!(
+        text.contains("1 job ended; 0 in the 7 days before"),
+        "{text}"
+    );
+    assert!(!text.contains("1 jobs"), "{text}");
+    assert!(
+        page.subject.contains(": 1 job, CPU efficiency"),
+        "{}",
+        page.subject
+    );
+    for c in &page.charts {
+        let (_, _, px) = decode_png(&c.png);
+        assert!(busy_share(&px) > 0.01, "{} is nearly blank", c.key);
+    }
+    for h in headers(&page) {
+        assert!(!h.contains('_'), "a raw column name in a header: {h}");
+    }
+}
+
+/// Every table of the fixture's page and text has headers for people, not column names
+/// (`jobs_by_cpu_eff`), and no sentence names a column.
+#[test]
+fn every_table_header_is_for_people() {
+    let (_fx, _, _, page) = report();
+    let hs = headers(&page);
+    assert!(hs.len() > 20, "{hs:?}");
+    for h in &hs {
+        assert!(!h.contains('_'), "a raw column name in a header: {h}");
+    }
+    let text = page.text().unwrap();
+    for raw in [
+        "jobs_by_",
+        "gpu_hours_wasted",
+        "busiest_hour",
+        "jobs_with_idle",
+    ] {
+        assert!(!text.contains(raw), "{raw} in\n{text}");
+    }
+}
+
+/// Writes the reports of 1 and of $JOBSCOPE_CLUSTER_REPORT_JOBS jobs (default 10 000) to
+/// $JOBSCOPE_CLUSTER_REPORT_OUT/jobs-N/ (report.txt, report.html, the charts): to look at, not a
+/// check.
+#[test]
+fn write_small_and_large_reports_for_a_look() {
+    let Some(dir) = std::env::var_os("JOBSCOPE_CLUSTER_REPORT_OUT") else {
+        return;
+    };
+    let many: u32 = std::env::var("JOBSCOPE_CLUSTER_REPORT_JOBS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10_000);
+    for n in [1, many] {
+        let (_fx, _, page) = report_of(n);
+        let out = std::path::Path::new(&dir).join(format!("jobs-{n}"));
+        std::fs::create_dir_all(&out).unwrap();
+        std::fs::write(out.join("report.txt"), page.text().unwrap()).unwrap();
+        std::fs::write(out.join("report.html"), page.html().unwrap()).unwrap();
+        for c in &page.charts {
+            std::fs::write(out.join(format!("{}.png", c.key)), &c.png).unwrap();
+        }
+    }
+}

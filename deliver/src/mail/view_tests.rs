@@ -332,12 +332,14 @@ fn a_short_job_says_why_it_gets_no_advice() {
     let a = s.analysis.as_ref().unwrap();
     if a.advice.is_empty() {
         assert!(
-            text.contains("No advice: the job ran 35.0s, under the 1m00s needed to judge its use."),
+            text.contains(
+                "No advice: the job ran 35.0 s, under the 1m00s needed to judge its use."
+            ),
             "{text}"
         );
     } else {
         assert!(
-            text.contains("judged only from 1m00s on; the job ran 35.0s"),
+            text.contains("judged only from 1m00s on; the job ran 35.0 s"),
             "{text}"
         );
     }

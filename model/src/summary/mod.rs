@@ -40,8 +40,14 @@ pub struct Point {
 
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct CpuTotals {
+    /// CPU time of the job's cgroups (v1 `cpuacct.usage`, v2 `cpu.stat usage_usec`).
     pub usage_s: Option<f64>,
+    /// User CPU time as the kernel counts it (v1 `cpuacct.usage_user`, v2 `user_usec`). On cgroup
+    /// v1 the split is tick-based and need not add up to `usage_s`: reports show it scaled to
+    /// `usage_s`.
     pub user_s: Option<f64>,
+    /// System CPU time as the kernel counts it (v1 `cpuacct.usage_sys`, v2 `system_usec`); see
+    /// `user_s`.
     pub system_s: Option<f64>,
     /// CFS quota throttling (v2 `cpu.stat throttled_usec`): wall time the job's cgroup was held off
     /// the CPU by its quota. `None` where the kernel gives nothing (no cpu job cgroup on v1).
@@ -49,6 +55,30 @@ pub struct CpuTotals {
     /// Quota periods in which the job's cgroup was throttled (v2 `cpu.stat nr_throttled`).
     #[serde(default)]
     pub throttled_periods: Option<u64>,
+}
+
+impl CpuTotals {
+    /// The user/system split as a report shows it: scaled to add up to `usage_s`. The kernel's
+    /// split is counted apart from the total: on cgroup v1 `cpuacct.usage` counts nanoseconds and
+    /// the split ticks, so user + system can be more (or less) than the total, and no part may
+    /// read larger than the whole. Without a total, or without a split, the split as counted.
+    /// The archived figures stay as counted.
+    pub fn split_s(&self) -> (Option<f64>, Option<f64>) {
+        let finite = |v: Option<f64>| v.filter(|v| v.is_finite() && *v >= 0.0);
+        let (total, user, system) = (
+            finite(self.usage_s),
+            finite(self.user_s),
+            finite(self.system_s),
+        );
+        match (total, user, system) {
+            (Some(t), Some(u), Some(s)) if u + s > 0.0 => {
+                let k = t / (u + s);
+                (Some(u * k), Some(s * k))
+            }
+            (Some(t), u, s) => (u.map(|u| u.min(t)), s.map(|s| s.min(t))),
+            (None, u, s) => (u, s),
+        }
+    }
 }
 
 /// Pressure stall information (cgroup v2 `cpu.pressure`, `memory.pressure`, `io.pressure`): the
@@ -419,4 +449,51 @@ pub fn json_schema() -> serde_json::Value {
         );
     }
     v
+}
+
+#[cfg(test)]
+mod cpu_split_tests {
+    use super::CpuTotals;
+
+    fn cpu(usage: Option<f64>, user: Option<f64>, system: Option<f64>) -> CpuTotals {
+        CpuTotals {
+            usage_s: usage,
+            user_s: user,
+            system_s: system,
+            ..Default::default()
+        }
+    }
+
+    /// cgroup v1: the tick-based split can add up to more than the total (15.6 + 0.2 of 15.5 s
+    /// seen on the test cluster): shown scaled, no part is larger than the whole.
+    #[test]
+    fn the_split_shown_adds_up_to_the_total() {
+        let (u, s) = cpu(Some(15.5), Some(15.6), Some(0.2)).split_s();
+        let (u, s) = (u.unwrap(), s.unwrap());
+        assert!(u <= 15.5 && s <= 15.5, "{u} {s}");
+        assert!((u + s - 15.5).abs() < 1e-9, "{u} + {s}");
+        assert!((u / s - 78.0).abs() < 1e-9, "the proportion stays");
+        // Less than the total (ticks not yet counted): scaled up the same way.
+        let (u, s) = cpu(Some(10.0), Some(6.0), Some(2.0)).split_s();
+        assert_eq!((u, s), (Some(7.5), Some(2.5)));
+        // v2: user + system is the total; nothing changes.
+        assert_eq!(
+            cpu(Some(1.0), Some(0.75), Some(0.25)).split_s(),
+            (Some(0.75), Some(0.25))
+        );
+        // One part only, or no split: capped at the total, or as counted without one.
+        assert_eq!(cpu(Some(2.0), Some(3.0), None).split_s(), (Some(2.0), None));
+        assert_eq!(
+            cpu(Some(2.0), Some(0.0), Some(0.0)).split_s(),
+            (Some(0.0), Some(0.0))
+        );
+        assert_eq!(
+            cpu(None, Some(3.0), Some(1.0)).split_s(),
+            (Some(3.0), Some(1.0))
+        );
+        assert_eq!(
+            cpu(Some(f64::NAN), Some(3.0), Some(1.0)).split_s(),
+            (Some(3.0), Some(1.0))
+        );
+    }
 }

@@ -5,29 +5,9 @@
 //! HTML escaping is not done here: it is handlebars' job in the HTML registry only (see
 //! `templates.rs`), so text views show `<b>` as typed and HTML views show it escaped.
 
-/// Characters that must never reach a view: control characters (C0, DEL, C1: CR, LF, ESC, …),
-/// bidirectional overrides and isolates (U+202A–U+202E, U+2066–U+2069) and marks, and invisible
-/// or zero-width characters, which can reorder or hide what is shown around them.
-pub fn is_hidden(c: char) -> bool {
-    c.is_control()
-        || matches!(c,
-            '\u{00AD}'                     // soft hyphen
-            | '\u{034F}'                   // combining grapheme joiner
-            | '\u{061C}'                   // Arabic letter mark (bidi)
-            | '\u{115F}' | '\u{1160}'      // Hangul fillers
-            | '\u{17B4}' | '\u{17B5}'
-            | '\u{180B}'..='\u{180F}'      // Mongolian variation selectors, vowel separator
-            | '\u{200B}'..='\u{200F}'      // zero-width space/joiners, LRM, RLM
-            | '\u{2028}' | '\u{2029}'      // line and paragraph separators
-            | '\u{202A}'..='\u{202E}'      // bidi embeddings and overrides
-            | '\u{2060}'..='\u{206F}'      // word joiner, invisible operators, bidi isolates, deprecated formats
-            | '\u{3164}' | '\u{FFA0}'      // Hangul fillers
-            | '\u{FE00}'..='\u{FE0F}'      // variation selectors
-            | '\u{FEFF}'                   // BOM / zero-width no-break space
-            | '\u{FFF9}'..='\u{FFFB}'      // interlinear annotation
-            | '\u{E0000}'..='\u{E007F}'    // tags
-        )
-}
+/// Characters that must never reach a view (control, bidi, invisible): defined once, in
+/// `jobscope_model::text`, where one-line messages escape them instead.
+pub use jobscope_sampler::text::is_hidden;
 
 /// `s` without [`is_hidden`] characters, cut to `max_chars` characters with `…` appended when cut
 /// (trailing spaces before the `…` dropped).

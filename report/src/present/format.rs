@@ -22,7 +22,12 @@ pub fn fmt_bytes(b: Option<u64>) -> String {
     }
 }
 
-/// `1h02m05s`, `12m05s`, `42s`, `1d01h00m`.
+/// `n` and its noun, singular or plural as `n` asks: `1 job`, `0 jobs`, `74 jobs`. For the nouns
+/// whose plural takes an `s` (job, day, hour, user, core, node).
+pub fn plural(n: u64, noun: &str) -> String {
+    format!("{n} {noun}{}", if n == 1 { "" } else { "s" })
+}
+
 /// A count for people: `950`, `12.3 k`, `2.1 M`, `4.0 G`.
 pub fn fmt_count(n: u64) -> String {
     let f = n as f64;
@@ -37,6 +42,9 @@ pub fn fmt_count(n: u64) -> String {
     }
 }
 
+/// THE duration: `1h02m05s`, `12m05s`, `42 s`, `1d01h00m`. Seconds alone are written as every
+/// other figure with a unit is (`42 s`, like `15.5 s` of CPU time and `12 B`); the compound forms
+/// are one token.
 pub fn fmt_duration(s: f64) -> String {
     let s = if s.is_finite() {
         s.max(0.0).round() as u64
@@ -51,15 +59,16 @@ pub fn fmt_duration(s: f64) -> String {
     } else if m > 0 {
         format!("{m}m{sec:02}s")
     } else {
-        format!("{sec}s")
+        format!("{sec} s")
     }
 }
 
-/// A job's or step's elapsed time: [`fmt_duration`], with tenths under a minute (`12.0s`, `0.3s`),
-/// where a whole second is a large share of the figure (a 0.3 s job does not read `0s`).
+/// A job's or step's elapsed time, or any duration under a minute where a whole second is a
+/// large share of the figure: [`fmt_duration`], with tenths under a minute (`12.0 s`, `0.3 s`; a
+/// 0.3 s job does not read `0 s`).
 pub fn fmt_elapsed(s: f64) -> String {
     if s.is_finite() && s < 59.95 {
-        format!("{:.1}s", s.max(0.0))
+        format!("{:.1} s", s.max(0.0))
     } else {
         fmt_duration(s)
     }
@@ -188,15 +197,19 @@ mod tests {
         assert_eq!(fmt_duration(3725.0), "1h02m05s");
         assert_eq!(fmt_duration(59.6), "1m00s");
         assert_eq!(fmt_duration(90_000.0), "1d01h00m");
-        assert_eq!(fmt_elapsed(12.0), "12.0s");
-        assert_eq!(fmt_elapsed(0.296), "0.3s");
+        assert_eq!(fmt_elapsed(12.0), "12.0 s");
+        assert_eq!(fmt_elapsed(0.296), "0.3 s");
         assert_eq!(fmt_elapsed(59.96), "1m00s");
         assert_eq!(fmt_elapsed(3725.0), "1h02m05s");
-        assert_eq!(short_duration(42.0), "42s");
+        assert_eq!(short_duration(42.0), "42 s");
+        assert_eq!(fmt_duration(42.4), "42 s");
         assert_eq!(short_duration(725.0), "12m05s");
         assert_eq!(short_duration(11_520.0), "3h12m");
         assert_eq!(short_duration(90_000.0), "1d01h00m");
         assert_eq!(fmt_slurm_time(60), "00:01:00");
+        assert_eq!(plural(1, "job"), "1 job");
+        assert_eq!(plural(0, "job"), "0 jobs");
+        assert_eq!(plural(10_000, "job"), "10000 jobs");
     }
 
     #[test]

@@ -422,8 +422,9 @@ fn report(s: &JobSummary) -> Report {
             })
             .unwrap_or_else(|| "none".into()),
         cpu_time: fmt_secs(s.cpu.usage_s),
-        cpu_user: fmt_secs(s.cpu.user_s),
-        cpu_system: fmt_secs(s.cpu.system_s),
+        // Scaled to the total: no part reads larger than the whole (`CpuTotals::split_s`).
+        cpu_user: fmt_secs(s.cpu.split_s().0),
+        cpu_system: fmt_secs(s.cpu.split_s().1),
         mem_peak: fmt_bytes(s.mem.peak_bytes),
         mem_rss: fmt_bytes(s.mem.rss_peak_bytes),
         mem_cache: fmt_bytes(s.mem.cache_peak_bytes),

@@ -83,14 +83,6 @@ pub fn verdict(v: Verdict) -> &'static str {
     }
 }
 
-fn cores_word(n: u32) -> &'static str {
-    if n == 1 {
-        "core"
-    } else {
-        "cores"
-    }
-}
-
 /// The verdict's sentence, with its numbers.
 pub fn verdict_statement(sc: &Scalability) -> String {
     let cores = sc.allocated_cores;
@@ -112,10 +104,9 @@ pub fn verdict_statement(sc: &Scalability) -> String {
             sc.share_time_at_most_one_core_pct
         ),
         Verdict::Parallel => format!(
-            "kept {} of {} {} busy on average (p95 {}): scales to its allocation",
+            "kept {} of {} busy on average (p95 {}): scales to its allocation",
             fmt_cores(mean),
-            cores.unwrap_or(0),
-            cores_word(cores.unwrap_or(0)),
+            plural(u64::from(cores.unwrap_or(0)), "core"),
             fmt_cores(sc.busy_cores_p95)
         ),
         Verdict::PartiallyParallel => format!(
@@ -412,16 +403,21 @@ pub fn finding(s: &JobSummary, f: &FindingKind) -> String {
         } => {
             let why = match (threads_max, cores) {
                 (Some(t), Some(c)) if *t > u64::from(*c) => format!(
-                    ": up to {t} threads on the {c} cores allocated (match threads to cores, e.g. OMP_NUM_THREADS={c}, or ask for more cores)"
+                    ": up to {t} threads on the {} allocated (match threads to cores, e.g. OMP_NUM_THREADS={c}, or ask for more cores)",
+                    plural(u64::from(*c), "core")
                 ),
-                (_, Some(c)) => format!(": more runnable threads than the {c} cores allocated"),
+                (_, Some(c)) => format!(
+                    ": more runnable threads than the {} allocated",
+                    plural(u64::from(*c), "core")
+                ),
                 _ => ": more runnable threads than cores".into(),
             };
             format!(
                 "node {}: threads waited for a CPU {} of their runnable time ({}){why}",
                 clean(node, 64),
                 fmt_pct0(Some(*wait_pct)),
-                fmt_duration(*wait_s)
+                // As the kernel view writes the same figure.
+                fmt_elapsed(*wait_s)
             )
         }
         FindingKind::LockContention {
@@ -500,11 +496,12 @@ pub fn kernel_lines(k: &jobscope_sampler::summary::KernelTotals) -> Vec<String> 
     if let Some(w) = k.cpu_wait_s {
         v.push(row(
             "Waiting for a CPU",
+            // Seconds as every duration of the report reads (`fmt_elapsed`: `1.2 s`, `36m05s`).
             format!(
                 "{} ({} of the time runnable; running {})",
-                fmt_duration(w),
+                fmt_elapsed(w),
                 fmt_pct0(k.cpu_wait_pct()),
-                fmt_duration(k.run_s.unwrap_or(0.0))
+                fmt_elapsed(k.run_s.unwrap_or(0.0))
             ),
         ));
     }
@@ -812,6 +809,52 @@ pub const NO_DATA: &str = "No samples: jobscope has no data on how this job used
 mod tests {
     use super::*;
     use jobscope_sampler::vocab::Vocabulary;
+
+    /// Words of `line` that are seconds written without their space (`16s`, `1.5s`): every
+    /// duration reads as the report's CPU time does (`15.5 s`), or as one compound token
+    /// (`1m05s`).
+    pub(crate) fn unspaced_seconds(line: &str) -> Vec<String> {
+        line.split(|c: char| c.is_whitespace() || "(),;:".contains(c))
+            .filter(|w| {
+                w.strip_suffix('s').is_some_and(|n| {
+                    !n.is_empty() && n.chars().all(|c| c.is_ascii_digit() || c == '.')
+                })
+            })
+            .map(str::to_string)
+            .collect()
+    }
+
+    /// The kernel view's times read as the report's other durations: `1.0 s`, `15.5 s`.
+    #[test]
+    fn kernel_view_durations_are_spelled_as_every_other() {
+        let k = jobscope_sampler::summary::KernelTotals {
+            run_s: Some(15.5),
+            cpu_wait_s: Some(1.0),
+            ..Default::default()
+        };
+        let lines = kernel_lines(&k);
+        assert!(
+            lines[0].contains("1.0 s (6 % of the time runnable; running 15.5 s)"),
+            "{lines:?}"
+        );
+        let long = jobscope_sampler::summary::KernelTotals {
+            run_s: Some(725.0),
+            cpu_wait_s: Some(36.0),
+            ..Default::default()
+        };
+        let lines = kernel_lines(&long);
+        assert!(
+            lines[0].contains("36.0 s (") && lines[0].contains("running 12m05s)"),
+            "{lines:?}"
+        );
+        for l in kernel_lines(&k).iter().chain(&lines) {
+            assert!(unspaced_seconds(l).is_empty(), "{l}");
+        }
+        assert_eq!(
+            unspaced_seconds("ran 16s, then 1.5s (1m05s; 3 s)"),
+            ["16s", "1.5s"]
+        );
+    }
 
     #[test]
     fn every_class_the_report_prints_is_a_class_the_audit_takes() {
