@@ -58,13 +58,17 @@ fn normalise(s: &str) -> String {
         .to_string()
 }
 
-/// `4s`, `12m05s`, `3h12m`, `1d01h00m` (the subject's durations) in seconds.
+/// `4 s`, `12m05s`, `3h12m`, `1d01h00m` (the subject's durations) in seconds.
 fn parse_short_duration(s: &str) -> Option<f64> {
     let mut total = 0.0;
     let mut num = String::new();
     for c in s.chars() {
-        if c.is_ascii_digit() {
+        if c.is_ascii_digit() || c == '.' {
             num.push(c);
+            continue;
+        }
+        // `6 s`, as every duration is spelled beside `15.5 s`; `1m05s` stays one token.
+        if c == ' ' {
             continue;
         }
         let n: f64 = num.parse().ok()?;
