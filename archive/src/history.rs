@@ -10,11 +10,11 @@
 //! batch script), the same name. The advice says which.
 
 use crate::peer::Cohorts;
-use jobscope_sampler::config::Config;
-use jobscope_sampler::summary::analysis::{
+use jobscope_config::Config;
+use jobscope_model::summary::analysis::{
     mem_flag_mib, time_flag_s, HistoryAdvice, HistoryBasis, Request,
 };
-use jobscope_sampler::summary::JobSummary;
+use jobscope_model::summary::JobSummary;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -128,14 +128,14 @@ pub fn user_file(index_dir: &std::path::Path, uid: u32) -> std::path::PathBuf {
 /// there is none, an error naming the file when it cannot be read or decoded.
 pub fn read_user(index_dir: &std::path::Path, uid: u32) -> Result<Option<UserHistory>, String> {
     let path = user_file(index_dir, uid);
-    match jobscope_sampler::fsutil::read_limited(&path, MAX_HISTORY_BYTES) {
+    match jobscope_common::fsutil::read_limited(&path, MAX_HISTORY_BYTES) {
         Ok(b) => {
             let mut h: UserHistory =
                 serde_json::from_slice(&b).map_err(|e| format!("{}: {e}", path.display()))?;
             h.keep_sane();
             Ok(Some(h))
         }
-        Err(jobscope_sampler::fsutil::FsError::Io { source, .. })
+        Err(jobscope_common::fsutil::FsError::Io { source, .. })
             if source.kind() == std::io::ErrorKind::NotFound =>
         {
             Ok(None)
@@ -184,7 +184,7 @@ pub fn advice_from_runs(
     basis: HistoryBasis,
     runs: &[Run],
     min_runs: u32,
-    cfg: &jobscope_sampler::config::Report,
+    cfg: &jobscope_model::params::Report,
 ) -> Option<HistoryAdvice> {
     if runs.len() < min_runs as usize {
         return None;
@@ -261,7 +261,7 @@ pub fn advice_for(
     script_sha256: Option<&str>,
     this: Run,
     min_runs: u32,
-    cfg: &jobscope_sampler::config::Report,
+    cfg: &jobscope_model::params::Report,
 ) -> Option<HistoryAdvice> {
     let with_this = |earlier: Option<&Vec<Run>>| -> Vec<Run> {
         let mut v: Vec<Run> = earlier
@@ -307,7 +307,7 @@ mod tests {
     /// `#SBATCH --time` of 213503982334601 days.
     #[test]
     fn runs_no_job_can_have_had_are_dropped_before_advice() {
-        let cfg = jobscope_sampler::config::Report::default();
+        let cfg = jobscope_model::params::Report::default();
         let at = |end_unix_ms: i64| Run {
             end_unix_ms,
             ..run(100, 600.0, 1.0)
@@ -352,7 +352,7 @@ mod tests {
 
     #[test]
     fn advice_rests_on_the_p95_of_all_runs() {
-        let cfg = jobscope_sampler::config::Report::default();
+        let cfg = jobscope_model::params::Report::default();
         // 20 runs: peaks 100..=2000 MiB; p95 by nearest rank is the 19th, 1900 MiB.
         let runs: Vec<Run> = (1..=20)
             .map(|i| run(i * 100, 600.0 + i as f64, 1.5))
@@ -372,7 +372,7 @@ mod tests {
     /// (edited since) falls back to the name; the advice says which.
     #[test]
     fn the_same_script_under_any_name_else_the_same_name() {
-        let cfg = jobscope_sampler::config::Report::default();
+        let cfg = jobscope_model::params::Report::default();
         let at = |end: i64, peak_mib: u64| Run {
             end_unix_ms: end,
             ..run(peak_mib, 600.0, 1.0)

@@ -26,7 +26,7 @@
 //! catch that, keep each day's chain head ([`DayReport::head`]) somewhere else (syslog, the admin
 //! mail, another host) and compare.
 
-use jobscope_sampler::fsutil::{is_safe_name, open_regular, Access};
+use jobscope_common::fsutil::{is_safe_name, open_regular, Access};
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -60,7 +60,7 @@ fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> ManifestError + '_ {
     }
 }
 
-pub use jobscope_sampler::digest::{hex, sha256_hex};
+use jobscope_common::digest::{hex, sha256_hex};
 
 fn is_hex64(s: &str) -> bool {
     s.len() == 64 && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
@@ -205,7 +205,7 @@ pub fn append(day_dir: &Path, file_name: &str, bytes: &[u8]) -> Result<Entry, Ma
     f.write_all(line.as_bytes()).map_err(io_err(&path))?;
     f.sync_data().map_err(io_err(&path))?;
     if md.len() == 0 {
-        jobscope_sampler::fsutil::sync_dir(day_dir);
+        jobscope_common::fsutil::sync_dir(day_dir);
     }
     Ok(e)
 }

@@ -4,7 +4,7 @@
 //! `audit.peer_window_days` and 101 quantiles (p0…p100) of their CPU and memory efficiency. The
 //! Epilog reads only that file: a bounded cost at job end, whatever the archive's size.
 
-use jobscope_sampler::summary::analysis::{PeerMetric, PeerRank};
+use jobscope_model::summary::analysis::{PeerMetric, PeerRank};
 use serde::{Deserialize, Serialize};
 
 pub const COHORTS: &str = "cohorts.json";
@@ -144,7 +144,7 @@ impl Cohorts {
 /// cannot be read or decoded. The Epilog keeps it only when [`Cohorts::is_sane`].
 pub fn read(index_dir: &std::path::Path) -> Option<Cohorts> {
     let b =
-        jobscope_sampler::fsutil::read_limited(&index_dir.join(COHORTS), MAX_COHORTS_BYTES).ok()?;
+        jobscope_common::fsutil::read_limited(&index_dir.join(COHORTS), MAX_COHORTS_BYTES).ok()?;
     serde_json::from_slice(&b).ok()
 }
 

@@ -27,10 +27,11 @@
 
 use crate::manifest::{self, DayReport, VerifyReport};
 use anyhow::{bail, ensure, Context, Result};
-use jobscope_sampler::config::Label;
-use jobscope_sampler::config::Report;
-use jobscope_sampler::fsutil::{ensure_dir, is_safe_name, open_regular, write_atomic, Access};
-use jobscope_sampler::summary::{analysis, JobSummary, SCHEMA_VERSION};
+use jobscope_common::fsutil::{ensure_dir, is_safe_name, open_regular, write_atomic, Access};
+use jobscope_common::users::group_id;
+use jobscope_config::Label;
+use jobscope_model::params::Report;
+use jobscope_model::summary::{analysis, JobSummary, SCHEMA_VERSION};
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Read;
 use std::os::unix::fs::MetadataExt;
@@ -45,48 +46,14 @@ const MAX_JOB_DAYS: u64 = 400;
 const USERS: &str = "users";
 const DAY_MS: u64 = 86_400_000;
 
-/// Looks up a group id by name (`getgrnam_r`).
-pub fn group_id(name: &str) -> Option<u32> {
-    let c = std::ffi::CString::new(name).ok()?;
-    let mut grp: libc::group = unsafe { std::mem::zeroed() };
-    let mut buf = vec![0 as libc::c_char; 16 * 1024];
-    let mut result: *mut libc::group = std::ptr::null_mut();
-    // SAFETY: all pointers are valid for the call; buf outlives it.
-    let rc = unsafe {
-        libc::getgrnam_r(
-            c.as_ptr(),
-            &mut grp,
-            buf.as_mut_ptr(),
-            buf.len(),
-            &mut result,
-        )
-    };
-    (rc == 0 && !result.is_null()).then_some(grp.gr_gid)
-}
-
-/// The name of group `gid` (`getgrgid_r`), for `JobSummary::group`; `None` if it has none here.
-pub fn group_name(gid: u32) -> Option<String> {
-    let mut grp: libc::group = unsafe { std::mem::zeroed() };
-    let mut buf = vec![0 as libc::c_char; 16 * 1024];
-    let mut result: *mut libc::group = std::ptr::null_mut();
-    // SAFETY: all pointers are valid for the call; buf outlives it.
-    let rc = unsafe { libc::getgrgid_r(gid, &mut grp, buf.as_mut_ptr(), buf.len(), &mut result) };
-    if rc != 0 || result.is_null() || grp.gr_name.is_null() {
-        return None;
-    }
-    // SAFETY: gr_name points into buf, NUL-terminated by getgrgid_r.
-    let name = unsafe { std::ffi::CStr::from_ptr(grp.gr_name) };
-    Some(name.to_string_lossy().into_owned())
-}
-
-pub use jobscope_sampler::time::{date_path, utc_time};
+use jobscope_model::time::{date_path, utc_time};
 
 /// Unix seconds of the midnight that starts day `YYYY/MM/DD`.
 fn day_start_s(date: &str) -> Option<u64> {
     let mut it = date.split('/');
     let (y, m, d) = (it.next()?, it.next()?, it.next()?);
     let days =
-        jobscope_sampler::time::days_from_civil(y.parse().ok()?, m.parse().ok()?, d.parse().ok()?)?;
+        jobscope_model::time::days_from_civil(y.parse().ok()?, m.parse().ok()?, d.parse().ok()?)?;
     u64::try_from(days).ok().map(|d| d * 86_400)
 }
 
@@ -1022,7 +989,7 @@ pub fn find(archive_dir: &Path, job_id: u32, caller_uid: u32) -> Result<Vec<u8>>
     let run = runs
         .last()
         .with_context(|| format!("job {job_id}: not in the archive {}", archive_dir.display()))?;
-    Ok(jobscope_sampler::fsutil::read_limited(
+    Ok(jobscope_common::fsutil::read_limited(
         &run.path,
         MAX_DOC_BYTES,
     )?)
@@ -1038,7 +1005,7 @@ fn refuse_another_run(existing: &Path, s: &JobSummary) -> Result<()> {
         start_unix_ms: u64,
         end_unix_ms: u64,
     }
-    let Ok(bytes) = jobscope_sampler::fsutil::read_limited(existing, MAX_DOC_BYTES) else {
+    let Ok(bytes) = jobscope_common::fsutil::read_limited(existing, MAX_DOC_BYTES) else {
         return Ok(());
     };
     let Ok(old) = serde_json::from_slice::<Span>(&bytes) else {
@@ -1714,13 +1681,5 @@ mod tests {
         );
         let rep = st.verify();
         assert_eq!(rep.days[0].inserted, ["91-1.json (not a regular file)"]);
-    }
-
-    #[test]
-    fn groups() {
-        assert_eq!(group_id("root"), Some(0));
-        assert_eq!(group_id("no-such-group-xyz"), None);
-        assert_eq!(group_name(0).as_deref(), Some("root"));
-        assert_eq!(group_name(4_000_000_000), None);
     }
 }

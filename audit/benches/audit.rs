@@ -180,7 +180,7 @@ fn main() {
         dir: adir.path().join("archive/index"),
         ..settings.clone()
     };
-    let doc = |id: u32| -> jobscope_sampler::summary::JobSummary {
+    let doc = |id: u32| -> jobscope_model::summary::JobSummary {
         let mut v: serde_json::Value =
             serde_json::from_str(include_str!("../../report/testdata/archive-v1/oom.json"))
                 .unwrap();
@@ -188,7 +188,7 @@ fn main() {
         v["end_unix_ms"] = (START_MS + u64::from(id) * 1000).into();
         jobscope_archive::load(
             &serde_json::to_vec(&v).unwrap(),
-            &jobscope_sampler::config::Report::default(),
+            &jobscope_model::params::Report::default(),
         )
         .unwrap()
         .summary

@@ -101,7 +101,7 @@ pub fn node_batch(rows: &[NodeRow]) -> anyhow::Result<RecordBatch> {
 
 /// Columns of [`COLUMNS`] the index files do not store, with the stored columns each is computed
 /// from when read: they are exact functions of those, computed by the same functions as the
-/// report's waste and `JobRow::of` (`jobscope_sampler::summary::analysis::{core_hours_allocated,
+/// report's waste and `JobRow::of` (`jobscope_model::summary::analysis::{core_hours_allocated,
 /// …}`; a test in audit/src/index/tests.rs holds the two to the same bits).
 /// Full-precision floats barely compress, and these six were a third of a file (docs/audit.md).
 pub const DERIVED: &[(&str, &[&str])] = &[
@@ -206,7 +206,7 @@ pub fn with_derived(b: &RecordBatch, columns: &[&str]) -> anyhow::Result<RecordB
     let out = |values: Vec<f64>, nulls: Option<NullBuffer>| -> ArrayRef {
         Arc::new(Float64Array::new(values.into(), nulls))
     };
-    use jobscope_sampler::summary::analysis as waste;
+    use jobscope_model::summary::analysis as waste;
     let core_alloc = |cores: &Int64Array, el: &Float64Array| -> Vec<f64> {
         let (c, e) = (cores.values(), el.values());
         // A null slot's value is never read; a stored count is a u32 (`JobRow::alloc_cores`).

@@ -12,7 +12,7 @@ use arrow_array::types::Int32Type;
 use arrow_array::{
     Array, BooleanArray, DictionaryArray, Float64Array, Int64Array, RecordBatch, StringArray,
 };
-use jobscope_sampler::time;
+use jobscope_model::time;
 use std::collections::HashMap;
 
 /// The columns [`matching`] reads: the end time and the filtered ones.

@@ -14,7 +14,7 @@ use std::path::Path;
 pub fn write_history(idx: &Index) -> Result<usize> {
     let dir = idx.settings.dir.join(HISTORY_DIR);
     let eng = ParquetEngine::open(&idx.settings.dir)?;
-    let now_s = (jobscope_sampler::sampler::now_unix_ms() / 1000) as i64;
+    let now_s = (jobscope_common::now_unix_ms() / 1000) as i64;
     let mut q = Query::new(Report::Jobs);
     q.window.since_unix_s = Some(now_s - HISTORY_DAYS * 86_400);
     let batches = eng.scan(
@@ -76,7 +76,7 @@ pub fn write_history(idx: &Index) -> Result<usize> {
     }
     let owner = crate::owner(idx.settings.admin_gid);
     if owner.is_some() {
-        jobscope_sampler::fsutil::ensure_dir(&dir, 0o750, 0, idx.settings.admin_gid)?;
+        jobscope_common::fsutil::ensure_dir(&dir, 0o750, 0, idx.settings.admin_gid)?;
     } else {
         std::fs::create_dir_all(&dir)?;
     }
@@ -98,7 +98,7 @@ pub fn write_history(idx: &Index) -> Result<usize> {
             std::fs::remove_file(e.path()).with_context(|| e.path().display().to_string())?;
         }
     }
-    jobscope_sampler::fsutil::write_atomic(
+    jobscope_common::fsutil::write_atomic(
         &dir,
         WRITTEN_MARK,
         now_s.to_string().as_bytes(),
@@ -117,7 +117,7 @@ pub const WRITTEN_MARK: &str = "written-at.txt";
 pub const REWRITE_ALL_AFTER_S: i64 = 86_400;
 
 fn write_user(dir: &Path, uid: i64, h: &UserHistory, owner: Option<(u32, u32)>) -> Result<()> {
-    jobscope_sampler::fsutil::write_atomic(
+    jobscope_common::fsutil::write_atomic(
         dir,
         &format!("{uid}.json"),
         &serde_json::to_vec(h)?,
@@ -129,7 +129,7 @@ fn write_user(dir: &Path, uid: i64, h: &UserHistory, owner: Option<(u32, u32)>) 
 
 /// When the history was last written whole (the [`WRITTEN_MARK`]), if it was.
 fn last_whole_write_s(dir: &Path) -> Option<i64> {
-    let b = jobscope_sampler::fsutil::read_limited(&dir.join(WRITTEN_MARK), 64).ok()?;
+    let b = jobscope_common::fsutil::read_limited(&dir.join(WRITTEN_MARK), 64).ok()?;
     std::str::from_utf8(&b).ok()?.trim().parse().ok()
 }
 
@@ -150,7 +150,7 @@ pub enum HistoryWrite {
 /// each of their users' files gets their new runs (read, added, trimmed to the window, written).
 pub fn update_history(idx: &Index, added: Option<&[JobRow]>) -> Result<HistoryWrite> {
     let dir = idx.settings.dir.join(HISTORY_DIR);
-    let now_s = (jobscope_sampler::sampler::now_unix_ms() / 1000) as i64;
+    let now_s = (jobscope_common::now_unix_ms() / 1000) as i64;
     let fresh =
         last_whole_write_s(&dir).is_some_and(|t| (0..REWRITE_ALL_AFTER_S).contains(&(now_s - t)));
     let Some(added) = added.filter(|_| fresh) else {

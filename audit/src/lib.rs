@@ -36,7 +36,7 @@ use crate::index::{Index, ParquetEngine};
 use anyhow::{Context, Result};
 use arrow_array::{Array, Float64Array, StringArray};
 use jobscope_archive::peer;
-use jobscope_sampler::config::Config;
+use jobscope_config::Config;
 use std::collections::BTreeMap;
 
 /// Who owns what the indexer writes: root and the admin group when run as root, else the caller.
@@ -49,7 +49,7 @@ pub(crate) fn owner(admin_gid: u32) -> Option<(u32, u32)> {
 pub fn write_cohorts(cfg: &Config, idx: &Index) -> Result<usize> {
     let dir = &idx.settings.dir;
     let eng = ParquetEngine::open(dir)?;
-    let now_s = (jobscope_sampler::sampler::now_unix_ms() / 1000) as i64;
+    let now_s = (jobscope_common::now_unix_ms() / 1000) as i64;
     let window_days = cfg.audit.peer_window_days;
     let mut q = Query::new(Report::Jobs);
     q.window.since_unix_s = Some(now_s - i64::from(window_days) * 86_400);
@@ -117,7 +117,7 @@ pub fn write_cohorts(cfg: &Config, idx: &Index) -> Result<usize> {
     };
     let n = cohorts.cohorts.len();
     // Readable by the Epilog (root); aggregate only, but the index is the admin group's.
-    jobscope_sampler::fsutil::write_atomic(
+    jobscope_common::fsutil::write_atomic(
         dir,
         peer::COHORTS,
         &serde_json::to_vec(&cohorts)?,
@@ -185,7 +185,7 @@ pub fn write_metrics(cfg: &Config, idx: &Index, path: &std::path::Path) -> Resul
         .and_then(|n| n.to_str())
         .context("metrics_file has no file name")?;
     // node_exporter runs as its own user: the textfile is world-readable (aggregates only).
-    jobscope_sampler::fsutil::write_atomic(dir, name, text.as_bytes(), 0o644, owner(0))?;
+    jobscope_common::fsutil::write_atomic(dir, name, text.as_bytes(), 0o644, owner(0))?;
     Ok(())
 }
 
@@ -208,7 +208,7 @@ fn cohorts_age_s(idx: &Index, now_s: i64) -> Option<i64> {
 /// the metrics textfile. A failure here is reported, never undoes the update.
 pub fn after_update(cfg: &Config, idx: &Index, rep: &index::UpdateReport) -> Vec<String> {
     let mut out = Vec::new();
-    let now_s = (jobscope_sampler::sampler::now_unix_ms() / 1000) as i64;
+    let now_s = (jobscope_common::now_unix_ms() / 1000) as i64;
     let changed = rep.rebuilt || !rep.months_rebuilt.is_empty() || rep.jobs_added > 0;
     let due = match cohorts_age_s(idx, now_s) {
         None => true,

@@ -20,7 +20,7 @@
 
 use super::table::{ColType, Column, Table};
 use chrono::{Datelike, FixedOffset, Local, NaiveDateTime, Offset, TimeZone, Timelike};
-use jobscope_sampler::time;
+use jobscope_model::time;
 use serde::Serialize;
 
 pub type Result<T> = anyhow::Result<T>;
@@ -261,7 +261,7 @@ impl GroupKey {
     }
 }
 
-jobscope_sampler::vocab::vocabulary! {
+jobscope_model::vocab::vocabulary! {
     // The aliases are the short names `jobscope audit top --metric` has always taken.
     /// Which wasted resource ranks the top wasters.
     #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

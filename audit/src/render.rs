@@ -19,7 +19,7 @@ fn fmt_time(unix_s: i64, zone: Zone) -> String {
     let at = zone
         .offset_s(unix_s)
         .and_then(FixedOffset::east_opt)
-        .and_then(|o| jobscope_sampler::time::in_zone(unix_s, &o));
+        .and_then(|o| jobscope_model::time::in_zone(unix_s, &o));
     match at {
         None => format!("@{unix_s}"),
         // A zone named UTC (`TZ=UTC`, `Etc/UTC`) has no other offset: its header says so once.

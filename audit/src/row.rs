@@ -8,8 +8,8 @@
 //! `row_table!`, so they cannot drift apart.
 
 use super::table::{ColType, Value};
-use jobscope_sampler::summary::analysis::{self, FindingKind, JobClass, Verdict};
-use jobscope_sampler::summary::JobSummary;
+use jobscope_model::summary::analysis::{self, FindingKind, JobClass, Verdict};
+use jobscope_model::summary::JobSummary;
 
 /// A field type of a row: its column type and its cell. Integers widen to i64 as before (u64 with
 /// `as`: counts, bytes and times stay far below 2⁶³); `Option` is the nullable form of each.
@@ -193,7 +193,7 @@ impl JobRow {
     /// was not kept, a version-1 upgrade, still has them); class, verdict and flags come from the
     /// stored analysis and are `None`/false without one.
     pub fn of(s: &JobSummary) -> JobRow {
-        let gpus: Vec<&jobscope_sampler::gpu::summary::GpuSummary> =
+        let gpus: Vec<&jobscope_model::gpu::summary::GpuSummary> =
             s.nodes.iter().flat_map(|n| n.gpus.iter()).collect();
         let w = analysis::waste(s);
         let utils: Vec<f64> = gpus.iter().filter_map(|g| g.util_mean_pct).collect();
@@ -379,17 +379,17 @@ impl NodeRow {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use jobscope_model::job::JobFacts;
+    use jobscope_model::summary::NodeSummary;
     use jobscope_report::pipeline;
     use jobscope_report::present::fmt_hours;
     use jobscope_report::slurm::{decide_end, EpilogEnv};
-    use jobscope_sampler::job::JobFacts;
-    use jobscope_sampler::summary::NodeSummary;
     use std::path::Path;
 
     /// A recorded job (`report/testdata/recorded/<case>`): SLURM's facts and its nodes' summaries
     /// (with their names), as the Epilog makes them.
     fn recorded(case: &str) -> (JobFacts, Vec<NodeSummary>, Vec<String>) {
-        let r = pipeline::testing::recorded(case, &jobscope_sampler::config::Config::default());
+        let r = pipeline::testing::recorded(case, &jobscope_config::Config::default());
         (r.facts, r.nodes, r.names)
     }
 
@@ -407,7 +407,7 @@ mod tests {
             ..Default::default()
         };
         let facts = env.facts_with(Some(facts.clone()));
-        let cfg = jobscope_sampler::config::Config::default();
+        let cfg = jobscope_config::Config::default();
         pipeline::job(&facts, nodes, names, &cfg, "t", &decide_end)
     }
 
@@ -489,7 +489,7 @@ mod tests {
     /// so (`cpu_wait_hours`), and null, never 0, for a job whose node had no collector.
     #[test]
     fn the_kernel_views_columns_come_from_the_archived_figures_and_are_null_without_them() {
-        use jobscope_sampler::summary::{KernelTotals, SyscallCounts};
+        use jobscope_model::summary::{KernelTotals, SyscallCounts};
         let (facts, node) = recorded_serial();
         let plain = analysed(&facts, vec![node.clone()], &["vm".into()]);
         let row = JobRow::of(&plain);
@@ -580,7 +580,7 @@ mod tests {
         assert_eq!(facts.qos, None, "the test cluster has no accounting");
         // A cluster with accounting names a QOS (v22_05's tests parse it from scontrol's record).
         facts.qos = Some("high".into());
-        let cfg = jobscope_sampler::config::Config::default();
+        let cfg = jobscope_config::Config::default();
         let hex = "2c26b46b68ffc68ff99b453c1d30413413422d706483bfa0f98a5e886266e7ae";
         node.script_sha256 = Some(hex.into());
         let env = EpilogEnv {
@@ -623,7 +623,7 @@ mod tests {
         use crate::eval::MemEngine;
         use crate::query::{Engine, GroupKey, Query, Report};
         let (facts, node) = recorded_serial();
-        let cfg = jobscope_sampler::config::Config::default();
+        let cfg = jobscope_config::Config::default();
         let rows: Vec<JobRow> = [Some("high"), Some("normal"), None, Some("high")]
             .iter()
             .enumerate()

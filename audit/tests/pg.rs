@@ -10,10 +10,10 @@ use jobscope_audit::eval::MemEngine;
 use jobscope_audit::index::{Index, ParquetEngine, Settings};
 use jobscope_audit::pg::{self, engine::PgEngine, schema, sink};
 use jobscope_audit::{Engine, Filters, GroupKey, JobRow, Query, Report, WasteMetric, Window, Zone};
-use jobscope_sampler::config::Postgres as PgConfig;
-use jobscope_sampler::config::Report as Thresholds;
-use jobscope_sampler::summary::analysis::analyze;
-use jobscope_sampler::summary::JobSummary;
+use jobscope_config::Postgres as PgConfig;
+use jobscope_model::params::Report as Thresholds;
+use jobscope_model::summary::analysis::analyze;
+use jobscope_model::summary::JobSummary;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
@@ -292,7 +292,7 @@ fn sync_pushes_every_job_once_into_monthly_partitions_and_again_changes_nothing(
     let mut months: Vec<String> = jobs
         .iter()
         .map(|s| {
-            let d = archive::date_path(s.scheduler_start_unix_s.unwrap() * 1000);
+            let d = jobscope_model::time::date_path(s.scheduler_start_unix_s.unwrap() * 1000);
             format!("jobs_{}_{}", &d[..4], &d[5..7])
         })
         .collect();
@@ -396,7 +396,7 @@ fn a_rewritten_record_replaces_its_row_and_an_edited_file_is_not_pushed() {
 
     // A record edited behind the archive's back (no manifest line) is refused, and said so.
     let key = archive::Key::of(&jobs[2]);
-    let day = archive::date_path(jobs[2].end_unix_ms);
+    let day = jobscope_model::time::date_path(jobs[2].end_unix_ms);
     let path = store.root().join(&day).join(key.file_name());
     let mut doc: serde_json::Value =
         serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
@@ -822,7 +822,7 @@ fn hostile_text_is_stored_as_text_and_harms_nothing() {
 /// password file others can read is refused.
 #[test]
 fn the_postgres_settings_are_checked_before_anything_connects() {
-    use jobscope_sampler::config::Config;
+    use jobscope_config::Config;
     let ok = Config::parse(
         "[postgres]\nconninfo = \"host=db port=5432 user=js dbname=js\"\npassword_file = \"/etc/jobscope/pg.password\"\nsource = \"cluster-a\"\n",
         Path::new("t.toml"),

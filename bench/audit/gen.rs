@@ -369,7 +369,7 @@ fn day_s(date: &str) -> Result<u64> {
 /// The hour of week (Monday 00:00 UTC = 0) of a Unix time in seconds.
 fn hour_of_week(unix_s: u64) -> u64 {
     use chrono::{Datelike, Timelike};
-    let t = jobscope_sampler::time::utc(unix_s as i64).expect("a time of this century");
+    let t = jobscope_model::time::utc(unix_s as i64).expect("a time of this century");
     u64::from(t.weekday().num_days_from_monday()) * 24 + u64::from(t.hour())
 }
 
@@ -531,7 +531,7 @@ fn archive_jobs(store: &Store, rng: &mut Rng, ids: std::ops::Range<u32>, day: u6
     for i in ids {
         let mut s = archive::load(
             TEMPLATE.as_bytes(),
-            &jobscope_sampler::config::Report::default(),
+            &jobscope_model::params::Report::default(),
         )?
         .summary;
         s.job_id = 100_000 + i;
@@ -625,11 +625,11 @@ fn timer(a: &Args) -> Result<()> {
     anyhow::ensure!(st.success(), "cp -a {} {}", src.display(), dir.display());
     let store = Store::new(&work.join("archive"), "root");
     std::fs::create_dir_all(store.root())?;
-    let mut cfg = jobscope_sampler::config::Config::default();
+    let mut cfg = jobscope_config::Config::default();
     cfg.paths.archive_dir = store.root().to_path_buf();
     cfg.audit.index_dir = Some(dir.clone());
     let idx = Index::new(&store, settings(dir.clone()));
-    let now_s = jobscope_sampler::sampler::now_unix_ms() / 1000;
+    let now_s = jobscope_common::now_unix_ms() / 1000;
     let day = (now_s / 86_400) * 86_400 - 86_400;
     let mut rng = Rng(11);
     let mut next = 0u32;

@@ -9,7 +9,7 @@ use jobscope_archive::Store;
 use jobscope_audit::alerts::{self, send, state::Sent, words, Sources};
 use jobscope_audit::index::{Index, ParquetEngine};
 use jobscope_audit::query::Zone;
-use jobscope_sampler::config::Config;
+use jobscope_config::Config;
 
 #[derive(Args, Debug)]
 pub struct AlertsArgs {
@@ -70,7 +70,7 @@ pub fn run(cfg: &Config, a: AlertsArgs) -> Result<()> {
         engine: &engine,
         index_dir: &dir,
         store: &store,
-        now_unix_s: (jobscope_sampler::sampler::now_unix_ms() / 1000) as i64,
+        now_unix_s: (jobscope_common::now_unix_ms() / 1000) as i64,
     };
     if sending {
         let rep = send::send(&src, zone)?;
@@ -132,9 +132,9 @@ fn send_text(rep: &send::SendReport) -> String {
     let ev = &rep.evaluation;
     let mut out = format!(
         "jobscope alerts sent at {} (period of {} days from {})\n",
-        jobscope_sampler::time::utc_time(ev.now_unix_s.max(0) as u64),
+        jobscope_model::time::utc_time(ev.now_unix_s.max(0) as u64),
         ev.period_days,
-        jobscope_sampler::time::utc_time(ev.period_start_unix_s.max(0) as u64)
+        jobscope_model::time::utc_time(ev.period_start_unix_s.max(0) as u64)
     );
     if rep.mails.is_empty() {
         out += "nobody to mail\n";

@@ -18,10 +18,10 @@ use jobscope_audit::query::{
 };
 use jobscope_audit::render;
 use jobscope_audit::row::JobRow;
-use jobscope_sampler::config::Config;
-use jobscope_sampler::job::JobState;
-use jobscope_sampler::summary::analysis::JobClass;
-use jobscope_sampler::vocab::Vocabulary;
+use jobscope_config::Config;
+use jobscope_model::job::JobState;
+use jobscope_model::summary::analysis::JobClass;
+use jobscope_model::vocab::Vocabulary;
 use std::io::{IsTerminal, Write};
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
@@ -203,7 +203,7 @@ pub enum AuditCmd {
 pub fn index_settings(cfg: &Config) -> Settings {
     Settings {
         dir: cfg.audit.index_dir(&cfg.paths.archive_dir),
-        admin_gid: archive::group_id(&cfg.archive.admin_group).unwrap_or(0),
+        admin_gid: jobscope_common::users::group_id(&cfg.archive.admin_group).unwrap_or(0),
         compact_parts: cfg.audit.compact_parts,
         lock_stale_s: cfg.audit.lock_stale_s,
         lock_wait_s: 60,
@@ -221,7 +221,7 @@ pub fn is_admin(cfg: &Config) -> bool {
     if euid() == 0 {
         return true;
     }
-    let Some(gid) = archive::group_id(&cfg.archive.admin_group) else {
+    let Some(gid) = jobscope_common::users::group_id(&cfg.archive.admin_group) else {
         return false;
     };
     // SAFETY: getegid cannot fail; getgroups writes at most the given count into the buffer.
@@ -540,7 +540,7 @@ fn archived<T: Vocabulary>(flag: &str, given: &[String]) -> Result<Vec<String>> 
 
 fn query(c: &Common, report: Report, group_by: Vec<GroupKey>) -> Result<Query> {
     let zone = if c.utc { Zone::Utc } else { Zone::Local };
-    let now_s = (jobscope_sampler::sampler::now_unix_ms() / 1000) as i64;
+    let now_s = (jobscope_common::now_unix_ms() / 1000) as i64;
     let since = match (&c.since, &c.last) {
         (Some(s), _) => Some(parse_when("--since", s, zone)?),
         (None, Some(l)) => Some(start_before(
@@ -642,7 +642,7 @@ pub fn own_rows(cfg: &Config, uid: u32) -> Result<(Vec<JobRow>, Vec<String>)> {
             notes.push(format!("{}: not written by jobscope, skipped", r.file));
             continue;
         }
-        let loaded = jobscope_sampler::fsutil::read_limited(&p, archive::MAX_DOC_BYTES)
+        let loaded = jobscope_common::fsutil::read_limited(&p, archive::MAX_DOC_BYTES)
             .map_err(anyhow::Error::from)
             .and_then(|b| archive::load(&b, &cfg.report));
         match loaded {
@@ -730,7 +730,7 @@ pub fn audit_cmd(cfg: &Config, cmd: AuditCmd) -> Result<()> {
         Some(p) => Box::new(std::io::BufWriter::new(
             // Root may be writing into a directory a user controls: no planted link or FIFO is
             // followed, nothing already there is truncated (fsutil::create_output).
-            jobscope_sampler::fsutil::create_output(p, 0o666)?,
+            jobscope_common::fsutil::create_output(p, 0o666)?,
         )),
         None => Box::new(std::io::stdout()),
     };

@@ -30,10 +30,10 @@ use anyhow::{bail, Result};
 use clap::{Parser, Subcommand};
 use jobscope_archive as archive;
 use jobscope_epilog::flow;
+use jobscope_model::summary::JobSummary;
 use jobscope_report::pipeline;
 use jobscope_report::present;
 use jobscope_report::slurm::{EpilogEnv, Slurm};
-use jobscope_sampler::summary::JobSummary;
 use std::io::IsTerminal;
 use std::path::PathBuf;
 
@@ -244,6 +244,13 @@ fn print_summary(s: &JobSummary, json: bool) -> Result<()> {
     Ok(())
 }
 
+/// The configuration: `--config` must exist and parse; the default path may be absent (then the
+/// defaults apply, as on a node without a config).
+fn load_config(named: &Option<PathBuf>) -> Result<jobscope_config::Config> {
+    jobscope_config::Config::load_given(named.as_deref())
+        .map_err(|e| anyhow::anyhow!("configuration: {e}"))
+}
+
 fn real_main() -> Result<()> {
     let cli = Cli::parse();
     match cli.cmd {
@@ -254,7 +261,7 @@ fn real_main() -> Result<()> {
             start,
             cluster,
         } => {
-            let cfg = jobscope_epilog::load_config(&cli.config)?;
+            let cfg = load_config(&cli.config)?;
             // A running job: its report so far (`crate::live`), marked running.
             if !list && start.is_none() && cluster.is_none() {
                 if let Some(l) = crate::live::live(
@@ -297,7 +304,7 @@ fn real_main() -> Result<()> {
             nodelist,
             json,
         } => {
-            let cfg = jobscope_epilog::load_config(&cli.config)?;
+            let cfg = load_config(&cli.config)?;
             let mut vars = jobscope_epilog::env_vars_lossy();
             if let Some(j) = job {
                 vars.insert("SLURM_JOB_ID".into(), j.to_string());
@@ -321,7 +328,7 @@ fn real_main() -> Result<()> {
             Ok(())
         }
         Cmd::Reap { node, json } => {
-            let cfg = jobscope_epilog::load_config(&cli.config)?;
+            let cfg = load_config(&cli.config)?;
             let slurm = jobscope_report::slurm::detect();
             // Without slurmctld we cannot tell a running job from a dead one: do nothing rather
             // than turn running jobs' spools into early partial reports.
@@ -332,7 +339,7 @@ fn real_main() -> Result<()> {
             let rep = flow::reap(
                 &cfg,
                 &node,
-                jobscope_sampler::sampler::now_unix_ms(),
+                jobscope_common::now_unix_ms(),
                 &*slurm,
                 &mut |m| eprintln!("jobscope: {m}"),
             )?;
@@ -344,7 +351,7 @@ fn real_main() -> Result<()> {
             Ok(())
         }
         Cmd::Mail { cmd } => {
-            let cfg = jobscope_epilog::load_config(&cli.config)?;
+            let cfg = load_config(&cli.config)?;
             match cmd {
                 MailCmd::Flush { budget } => println!(
                     "{}",
@@ -381,12 +388,10 @@ fn real_main() -> Result<()> {
         Cmd::Archive {
             cmd: ArchiveCmd::Prune,
         } => {
-            let cfg = jobscope_epilog::load_config(&cli.config)?;
+            let cfg = load_config(&cli.config)?;
             let (days, copies) =
-                archive::Store::new(&cfg.paths.archive_dir, &cfg.archive.admin_group).prune(
-                    cfg.archive.retention_days,
-                    jobscope_sampler::sampler::now_unix_ms(),
-                )?;
+                archive::Store::new(&cfg.paths.archive_dir, &cfg.archive.admin_group)
+                    .prune(cfg.archive.retention_days, jobscope_common::now_unix_ms())?;
             println!(
                 "removed {days} day directories and {copies} user copies older than {} days",
                 cfg.archive.retention_days
@@ -396,7 +401,7 @@ fn real_main() -> Result<()> {
         Cmd::Archive {
             cmd: ArchiveCmd::Verify { verbose },
         } => {
-            let cfg = jobscope_epilog::load_config(&cli.config)?;
+            let cfg = load_config(&cli.config)?;
             let rep =
                 archive::Store::new(&cfg.paths.archive_dir, &cfg.archive.admin_group).verify();
             print!("{}", rep.render(verbose));
@@ -408,7 +413,7 @@ fn real_main() -> Result<()> {
         Cmd::Schema => {
             println!(
                 "{}",
-                serde_json::to_string_pretty(&jobscope_sampler::summary::json_schema())?
+                serde_json::to_string_pretty(&jobscope_model::summary::json_schema())?
             );
             Ok(())
         }
@@ -424,7 +429,7 @@ fn real_main() -> Result<()> {
             output,
             cmd,
         } => {
-            let cfg = jobscope_epilog::load_config(&cli.config)?;
+            let cfg = load_config(&cli.config)?;
             let opts = crate::run::RunOptions {
                 cores,
                 mem_bytes: mem,
@@ -438,7 +443,7 @@ fn real_main() -> Result<()> {
             // Made before the run: a report that cannot be written is known before CMD runs.
             let mut out_file = match &output {
                 // No symlink another user planted is followed, in any component of the path.
-                Some(p) => Some(jobscope_sampler::fsutil::create_output(p, 0o666)?),
+                Some(p) => Some(jobscope_common::fsutil::create_output(p, 0o666)?),
                 None => None,
             };
             let o = crate::run::run(&cfg, &opts, &mut |m| eprintln!("jobscope: {m}"))?;
@@ -471,7 +476,7 @@ fn real_main() -> Result<()> {
             once,
             interval,
         } => {
-            let cfg = jobscope_epilog::load_config(&cli.config)?;
+            let cfg = load_config(&cli.config)?;
             let tty = std::io::stdout().is_terminal();
             let slurm = jobscope_report::slurm::detect();
             let mut first = true;
@@ -496,16 +501,12 @@ fn real_main() -> Result<()> {
                 std::thread::sleep(std::time::Duration::from_secs(interval.max(1)));
             }
         }
-        Cmd::Index { cmd } => {
-            crate::audit::index_cmd(&jobscope_epilog::load_config(&cli.config)?, cmd)
-        }
-        Cmd::Audit { cmd } => {
-            crate::audit::audit_cmd(&jobscope_epilog::load_config(&cli.config)?, *cmd)
-        }
-        Cmd::Pg { cmd } => crate::pg::run(cmd, &jobscope_epilog::load_config(&cli.config)?),
-        Cmd::Alerts(a) => crate::alerts::run(&jobscope_epilog::load_config(&cli.config)?, a),
+        Cmd::Index { cmd } => crate::audit::index_cmd(&load_config(&cli.config)?, cmd),
+        Cmd::Audit { cmd } => crate::audit::audit_cmd(&load_config(&cli.config)?, *cmd),
+        Cmd::Pg { cmd } => crate::pg::run(cmd, &load_config(&cli.config)?),
+        Cmd::Alerts(a) => crate::alerts::run(&load_config(&cli.config)?, a),
         Cmd::Summarize { dir, json } => {
-            let cfg = jobscope_epilog::load_config(&cli.config)?;
+            let cfg = load_config(&cli.config)?;
             let (s, problems) = pipeline::summarize_dir(&dir, &cfg).map_err(anyhow::Error::msg)?;
             for p in problems {
                 eprintln!("jobscope: {p}");
@@ -524,7 +525,7 @@ fn mail_list_table(list: &[jobscope_deliver::mail::queue::Listed]) -> String {
         if t == 0 {
             "-".to_string()
         } else {
-            archive::utc_time(t)
+            jobscope_model::time::utc_time(t)
         }
     };
     let mut t = format!(
@@ -586,7 +587,7 @@ pub fn main() -> i32 {
             // Each cause once: a file error carries its OS error as text and as its cause.
             eprintln!(
                 "jobscope: {}",
-                jobscope_sampler::fsutil::error_line(e.as_ref())
+                jobscope_common::fsutil::error_line(e.as_ref())
             );
             1
         }

@@ -5,7 +5,7 @@ use anyhow::{bail, Context, Result};
 use clap::Subcommand;
 use jobscope_archive::{self as archive, Store};
 use jobscope_audit::pg::{connect, schema, sink};
-use jobscope_sampler::config::Config;
+use jobscope_config::Config;
 use std::path::PathBuf;
 
 #[derive(Subcommand, Debug)]

@@ -4,8 +4,8 @@
 //! summary, nothing a second time, and nothing of one user's jobs in another's mail.
 
 use jobscope_archive::Store;
-use jobscope_sampler::job::JobState;
-use jobscope_sampler::summary::JobSummary;
+use jobscope_model::job::JobState;
+use jobscope_model::summary::JobSummary;
 use std::path::Path;
 
 mod common;
@@ -17,11 +17,11 @@ fn timed_out(job_id: u32, (user, uid): (&str, u32), name: &str, hours_ago: u64) 
     let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../report/testdata/archive-v1/oom.json");
     let mut s = jobscope_archive::load(
         &std::fs::read(&p).unwrap(),
-        &jobscope_sampler::config::Report::default(),
+        &jobscope_model::params::Report::default(),
     )
     .unwrap()
     .summary;
-    let now_ms = jobscope_sampler::sampler::now_unix_ms();
+    let now_ms = jobscope_common::now_unix_ms();
     let shift = (now_ms - hours_ago * 3_600_000) - s.end_unix_ms;
     s.start_unix_ms += shift;
     s.end_unix_ms += shift;
@@ -37,9 +37,9 @@ fn timed_out(job_id: u32, (user, uid): (&str, u32), name: &str, hours_ago: u64) 
     s.user = Some(user.into());
     s.name = Some(name.into());
     s.state = JobState::Timeout;
-    s.analysis = Some(jobscope_sampler::summary::analysis::analyze(
+    s.analysis = Some(jobscope_model::summary::analysis::analyze(
         &s,
-        &jobscope_sampler::config::Report::default(),
+        &jobscope_model::params::Report::default(),
     ));
     s
 }

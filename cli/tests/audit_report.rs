@@ -60,7 +60,7 @@ fn job(
 fn site(extra: &str) -> Site {
     let dir = tempfile::tempdir().unwrap();
     let config = common::admin_config(dir.path(), extra);
-    let cfg = jobscope_sampler::config::Config::load(&config).unwrap();
+    let cfg = jobscope_config::Config::load(&config).unwrap();
     let rows: Vec<JobRow> = (0..28u32)
         .map(|i| {
             let user = ["alice", "bob"][(i % 2) as usize];

@@ -34,7 +34,7 @@ fn recorded_row() -> JobRow {
     let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../report/testdata/archive-v1/oom.json");
     let doc = jobscope_archive::load(
         &std::fs::read(&p).unwrap(),
-        &jobscope_sampler::config::Report::default(),
+        &jobscope_model::params::Report::default(),
     )
     .unwrap();
     JobRow::of(&doc.summary)
@@ -151,7 +151,7 @@ fn site() -> Site {
         ));
     }
     rows.sort_by_key(|r| r.end_unix_ms);
-    let cfg = jobscope_sampler::config::Config::load(&config).unwrap();
+    let cfg = jobscope_config::Config::load(&config).unwrap();
     write_rows_only(&jobscope_cli::audit::index_settings(&cfg), rows).unwrap();
     Site { _dir: dir, config }
 }
@@ -568,7 +568,7 @@ fn archive_of_days(archive: &Path, days: u64) {
     let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../report/testdata/archive-v1/oom.json");
     let doc = jobscope_archive::load(
         &std::fs::read(&p).unwrap(),
-        &jobscope_sampler::config::Report::default(),
+        &jobscope_model::params::Report::default(),
     )
     .unwrap();
     let store = jobscope_archive::Store::new(archive, "root");

@@ -67,7 +67,7 @@ fn site_of(tz: &'static str, mut rows: Vec<JobRow>) -> Site {
     );
     let dir = tempfile::tempdir().unwrap();
     let config = common::admin_config(dir.path(), "");
-    let cfg = jobscope_sampler::config::Config::load(&config).unwrap();
+    let cfg = jobscope_config::Config::load(&config).unwrap();
     rows.sort_by_key(|r| r.end_unix_ms);
     write_rows_only(&jobscope_cli::audit::index_settings(&cfg), rows).unwrap();
     Site {

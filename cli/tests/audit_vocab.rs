@@ -3,7 +3,7 @@
 //! the valid ones, instead of answering "no such jobs".
 
 use jobscope_archive::Store;
-use jobscope_sampler::summary::analysis::{analyze, JobClass};
+use jobscope_model::summary::analysis::{analyze, JobClass};
 use std::path::Path;
 
 mod common;
@@ -59,18 +59,18 @@ fn an_unknown_class_or_state_is_one_line_naming_the_valid_ones() {
 }
 
 /// A job from a recorded archive document, given its own id and class.
-fn job(file: &str, job_id: u32, class: JobClass) -> jobscope_sampler::summary::JobSummary {
+fn job(file: &str, job_id: u32, class: JobClass) -> jobscope_model::summary::JobSummary {
     let p = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../report/testdata/archive-v1")
         .join(file);
     let mut s = jobscope_archive::load(
         &std::fs::read(&p).unwrap(),
-        &jobscope_sampler::config::Report::default(),
+        &jobscope_model::params::Report::default(),
     )
     .unwrap()
     .summary;
     s.job_id = job_id;
-    let mut a = analyze(&s, &jobscope_sampler::config::Report::default());
+    let mut a = analyze(&s, &jobscope_model::params::Report::default());
     a.classification.class = class;
     s.analysis = Some(a);
     s

@@ -1,6 +1,7 @@
 //! The crate graph follows the data flow (docs/architecture.md): each stage depends only on the
-//! stages before it, and the Epilog links nothing of the audit. Read from `cargo metadata`, so a
-//! new dependency that points back up fails here, not in review.
+//! stages before it, the Epilog links nothing of the audit, the stages after the plugin link
+//! nothing of sampling, and no crate above the model re-exports it. Read from `cargo metadata`,
+//! so a new dependency that points back up fails here, not in review.
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -8,6 +9,10 @@ use std::collections::{BTreeMap, BTreeSet};
 /// The plugin is SPANK glue: nothing depends on it.
 const STAGES: &[&str] = &[
     "jobscope-model",
+    // The floor beneath the stages: shared helpers (files, child processes, users, the spool
+    // reader) and the site configuration.
+    "jobscope-common",
+    "jobscope-config",
     // the per-node kernel collector (BPF): a source beside the cgroups, read by the sampler
     "jobscope-kernel",
     "jobscope-sampler",
@@ -143,7 +148,9 @@ fn the_epilog_links_no_arrow_parquet_or_postgres_and_the_cli_does() {
     assert!(heavy(&cli).contains(&"postgres".to_string()), "{cli:?}");
     // The plugin, inside slurmstepd, links neither the report nor anything after it.
     let plugin = linked_closure(&meta, "jobscope-plugin");
-    for later in &STAGES[4..] {
+    let after_plugin = STAGES.iter().position(|s| *s == "jobscope-plugin").unwrap() + 1;
+    assert_eq!(STAGES[after_plugin], "jobscope-report");
+    for later in &STAGES[after_plugin..] {
         assert!(!plugin.contains(*later), "the plugin links {later}");
     }
     // ...nor the collector and libbpf: it reads the pinned maps with bpf(2) itself.
@@ -152,4 +159,95 @@ fn the_epilog_links_no_arrow_parquet_or_postgres_and_the_cli_does() {
         "the plugin links the collector"
     );
     assert!(!plugin.contains("libbpf-sys"), "the plugin links libbpf");
+}
+
+/// What sampling links: the sampler itself, NVML and procfs.
+const SAMPLING: &[&str] = &["jobscope-sampler", "nvml-wrapper", "procfs"];
+
+#[test]
+fn the_report_archive_delivery_and_audit_link_nothing_of_sampling() {
+    let meta = metadata();
+    for stage in [
+        "jobscope-common",
+        "jobscope-config",
+        "jobscope-report",
+        "jobscope-archive",
+        "jobscope-deliver",
+        "jobscope-audit",
+    ] {
+        let linked = linked_closure(&meta, stage);
+        assert!(linked.contains("jobscope-model"), "{stage}: {linked:?}");
+        let sampling: Vec<&str> = SAMPLING
+            .iter()
+            .copied()
+            .filter(|s| linked.contains(*s))
+            .collect();
+        assert_eq!(sampling, Vec::<&str>::new(), "{stage} links sampling");
+    }
+    // The same walk finds them where they are linked: the check can fail.
+    let plugin = linked_closure(&meta, "jobscope-plugin");
+    for s in SAMPLING {
+        assert!(
+            plugin.contains(*s),
+            "the plugin does not link {s}: {plugin:?}"
+        );
+    }
+}
+
+/// Whether a Rust source re-exports (part of) the model: `pub use jobscope_model…`, with any
+/// leading `::`, or `pub extern crate jobscope_model`. `pub(crate) use` is an import, not an export.
+fn reexports_the_model(source: &str) -> Vec<String> {
+    source
+        .lines()
+        .map(str::trim_start)
+        .filter(|l| {
+            let l = l
+                .strip_prefix("pub use ")
+                .or_else(|| l.strip_prefix("pub extern crate "));
+            l.is_some_and(|rest| rest.trim_start_matches("::").starts_with("jobscope_model"))
+        })
+        .map(str::to_string)
+        .collect()
+}
+
+/// Every `.rs` file under `dir`, recursively.
+fn rust_files(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let p = e.path();
+        if e.file_type().unwrap().is_dir() {
+            rust_files(&p, out);
+        } else if p.extension().is_some_and(|x| x == "rs") {
+            out.push(p);
+        }
+    }
+}
+
+/// The model is named from the model: no crate above it re-exports its modules or types (the
+/// sampler did, and every stage above reached the model through it).
+#[test]
+fn no_crate_above_the_model_re_exports_it() {
+    assert_eq!(
+        reexports_the_model("  pub use jobscope_model::job::JobState;\npub(crate) use jobscope_model::spool::*;\npub use ::jobscope_model as m;\nuse jobscope_model::time;"),
+        ["pub use jobscope_model::job::JobState;", "pub use ::jobscope_model as m;"]
+    );
+    let meta = metadata();
+    let mut found = Vec::new();
+    let mut files = 0;
+    for p in meta["packages"].as_array().unwrap() {
+        let name = p["name"].as_str().unwrap();
+        if !STAGES.contains(&name) || name == "jobscope-model" {
+            continue;
+        }
+        let manifest = std::path::Path::new(p["manifest_path"].as_str().unwrap());
+        let mut sources = Vec::new();
+        rust_files(&manifest.parent().unwrap().join("src"), &mut sources);
+        for f in sources {
+            files += 1;
+            for line in reexports_the_model(&std::fs::read_to_string(&f).unwrap()) {
+                found.push(format!("{}: {line}", f.display()));
+            }
+        }
+    }
+    assert!(files > 100, "too few sources read: {files}");
+    assert!(found.is_empty(), "re-exports of the model: {found:#?}");
 }

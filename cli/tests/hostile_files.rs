@@ -213,11 +213,11 @@ fn mail_settings_out_of_range_are_one_line_never_a_panic() {
 }
 
 /// A real document (the stored fixture) as job `job_id` of uid 65534 (`nobody`).
-fn fixture(job_id: u32) -> jobscope_sampler::summary::JobSummary {
+fn fixture(job_id: u32) -> jobscope_model::summary::JobSummary {
     let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../report/testdata/archive-v1/oom.json");
     let mut s = jobscope_archive::load(
         &std::fs::read(&p).unwrap(),
-        &jobscope_sampler::config::Report::default(),
+        &jobscope_model::params::Report::default(),
     )
     .unwrap()
     .summary;

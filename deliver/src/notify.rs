@@ -15,12 +15,13 @@ use crate::mail::message::{build_mail, choose_recipient, MailOptions, DIGEST_KIN
 use crate::mail::queue::{FlushMode, FlushOptions, Queue, RetryPolicy};
 use crate::mail::transport::{SendmailConfig, SmtpConfig, TlsMode, Transport};
 use anyhow::{Context, Result};
+use jobscope_common::child::{wait_bounded, Bounds};
+use jobscope_common::fsutil::{ensure_dir, is_safe_name, read_limited, write_atomic};
+use jobscope_config::{Config, MailPolicy, MailTransportKind, SmtpTls};
+use jobscope_model::job::{JobFacts, JobState};
+use jobscope_model::summary::JobSummary;
 use jobscope_report::present::{self, Templates, View};
-use jobscope_report::slurm::{ArrayTask, JobFacts, JobState, Slurm};
-use jobscope_sampler::child::{wait_bounded, Bounds};
-use jobscope_sampler::config::{Config, MailPolicy, MailTransportKind, SmtpTls};
-use jobscope_sampler::fsutil::{ensure_dir, is_safe_name, read_limited, write_atomic};
-use jobscope_sampler::summary::JobSummary;
+use jobscope_report::slurm::{ArrayTask, Slurm};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -297,7 +298,7 @@ fn array_task_done(
     if remaining_of(&tasks, s.job_id) > 0 {
         return Ok(());
     }
-    if jobscope_sampler::fsutil::create_new(&dir.join("digest-claimed"), 0o600).is_err() {
+    if jobscope_common::fsutil::create_new(&dir.join("digest-claimed"), 0o600).is_err() {
         return Ok(());
     }
     // Tasks that ended at the same moment may still be writing their rows: wait for the row of
@@ -396,7 +397,7 @@ pub fn send_pending_digests(cfg: &Config, slurm: &dyn Slurm, log: &mut dyn FnMut
         let Ok(s) = serde_json::from_slice::<JobSummary>(&bytes) else {
             continue;
         };
-        if jobscope_sampler::fsutil::create_new(&e.path().join("digest-claimed"), 0o600).is_err() {
+        if jobscope_common::fsutil::create_new(&e.path().join("digest-claimed"), 0o600).is_err() {
             continue;
         }
         let digest = digest_summary(array_id, &s, &rows);
@@ -456,7 +457,7 @@ pub fn workdir_report(s: &JobSummary, info: Option<&JobFacts>, text: &str) -> Re
         path.is_absolute(),
         "working directory {dir:?} is not absolute"
     );
-    let gid = jobscope_sampler::users::by_uid(uid)
+    let gid = jobscope_common::users::by_uid(uid)
         .context("no such user")?
         .gid;
     let mut cmd = std::process::Command::new(std::env::current_exe()?);
@@ -512,9 +513,9 @@ pub fn write_user_file(path: &Path) -> i32 {
     {
         return 1;
     }
-    let f = jobscope_sampler::fsutil::open_regular(
+    let f = jobscope_common::fsutil::open_regular(
         path,
-        jobscope_sampler::fsutil::Access::CreateNew(0o644),
+        jobscope_common::fsutil::Access::CreateNew(0o644),
     );
     match f.and_then(|mut f| f.write_all(&data)) {
         Ok(()) => 0,

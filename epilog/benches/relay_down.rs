@@ -9,14 +9,14 @@
 //!    default rate: the Epilog's mode (stop at the first failure) against a full flush, which is
 //!    what every Epilog did before (seen: 1.85 s per job end with a 2 s budget).
 
+use jobscope_config::{Config, MailPolicy, MailTransportKind};
 use jobscope_deliver::mail::queue::{FlushMode, FlushOptions, Queue, RetryPolicy, RELAY_DOWN_FILE};
 use jobscope_epilog::flow::run_epilog;
+use jobscope_model::job::{JobFacts, JobState};
+use jobscope_model::sample::Reading;
+use jobscope_model::spool::{job_dir, Bucket, End, Event, Header};
 use jobscope_report::slurm::{EpilogEnv, FakeSlurm};
-use jobscope_sampler::config::{Config, MailPolicy, MailTransportKind};
-use jobscope_sampler::job::{JobFacts, JobState};
-use jobscope_sampler::sample::Reading;
 use jobscope_sampler::spool::writer::{Limits, SeriesWriter, StepWriter};
-use jobscope_sampler::spool::{job_dir, Bucket, End, Event, Header};
 use std::time::{Duration, Instant};
 
 const T0: u64 = 1_700_000_000_000;

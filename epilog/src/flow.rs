@@ -12,13 +12,14 @@
 
 use anyhow::{Context, Result};
 use jobscope_archive as archive;
+use jobscope_common::fsutil::{create_new, ensure_dir, is_safe_name, read_limited, write_atomic};
+use jobscope_common::now_unix_ms;
+use jobscope_config::Config;
+use jobscope_model::job::JobFacts;
+use jobscope_model::spool::job_dir;
+use jobscope_model::summary::{JobSummary, NodeSummary};
 use jobscope_report::pipeline::{self, NodeEnd};
-use jobscope_report::slurm::{EpilogEnv, JobFacts, Slurm};
-use jobscope_sampler::config::Config;
-use jobscope_sampler::fsutil::{create_new, ensure_dir, is_safe_name, read_limited, write_atomic};
-use jobscope_sampler::sampler::now_unix_ms;
-use jobscope_sampler::spool::job_dir;
-use jobscope_sampler::summary::{JobSummary, NodeSummary};
+use jobscope_report::slurm::{EpilogEnv, Slurm};
 use std::path::{Path, PathBuf};
 
 pub use jobscope_report::pipeline::GENERATOR;
@@ -180,7 +181,7 @@ pub fn finish_job(
     });
     // The group's name as this node knows it, when SLURM did not say.
     if s.group.is_none() {
-        s.group = s.gid.and_then(archive::group_name);
+        s.group = s.gid.and_then(jobscope_common::users::group_name);
     }
     // The peer percentile and advice from the user's earlier runs: two small files of the audit
     // index (archive/src/history.rs), nothing when there is no index.
@@ -636,9 +637,9 @@ pub fn append_log(path: &Path, line: &str) {
         let _ = std::fs::create_dir_all(parent);
     }
     // Root appends here: never through a symlink, never blocked on a FIFO.
-    if let Ok(mut f) = jobscope_sampler::fsutil::open_regular(
+    if let Ok(mut f) = jobscope_common::fsutil::open_regular(
         path,
-        jobscope_sampler::fsutil::Access::AppendOrCreate(0o640),
+        jobscope_common::fsutil::Access::AppendOrCreate(0o640),
     ) {
         // One write(2) per line, so epilogs ending together do not interleave their lines.
         let _ = f.write_all(format!("{} {line}\n", now_unix_ms() / 1000).as_bytes());
@@ -648,11 +649,12 @@ pub fn append_log(path: &Path, line: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use jobscope_model::job::{EndReason, JobFacts, JobState};
+    use jobscope_model::sample::Reading;
+    use jobscope_model::spool::{Bucket, End, Event};
     use jobscope_report::pipeline::testing::header;
-    use jobscope_report::slurm::{EndReason, FakeSlurm, JobFacts, JobState};
-    use jobscope_sampler::sample::Reading;
+    use jobscope_report::slurm::FakeSlurm;
     use jobscope_sampler::spool::writer::{Limits, SeriesWriter, StepWriter};
-    use jobscope_sampler::spool::{Bucket, End, Event};
 
     fn cfg(root: &Path) -> Config {
         let mut c = Config::default();

@@ -4,8 +4,8 @@
 pub mod flow;
 
 use anyhow::Result;
+use jobscope_config::Config;
 use jobscope_report::slurm::EpilogEnv;
-use jobscope_sampler::config::{Config, DEFAULT_CONFIG_PATH};
 use std::path::PathBuf;
 
 /// The environment as text. `std::env::vars()` panics on a value that is not UTF-8, and SLURM puts
@@ -22,14 +22,10 @@ pub fn env_vars_lossy() -> std::collections::HashMap<String, String> {
         .collect()
 }
 
-/// The configuration: a file someone named must exist and parse; the default path may be absent
-/// (then the defaults apply, as on a node without a config).
-pub fn load_config(named: &Option<PathBuf>) -> Result<Config> {
-    match named {
-        Some(p) => Config::load_named(p),
-        None => Config::load(std::path::Path::new(DEFAULT_CONFIG_PATH)),
-    }
-    .map_err(|e| anyhow::anyhow!("configuration: {e}"))
+/// The configuration: `JOBSCOPE_CONFIG` if set (it must exist and parse), else the default path
+/// (which may be absent: [`Config::load_given`]).
+fn load_config(named: &Option<PathBuf>) -> Result<Config> {
+    Config::load_given(named.as_deref()).map_err(|e| anyhow::anyhow!("configuration: {e}"))
 }
 
 /// `jobscope-epilog`: always 0 (a non-zero Epilog drains the node); everything goes to the log.

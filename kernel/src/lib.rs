@@ -42,7 +42,7 @@ use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-pub use jobscope_model::kernel::PIN_DIR;
+use jobscope_model::kernel::PIN_DIR;
 
 /// The maps the collector pins, by their file name under the pin directory.
 pub const PINNED_MAPS: [&str; 4] = ["jobs", "tasks", "state", "sysclass"];

@@ -1,5 +1,5 @@
 //! The analysis thresholds (`[report]` in the configuration file, documented in
-//! docs/configuration.md). Only the values live here; loading the file is `jobscope_sampler::config`.
+//! docs/configuration.md). Only the values live here; loading the file is `jobscope_config`.
 
 use serde::{Deserialize, Serialize};
 

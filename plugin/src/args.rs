@@ -3,8 +3,8 @@
 //! They override the config file. Unknown or malformed arguments are logged and ignored: a typo on the
 //! plugstack line must not stop jobs.
 
-use jobscope_sampler::config::{AbsPath, ECHO_CHARS};
-use jobscope_sampler::text::quoted;
+use jobscope_config::{AbsPath, ECHO_CHARS};
+use jobscope_model::text::quoted;
 use std::path::PathBuf;
 
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -165,7 +165,7 @@ mod tests {
         assert_eq!(a.problems.len(), 4, "{:?}", a.problems);
         for p in &a.problems {
             assert!(
-                !p.chars().any(jobscope_sampler::text::is_hidden),
+                !p.chars().any(jobscope_model::text::is_hidden),
                 "a raw control, bidi or invisible character: {p:?}"
             );
         }

@@ -3,8 +3,8 @@
 //! `<handover_dir>/<jobid>.<node>.json`, root only, written atomically in job_prolog and read (then
 //! removed) by the extern step. The directory is node-local tmpfs (`/run`), so a reboot clears it.
 
-use jobscope_sampler::fsutil::{ensure_dir, is_safe_name, read_limited, write_atomic};
-use jobscope_sampler::spool::Handover;
+use jobscope_common::fsutil::{ensure_dir, is_safe_name, read_limited, write_atomic};
+use jobscope_model::spool::Handover;
 use std::path::{Path, PathBuf};
 
 fn file_name(job_id: u32, node: &str) -> Option<String> {

@@ -109,7 +109,7 @@ pub fn own_proc_cgroup() -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use jobscope_sampler::cgroup::CgroupVersion;
+    use jobscope_model::sample::CgroupVersion;
     use std::fs;
     use std::path::PathBuf;
 

@@ -21,12 +21,12 @@ pub const MAX_SCRIPT_BYTES: u64 = 4 * 1024 * 1024;
 /// The SHA-256 of the regular file at `path` (lower-case hex), read with `O_NOFOLLOW` and at most
 /// `max_bytes`; `None` on any error, for a symlink, a non-regular file or a larger file.
 pub fn sha256_hex(path: &Path, max_bytes: u64) -> Option<String> {
-    let bytes = jobscope_sampler::fsutil::read_limited(path, max_bytes).ok()?;
+    let bytes = jobscope_common::fsutil::read_limited(path, max_bytes).ok()?;
     // read_limited reads one byte past the limit: a file that grew after its size was checked.
     if bytes.len() as u64 > max_bytes {
         return None;
     }
-    Some(jobscope_sampler::digest::sha256_hex(&bytes))
+    Some(jobscope_common::digest::sha256_hex(&bytes))
 }
 
 /// The name slurmstepd gives the batch script it writes into slurmd's spool.

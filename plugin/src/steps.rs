@@ -1,20 +1,21 @@
 //! Per-process state of the plugin inside one slurmstepd: where the job is, the sampler, the step file.
 
 use crate::args::Args;
-use jobscope_sampler::cgroup::JobCgroup;
-use jobscope_sampler::config::Config;
-use jobscope_sampler::fsutil::{ensure_dir, free_bytes, write_atomic};
-use jobscope_sampler::gpu::assign::select_for_job;
-use jobscope_sampler::gpu::monitor::cgroup_pid_source;
-use jobscope_sampler::gpu::{BackendConfig, GpuMonitor, JobGpuEnv, LogLevel as GpuLogLevel};
-use jobscope_sampler::sampler::{now_unix_ms, Faults, Sampler, Schedule};
-use jobscope_sampler::scope::Scope;
-use jobscope_sampler::spool::writer::{Limits, SeriesWriter, StepWriter};
-use jobscope_sampler::spool::{
+use jobscope_common::fsutil::{ensure_dir, free_bytes, write_atomic};
+use jobscope_common::now_unix_ms;
+use jobscope_config::Config;
+use jobscope_model::spool::{
     job_dir, Event, EventKind, Handover, Header, StepsNotRecorded, FORMAT_VERSION,
     GPU_FILE_BUDGET_BYTES, MORE_NOT_LISTED, STEPS_NOT_RECORDED_FILE, STEPS_NOT_RECORDED_MAX_BYTES,
     STEP_FILES_BUDGET_BYTES,
 };
+use jobscope_sampler::cgroup::JobCgroup;
+use jobscope_sampler::gpu::assign::select_for_job;
+use jobscope_sampler::gpu::monitor::cgroup_pid_source;
+use jobscope_sampler::gpu::{BackendConfig, GpuMonitor, JobGpuEnv, LogLevel as GpuLogLevel};
+use jobscope_sampler::sampler::{Faults, Sampler, Schedule};
+use jobscope_sampler::scope::Scope;
+use jobscope_sampler::spool::writer::{Limits, SeriesWriter, StepWriter};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -48,7 +49,7 @@ impl JobCtx {
     }
     /// Where the kernel collector (`jobscope-kernel`) pins its maps.
     pub fn kernel_pin_dir(&self) -> PathBuf {
-        PathBuf::from(jobscope_sampler::kernel::PIN_DIR)
+        PathBuf::from(jobscope_model::kernel::PIN_DIR)
     }
     /// The job's key in the collector's maps: its SLURM job id.
     pub fn kernel_key(&self) -> u64 {
@@ -112,7 +113,7 @@ impl JobCtx {
                 if ensure_dir(&dir, 0o700, 0, 0).is_ok() {
                     let _ = write_atomic(
                         &dir,
-                        jobscope_sampler::spool::read::NOT_SPOOLED_FILE,
+                        jobscope_common::spool::NOT_SPOOLED_FILE,
                         format!("{why}\n").as_bytes(),
                         0o600,
                         None,
@@ -220,11 +221,11 @@ impl JobCtx {
         let dir = job_dir(&self.spool_dir(), self.job_id, self.node());
         let live_dir = self.cfg.paths.live_dir.clone();
         let (job_id, node, uid, gid) = (self.job_id, self.node().to_string(), self.uid, self.gid);
-        let gpu = jobscope_sampler::snapshot::gpu_params(&self.cfg);
+        let gpu = jobscope_config::gpu_params(&self.cfg);
         let mut logged = false;
         let mut pace = jobscope_sampler::snapshot::Pace::default();
         Box::new(move || {
-            let started = jobscope_sampler::sampler::now_unix_ms();
+            let started = jobscope_common::now_unix_ms();
             if !pace.due(started) {
                 return;
             }
@@ -512,7 +513,7 @@ impl StepRecorder {
 /// been reaped). How the Epilog combines it with the sampler's figure:
 /// `model/src/summary/node.rs` (`reaped_step_io`).
 fn with_reaped_io(
-    reading: &mut Option<jobscope_sampler::sample::Reading>,
+    reading: &mut Option<jobscope_model::sample::Reading>,
     proc_root: &Path,
 ) -> Result<(), jobscope_sampler::procio::Error> {
     let io = jobscope_sampler::procio::reaped_io(proc_root, std::process::id())?;
@@ -534,7 +535,7 @@ fn step_files_cap() -> u64 {
 /// steps of one job, each in its own slurmstepd, do not overwrite each other), or, when the list is
 /// full, the [`MORE_NOT_LISTED`] line; never past [`STEPS_NOT_RECORDED_MAX_BYTES`] and one such line.
 fn list_step_not_recorded(dir: &Path, step: &str) -> Result<(), String> {
-    use jobscope_sampler::fsutil::{open_regular, Access};
+    use jobscope_common::fsutil::{open_regular, Access};
     use std::io::Write;
     let path = dir.join(STEPS_NOT_RECORDED_FILE);
     let line =
@@ -651,7 +652,7 @@ mod tests {
         assert_eq!((r.reaped_read_ops, r.reaped_write_ops), (Some(0), Some(0)));
         assert_eq!(r.cpu_usage_ns, None);
         // At `step_start` the step cgroup's reading keeps its own values.
-        let mut r = Some(jobscope_sampler::sample::Reading {
+        let mut r = Some(jobscope_model::sample::Reading {
             cpu_usage_ns: Some(42),
             ..Default::default()
         });

@@ -6,14 +6,15 @@
 //!
 //! Also prints the spool size per node. Targets from the design: < 50 ms and < 1 s.
 
+use jobscope_common::spool::read_spool_file;
+use jobscope_config::Config;
+use jobscope_model::job::JobFacts;
+use jobscope_model::sample::Reading;
+use jobscope_model::spool::codec::{bucket_frame, end_frame, file_start};
+use jobscope_model::spool::{Bucket, End, Gauge, GaugeId, Header, N_GAUGES};
 use jobscope_report::pipeline::{self, NodeEnd};
 use jobscope_report::present::render_text;
-use jobscope_sampler::config::Config;
-use jobscope_sampler::job::JobFacts;
-use jobscope_sampler::sample::Reading;
-use jobscope_sampler::spool::codec::{bucket_frame, end_frame, file_start};
-use jobscope_sampler::spool::writer::{read_spool_file, Limits, SeriesWriter};
-use jobscope_sampler::spool::{Bucket, End, Gauge, GaugeId, Header, N_GAUGES};
+use jobscope_sampler::spool::writer::{Limits, SeriesWriter};
 use std::path::Path;
 use std::time::Instant;
 
@@ -21,7 +22,7 @@ fn header(node: &str) -> Header {
     Header {
         uid: 1001,
         gid: 1001,
-        cgroup_version: Some(jobscope_sampler::cgroup::CgroupVersion::V1),
+        cgroup_version: Some(jobscope_model::sample::CgroupVersion::V1),
         plugin_version: "bench".into(),
         alloc_cores: Some(64),
         alloc_mem_bytes: Some(256 << 30),

@@ -9,7 +9,7 @@
 //! An empty timeline gives a chart with axes and "no samples"; a single point is drawn as a dot.
 
 use crate::present::clean;
-use jobscope_sampler::summary::{JobSummary, NodeSummary, Point};
+use jobscope_model::summary::{JobSummary, NodeSummary, Point};
 use plotters::prelude::*;
 use std::sync::OnceLock;
 
@@ -569,7 +569,7 @@ fn draw(spec: &Spec, rgb: &mut [u8], width: u32, height: u32) -> Result<(), Char
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use jobscope_sampler::summary::{CpuTotals, IoTotals, MemTotals, Quality};
+    use jobscope_model::summary::{CpuTotals, IoTotals, MemTotals, Quality};
 
     fn node(timeline: Vec<Point>) -> NodeSummary {
         NodeSummary {

@@ -3,12 +3,14 @@
 //! `jobscope reap`, `jobscope summarize`, the golden tests (`report/tests/golden.rs`) and the
 //! benchmark (`report/benches/summary.rs`) all go through here.
 
-use jobscope_sampler::config::Config;
-use jobscope_sampler::gpu::summary::GpuSummaryParams;
-use jobscope_sampler::job::{EndEvidence, JobEnd, JobFacts};
-pub use jobscope_sampler::spool::read::{read_node_dir, NodeSpool};
-use jobscope_sampler::summary::node::summarize_node_spool;
-use jobscope_sampler::summary::{analysis, job, JobSummary, NodeSummary};
+use jobscope_config::Config;
+use jobscope_model::gpu::summary::GpuSummaryParams;
+use jobscope_model::job::{EndEvidence, JobEnd, JobFacts};
+// The one reader of a node's spool (`jobscope_common::spool`), named here beside what reads it.
+pub use jobscope_common::spool::read_node_dir;
+use jobscope_model::summary::node::summarize_node_spool;
+use jobscope_model::summary::node::NodeSpool;
+use jobscope_model::summary::{analysis, job, JobSummary, NodeSummary};
 
 pub use crate::GENERATOR;
 
@@ -32,7 +34,7 @@ pub struct NodeOutput {
 /// The GPU thresholds of the site configuration.
 pub fn gpu_params(cfg: &Config) -> GpuSummaryParams {
     // One definition, shared with the plugin's live snapshots.
-    jobscope_sampler::snapshot::gpu_params(cfg)
+    jobscope_config::gpu_params(cfg)
 }
 
 /// Summarises one node's spool (read by [`read_node_dir`]). `node` names the node when no spool
@@ -117,11 +119,11 @@ pub fn summarize_dir(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use jobscope_sampler::gpu::spool::{DeviceBucket, GpuBucket, GpuInfo};
+    use jobscope_model::gpu::spool::{DeviceBucket, GpuBucket, GpuInfo};
+    use jobscope_model::gpu::{GpuIdentity, GPU_FILE_NAME};
+    use jobscope_model::spool::{Bucket, End, Gauge, Header};
     use jobscope_sampler::gpu::spool::{GpuLimits, GpuWriter};
-    use jobscope_sampler::gpu::{GpuIdentity, GPU_FILE_NAME};
     use jobscope_sampler::spool::writer::{Limits, SeriesWriter};
-    use jobscope_sampler::spool::{Bucket, End, Gauge, Header};
 
     fn header(series: &str) -> Header {
         Header {
@@ -198,11 +200,11 @@ mod tests {
 #[cfg(any(test, feature = "testing"))]
 pub mod testing {
     use crate::slurm::v22_05::parse_squeue_json;
-    use jobscope_sampler::cgroup::CgroupVersion;
-    use jobscope_sampler::config::Config;
-    use jobscope_sampler::job::JobFacts;
-    use jobscope_sampler::spool::Header;
-    use jobscope_sampler::summary::NodeSummary;
+    use jobscope_config::Config;
+    use jobscope_model::job::JobFacts;
+    use jobscope_model::sample::CgroupVersion;
+    use jobscope_model::spool::Header;
+    use jobscope_model::summary::NodeSummary;
     use std::path::{Path, PathBuf};
 
     /// A job recorded on the real test cluster (`report/testdata/recorded/<case>`,

@@ -8,10 +8,10 @@
 //! then review the diff of the golden files (and of README.md, whose example report is the serial
 //! case's golden file: `readme_example_is_the_serial_golden_report`).
 
+use jobscope_config::Config;
 use jobscope_report::pipeline;
 use jobscope_report::present::render_text;
 use jobscope_report::slurm::{decide_end, EpilogEnv};
-use jobscope_sampler::config::Config;
 use std::path::{Path, PathBuf};
 
 fn testdata() -> PathBuf {
@@ -80,6 +80,23 @@ fn check(case: &str) {
         assert!(
             unspaced.is_empty(),
             "report for {case}: seconds without their space {unspaced:?}: {line:?}"
+        );
+        // A count says its noun as the count asks: `1 core`, `2 cores`; no hedged `core(s)`.
+        let words: Vec<&str> = line
+            .split(|c: char| c.is_whitespace() || "(),;:".contains(c))
+            .filter(|w| !w.is_empty())
+            .collect();
+        for pair in words.windows(2) {
+            let plural = ["cores", "nodes", "samples"].contains(&pair[1]);
+            assert!(
+                !(pair[0] == "1" && plural),
+                "report for {case}: '1 {}': {line:?}",
+                pair[1]
+            );
+        }
+        assert!(
+            !line.contains("core(s)") && !line.contains("node(s)"),
+            "report for {case}: a hedged plural: {line:?}"
         );
     }
 }

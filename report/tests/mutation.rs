@@ -10,21 +10,21 @@
 //! `JOBSCOPE_MUTATIONS=N` sets the number of mutated spool sets (default 400 in CI); the seed is
 //! fixed, so a failure names its case number and reproduces.
 
-use jobscope_report::pipeline::{self, NodeEnd};
-use jobscope_report::present::{job_view, render_text, Templates};
-use jobscope_report::slurm::{decide_end, EpilogEnv};
-use jobscope_sampler::config::Config;
-use jobscope_sampler::gpu::spool::{
+use jobscope_config::Config;
+use jobscope_model::gpu::spool::{
     decode_gpu_bucket, decode_gpu_file, gpu_bucket_frame, gpu_info_frame, DeviceBucket, GpuBucket,
     GpuInfo, KIND_GPU_BUCKET,
 };
-use jobscope_sampler::gpu::{GpuIdentity, GpuKind};
-use jobscope_sampler::spool::codec::{
+use jobscope_model::gpu::{GpuIdentity, GpuKind};
+use jobscope_model::spool::codec::{
     bucket_frame, decode_bucket, decode_file, end_frame, file_start, read_prologue, Frames,
 };
-use jobscope_sampler::spool::{End, Gauge, Header, KIND_BUCKET};
-use jobscope_sampler::summary::node::NodeSpool;
-use jobscope_sampler::summary::JobSummary;
+use jobscope_model::spool::{End, Gauge, Header, KIND_BUCKET};
+use jobscope_model::summary::node::NodeSpool;
+use jobscope_model::summary::JobSummary;
+use jobscope_report::pipeline::{self, NodeEnd};
+use jobscope_report::present::{job_view, render_text, Templates};
+use jobscope_report::slurm::{decide_end, EpilogEnv};
 use std::path::{Path, PathBuf};
 
 /// xorshift64*: small, seeded, good enough to spread mutations.
@@ -209,7 +209,7 @@ fn mutate(rng: &mut Rng, name: &str, buf: &mut Vec<u8>) {
                             let mut fields = b.last.fields();
                             let i = rng.below(fields.len());
                             fields[i] = Some(rng.extreme());
-                            b.last = jobscope_sampler::sample::Reading::from_fields(&fields);
+                            b.last = jobscope_model::sample::Reading::from_fields(&fields);
                         }
                         _ => {
                             let g = rng.below(b.gauges.len());

@@ -25,11 +25,11 @@
 //! reader's would find the list the reader just built. `JOBSCOPE_BENCH_PACED_ROUNDS` sets the
 //! number of paced rounds (default 30, i.e. 2.4 minutes).
 
+use jobscope_model::spool::Header;
 use jobscope_sampler::cgroup::{locate, JobCgroup, JobCgroupReader};
 use jobscope_sampler::procio::kfile::{open_file, ReadBuf};
 use jobscope_sampler::sampler::{Faults, Sampler};
 use jobscope_sampler::spool::writer::{Limits, SeriesWriter};
-use jobscope_sampler::spool::Header;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};

@@ -9,7 +9,6 @@
 //! is read through a read-only mapping of its one page).
 
 use jobscope_model::kernel::{self as abi, Counters, Pod, State, Task};
-pub use jobscope_model::kernel::{KEY_RUN as RUN_KEY, PIN_DIR};
 use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};

@@ -1,25 +1,21 @@
 #![allow(clippy::manual_is_multiple_of)] // `is_multiple_of` needs Rust 1.87; the workspace builds with 1.85
-//! jobscope-sampler: the I/O side shared by the SPANK plugin and the epilog binaries.
+//! jobscope-sampler: sampling, shared by the SPANK plugin and `jobscope run`.
 //!
 //! - [`cgroup`]: cgroup v1/v2 discovery and readers (root path is always a parameter).
 //! - [`procio`]: `/proc/<pid>/io` summing, for cgroup v1 where SLURM makes no blkio job cgroup.
+//! - [`proctree`]: a job's processes found through /proc when there is no cgroup (`jobscope run`).
 //! - [`sampler`]: the job's sampling thread (schedule, gauges, bounded stop).
 //! - [`scope`]: where the job's cgroup is and what it was allocated, as the caller supplies it.
-//! - [`spool`]: the bounded spool writers and file reader (the format itself is `jobscope_model::spool`).
+//! - [`spool`]: the bounded spool writers (the format is `jobscope_model::spool`, the reader
+//!   `jobscope_common::spool`).
 //! - [`gpu`]: which GPUs are the job's, NVML/amdgpu sampling in its own thread, the `gpu.jsc` writer.
-//! - [`config`]: the site configuration file.
-//! - [`digest`]: SHA-256 as lower-case hex (manifests, the batch script's hash).
-//! - [`fsutil`]: root-owned directory and atomic-write helpers that refuse symlink tricks, and THE
-//!   no-follow, non-blocking open of a regular file ([`fsutil::open_regular`]).
-//! - [`child`]: a helper program run with a bound on its time, input and output.
-//! - [`users`]: the user database (`getpwuid_r`).
+//! - [`kernel`]: the job's view of the kernel collector's pinned maps.
+//! - [`snapshot`]: the live snapshot `jobscope top` reads.
 //!
-//! The pure stages (spool format, summaries, analysis) are in `jobscope-model`, re-exported below.
+//! The pure stages (spool format, summaries, analysis) are in `jobscope-model`; the site
+//! configuration is `jobscope-config`; file-system, child-process and user-database helpers are
+//! `jobscope-common`. This crate re-exports none of them.
 pub mod cgroup;
-pub mod child;
-pub mod config;
-pub mod digest;
-pub mod fsutil;
 pub mod gpu;
 pub mod kernel;
 pub mod procio;
@@ -28,7 +24,3 @@ pub mod sampler;
 pub mod scope;
 pub mod snapshot;
 pub mod spool;
-pub mod users;
-
-// The pure stages live in jobscope-model; these names keep one path for the plugin and the epilog.
-pub use jobscope_model::{job, params, sample, slurm, summary, text, time, vocab};

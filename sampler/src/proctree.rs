@@ -16,7 +16,7 @@
 //!
 //! The parsers are pure; [`ProcTreeReader::sample`] is the I/O.
 use crate::procio::{self, Error};
-use crate::sample::Reading;
+use jobscope_model::sample::Reading;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 

@@ -7,24 +7,18 @@
 //! Nothing it does can fail the job: errors are logged (once per kind) and sampling goes on.
 
 use crate::cgroup::{JobCgroup, JobCgroupReader};
-use crate::sample::{busy_cores, rate_per_sec, Reading};
 use crate::spool::writer::SeriesWriter;
 use crate::spool::{Bucket, End, Gauge, GaugeId, N_GAUGES};
+use jobscope_common::now_unix_ms;
+use jobscope_model::sample::{busy_cores, rate_per_sec, Reading};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{channel, RecvTimeoutError, Sender};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 pub type LogFn = Box<dyn Fn(&str) + Send>;
-
-pub fn now_unix_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
-}
 
 #[derive(Debug, Clone)]
 pub struct Schedule {

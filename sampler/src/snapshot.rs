@@ -2,11 +2,11 @@
 //!
 //! After every sample the job's sampler (in the extern slurmstepd, `plugin/src/glue.rs`) turns its
 //! node's spool into a node summary, the same function the Epilog uses
-//! ([`crate::summary::node::summarize_node_spool`]), and writes it here as
+//! ([`jobscope_model::summary::node::summarize_node_spool`]), and writes it here as
 //! `<live_dir>/<job>.<node>.json`:
 //! - `live_dir` is root's, mode 0711: others may open a name they know but list nothing, and
 //!   nobody but root can create, rename or link anything in it, so no symlink or hard link can be
-//!   planted for root to write through ([`crate::fsutil::ensure_dir`] refuses a symlinked or
+//!   planted for root to write through ([`jobscope_common::fsutil::ensure_dir`] refuses a symlinked or
 //!   foreign directory).
 //! - the file is written by root, atomically (a new `O_EXCL|O_NOFOLLOW` file, `fchown` to the job's
 //!   user, mode 0400, `rename`), so the owner can read it and nobody else can.
@@ -15,8 +15,8 @@
 //! [`read`] is the owner's side: it refuses a symlink, a file in a directory that is not root's
 //! or that others may write, a file not owned by the caller (root may read any), and anything
 //! larger than the bound. The extern step removes the file when the job ends on the node.
-use crate::fsutil::{ensure_dir, is_safe_name, read_limited, write_atomic, FsError};
-use crate::summary::NodeSummary;
+use jobscope_common::fsutil::{ensure_dir, is_safe_name, read_limited, write_atomic, FsError};
+use jobscope_model::summary::NodeSummary;
 use serde::{Deserialize, Serialize};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -176,26 +176,17 @@ impl Pace {
     }
 }
 
-/// The GPU thresholds of the site configuration (the Epilog's too: `report/src/pipeline.rs`).
-pub fn gpu_params(cfg: &crate::config::Config) -> crate::gpu::summary::GpuSummaryParams {
-    crate::gpu::summary::GpuSummaryParams {
-        idle_util_pct: cfg.gpu.idle_util_pct,
-        idle_min_s: cfg.gpu.idle_min_s as f64,
-        ..Default::default()
-    }
-}
-
 /// Summarises the node spool directory `spool_job_dir` now, as the Epilog would at this moment.
 pub fn from_spool(
     spool_job_dir: &Path,
     job_id: u32,
     node: &str,
     uid: u32,
-    gpu: &crate::gpu::summary::GpuSummaryParams,
+    gpu: &jobscope_model::gpu::summary::GpuSummaryParams,
 ) -> Snapshot {
-    let now = crate::sampler::now_unix_ms();
-    let spool = crate::spool::read::read_node_dir(spool_job_dir);
-    let mut summary = crate::summary::node::summarize_node_spool(&spool, node, now, gpu);
+    let now = jobscope_common::now_unix_ms();
+    let spool = jobscope_common::spool::read_node_dir(spool_job_dir);
+    let mut summary = jobscope_model::summary::node::summarize_node_spool(&spool, node, now, gpu);
     summary.job_id = job_id;
     summary.uid = uid;
     Snapshot {

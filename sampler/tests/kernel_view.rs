@@ -3,8 +3,8 @@
 //! pin directory of its own). Root and a kernel with BTF: CI runs the tests as root.
 
 use jobscope_kernel::{launch, Collector, Options};
+use jobscope_model::sample::Reading;
 use jobscope_sampler::kernel::{JobView, KernelMaps, Registered, ViewNote};
-use jobscope_sampler::sample::Reading;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 

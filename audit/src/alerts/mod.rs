@@ -30,10 +30,10 @@ use anyhow::{Context, Result};
 use arrow_array::{Array, Float64Array, Int64Array, RecordBatch, StringArray};
 use jobscope_archive::history::{advice_for, read_user, Run, UserHistory};
 use jobscope_archive::{cluster_label, Key, Store};
+use jobscope_config::{Config, MailPolicy};
+use jobscope_model::job::JobState;
+use jobscope_model::summary::analysis::HistoryBasis;
 use jobscope_report::present::{clean, history as advice_words, AdviceView};
-use jobscope_sampler::config::{Config, MailPolicy};
-use jobscope_sampler::job::JobState;
-use jobscope_sampler::summary::analysis::HistoryBasis;
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
@@ -487,7 +487,7 @@ fn advice(
     cfg: &Config,
     h: &UserHistory,
     j: &AlertJob,
-) -> Option<jobscope_sampler::summary::analysis::HistoryAdvice> {
+) -> Option<jobscope_model::summary::analysis::HistoryAdvice> {
     advice_for(
         h,
         j.name.as_deref(),
@@ -602,7 +602,7 @@ fn opted_out(store: &Store, j: &AlertJob) -> Result<bool, String> {
     let path = store
         .record_path(&key, j.start_unix_ms, j.end_unix_ms)
         .ok_or_else(|| format!("job {}: its archived record is gone", j.job_id))?;
-    let bytes = jobscope_sampler::fsutil::read_limited(&path, jobscope_archive::MAX_DOC_BYTES)
+    let bytes = jobscope_common::fsutil::read_limited(&path, jobscope_archive::MAX_DOC_BYTES)
         .map_err(|e| format!("job {}: {e}", j.job_id))?;
     let w: MailWish = serde_json::from_slice(&bytes)
         .map_err(|e| format!("job {}: {}: {e}", j.job_id, path.display()))?;
@@ -834,7 +834,7 @@ pub fn evaluate(src: &Sources, sent: &dyn Reported) -> Result<Evaluation> {
                 Decision::AlreadyMailed,
                 format!(
                     "already mailed in this period (from {}); these wait for the next one",
-                    jobscope_sampler::time::utc_time(p.max(0) as u64)
+                    jobscope_model::time::utc_time(p.max(0) as u64)
                 ),
             )
         } else {

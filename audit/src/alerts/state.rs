@@ -9,7 +9,7 @@
 
 use super::{Reported, Rule, UserAlert};
 use anyhow::{bail, Context, Result};
-use jobscope_sampler::fsutil::{ensure_dir, open_regular, read_limited, write_atomic, Access};
+use jobscope_common::fsutil::{ensure_dir, open_regular, read_limited, write_atomic, Access};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -70,7 +70,7 @@ impl Sent {
                     path.display()
                 )
             }),
-            Err(jobscope_sampler::fsutil::FsError::Io { source, .. })
+            Err(jobscope_common::fsutil::FsError::Io { source, .. })
                 if source.kind() == std::io::ErrorKind::NotFound =>
             {
                 Ok(None)

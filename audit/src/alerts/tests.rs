@@ -8,8 +8,8 @@ use super::state::Sent;
 use super::*;
 use crate::index::tests::{spec, summary, Spec};
 use crate::index::{Index, Settings};
-use jobscope_sampler::summary::analysis::analyze;
-use jobscope_sampler::summary::JobSummary;
+use jobscope_model::summary::analysis::analyze;
+use jobscope_model::summary::JobSummary;
 
 const DAY_S: i64 = 86_400;
 const GIB: u64 = 1 << 30;
@@ -17,7 +17,7 @@ const GIB: u64 = 1 << 30;
 /// A Monday 00:00 UTC near the real clock (the run history keeps the last 180 days by the real
 /// clock), so that the period is known: every job ends in the week before it.
 fn now_s() -> i64 {
-    let real = (jobscope_sampler::sampler::now_unix_ms() / 1000) as i64;
+    let real = (jobscope_common::now_unix_ms() / 1000) as i64;
     period_start(real, 7)
 }
 
@@ -64,7 +64,7 @@ fn job(
     j2.script_sha256 = j.script_sha256.clone();
     j2.state = j.state;
     j2.user_options = j.user_options.clone();
-    j2.analysis = Some(analyze(&j2, &jobscope_sampler::config::Report::default()));
+    j2.analysis = Some(analyze(&j2, &jobscope_model::params::Report::default()));
     j2
 }
 
@@ -747,7 +747,7 @@ fn a_send_is_delivered_through_smtp() {
     use jobscope_deliver::mail::test_smtp::{Mode, Sink};
     let sink = Sink::start(Mode::Accept);
     let mut site = site();
-    site.cfg.mail.transport = jobscope_sampler::config::MailTransportKind::Smtp;
+    site.cfg.mail.transport = jobscope_config::MailTransportKind::Smtp;
     site.cfg.mail.smtp.host = "127.0.0.1".into();
     site.cfg.mail.smtp.port = sink.port();
     site.cfg.alerts.timeouts.enabled = true;

@@ -8,8 +8,8 @@ use super::{Decision, Evaluation, Finding, Rule, UserAlert, WasteUnit};
 use crate::query::Zone;
 use crate::render::{self, wrap};
 use crate::table::{ColType, Column, Table, Value};
+use jobscope_config::Config;
 use jobscope_report::present::{clean_line, fmt_hours};
-use jobscope_sampler::config::Config;
 
 /// A rule's name for people.
 pub fn title(rule: Rule) -> &'static str {
@@ -279,9 +279,9 @@ pub fn dry_run(cfg: &Config, ev: &Evaluation, zone: Zone) -> String {
         .count();
     let mut out = format!(
         "jobscope alerts (dry run) at {}; period of {} days from {}\n{}",
-        jobscope_sampler::time::utc_time(ev.now_unix_s.max(0) as u64),
+        jobscope_model::time::utc_time(ev.now_unix_s.max(0) as u64),
         ev.period_days,
-        jobscope_sampler::time::utc_time(ev.period_start_unix_s.max(0) as u64),
+        jobscope_model::time::utc_time(ev.period_start_unix_s.max(0) as u64),
         rules_lines(cfg, ev)
     );
     out += &format!(
@@ -391,7 +391,7 @@ pub fn summary_table(mailed: &[&UserAlert]) -> Table {
 
 /// The admins' summary mail: subject and text.
 pub fn summary(ev: &Evaluation, mailed: &[&UserAlert], zone: Zone) -> (String, String) {
-    let period = jobscope_sampler::time::utc_time(ev.period_start_unix_s.max(0) as u64);
+    let period = jobscope_model::time::utc_time(ev.period_start_unix_s.max(0) as u64);
     let subject = format!(
         "jobscope alerts: {} mailed (period from {period})",
         match mailed.len() {
@@ -402,7 +402,7 @@ pub fn summary(ev: &Evaluation, mailed: &[&UserAlert], zone: Zone) -> (String, S
     let text = format!(
         "jobscope alerts sent at {} (period of {} days from {period}), one mail to each user \
          below:\n\n{}",
-        jobscope_sampler::time::utc_time(ev.now_unix_s.max(0) as u64),
+        jobscope_model::time::utc_time(ev.now_unix_s.max(0) as u64),
         ev.period_days,
         render::text(&summary_table(mailed), zone)
     );

@@ -422,7 +422,7 @@ fn the_page_renders_in_chromium_with_every_chart_nothing_fetched_and_names_inert
     }
     assert!(
         !dom.chars()
-            .any(|c| c != '\n' && c != '\t' && jobscope_report::present::clean::is_hidden(c)),
+            .any(|c| c != '\n' && c != '\t' && jobscope_model::text::is_hidden(c)),
         "a control, bidi or invisible character reached the page"
     );
     assert!(!dom.contains(&"x".repeat(60)), "a long name was not cut");

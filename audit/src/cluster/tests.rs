@@ -246,7 +246,7 @@ fn the_text_part_has_every_section_and_no_hostile_characters() {
     assert!(
         !text
             .chars()
-            .any(|c| c != '\n' && jobscope_report::present::clean::is_hidden(c)),
+            .any(|c| c != '\n' && jobscope_model::text::is_hidden(c)),
         "{text:?}"
     );
     // Names are shown as typed (it is text), cut.
@@ -276,7 +276,7 @@ fn the_mail_is_text_and_html_with_inline_charts() {
         jobscope_deliver::mail::message::parse_address("boss@example.org").unwrap(),
     ];
     let id = mail_id(&d);
-    assert!(jobscope_sampler::fsutil::is_safe_name(&id), "{id}");
+    assert!(jobscope_common::fsutil::is_safe_name(&id), "{id}");
     let mail = page.mail(&id, &from, &to).unwrap();
     let raw = mail.message.formatted();
     let m = MessageParser::default().parse(&raw).expect("parses");

@@ -16,7 +16,7 @@ use super::*;
 use crate::query::{Query, Report as Q};
 use arrow_array::cast::AsArray;
 use arrow_array::types::Int64Type;
-use jobscope_sampler::summary::JobSummary;
+use jobscope_model::summary::JobSummary;
 use proptest::prelude::*;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -33,7 +33,7 @@ type RunKey = (String, u64, u64);
 fn summary(job: u32, day: usize) -> JobSummary {
     let mut s = archive::load(
         V1_DOC.as_bytes(),
-        &jobscope_sampler::config::Report::default(),
+        &jobscope_model::params::Report::default(),
     )
     .unwrap()
     .summary;

@@ -44,7 +44,7 @@ use anyhow::{bail, Context, Result};
 use arrow_array::{Array, Int64Array, RecordBatch};
 use jobscope_archive::manifest;
 use jobscope_archive::{self as archive, Key, Store, MAX_DOC_BYTES};
-use jobscope_sampler::config::Report;
+use jobscope_model::params::Report;
 use parquet::arrow::arrow_reader::{
     ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReaderBuilder,
 };
@@ -157,7 +157,7 @@ fn seal_of(table: &str, p: &Part) -> String {
         p.sha256,
         p.stamp
     ]);
-    jobscope_sampler::digest::sha256_hex(facts.to_string().as_bytes())
+    jobscope_common::digest::sha256_hex(facts.to_string().as_bytes())
 }
 
 /// Whether `p`'s entry is as it was when last checked against its file.
@@ -291,7 +291,7 @@ fn is_root() -> bool {
 /// (tests, an admin's private copy) makes it as they can.
 fn mkdir(path: &Path, admin_gid: u32) -> Result<()> {
     if is_root() {
-        jobscope_sampler::fsutil::ensure_dir(path, 0o750, 0, admin_gid)?;
+        jobscope_common::fsutil::ensure_dir(path, 0o750, 0, admin_gid)?;
     } else {
         std::fs::create_dir_all(path)?;
     }
@@ -304,7 +304,7 @@ fn month_of_day(day: &str) -> String {
 }
 
 fn load_state(dir: &Path) -> Result<State> {
-    let b = jobscope_sampler::fsutil::read_limited(&dir.join(STATE), MAX_STATE_BYTES)?;
+    let b = jobscope_common::fsutil::read_limited(&dir.join(STATE), MAX_STATE_BYTES)?;
     let s: State = serde_json::from_slice(&b).context("state.json does not parse")?;
     if s.version != STATE_VERSION {
         bail!(
@@ -436,7 +436,7 @@ fn write_part_batches(
     let name = format!("part-{seq:08}.parquet");
     let tmp = dir.join(format!(".{name}.tmp.{}", std::process::id()));
     let _ = std::fs::remove_file(&tmp);
-    let f = jobscope_sampler::fsutil::create_new(&tmp, 0o640)?;
+    let f = jobscope_common::fsutil::create_new(&tmp, 0o640)?;
     if is_root() {
         std::os::unix::fs::fchown(&f, Some(0), Some(s.admin_gid))?;
     }
@@ -495,7 +495,7 @@ fn read_part(dir: &Path, p: &Part) -> Result<Vec<RecordBatch>> {
 
 /// The rows of one archived record, or why not.
 fn rows_of(path: &Path, report: &Report) -> Result<(JobRow, Vec<NodeRow>)> {
-    let bytes = jobscope_sampler::fsutil::read_limited(path, MAX_DOC_BYTES)?;
+    let bytes = jobscope_common::fsutil::read_limited(path, MAX_DOC_BYTES)?;
     let s = archive::load(&bytes, report)?.summary;
     Ok((JobRow::of(&s), NodeRow::of(&s)))
 }
@@ -999,7 +999,7 @@ impl<'a> Index<'a> {
         rep.jobs_total = state.jobs.iter().map(|p| p.rows).sum();
         let json = serde_json::to_vec(&state)?;
         let owner = is_root().then_some((0, s.admin_gid));
-        jobscope_sampler::fsutil::write_atomic(&s.dir, STATE, &json, 0o640, owner)?;
+        jobscope_common::fsutil::write_atomic(&s.dir, STATE, &json, 0o640, owner)?;
         self.remove_unlisted(&state);
         Ok(rep)
     }
@@ -1305,7 +1305,7 @@ pub fn write_rows_only(settings: &Settings, rows: impl IntoIterator<Item = JobRo
     }
     flush(&month, &mut buf, &mut state)?;
     let owner = is_root().then_some((0, settings.admin_gid));
-    jobscope_sampler::fsutil::write_atomic(
+    jobscope_common::fsutil::write_atomic(
         &settings.dir,
         STATE,
         &serde_json::to_vec(&state)?,
@@ -1371,7 +1371,7 @@ impl ParquetEngine {
                 "the index at {} is missing or damaged: {} (root's `jobscope index update` makes \
                  it again)",
                 dir.display(),
-                jobscope_sampler::fsutil::error_line(e.as_ref())
+                jobscope_common::fsutil::error_line(e.as_ref())
             )
         })?;
         Ok(ParquetEngine {

@@ -6,7 +6,7 @@ use super::*;
 use crate::eval::MemEngine;
 use crate::query::{Filters, GroupKey, Report, WasteMetric, Window};
 use crate::table::Value;
-use jobscope_sampler::summary::*;
+use jobscope_model::summary::*;
 use serde_json::Value as J;
 
 pub(crate) const DAY_MS: u64 = 86_400_000;
@@ -52,7 +52,7 @@ pub(crate) fn gpu(
     slot: u32,
     hours: f64,
     used: bool,
-) -> jobscope_sampler::gpu::summary::GpuSummary {
+) -> jobscope_model::gpu::summary::GpuSummary {
     serde_json::from_value(serde_json::json!({
         "node": node, "slot": slot, "index": slot, "samples": 10,
         "util_mean_pct": if used { 80.0 } else { 0.0 },
@@ -129,7 +129,7 @@ pub(crate) fn summary(s: &Spec) -> JobSummary {
         partition: Some(s.part.into()),
         qos: None,
         submit_unix_s: None,
-        state: jobscope_sampler::job::JobState::Completed,
+        state: jobscope_model::job::JobState::Completed,
         end_reason: None,
         exit_code: Some(0),
         start_unix_ms: s.start_ms,
@@ -174,9 +174,9 @@ pub(crate) fn summary(s: &Spec) -> JobSummary {
         user_options: Default::default(),
         analysis: None,
     };
-    j.analysis = Some(jobscope_sampler::summary::analysis::analyze(
+    j.analysis = Some(jobscope_model::summary::analysis::analyze(
         &j,
-        &jobscope_sampler::config::Report::default(),
+        &jobscope_model::params::Report::default(),
     ));
     j
 }
@@ -860,7 +860,7 @@ fn top_wasters_rank_by_wasted_hours_and_a_uid_filter_hides_everyone_else() {
 #[test]
 fn after_an_update_the_epilog_gets_peers_and_history_and_metrics_count_the_archive() {
     let fx = fixture();
-    let now_ms = jobscope_sampler::sampler::now_unix_ms();
+    let now_ms = jobscope_common::now_unix_ms();
     // 24 recent jobs of alice named like `job0`/`job1`/`job2` on debug, all 2 days ago.
     let specs: Vec<Spec> = (0..24u32)
         .map(|i| {
@@ -873,7 +873,7 @@ fn after_an_update_the_epilog_gets_peers_and_history_and_metrics_count_the_archi
     let idx = fx.index();
     let rep = idx.update(false).unwrap();
     let tmp = tempfile::tempdir().unwrap();
-    let mut cfg = jobscope_sampler::config::Config::default();
+    let mut cfg = jobscope_config::Config::default();
     cfg.paths.archive_dir = fx.store.root().to_path_buf();
     cfg.audit.index_dir = Some(fx.settings.dir.clone());
     cfg.audit.metrics_file = Some(tmp.path().join("jobscope.prom"));
@@ -1083,13 +1083,13 @@ fn a_small_part_from_an_update_is_all_snappy() {
 #[test]
 fn an_update_rewrites_only_the_history_its_new_jobs_change() {
     let fx = fixture();
-    let now_ms = jobscope_sampler::sampler::now_unix_ms();
+    let now_ms = jobscope_common::now_unix_ms();
     let recent = |id: u32, user: &'static str, uid: u32| {
         let mut s = spec(id, user, uid, "debug", 0);
         s.start_ms = now_ms - 2 * DAY_MS + u64::from(id) * 60_000;
         s
     };
-    let mut cfg = jobscope_sampler::config::Config::default();
+    let mut cfg = jobscope_config::Config::default();
     cfg.paths.archive_dir = fx.store.root().to_path_buf();
     cfg.audit.index_dir = Some(fx.settings.dir.clone());
     let hist = fx.settings.dir.join("history");

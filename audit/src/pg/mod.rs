@@ -14,8 +14,8 @@ pub mod schema;
 pub mod sink;
 
 use anyhow::{bail, Context, Result};
-use jobscope_sampler::config::Postgres as PgConfig;
-use jobscope_sampler::fsutil::{open_regular, Access};
+use jobscope_common::fsutil::{open_regular, Access};
+use jobscope_config::Postgres as PgConfig;
 use std::io::Read;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;

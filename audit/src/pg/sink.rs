@@ -17,9 +17,9 @@ use crate::{ColType, JobRow, Value, COLUMNS};
 use anyhow::{Context, Result};
 use jobscope_archive::manifest;
 use jobscope_archive::{self as archive, Key, Store};
-use jobscope_sampler::config::Report;
-use jobscope_sampler::fsutil;
-use jobscope_sampler::summary::JobSummary;
+use jobscope_common::fsutil;
+use jobscope_model::params::Report;
+use jobscope_model::summary::JobSummary;
 use postgres::types::ToSql;
 use postgres::Client;
 use serde::Serialize;
@@ -126,7 +126,8 @@ fn ensure_months(
     done: &mut HashSet<String>,
 ) -> Result<()> {
     for it in items {
-        let month = archive::date_path(it.key_start_s.max(0) as u64 * 1000)[..7].to_string();
+        let month =
+            jobscope_model::time::date_path(it.key_start_s.max(0) as u64 * 1000)[..7].to_string();
         if done.insert(month) {
             tx.execute("SELECT jobscope.ensure_month($1)", &[&it.key_start_s])?;
         }
@@ -257,7 +258,7 @@ pub fn sync(
                     continue;
                 }
             };
-            if manifest::sha256_hex(&bytes) != e.sha256 {
+            if jobscope_common::digest::sha256_hex(&bytes) != e.sha256 {
                 rep.problems.push(format!(
                     "{rel}: not pushed: its bytes differ from its manifest line (run `jobscope archive verify`)"
                 ));

@@ -11,9 +11,9 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use jobscope_audit::cluster::{self, page::Page};
 use jobscope_audit::query::{Filters, Window, Zone};
+use jobscope_config::Config;
 use jobscope_deliver::mail::message::parse_address;
 use jobscope_deliver::mail::queue::{FlushMode, Queue};
-use jobscope_sampler::config::Config;
 use std::io::Write;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -101,7 +101,7 @@ pub fn run(cfg: &Config, a: ReportArgs) -> Result<()> {
         None
     };
     let zone = if a.utc { Zone::Utc } else { Zone::Local };
-    let now_s = (jobscope_sampler::sampler::now_unix_ms() / 1000) as i64;
+    let now_s = (jobscope_common::now_unix_ms() / 1000) as i64;
     let until = match &a.until {
         Some(u) => parse_when("--until", u, zone)?,
         None => now_s,
@@ -155,7 +155,7 @@ pub fn run(cfg: &Config, a: ReportArgs) -> Result<()> {
     }
     if let Some(p) = &a.html {
         // Every user's figures: not world-readable, whatever the umask.
-        let mut f = jobscope_sampler::fsutil::create_output(p, 0o640)?;
+        let mut f = jobscope_common::fsutil::create_output(p, 0o640)?;
         f.write_all(page.html()?.as_bytes())
             .and_then(|()| f.sync_all())
             .with_context(|| format!("{}", p.display()))?;

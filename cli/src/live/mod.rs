@@ -12,14 +12,14 @@
 pub mod top;
 
 use anyhow::{bail, Result};
+use jobscope_config::Config;
+use jobscope_model::job::{JobFacts, JobState};
+use jobscope_model::spool::job_dir;
+use jobscope_model::summary::{JobSummary, NodeSummary};
 use jobscope_report::pipeline::{self, NodeEnd};
 use jobscope_report::slurm::Slurm;
 use jobscope_report::GENERATOR;
-use jobscope_sampler::config::Config;
-use jobscope_sampler::job::{JobFacts, JobState};
 use jobscope_sampler::snapshot::{self, ReadError};
-use jobscope_sampler::spool::job_dir;
-use jobscope_sampler::summary::{JobSummary, NodeSummary};
 
 /// One node's data as reached from here.
 #[derive(Debug)]
@@ -85,7 +85,7 @@ fn node_view(
                 &spool,
                 node,
                 job_id,
-                NodeEnd::At(jobscope_sampler::sampler::now_unix_ms()),
+                NodeEnd::At(jobscope_common::now_unix_ms()),
                 owner,
                 cfg,
             );
@@ -130,11 +130,10 @@ pub fn assemble(cfg: &Config, facts: &JobFacts, views: Vec<(String, NodeView)>) 
         );
     }
     let expected: Vec<String> = sources.iter().map(|(n, _)| n.clone()).collect();
-    let decide =
-        |_: &JobFacts, _: &jobscope_sampler::job::EndEvidence| jobscope_sampler::job::JobEnd {
-            state: JobState::Running,
-            reason: None,
-        };
+    let decide = |_: &JobFacts, _: &jobscope_model::job::EndEvidence| jobscope_model::job::JobEnd {
+        state: JobState::Running,
+        reason: None,
+    };
     let mut s = pipeline::job(facts, nodes, &expected, cfg, GENERATOR, &decide);
     s.state = JobState::Running;
     s.end_reason = None;
@@ -156,10 +155,10 @@ pub fn assemble(cfg: &Config, facts: &JobFacts, views: Vec<(String, NodeView)>) 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use jobscope_model::sample::Reading;
+    use jobscope_model::spool::{Bucket, Header, N_GAUGES};
     use jobscope_report::slurm::FakeSlurm;
-    use jobscope_sampler::sample::Reading;
     use jobscope_sampler::spool::writer::{Limits, SeriesWriter};
-    use jobscope_sampler::spool::{Bucket, Header, N_GAUGES};
 
     const JOB: u32 = 77;
     const ALICE: u32 = 1001;
@@ -222,7 +221,7 @@ mod tests {
         }
         let (_d, cfg) = setup();
         let dir = job_dir(&cfg.paths.spool_dir, JOB, "n1");
-        let snap = snapshot::from_spool(&dir, JOB, "n1", ALICE, &snapshot::gpu_params(&cfg));
+        let snap = snapshot::from_spool(&dir, JOB, "n1", ALICE, &jobscope_config::gpu_params(&cfg));
         snapshot::write(&cfg.paths.live_dir, &snap, ALICE).unwrap();
         let slurm = running(&["n1"]);
 

@@ -2,8 +2,8 @@
 //! place on a terminal. The figures are the live report's ([`super::live`]); only the layout is
 //! here, with every number formatted by the presenter (`jobscope_report::present`).
 use super::Live;
+use jobscope_model::summary::{NodeSummary, Point};
 use jobscope_report::present::{clean, fmt_bytes, fmt_elapsed, fmt_pct0};
-use jobscope_sampler::summary::{NodeSummary, Point};
 
 const BOLD: &str = "\x1b[1m";
 const YELLOW: &str = "\x1b[33m";

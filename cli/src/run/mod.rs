@@ -12,19 +12,20 @@ pub mod place;
 
 use anyhow::{bail, Context, Result};
 use jobscope_archive as archive;
+use jobscope_common::now_unix_ms;
+use jobscope_config::Config;
+use jobscope_model::job::JobFacts;
+use jobscope_model::sample::Reading;
+use jobscope_model::spool::{Event, Header, GPU_FILE_BUDGET_BYTES, STEP_FILES_BUDGET_BYTES};
+use jobscope_model::summary::JobSummary;
 use jobscope_report::pipeline::{self, NodeEnd};
 use jobscope_report::GENERATOR;
-use jobscope_sampler::config::Config;
 use jobscope_sampler::gpu::assign::{device_ref_from_path, GpuRef, GpuSelection};
 use jobscope_sampler::gpu::monitor::{cgroup_pid_source, BackendConfig, GpuMonitor, LogLevel};
-use jobscope_sampler::job::JobFacts;
 use jobscope_sampler::proctree::{ProcTreeReader, Reaped};
-use jobscope_sampler::sample::Reading;
-use jobscope_sampler::sampler::{self, now_unix_ms, Faults, Sampler, Schedule, Source, Stoppable};
+use jobscope_sampler::sampler::{self, Faults, Sampler, Schedule, Source, Stoppable};
 use jobscope_sampler::scope::{short_hostname, Scope};
 use jobscope_sampler::spool::writer::{Limits, SeriesWriter, StepWriter};
-use jobscope_sampler::spool::{Event, Header, GPU_FILE_BUDGET_BYTES, STEP_FILES_BUDGET_BYTES};
-use jobscope_sampler::summary::JobSummary;
 use place::Placement;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -147,10 +148,10 @@ fn machine_has_nvidia() -> bool {
 /// The next id of an archived run: a counter in the state directory (root's), under a lock,
 /// from `run.first_job_id` up.
 fn next_archived_id(cfg: &Config) -> Result<u32> {
-    use jobscope_sampler::fsutil::{open_regular, Access};
+    use jobscope_common::fsutil::{open_regular, Access};
     use std::io::{Read, Seek, Write};
     let dir = &cfg.paths.state_dir;
-    jobscope_sampler::fsutil::ensure_dir(dir, 0o700, 0, 0)?;
+    jobscope_common::fsutil::ensure_dir(dir, 0o700, 0, 0)?;
     let path = dir.join("local-run-id");
     let mut f = open_regular(&path, Access::ReadWriteOrCreate(0o600))
         .with_context(|| path.display().to_string())?;
@@ -373,9 +374,9 @@ fn run_in(
     // The kernel view (docs/kernel.md), where a collector runs and this is root: this process
     // tags itself for the run's key just around the fork, so the command inherits the tag from
     // its first instruction and this process's own threads (the sampler) are not counted.
-    let kernel_key = jobscope_sampler::kernel::RUN_KEY | u64::from(std::process::id());
+    let kernel_key = jobscope_model::kernel::KEY_RUN | u64::from(std::process::id());
     let kernel_maps = jobscope_sampler::kernel::KernelMaps::open(
-        Path::new(jobscope_sampler::kernel::PIN_DIR),
+        Path::new(jobscope_model::kernel::PIN_DIR),
         Path::new("/sys"),
     )
     .ok()
@@ -435,7 +436,7 @@ fn run_in(
     let mut s = Sampler::with_source(source, Some(writer), sampler_log, Faults::default());
     // Registered above (or not: then the note says why); the sampler removes the entry at its end.
     s.start_kernel_view(
-        Path::new(jobscope_sampler::kernel::PIN_DIR),
+        Path::new(jobscope_model::kernel::PIN_DIR),
         Path::new("/sys"),
         kernel_key,
     );
@@ -545,10 +546,10 @@ fn run_in(
                 .file_name()
                 .map(|n| n.to_string_lossy().into_owned())
         }),
-        user: jobscope_sampler::users::by_uid(uid).map(|u| u.name),
+        user: jobscope_common::users::by_uid(uid).map(|u| u.name),
         uid: Some(uid),
         gid: Some(gid),
-        group: archive::group_name(gid),
+        group: jobscope_common::users::group_name(gid),
         cluster: Some(cfg.run.cluster.clone()),
         cpus: cores,
         node_count: Some(1),

@@ -21,8 +21,9 @@
 //!
 //! No limit is set: `--cores/--mem/--gpus` are what the run is measured against, not enforced
 //! (a measuring tool that changed how the command behaves would measure something else).
+use jobscope_model::sample::CgroupVersion;
 use jobscope_sampler::cgroup::parse::parse_proc_cgroup;
-use jobscope_sampler::cgroup::{CgroupVersion, JobCgroup};
+use jobscope_sampler::cgroup::JobCgroup;
 use std::path::{Path, PathBuf};
 
 /// What [`plan`] needs to know about a path.

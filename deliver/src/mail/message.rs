@@ -20,9 +20,9 @@
 //!
 //! Content-IDs are built from node indexes, never from node names.
 
+use jobscope_model::summary::JobSummary;
 use jobscope_report::charts;
 use jobscope_report::present::{clean, words, ChartImage, Templates, View};
-use jobscope_sampler::summary::JobSummary;
 use lettre::message::header::{self, ContentType, Header, HeaderName, HeaderValue};
 /// A parsed recipient or sender ([`parse_address`]), as the mail's callers hold it.
 pub use lettre::message::Mailbox;
@@ -436,7 +436,7 @@ pub fn assemble(
 }
 
 /// A mail of a plain-text part and an HTML part (no images) under queue id `id` (a stable
-/// [`jobscope_sampler::fsutil::is_safe_name`], so that queueing it twice queues it once): what the
+/// [`jobscope_common::fsutil::is_safe_name`], so that queueing it twice queues it once): what the
 /// audit's alerts send. The caller renders both parts (HTML through the presenter's escaping
 /// registry); the subject is made one clean line here, as the job mail's is.
 pub fn text_and_html_mail(
@@ -466,8 +466,8 @@ pub fn text_and_html_mail(
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use jobscope_model::summary::*;
     use jobscope_report::present::{job_view, Templates};
-    use jobscope_sampler::summary::*;
     use mail_parser::{MessageParser, MimeHeaders};
 
     pub(crate) fn summary() -> JobSummary {
@@ -545,7 +545,7 @@ pub(crate) mod tests {
             partition: Some("cpu".into()),
             qos: None,
             submit_unix_s: None,
-            state: jobscope_sampler::job::JobState::Completed,
+            state: jobscope_model::job::JobState::Completed,
             end_reason: None,
             exit_code: Some(0),
             start_unix_ms: 1_795_305_466_000,
@@ -702,7 +702,7 @@ pub(crate) mod tests {
         s.name = Some(evil.clone());
         s.user = Some(evil.clone());
         s.account = Some(evil.clone());
-        s.end_reason = Some(jobscope_sampler::job::EndReason::Legacy { text: evil.clone() });
+        s.end_reason = Some(jobscope_model::job::EndReason::Legacy { text: evil.clone() });
         s.partial = true;
         s.partial_reasons = vec![evil.clone()];
         s.nodes[0].node = evil.clone();
@@ -881,7 +881,7 @@ pub(crate) mod tests {
         let rows = vec![jobscope_report::present::ArrayRow {
             task_id: 1,
             job_id: 1235,
-            state: jobscope_sampler::job::JobState::Completed,
+            state: jobscope_model::job::JobState::Completed,
             elapsed_s: 61.0,
             cpu_pct: Some(50.0),
             mem_peak_bytes: Some(1 << 20),
@@ -1053,7 +1053,7 @@ pub(crate) mod tests {
         s.array_task_id = Some(34);
         let id = mail_id(&s, "end");
         assert_eq!(id, "___evil_cluster_.1234.1795305466.end");
-        assert!(jobscope_sampler::fsutil::is_safe_name(&id));
+        assert!(jobscope_common::fsutil::is_safe_name(&id));
         s.cluster = None;
         assert!(mail_id(&s, "end").starts_with("local."));
     }

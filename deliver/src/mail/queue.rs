@@ -26,7 +26,7 @@
 //! `dead/`.
 
 use super::transport::{Deliver, SendError};
-use jobscope_sampler::fsutil::{
+use jobscope_common::fsutil::{
     ensure_dir, is_safe_name, open_regular, read_limited, write_atomic, Access, FsError,
 };
 use lettre::address::Envelope;
@@ -499,8 +499,8 @@ impl Queue {
         self.write_meta(&dead, &meta)?;
         std::fs::rename(self.eml(id), self.dead_eml(id)).map_err(io_err(&self.eml(id)))?;
         let _ = std::fs::remove_file(self.json(id));
-        jobscope_sampler::fsutil::sync_dir(&self.dir);
-        jobscope_sampler::fsutil::sync_dir(&dead);
+        jobscope_common::fsutil::sync_dir(&self.dir);
+        jobscope_common::fsutil::sync_dir(&dead);
         Ok(())
     }
 
@@ -652,7 +652,7 @@ impl Queue {
                             self.eml(&id).display()
                         ));
                     }
-                    jobscope_sampler::fsutil::sync_dir(&self.dir);
+                    jobscope_common::fsutil::sync_dir(&self.dir);
                     lock.release_and_remove();
                     let _ = std::fs::remove_file(self.dir.join(RELAY_DOWN_FILE));
                     report.sent.push(id);
@@ -813,7 +813,7 @@ impl Queue {
         self.write_meta(&self.dir, &meta)?;
         std::fs::rename(self.dead_eml(id), self.eml(id)).map_err(io_err(&self.eml(id)))?;
         let _ = std::fs::remove_file(dead.join(format!("{id}.json")));
-        jobscope_sampler::fsutil::sync_dir(&self.dir);
+        jobscope_common::fsutil::sync_dir(&self.dir);
         drop(lock);
         Ok(true)
     }

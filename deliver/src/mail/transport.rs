@@ -15,7 +15,7 @@
 //! sendmail's "no such user/host, bad data, bad usage" exit codes are permanent; the rest (refused
 //! connection, timeout, 4xx, EX_TEMPFAIL, a killed program) are transient.
 
-use jobscope_sampler::child::{wait_bounded, Bounds};
+use jobscope_common::child::{wait_bounded, Bounds};
 use lettre::address::Envelope;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};

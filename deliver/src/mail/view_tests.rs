@@ -2,11 +2,11 @@
 //! figure, and untrusted text is clean in every view.
 
 use crate::mail::message::{build_mail, parse_address, tests::opts, tests::summary, DIGEST_KIND};
+use jobscope_model::job::JobState;
+use jobscope_model::params::Report as Thresholds;
+use jobscope_model::summary::analysis::analyze;
+use jobscope_model::summary::JobSummary;
 use jobscope_report::present::*;
-use jobscope_sampler::job::JobState;
-use jobscope_sampler::params::Report as Thresholds;
-use jobscope_sampler::summary::analysis::analyze;
-use jobscope_sampler::summary::JobSummary;
 use mail_parser::MessageParser;
 use regex::Regex;
 
@@ -136,8 +136,8 @@ fn text_and_html_agree_on_every_figure() {
         ),
         (
             "allocation",
-            r"(\d+) node\(s\), (\S+) core\(s\), (.+) memory per node, GPUs: (.+)$",
-            r"(\d+) node\(s\), (\S+) core\(s\), (.+) memory per node, GPUs: (.+)$",
+            r"(\d+) nodes?, (\S+) cores?, (.+) memory per node, GPUs: (.+)$",
+            r"(\d+) nodes?, (\S+) cores?, (.+) memory per node, GPUs: (.+)$",
         ),
         (
             "resource-hours",
@@ -154,8 +154,8 @@ fn text_and_html_agree_on_every_figure() {
         ("verdict", r"^Verdict (.+)$", r"^Verdict: (.+)$"),
         (
             "nodes",
-            r"^(\S+): (\S+) cores, CPU (.+) \((\S+ %)\), mem peak (\S+ \S+), (\d+) samples$",
-            r"^(\S+) : (\S+) cores, CPU (.+) \((\S+ %)\), memory peak (\S+ \S+), (\d+) samples$",
+            r"^(\S+): (\S+) cores?, CPU (.+) \((\S+ %)\), mem peak (\S+ \S+), (\d+) samples?$",
+            r"^(\S+) : (\S+) cores?, CPU (.+) \((\S+ %)\), memory peak (\S+ \S+), (\d+) samples?$",
         ),
         (
             "steps",
@@ -164,7 +164,7 @@ fn text_and_html_agree_on_every_figure() {
         ),
         ("advice", r"^(#SBATCH \S+)$", r"^(#SBATCH \S+)$"),
         ("advice reasons", r"^# (.+)$", r"^# (.+)$"),
-        ("samples", r"^Samples: (\d+)$", r"^(\d+) samples\. Sent by"),
+        ("samples", r"^Samples: (\d+)$", r"^(\d+) samples?\. Sent by"),
     ];
     for (what, t_re, h_re) in labelled {
         let (t_re, h_re) = (Regex::new(t_re).unwrap(), Regex::new(h_re).unwrap());
@@ -221,7 +221,7 @@ const HOSTILE: &str =
 fn assert_clean(what: &str, s: &str) {
     let bad: Vec<String> = s
         .chars()
-        .filter(|&c| c != '\n' && clean::is_hidden(c))
+        .filter(|&c| c != '\n' && jobscope_model::text::is_hidden(c))
         .map(|c| format!("U+{:04X}", c as u32))
         .collect();
     assert!(bad.is_empty(), "{what}: hidden characters {bad:?} in:\n{s}");
@@ -272,7 +272,10 @@ fn a_hostile_name_is_clean_in_every_view() {
         subject.starts_with("Job 1234 (xgnp.exeyBcc: evil@example.com[31mredz"),
         "{subject}"
     );
-    assert!(!subject.chars().any(clean::is_hidden), "{subject:?}");
+    assert!(
+        !subject.chars().any(jobscope_model::text::is_hidden),
+        "{subject:?}"
+    );
     let text_part = m.body_text(0).unwrap().replace("\r\n", "\n");
     assert_eq!(text_part, plain, "the mail's text part is the text report");
     let html = m.body_html(0).unwrap().replace("\r\n", "\n");
@@ -298,7 +301,11 @@ fn a_hostile_name_is_clean_in_every_view() {
     let mail = build_mail(&s, &view, &to, DIGEST_KIND, &opts(), t).unwrap();
     let raw = mail.message.formatted();
     let m = MessageParser::default().parse(&raw).unwrap();
-    assert!(!m.subject().unwrap().chars().any(clean::is_hidden));
+    assert!(!m
+        .subject()
+        .unwrap()
+        .chars()
+        .any(jobscope_model::text::is_hidden));
 }
 
 #[test]
@@ -405,7 +412,7 @@ fn stalls_are_reported_on_v2_and_absent_on_v1() {
     }
 
     let mut v2 = summary();
-    let p = jobscope_sampler::summary::Pressure {
+    let p = jobscope_model::summary::Pressure {
         window_s: 3600.0,
         cpu_some_pct: Some(2.0),
         mem_some_pct: Some(0.5),
@@ -438,7 +445,7 @@ fn stalls_are_reported_on_v2_and_absent_on_v1() {
 }
 
 /// A GPU summary as the archive holds it, with `extra` fields set.
-fn gpu_summary(extra: serde_json::Value) -> jobscope_sampler::gpu::GpuSummary {
+fn gpu_summary(extra: serde_json::Value) -> jobscope_model::gpu::GpuSummary {
     let mut v = serde_json::json!({
         "node": "gpu01", "slot": 0, "gres_index": 1, "samples": 40,
         "util_mean_pct": 75.0, "util_max_pct": 100.0,

@@ -615,7 +615,7 @@ fn script_sha256(steps: &[SpoolFile]) -> Option<String> {
         .map(str::to_ascii_lowercase)
 }
 
-/// One node's spool directory as read by `jobscope_sampler::spool::read::read_node_dir`: the sampler's
+/// One node's spool directory as read by `jobscope_common::spool::read_node_dir`: the sampler's
 /// series (`job.jsc`), the steps' files, the GPU series (`gpu.jsc`) and what could not be read.
 #[derive(Debug, Clone, Default)]
 pub struct NodeSpool {

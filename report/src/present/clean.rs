@@ -7,7 +7,7 @@
 
 /// Characters that must never reach a view (control, bidi, invisible): defined once, in
 /// `jobscope_model::text`, where one-line messages escape them instead.
-pub use jobscope_sampler::text::is_hidden;
+pub(crate) use jobscope_model::text::is_hidden;
 
 /// `s` without [`is_hidden`] characters, cut to `max_chars` characters with `…` appended when cut
 /// (trailing spaces before the `…` dropped).

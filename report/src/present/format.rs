@@ -85,7 +85,7 @@ pub fn short_duration(s: f64) -> String {
 
 /// Seconds in SLURM's `--time` notation, exact (`00:01:00`, `1-01:00:00`): what users write.
 pub fn fmt_slurm_time(s: u64) -> String {
-    jobscope_sampler::summary::analysis::slurm_time(s)
+    jobscope_model::summary::analysis::slurm_time(s)
 }
 
 /// `48.9 %` (one decimal), `n/a`.

@@ -3,7 +3,7 @@
 
 use super::format::{fmt_bytes, fmt_duration, fmt_pct};
 use super::AdviceView;
-use jobscope_sampler::summary::analysis::{HistoryAdvice, HistoryBasis, PeerMetric, PeerRank};
+use jobscope_model::summary::analysis::{HistoryAdvice, HistoryBasis, PeerMetric, PeerRank};
 
 /// `1st`, `2nd`, `3rd`, `4th`, `11th`, `12th`, `13th`, `21st`.
 pub fn ordinal(n: u32) -> String {
@@ -93,7 +93,7 @@ pub fn history_lines(h: &HistoryAdvice) -> Vec<AdviceView> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use jobscope_sampler::summary::analysis::Request;
+    use jobscope_model::summary::analysis::Request;
 
     #[test]
     fn ordinals() {

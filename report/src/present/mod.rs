@@ -19,9 +19,9 @@ pub use clean::{clean, clean_line, clean_line_cols, width};
 pub use format::*;
 pub use templates::Templates;
 
-use jobscope_sampler::job::JobState;
-use jobscope_sampler::summary::analysis::Analysis;
-use jobscope_sampler::summary::{JobSummary, NodeSummary, Point};
+use jobscope_model::job::JobState;
+use jobscope_model::summary::analysis::Analysis;
+use jobscope_model::summary::{JobSummary, NodeSummary, Point};
 use serde::Serialize;
 
 /// Width of the text report's sparklines, in characters.
@@ -362,7 +362,7 @@ fn node_view(n: &NodeSummary) -> NodeView {
     }
 }
 
-fn gpu_view(g: &jobscope_sampler::gpu::GpuSummary) -> GpuView {
+fn gpu_view(g: &jobscope_model::gpu::GpuSummary) -> GpuView {
     let label = words::gpu_label(g);
     GpuView {
         label: clean(
@@ -416,7 +416,7 @@ fn report(s: &JobSummary) -> Report {
             .gpus
             .as_deref()
             .filter(|g| !g.is_empty())
-            .map(|g| match jobscope_sampler::slurm::cpulist_count(g) {
+            .map(|g| match jobscope_model::slurm::cpulist_count(g) {
                 Some(n) => format!("{n} (gres index {})", clean(g, 64)),
                 None => clean(g, 64),
             })
@@ -510,7 +510,7 @@ fn report(s: &JobSummary) -> Report {
             .map(|x| AdviceView {
                 line: match (&x.request, &x.reason) {
                     (Some(r), _) => r.sbatch_line(),
-                    (None, jobscope_sampler::summary::analysis::AdviceReason::Gpu { advice }) => {
+                    (None, jobscope_model::summary::analysis::AdviceReason::Gpu { advice }) => {
                         format!("# {}", words::gpu_advice_line(advice))
                     }
                     (None, _) => String::new(),

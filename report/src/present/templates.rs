@@ -55,9 +55,19 @@ handlebars_helper!(lpad: |v: Json, w: u64| {
     format!("{}{s}", " ".repeat((w as usize).saturating_sub(n)))
 });
 
+// `{{plural n "core"}}`: the number and its noun, singular or plural as the number asks
+// (`format::plural`: "1 core", "2 cores"); a value that is not a count (`n/a`) keeps the plural.
+handlebars_helper!(plural: |v: Json, noun: str| {
+    let s = as_text(v);
+    match s.parse::<u64>() {
+        Ok(n) => super::format::plural(n, noun),
+        Err(_) => format!("{s} {noun}s"),
+    }
+});
+
 /// A registry as every jobscope template is rendered with: strict (a name the view lacks is an
 /// error, not an empty string), HTML-escaping every value when `escape` (plain text otherwise), with
-/// the padding helpers. The cluster report (audit/src/cluster/page.rs) renders with it too.
+/// the padding helpers and `plural`. The cluster report (audit/src/cluster/page.rs) renders with it too.
 pub fn registry(escape: bool) -> Handlebars<'static> {
     let mut h = Handlebars::new();
     h.set_strict_mode(true);
@@ -66,6 +76,7 @@ pub fn registry(escape: bool) -> Handlebars<'static> {
     }
     h.register_helper("rpad", Box::new(rpad));
     h.register_helper("lpad", Box::new(lpad));
+    h.register_helper("plural", Box::new(plural));
     h
 }
 

@@ -4,15 +4,15 @@
 
 use super::clean::clean;
 use super::format::*;
-use jobscope_sampler::gpu::summary::{GpuAdvice, GpuFinding, GpuRef};
-use jobscope_sampler::gpu::GpuSummary;
-use jobscope_sampler::job::{EndReason, JobState};
-use jobscope_sampler::sample::CgroupVersion;
-use jobscope_sampler::summary::analysis::{
+use jobscope_model::gpu::summary::{GpuAdvice, GpuFinding, GpuRef};
+use jobscope_model::gpu::GpuSummary;
+use jobscope_model::job::{EndReason, JobState};
+use jobscope_model::sample::CgroupVersion;
+use jobscope_model::summary::analysis::{
     AdviceReason, AdviceWithheld, Analysis, Evidence, FindingKind, JobClass, Scalability, Severity,
     StallResource, Verdict, Waste,
 };
-use jobscope_sampler::summary::JobSummary;
+use jobscope_model::summary::JobSummary;
 
 pub fn state(s: JobState) -> &'static str {
     s.as_str()
@@ -26,7 +26,7 @@ pub fn running_note(s: &JobSummary) -> String {
     }
     format!(
         "still running: figures up to the last sample, {}",
-        jobscope_sampler::time::utc_time(s.end_unix_ms / 1000)
+        jobscope_model::time::utc_time(s.end_unix_ms / 1000)
     )
 }
 
@@ -134,7 +134,8 @@ pub fn imbalance(sc: &Scalability) -> Option<String> {
             .map(|l| fmt_pct0(Some(100.0 * l.share_of_mean.unwrap_or(0.0))))
             .collect();
         return Some(format!(
-            "node(s) {} did almost no work ({} of the mean node's CPU time): the job is imbalanced across its {} nodes",
+            "{} {} did almost no work ({} of the mean node's CPU time): the job is imbalanced across its {} nodes",
+            if sc.underused_nodes.len() == 1 { "node" } else { "nodes" },
             sc.underused_nodes.iter().map(|n| clean(n, 64)).collect::<Vec<_>>().join(", "),
             if shares.is_empty() { "none reported".to_string() } else { shares.join(", ") },
             sc.nodes_allocated
@@ -240,7 +241,7 @@ pub fn gpu_label(g: &GpuSummary) -> String {
         .or(g.index)
         .map_or_else(|| "?".to_string(), |i| i.to_string());
     let kind = match g.kind {
-        Some(jobscope_sampler::gpu::GpuKind::Mig) => "MIG",
+        Some(jobscope_model::gpu::GpuKind::Mig) => "MIG",
         _ => "GPU",
     };
     let id = g
@@ -261,7 +262,7 @@ pub fn gpu_label(g: &GpuSummary) -> String {
 /// reads, and the job's own share when other processes used the GPU too (both, so a user on a
 /// shared GPU sees what was theirs).
 pub fn gpu_util(g: &GpuSummary) -> String {
-    use jobscope_sampler::gpu::summary::GpuUtilSource;
+    use jobscope_model::gpu::summary::GpuUtilSource;
     let device = format!(
         "mean {}, max {}",
         fmt_pct(g.util_mean_pct),
@@ -458,7 +459,7 @@ pub fn stall_resource(r: StallResource) -> &'static str {
 
 /// The alternative text of the chart of waiting for a CPU over time (`crate::charts::cpu_wait_png`)
 /// of `nodes`: each node's share over the job, and its highest of one interval.
-pub fn cpu_wait_chart_alt(nodes: &[&jobscope_sampler::summary::NodeSummary]) -> String {
+pub fn cpu_wait_chart_alt(nodes: &[&jobscope_model::summary::NodeSummary]) -> String {
     let parts: Vec<String> = nodes
         .iter()
         .map(|n| {
@@ -490,7 +491,7 @@ pub fn cpu_wait_chart_alt(nodes: &[&jobscope_sampler::summary::NodeSummary]) -> 
 }
 
 /// The kernel view in lines of "label  figures", each only where the figure was seen.
-pub fn kernel_lines(k: &jobscope_sampler::summary::KernelTotals) -> Vec<String> {
+pub fn kernel_lines(k: &jobscope_model::summary::KernelTotals) -> Vec<String> {
     let mut v = Vec::new();
     let row = |label: &str, text: String| format!("{label:<19}{text}");
     if let Some(w) = k.cpu_wait_s {
@@ -583,7 +584,7 @@ pub fn kernel_lines(k: &jobscope_sampler::summary::KernelTotals) -> Vec<String> 
 
 /// The stalls line: the share of wall time the job's tasks waited for CPU, memory and I/O (only
 /// the resources the kernel gave figures for). `None` without pressure figures (cgroup v1).
-pub fn stalls(p: &jobscope_sampler::summary::Pressure) -> Option<String> {
+pub fn stalls(p: &jobscope_model::summary::Pressure) -> Option<String> {
     let mut parts = Vec::new();
     if let Some(c) = p.cpu_some_pct {
         parts.push(format!("CPU {}", fmt_pct(Some(c))));
@@ -610,7 +611,7 @@ pub fn stalls(p: &jobscope_sampler::summary::Pressure) -> Option<String> {
 }
 
 /// CPU quota throttling, when the kernel counts it (cgroup v2 `cpu.stat`).
-pub fn throttling(cpu: &jobscope_sampler::summary::CpuTotals) -> Option<String> {
+pub fn throttling(cpu: &jobscope_model::summary::CpuTotals) -> Option<String> {
     match (cpu.throttled_s, cpu.throttled_periods) {
         (Some(s), Some(n)) => Some(format!("{} in {n} quota period(s)", fmt_secs(Some(s)))),
         (Some(s), None) => Some(fmt_secs(Some(s))),
@@ -808,7 +809,7 @@ pub const NO_DATA: &str = "No samples: jobscope has no data on how this job used
 #[cfg(test)]
 mod tests {
     use super::*;
-    use jobscope_sampler::vocab::Vocabulary;
+    use jobscope_model::vocab::Vocabulary;
 
     /// Words of `line` that are seconds written without their space (`16s`, `1.5s`): every
     /// duration reads as the report's CPU time does (`15.5 s`), or as one compound token
@@ -827,7 +828,7 @@ mod tests {
     /// The kernel view's times read as the report's other durations: `1.0 s`, `15.5 s`.
     #[test]
     fn kernel_view_durations_are_spelled_as_every_other() {
-        let k = jobscope_sampler::summary::KernelTotals {
+        let k = jobscope_model::summary::KernelTotals {
             run_s: Some(15.5),
             cpu_wait_s: Some(1.0),
             ..Default::default()
@@ -837,7 +838,7 @@ mod tests {
             lines[0].contains("1.0 s (6 % of the time runnable; running 15.5 s)"),
             "{lines:?}"
         );
-        let long = jobscope_sampler::summary::KernelTotals {
+        let long = jobscope_model::summary::KernelTotals {
             run_s: Some(725.0),
             cpu_wait_s: Some(36.0),
             ..Default::default()

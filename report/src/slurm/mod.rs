@@ -11,7 +11,8 @@ pub mod v22_05;
 pub mod v24_11;
 pub mod v26_05;
 
-pub use jobscope_sampler::job::{EndEvidence, EndReason, JobEnd, JobFacts, JobState};
+// The model's job facts, for this crate's own code (other crates name `jobscope_model::job`).
+pub(crate) use jobscope_model::job::{EndEvidence, EndReason, JobEnd, JobFacts, JobState};
 pub use v22_05::{short_hostname, EpilogEnv, Slurm2205};
 pub use v24_11::Slurm2411;
 

@@ -19,7 +19,7 @@
 //! rendered through escaping templates.
 
 use super::{ArrayTask, JobFacts, JobState, Slurm};
-use jobscope_sampler::slurm::expand_hostlist;
+use jobscope_model::slurm::expand_hostlist;
 use serde_json::Value;
 use std::collections::HashMap;
 use std::process::{Command, Stdio};
@@ -674,10 +674,10 @@ pub fn run_bounded_env(
         .stderr(Stdio::null())
         .spawn()
         .ok()?;
-    let ended = jobscope_sampler::child::wait_bounded(
+    let ended = jobscope_common::child::wait_bounded(
         child,
         None,
-        jobscope_sampler::child::Bounds {
+        jobscope_common::child::Bounds {
             limit,
             max_output_bytes: 64 * 1024 * 1024,
             // What is left in the pipe after the exit is at most its 64 KiB buffer.

@@ -6,7 +6,7 @@
 //!   `plugin/src/scope.rs`), so nothing here knows a scheduler's conventions.
 //! - [`JobCgroupReader`] reads a job cgroup sample after sample through descriptors it keeps
 //!   open (the sampler's reader); [`JobCgroup::read`] / [`JobCgroup::read_detailed`] are one
-//!   read through a reader made for it. Both assemble a [`Snapshot`] ([`crate::sample::Reading`]).
+//!   read through a reader made for it. Both assemble a [`Snapshot`] ([`jobscope_model::sample::Reading`]).
 //! - [`v1`] and [`v2`] hold one typed read function per control file (one open + read each); [`parse`]
 //!   the pure parsers.
 //!
@@ -17,7 +17,7 @@
 //! Dependencies point one way: this module uses [`crate::procio`] (the per-process I/O sums and
 //! the error type), never the reverse.
 use crate::procio::kfile::{self, ReadBuf};
-use crate::sample::Reading;
+use jobscope_model::sample::Reading;
 use std::cell::RefCell;
 use std::path::{Component, Path, PathBuf};
 
@@ -32,7 +32,7 @@ pub use crate::procio::Error;
 pub use parse::{CpuStatV2, IoStatV2, MemEventsV2, MemStatV1, MemStatV2, OomControlV1, Pressure};
 pub use reader::{JobCgroupReader, MAX_KEPT_CGROUP_FDS, MAX_WALK_CGROUPS, MAX_WALK_DEPTH};
 
-pub use jobscope_model::sample::{CgroupVersion, IoSource};
+pub(crate) use jobscope_model::sample::{CgroupVersion, IoSource};
 
 /// Where one job's (or step's) cgroup lives.
 #[derive(Debug, Clone, PartialEq, Eq)]

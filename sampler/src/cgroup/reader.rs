@@ -36,7 +36,7 @@ use super::parse::{self, BadLine, Parsed};
 use super::{v1, v2, CgroupVersion, JobCgroup, Lenient, Snapshot, CGROUP_PROCS};
 use crate::procio::kfile::{self, CgroupFs, KernelFile, ReadBuf};
 use crate::procio::{Error, IoAccumulator, IoTotals};
-use crate::sample::Reading;
+use jobscope_model::sample::Reading;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};

@@ -79,7 +79,7 @@ pub struct Wanted {
     pub gres_index: Option<u32>,
 }
 
-pub use jobscope_model::gpu::SelectionSource;
+pub(crate) use jobscope_model::gpu::SelectionSource;
 
 /// The job's GPUs on this node, as references to be resolved by a backend.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -291,7 +291,7 @@ pub fn gres_conf_gpu_files(text: &str, node: &str) -> Vec<PathBuf> {
                 "name" => name = Some(v.to_string()),
                 "nodename" => nodes = Some(v.to_string()),
                 "file" => {
-                    files = crate::slurm::expand_hostlist(v)
+                    files = jobscope_model::slurm::expand_hostlist(v)
                         .unwrap_or_default()
                         .into_iter()
                         .map(PathBuf::from)
@@ -299,7 +299,7 @@ pub fn gres_conf_gpu_files(text: &str, node: &str) -> Vec<PathBuf> {
                 }
                 "multiplefiles" => {
                     multiple = Some(
-                        crate::slurm::expand_hostlist(v)
+                        jobscope_model::slurm::expand_hostlist(v)
                             .unwrap_or_default()
                             .into_iter()
                             .map(PathBuf::from)
@@ -313,7 +313,7 @@ pub fn gres_conf_gpu_files(text: &str, node: &str) -> Vec<PathBuf> {
             continue;
         }
         if let Some(n) = nodes {
-            let here = crate::slurm::expand_hostlist(&n)
+            let here = jobscope_model::slurm::expand_hostlist(&n)
                 .is_some_and(|list| list.iter().any(|x| x == node));
             if !here {
                 continue;

@@ -9,10 +9,11 @@ use super::assign::{
 };
 use super::monitor::{BackendConfig, GpuMonitor, LogLevel};
 use super::nvml::{NvmlBackend, NvmlConfig};
-use super::spool::{read_gpu_file, GPU_FILE_NAME};
+use super::spool::GPU_FILE_NAME;
 use super::{GpuBackend, GpuKind, GpuSelection, Wanted};
 use crate::sampler::Schedule;
 use crate::spool::EventKind;
+use jobscope_common::spool::read_gpu_file;
 use serde_json::{json, Value};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -430,7 +431,7 @@ fn header() -> crate::spool::Header {
         io_source: None,
         boot_id: None,
         boot_time_s: None,
-        start_unix_ms: crate::sampler::now_unix_ms(),
+        start_unix_ms: jobscope_common::now_unix_ms(),
         cadence_s: 1,
         plugin_version: "test".into(),
         alloc_cores: None,

@@ -33,14 +33,13 @@ mod fake_nvml_tests;
 #[cfg(test)]
 mod interval_tests;
 
-pub use assign::{GpuRef, GpuSelection, JobGpuEnv, SelectionSource, Wanted};
-pub use jobscope_model::gpu::fold::{DeviceDrain, IntervalFold, ProcessUtil, UtilSource};
-pub use jobscope_model::gpu::summary;
-pub use jobscope_model::gpu::{
-    gpu_advice, summarize_gpus, GpuAdvice, GpuFinding, GpuIdentity, GpuKind, GpuSummary,
-};
+pub use assign::{GpuRef, GpuSelection, JobGpuEnv, Wanted};
 pub use monitor::{BackendConfig, GpuMonitor, LogLevel};
-pub use spool::{decode_gpu_file, read_gpu_file, GpuSeries, GPU_FILE_NAME};
+// The model's GPU names, for this crate's own code (other crates name `jobscope_model::gpu`).
+pub(crate) use jobscope_model::gpu::fold::{DeviceDrain, IntervalFold, ProcessUtil, UtilSource};
+#[cfg(test)]
+use jobscope_model::gpu::{summarize_gpus, summary, SelectionSource};
+pub(crate) use jobscope_model::gpu::{GpuIdentity, GpuKind};
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};

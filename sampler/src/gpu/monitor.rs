@@ -23,8 +23,9 @@ use super::assign::{GpuRef, GpuSelection, Wanted};
 use super::nvml::{NvmlBackend, NvmlConfig};
 use super::spool::{DeviceBucket, GpuBucket, GpuInfo, GpuLimits, GpuWriter, GPU_FILE_NAME};
 use super::{Cutoff, DeviceSample, GpuBackend, GpuEvent, GpuIdentity, IntervalFold};
-use crate::sampler::{now_unix_ms, Schedule};
+use crate::sampler::Schedule;
 use crate::spool::{End, Event, EventKind, Gauge, Header};
+use jobscope_common::now_unix_ms;
 use jobscope_model::gpu::fold::UTIL_FROM_POINT_READS;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
@@ -93,7 +94,7 @@ impl Default for BackendConfig {
 impl BackendConfig {
     /// The backends as `[gpu]` of the configuration file sets them, with `gpu.jsc` capped at its
     /// share of the node's spool budget: the one place the plugin and `jobscope run` get them.
-    pub fn from_settings(g: &crate::config::Gpu) -> Self {
+    pub fn from_settings(g: &jobscope_config::Gpu) -> Self {
         BackendConfig {
             nvidia: g.nvidia,
             nvml_lib_path: g.nvml_lib_path.clone(),
@@ -156,7 +157,7 @@ pub struct MonitorOptions {
 /// record (at most a third of the wait).
 const FINISH_RESERVE: Duration = Duration::from_millis(300);
 
-pub use jobscope_model::gpu::{event_slot, EVENT_SLOT_PREFIX};
+use jobscope_model::gpu::EVENT_SLOT_PREFIX;
 
 /// What the monitor has done so far (for tests, benchmarks and the plugin's own log).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -366,7 +367,7 @@ impl Run {
         }
     }
 
-    fn write<T>(&mut self, r: Result<T, crate::fsutil::FsError>) {
+    fn write<T>(&mut self, r: Result<T, jobscope_common::fsutil::FsError>) {
         if let Err(e) = r {
             if !self.logged_write_error {
                 self.logged_write_error = true;
@@ -782,9 +783,9 @@ pub fn cgroup_pids(dir: &Path) -> Vec<u32> {
 mod tests {
     use super::*;
     use crate::gpu::assign::{GpuRef, SelectionSource};
-    use crate::gpu::spool::read_gpu_file;
     use crate::gpu::testing::ScriptedBackend;
     use crate::gpu::GpuKind;
+    use jobscope_common::spool::read_gpu_file;
 
     fn header() -> Header {
         Header {

@@ -1,22 +1,13 @@
-//! `gpu.jsc` on disk: reading it (bounded, no symlinks) and the bounded writer. The format, its
-//! types and its decoding are pure and live in `jobscope_model::gpu::spool`, re-exported here.
+//! `gpu.jsc` on disk: the bounded writer. The format, its types and its decoding are pure and live
+//! in `jobscope_model::gpu::spool`; reading it (bounded, no symlinks) is
+//! `jobscope_common::spool::read_gpu_file`.
 
-pub use jobscope_model::gpu::spool::*;
+pub(crate) use jobscope_model::gpu::spool::*;
 
-use crate::fsutil::FsError;
 use crate::spool::writer::SeriesWriter;
-use crate::spool::{End, Event, Header, SpoolError};
+use crate::spool::{End, Event, Header};
+use jobscope_common::fsutil::FsError;
 use std::path::Path;
-
-/// Reads and decodes `gpu.jsc` (refusing symlinks and oversized files).
-pub fn read_gpu_file(path: &Path) -> Result<GpuSeries, SpoolError> {
-    let bytes =
-        crate::fsutil::read_limited(path, DEFAULT_MAX_GPU_FILE_BYTES * 4).map_err(|e| match e {
-            FsError::Io { path, source } => SpoolError::Io { path, source },
-            FsError::Unsafe { path, why } => SpoolError::Unsafe { path, what: why },
-        })?;
-    decode_gpu_file(&bytes, path)
-}
 
 /// Bounds of the GPU writer.
 #[derive(Debug, Clone, Copy)]
@@ -107,6 +98,8 @@ mod tests {
     use crate::spool::codec::put_varint;
     use crate::spool::EventKind;
     use crate::spool::Gauge;
+    use crate::spool::SpoolError;
+    use jobscope_common::spool::read_gpu_file;
     use proptest::prelude::*;
 
     use crate::spool::writer::tests::T0;

@@ -8,7 +8,7 @@
 use super::codec::{bucket_frame, end_frame, event_frame, file_start};
 use super::thin::{thin, Mergeable};
 use super::*;
-use crate::fsutil::{create_new, io_err, open_append, write_atomic, FsError};
+use jobscope_common::fsutil::{create_new, io_err, open_append, write_atomic, FsError};
 use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -216,19 +216,18 @@ impl StepWriter {
     }
 }
 
-// The read side moved to `super::read`; kept under this name for the plugin and the tests.
-pub use super::read::read_spool_file;
-
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::sample::Reading;
+    use jobscope_common::spool::{read_node_dir, read_spool_file};
+    use jobscope_model::gpu::GPU_FILE_NAME;
+    use jobscope_model::sample::Reading;
 
     /// A plausible wall-clock start for test series (2023-11-14): decoding refuses a header
     /// whose start is not a plausible time (see `jobscope_model::spool::validate`).
     pub(crate) const T0: u64 = 1_700_000_000_000;
 
-    /// A job series header for tests (also used by `super::read`'s tests).
+    /// A job series header for tests.
     pub(crate) fn header() -> Header {
         Header {
             plugin_version: "t".into(),
@@ -305,5 +304,34 @@ pub(crate) mod tests {
         w.push(sample(2)).unwrap();
         let f = read_spool_file(&d.path().join("job.jsc")).unwrap();
         assert_eq!(f.buckets.len(), 2);
+    }
+
+    /// The reader (`jobscope_common::spool`) on what these writers wrote, and on what they did not.
+    #[test]
+    fn reads_the_series_steps_and_reports_bad_files() {
+        let header = |series: &str| Header {
+            series: series.into(),
+            ..header()
+        };
+        let d = tempfile::tempdir().unwrap();
+        let mut w =
+            SeriesWriter::<Bucket>::create(d.path(), "job.jsc", header("job"), Limits::default())
+                .unwrap();
+        w.flush().unwrap();
+        StepWriter::create(d.path(), &header("batch")).unwrap();
+        std::fs::write(d.path().join("step_0.jsc"), b"not a spool file").unwrap();
+        std::fs::write(d.path().join("notes.txt"), b"ignored").unwrap();
+        std::fs::write(d.path().join(GPU_FILE_NAME), b"garbage").unwrap();
+        std::os::unix::fs::symlink("/etc/passwd", d.path().join("step_1.jsc")).unwrap();
+        let s = read_node_dir(d.path());
+        assert_eq!(
+            s.series.as_ref().map(|f| f.header.series.as_str()),
+            Some("job")
+        );
+        assert_eq!(s.steps.len(), 1);
+        assert_eq!(s.steps[0].header.series, "batch");
+        assert!(s.gpu.is_none());
+        // step_0 (garbage), step_1 (symlink) and gpu.jsc (garbage) are reported.
+        assert_eq!(s.problems.len(), 3, "{:?}", s.problems);
     }
 }

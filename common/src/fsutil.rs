@@ -12,7 +12,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use crate::text::escape_hidden;
+use jobscope_model::text::escape_hidden;
 
 /// A file error, one line: the path escaped ([`escape_hidden`]), whatever characters it holds.
 #[derive(Debug, thiserror::Error)]

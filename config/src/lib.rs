@@ -1,12 +1,14 @@
-//! The site configuration file (`/etc/jobscope/jobscope.toml`), shared by the plugin and the epilog.
+//! jobscope-config: the site configuration file (`/etc/jobscope/jobscope.toml`), read by every
+//! stage (the plugin, the Epilog, the commands).
+//!
 //! Every key is optional; see docs/configuration.md for the reference. Unknown keys are an error, so a
 //! typo does not silently fall back to a default.
 
-use crate::text::{escape_hidden, quoted};
+use jobscope_model::text::{escape_hidden, quoted};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
-pub use jobscope_model::params::Report;
+use jobscope_model::params::Report;
 
 pub const DEFAULT_CONFIG_PATH: &str = "/etc/jobscope/jobscope.toml";
 /// A config file larger than this is refused (it is read by root inside slurmstepd).
@@ -749,7 +751,7 @@ impl Alerts {
             // The address itself is parsed where the mail is built (jobscope_deliver); here only
             // what can never be one.
             if to.trim().is_empty()
-                || to.chars().any(crate::text::is_hidden)
+                || to.chars().any(jobscope_model::text::is_hidden)
                 || !to.contains('@')
                 || to.len() > 254
             {
@@ -781,7 +783,7 @@ impl Default for Sampler {
         Sampler {
             cadence_s: 30,
             early_samples_s: vec![1, 5, 15],
-            max_spool_bytes: crate::spool::DEFAULT_MAX_SPOOL_BYTES,
+            max_spool_bytes: jobscope_model::spool::DEFAULT_MAX_SPOOL_BYTES,
             min_free_bytes: 64 * 1024 * 1024,
         }
     }
@@ -855,10 +857,20 @@ impl Config {
         }
     }
 
+    /// The configuration of a command or of the Epilog: a file someone named must exist and parse
+    /// ([`Config::load_named`]); the default path may be absent ([`Config::load`]: then the
+    /// defaults apply, as on a node without a config).
+    pub fn load_given(named: Option<&Path>) -> Result<Config, ConfigError> {
+        match named {
+            Some(p) => Config::load_named(p),
+            None => Config::load(Path::new(DEFAULT_CONFIG_PATH)),
+        }
+    }
+
     /// Loads a configuration file someone named (`--config`, `JOBSCOPE_CONFIG`): it must exist and
     /// parse; silently using the defaults instead would report with thresholds nobody chose.
     pub fn load_named(path: &Path) -> Result<Config, ConfigError> {
-        match crate::fsutil::read_limited(path, MAX_CONFIG_BYTES) {
+        match jobscope_common::fsutil::read_limited(path, MAX_CONFIG_BYTES) {
             Ok(bytes) => {
                 let text = String::from_utf8(bytes).map_err(|_| ConfigError::Invalid {
                     path: path.into(),
@@ -866,10 +878,10 @@ impl Config {
                 })?;
                 Config::parse(&text, path)
             }
-            Err(crate::fsutil::FsError::Io { path, source }) => {
+            Err(jobscope_common::fsutil::FsError::Io { path, source }) => {
                 Err(ConfigError::Io { path, source })
             }
-            Err(crate::fsutil::FsError::Unsafe { path, why }) => {
+            Err(jobscope_common::fsutil::FsError::Unsafe { path, why }) => {
                 Err(ConfigError::Invalid { path, message: why })
             }
         }
@@ -1108,7 +1120,7 @@ fn check_report_to(list: &[String]) -> Result<(), String> {
             && !a.starts_with('-')
             && !a
                 .chars()
-                .any(|c| crate::text::is_hidden(c) || c.is_whitespace())
+                .any(|c| jobscope_model::text::is_hidden(c) || c.is_whitespace())
             && a.split('@').count() == 2
             && a.split('@').all(|p| !p.is_empty());
         if !ok {
@@ -1119,6 +1131,16 @@ fn check_report_to(list: &[String]) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// The GPU thresholds of the site configuration, as the report, the Epilog and the live snapshot
+/// summarise GPUs with them.
+pub fn gpu_params(cfg: &Config) -> jobscope_model::gpu::summary::GpuSummaryParams {
+    jobscope_model::gpu::summary::GpuSummaryParams {
+        idle_util_pct: cfg.gpu.idle_util_pct,
+        idle_min_s: cfg.gpu.idle_min_s as f64,
+        ..Default::default()
+    }
 }
 
 #[cfg(test)]
@@ -1521,7 +1543,7 @@ mod tests {
                     out.push('\\');
                     out.push(c);
                 }
-                c if crate::text::is_hidden(c) => {
+                c if jobscope_model::text::is_hidden(c) => {
                     out.push_str(&format!("\\U{:08X}", u32::from(c)));
                 }
                 c => out.push(c),
@@ -1534,7 +1556,7 @@ mod tests {
     /// An error a person reads: one line, no control, bidi or invisible character.
     fn assert_one_line(e: &str, what: &str) {
         assert!(
-            !e.chars().any(crate::text::is_hidden),
+            !e.chars().any(jobscope_model::text::is_hidden),
             "{what}: a raw control, bidi or invisible character in {e:?}"
         );
     }

@@ -1,12 +1,17 @@
-//! The read side of the spool: one file ([`read_spool_file`]) and one node's directory
-//! ([`read_node_dir`]). Reading refuses symlinks and oversized files; decoding is pure
-//! (`jobscope_model::spool`, `jobscope_model::gpu::spool`).
+//! The read side of the spool on disk: one file ([`read_spool_file`]), `gpu.jsc`
+//! ([`read_gpu_file`]) and one node's directory ([`read_node_dir`]). Reading refuses symlinks and
+//! oversized files; decoding is pure (`jobscope_model::spool`, `jobscope_model::gpu::spool`). The
+//! writers are the sampler's (`jobscope_sampler::spool::writer`, `jobscope_sampler::gpu::spool`).
 
-use super::{decode_file, SpoolError, SpoolFile};
 use crate::fsutil::FsError;
+use jobscope_model::gpu::spool::{decode_gpu_file, GpuSeries, DEFAULT_MAX_GPU_FILE_BYTES};
+use jobscope_model::gpu::GPU_FILE_NAME;
+use jobscope_model::spool::{
+    decode_file, SpoolError, SpoolFile, StepsNotRecorded, STEPS_NOT_RECORDED_FILE,
+    STEPS_NOT_RECORDED_MAX_BYTES,
+};
+use jobscope_model::summary::node::NodeSpool;
 use std::path::Path;
-
-pub use jobscope_model::summary::node::NodeSpool;
 
 /// Files read from one spool directory at most (a directory is per job and node: a few steps).
 const MAX_FILES: usize = 4096;
@@ -23,6 +28,16 @@ pub fn read_spool_file(path: &Path) -> Result<SpoolFile, SpoolError> {
             FsError::Unsafe { path, why } => SpoolError::Unsafe { path, what: why },
         })?;
     decode_file(&bytes, path)
+}
+
+/// Reads and decodes `gpu.jsc` (refusing symlinks and oversized files).
+pub fn read_gpu_file(path: &Path) -> Result<GpuSeries, SpoolError> {
+    let bytes =
+        crate::fsutil::read_limited(path, DEFAULT_MAX_GPU_FILE_BYTES * 4).map_err(|e| match e {
+            FsError::Io { path, source } => SpoolError::Io { path, source },
+            FsError::Unsafe { path, why } => SpoolError::Unsafe { path, what: why },
+        })?;
+    decode_gpu_file(&bytes, path)
 }
 
 /// Reads one node-job spool directory (`<spool_dir>/<job>.<node>/`): `job.jsc`, the steps'
@@ -62,11 +77,11 @@ pub fn read_node_dir(dir: &Path) -> NodeSpool {
                 .push(format!("not sampled on this node: {why}"));
         }
     }
-    if names.iter().any(|n| n == super::STEPS_NOT_RECORDED_FILE) {
-        let p = dir.join(super::STEPS_NOT_RECORDED_FILE);
+    if names.iter().any(|n| n == STEPS_NOT_RECORDED_FILE) {
+        let p = dir.join(STEPS_NOT_RECORDED_FILE);
         // The plugin stops appending one short line past the bound.
-        match crate::fsutil::read_limited(&p, super::STEPS_NOT_RECORDED_MAX_BYTES + 64) {
-            Ok(b) => spool.steps_not_recorded = Some(super::StepsNotRecorded::parse(&b)),
+        match crate::fsutil::read_limited(&p, STEPS_NOT_RECORDED_MAX_BYTES + 64) {
+            Ok(b) => spool.steps_not_recorded = Some(StepsNotRecorded::parse(&b)),
             Err(e) => spool.problems.push(e.to_string()),
         }
     }
@@ -75,9 +90,9 @@ pub fn read_node_dir(dir: &Path) -> NodeSpool {
             continue;
         }
         let p = dir.join(name);
-        if name == crate::gpu::GPU_FILE_NAME {
+        if name == GPU_FILE_NAME {
             // Same framing, its own series (per-GPU buckets).
-            match crate::gpu::read_gpu_file(&p) {
+            match read_gpu_file(&p) {
                 Ok(g) => spool.gpu = Some(g),
                 Err(e) => spool.problems.push(e.to_string()),
             }
@@ -95,39 +110,6 @@ pub fn read_node_dir(dir: &Path) -> NodeSpool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::spool::writer::{Limits, SeriesWriter};
-    use crate::spool::{Bucket, Header};
-
-    fn header(series: &str) -> Header {
-        Header {
-            series: series.into(),
-            ..crate::spool::writer::tests::header()
-        }
-    }
-
-    #[test]
-    fn reads_the_series_steps_and_reports_bad_files() {
-        let d = tempfile::tempdir().unwrap();
-        let mut w =
-            SeriesWriter::<Bucket>::create(d.path(), "job.jsc", header("job"), Limits::default())
-                .unwrap();
-        w.flush().unwrap();
-        crate::spool::writer::StepWriter::create(d.path(), &header("batch")).unwrap();
-        std::fs::write(d.path().join("step_0.jsc"), b"not a spool file").unwrap();
-        std::fs::write(d.path().join("notes.txt"), b"ignored").unwrap();
-        std::fs::write(d.path().join(crate::gpu::GPU_FILE_NAME), b"garbage").unwrap();
-        std::os::unix::fs::symlink("/etc/passwd", d.path().join("step_1.jsc")).unwrap();
-        let s = read_node_dir(d.path());
-        assert_eq!(
-            s.series.as_ref().map(|f| f.header.series.as_str()),
-            Some("job")
-        );
-        assert_eq!(s.steps.len(), 1);
-        assert_eq!(s.steps[0].header.series, "batch");
-        assert!(s.gpu.is_none());
-        // step_0 (garbage), step_1 (symlink) and gpu.jsc (garbage) are reported.
-        assert_eq!(s.problems.len(), 3, "{:?}", s.problems);
-    }
 
     #[test]
     fn the_reason_nothing_was_spooled_becomes_a_problem() {

@@ -1,4 +1,5 @@
-//! The user database (`getpwuid_r`), through NSS as the C library configures it (LDAP, SSSD…).
+//! The user and group databases (`getpwuid_r`, `getgrnam_r`, `getgrgid_r`), through NSS as the C
+//! library configures it (LDAP, SSSD…).
 
 /// A user's entry, what jobscope needs of it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,6 +38,40 @@ pub fn by_uid(uid: u32) -> Option<User> {
     }
 }
 
+/// Looks up a group id by name (`getgrnam_r`).
+pub fn group_id(name: &str) -> Option<u32> {
+    let c = std::ffi::CString::new(name).ok()?;
+    let mut grp: libc::group = unsafe { std::mem::zeroed() };
+    let mut buf = vec![0 as libc::c_char; 16 * 1024];
+    let mut result: *mut libc::group = std::ptr::null_mut();
+    // SAFETY: all pointers are valid for the call; buf outlives it.
+    let rc = unsafe {
+        libc::getgrnam_r(
+            c.as_ptr(),
+            &mut grp,
+            buf.as_mut_ptr(),
+            buf.len(),
+            &mut result,
+        )
+    };
+    (rc == 0 && !result.is_null()).then_some(grp.gr_gid)
+}
+
+/// The name of group `gid` (`getgrgid_r`), for `JobSummary::group`; `None` if it has none here.
+pub fn group_name(gid: u32) -> Option<String> {
+    let mut grp: libc::group = unsafe { std::mem::zeroed() };
+    let mut buf = vec![0 as libc::c_char; 16 * 1024];
+    let mut result: *mut libc::group = std::ptr::null_mut();
+    // SAFETY: all pointers are valid for the call; buf outlives it.
+    let rc = unsafe { libc::getgrgid_r(gid, &mut grp, buf.as_mut_ptr(), buf.len(), &mut result) };
+    if rc != 0 || result.is_null() || grp.gr_name.is_null() {
+        return None;
+    }
+    // SAFETY: gr_name points into buf, NUL-terminated by getgrgid_r.
+    let name = unsafe { std::ffi::CStr::from_ptr(grp.gr_name) };
+    Some(name.to_string_lossy().into_owned())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -66,5 +101,13 @@ mod tests {
             .find(|u| from_passwd_file(*u).is_none())
             .unwrap();
         assert_eq!(by_uid(unused), None);
+    }
+
+    #[test]
+    fn groups() {
+        assert_eq!(group_id("root"), Some(0));
+        assert_eq!(group_id("no-such-group-xyz"), None);
+        assert_eq!(group_name(0).as_deref(), Some("root"));
+        assert_eq!(group_name(4_000_000_000), None);
     }
 }

@@ -1,5 +1,5 @@
 //! The published schema must be exactly what the types produce: regenerate with
-//! `JOBSCOPE_BLESS=1 cargo test -p jobscope-sampler --test schema` (or `jobscope schema`).
+//! `JOBSCOPE_BLESS=1 cargo test -p jobscope-model --test schema` (or `jobscope schema`).
 
 #[test]
 fn published_schema_is_current() {
@@ -7,7 +7,7 @@ fn published_schema_is_current() {
         env!("CARGO_MANIFEST_DIR"),
         "/../docs/schema/job-summary.schema.json"
     );
-    let want = jobscope_sampler::summary::json_schema();
+    let want = jobscope_model::summary::json_schema();
     if std::env::var_os("JOBSCOPE_BLESS").is_some() {
         std::fs::write(path, serde_json::to_string_pretty(&want).unwrap() + "\n").unwrap();
     }
