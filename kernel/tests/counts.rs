@@ -145,7 +145,10 @@ fn four_spinners_on_one_cpu_wait_three_quarters_and_switches_match_proc() {
         (7.2..=9.0).contains(&(run_s + wait_s)),
         "running {run_s:.2} s + waiting {wait_s:.2} s: not four threads' 2 s ({c:?})"
     );
-    assert!(run_s <= 2.1, "running {run_s:.2} s on one CPU in 2 s ({c:?})");
+    assert!(
+        run_s <= 2.1,
+        "running {run_s:.2} s on one CPU in 2 s ({c:?})"
+    );
     let ratio = wait_s / (run_s + wait_s);
     assert!(ratio >= 0.7, "run-queue wait ratio {ratio:.3} ({c:?})");
     // /proc was read while every thread was alive and parked. What the job counts in
