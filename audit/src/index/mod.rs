@@ -1146,8 +1146,9 @@ impl<'a> Index<'a> {
         Ok(())
     }
 
-    /// The part files in the index's month directories: (path in the index, month, number).
-    fn part_files(&self) -> Vec<(String, String, u64)> {
+    /// Every month directory of both tables with the files in it, each as (path in the index,
+    /// path on disk): what [`Index::part_files`] and [`Index::remove_unlisted`] both walk.
+    fn month_files(&self) -> Vec<(PathBuf, Vec<(String, PathBuf)>)> {
         let mut out = Vec::new();
         for table in ["jobs", "nodes"] {
             let Ok(months) = std::fs::read_dir(self.settings.dir.join(table)) else {
@@ -1158,16 +1159,30 @@ impl<'a> Index<'a> {
                 let Ok(files) = std::fs::read_dir(m.path()) else {
                     continue;
                 };
-                for f in files.flatten() {
-                    let name = f.file_name().to_string_lossy().into_owned();
-                    let file = format!("{table}/{month}/{name}");
-                    if let Some((_, _, seq)) = parse_part_path(&file) {
-                        out.push((file, month.clone(), seq));
-                    }
-                }
+                let files = files
+                    .flatten()
+                    .map(|f| {
+                        let name = f.file_name().to_string_lossy().into_owned();
+                        (format!("{table}/{month}/{name}"), f.path())
+                    })
+                    .collect();
+                out.push((m.path(), files));
             }
         }
         out
+    }
+
+    /// The part files in the index's month directories: (path in the index, month, number).
+    fn part_files(&self) -> Vec<(String, String, u64)> {
+        self.month_files()
+            .into_iter()
+            .flat_map(|(_, files)| files)
+            .filter_map(|(file, _)| {
+                let (_, month, seq) = parse_part_path(&file)?;
+                let month = month.to_string();
+                Some((file, month, seq))
+            })
+            .collect()
     }
 
     /// Months that hold a part file state.json does not list although a committed update wrote
@@ -1234,27 +1249,17 @@ impl<'a> Index<'a> {
             .chain(st.nodes.iter())
             .map(|p| p.file.as_str())
             .collect();
-        for table in ["jobs", "nodes"] {
-            let Ok(months) = std::fs::read_dir(self.settings.dir.join(table)) else {
-                continue;
-            };
-            for m in months.flatten() {
-                let month = m.file_name().to_string_lossy().into_owned();
-                let Ok(files) = std::fs::read_dir(m.path()) else {
-                    continue;
-                };
-                let mut left = 0;
-                for f in files.flatten() {
-                    let name = f.file_name().to_string_lossy().into_owned();
-                    if !listed.contains(format!("{table}/{month}/{name}").as_str()) {
-                        let _ = std::fs::remove_file(f.path());
-                    } else {
-                        left += 1;
-                    }
+        for (dir, files) in self.month_files() {
+            let mut left = 0;
+            for (file, path) in files {
+                if !listed.contains(file.as_str()) {
+                    let _ = std::fs::remove_file(path);
+                } else {
+                    left += 1;
                 }
-                if left == 0 {
-                    let _ = std::fs::remove_dir(m.path());
-                }
+            }
+            if left == 0 {
+                let _ = std::fs::remove_dir(dir);
             }
         }
     }
