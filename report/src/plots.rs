@@ -709,9 +709,7 @@ mod tests {
         b.segments[0].values = vec![30.0, 10.0];
         b.segments.truncate(1);
         let png = bars_png(&[b], 600, 300).unwrap();
-        if let Some(d) = std::env::var_os("JOBSCOPE_PLOTS_OUT") {
-            std::fs::write(std::path::Path::new(&d).join("bars.png"), &png).unwrap();
-        }
+        keep_for_a_look("bars.png", &png);
         let (w, _, rows) = decode(&png);
         let solid = rgb(shade(0, false));
         let runs: Vec<(usize, usize)> = rows
@@ -835,6 +833,13 @@ mod tests {
 
     const MESH: [u8; 3] = [225, 225, 225];
 
+    /// With `JOBSCOPE_PLOTS_OUT=<dir>`, a test's chart is also written there, to look at.
+    fn keep_for_a_look(name: &str, png: &[u8]) {
+        if let Some(d) = std::env::var_os("JOBSCOPE_PLOTS_OUT") {
+            std::fs::write(std::path::Path::new(&d).join(name), png).unwrap();
+        }
+    }
+
     /// The value axis' title stands apart from its tick labels, however wide the labels: left of
     /// the columns, between the picture's edge and the mesh, the title and the labels are two
     /// runs of ink with white between them (the title overlapped 5-digit labels).
@@ -846,13 +851,7 @@ mod tests {
             b.segments.truncate(1);
             b.segments[0].label = None;
             let png = columns_png(std::slice::from_ref(&b), 450, 300).unwrap();
-            if let Some(d) = std::env::var_os("JOBSCOPE_PLOTS_OUT") {
-                std::fs::write(
-                    std::path::Path::new(&d).join(format!("columns-{top}.png")),
-                    &png,
-                )
-                .unwrap();
-            }
+            keep_for_a_look(&format!("columns-{top}.png"), &png);
             let (w, h, rows) = decode(&png);
             let (w, h) = (w as usize, h as usize);
             let (y0, y1) = (h / 8, h * 7 / 8);
@@ -880,13 +879,7 @@ mod tests {
             let mut bars = b.clone();
             bars.categories = vec!["alice".into(), "bob".into()];
             let png = bars_png(std::slice::from_ref(&bars), 450, 200).unwrap();
-            if let Some(d) = std::env::var_os("JOBSCOPE_PLOTS_OUT") {
-                std::fs::write(
-                    std::path::Path::new(&d).join(format!("bars-{top}.png")),
-                    &png,
-                )
-                .unwrap();
-            }
+            keep_for_a_look(&format!("bars-{top}.png"), &png);
             let (w, h, rows) = decode(&png);
             let (w, h) = (w as usize, h as usize);
             let (x0, x1) = (w / 4, w - 4);
