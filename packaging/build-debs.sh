@@ -51,6 +51,13 @@ no_fault_injection() {
     die "$1 is built with the fault-injection feature: rebuild without it (cargo build --release --workspace)"
   fi
 }
+# no_bench <jobscope-kernel>: refuses a collector built with the `bench` feature (kernel/Cargo.toml:
+# the hidden benchmark and test workloads), which then knows the `bench` subcommand.
+no_bench() {
+  if "$1" bench --help >/dev/null 2>&1; then
+    die "$1 is built with the bench feature: rebuild without it (cargo build --release --workspace)"
+  fi
+}
 plugin_version() {
   python3 - "$1" <<'PY'
 import struct, subprocess, sys
@@ -133,6 +140,7 @@ for f in jobscope jobscope-epilog jobscope-kernel libjobscope_spank.so jobscope-
   [ -f "$TARGET/release/$f" ] || die "$TARGET/release/$f missing: run cargo build --release --workspace"
 done
 no_fault_injection "$TARGET/release/libjobscope_spank.so"
+no_bench "$TARGET/release/jobscope-kernel"
 
 docs=$TARGET/release/jobscope-docs
 rm -rf "$docs"

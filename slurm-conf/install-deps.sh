@@ -29,7 +29,7 @@ PKGS=(slurmctld slurmd slurm-client munge libslurm-dev slurm-wlm-basic-plugins-d
       mmdebstrap debian-archive-keyring  # the SLURM 24.11 root filesystem (slurm-conf/trixie/rootfs.sh)
       qemu-system-x86 e2fsprogs  # the cgroup v2 VM test cluster (slurm-conf/vm/: qemu, mkfs.ext4 -d)
       python3-venv  # /opt/jobscope-pyenv: pyarrow, to read back `jobscope audit --format parquet` in the tests
-      chromium)     # the cluster report's browser test (audit/src/cluster/browser.rs), headless
+      chromium)     # the cluster report's browser test (admin/src/cluster/browser.rs), headless
 # What the demo uses: the cluster, the build (bindgen's libclang, the BPF programs' clang and
 # libelf) and the SMTP server that catches the report mail. The demo mails through SMTP, so no MTA.
 DEMO_PKGS=(slurmctld slurmd slurm-client munge libslurm-dev slurm-wlm-basic-plugins-dev

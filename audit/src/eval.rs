@@ -76,7 +76,7 @@ pub fn needed_columns(q: &Query) -> Vec<&'static str> {
         }
         Report::Jobs | Report::GpuIdle | Report::CpuOnlyOnGpu { .. } => {
             // The listed columns, the times read as stored (milliseconds).
-            for (n, _) in JOB_COLUMNS {
+            for (n, _, _) in JOB_COLUMNS {
                 add(match *n {
                     "start_unix_s" => "start_unix_ms",
                     "end_unix_s" => "end_unix_ms",
@@ -418,6 +418,22 @@ pub struct Usage {
     eff: Vec<[(f64, f64); 3]>,
 }
 
+/// Where one group key's values come from in a batch.
+enum KeySrc<'a> {
+    /// A text key; per dictionary key (or per row for plain text) its id, resolved once.
+    T(Text<'a>, Vec<u64>),
+    Time(&'a Int64Array, GroupKey),
+    Node(Text<'a>),
+}
+
+/// A dictionary key not resolved yet in this batch ([`KeySrc::T`]'s cache).
+const UNSEEN: u64 = u64::MAX - 1;
+
+/// A column's null buffer, when it has a null.
+fn nulls(a: &Float64Array) -> Option<arrow_buffer::NullBuffer> {
+    a.nulls().filter(|n| n.null_count() > 0).cloned()
+}
+
 /// (used, alloc) positions in [`USAGE_INPUTS`] of the three weighted efficiencies.
 const EFF_PAIRS: [(usize, usize); 3] = [(1, 0), (4, 3), (7, 6)];
 
@@ -479,7 +495,10 @@ impl Usage {
         }) as u64
     }
 
-    /// Adds the rows of `b` that pass the query's window and filters.
+    /// Adds the rows of `b` that pass the query's window and filters. Phases: each key's column
+    /// ([`Usage::key_sources`]); each row's group, as (row, group) pairs ([`Usage::pairs_of_one_text`]
+    /// for the common single text key, else [`Usage::pairs_of`]); the job counts; then the sums
+    /// ([`Usage::add_sums`]) and the efficiencies' sums ([`Usage::add_efficiencies`]).
     pub fn add(&mut self, q: &Query, b: &RecordBatch) -> Result<()> {
         let rows = matching(q, b)?;
         if rows.is_empty() {
@@ -488,19 +507,27 @@ impl Usage {
         let v = View { b };
         let inputs: Vec<&Float64Array> =
             USAGE_INPUTS.iter().map(|n| v.f(n)).collect::<Result<_>>()?;
-        enum Src<'a> {
-            /// A text key; per dictionary key (or per row for plain text) its id, resolved once.
-            T(Text<'a>, Vec<u64>),
-            Time(&'a Int64Array, GroupKey),
-            Node(Text<'a>),
-        }
-        const UNSEEN: u64 = u64::MAX - 1;
-        let mut srcs: Vec<Src> = Vec::with_capacity(self.keys.len());
+        let mut srcs = self.key_sources(&v)?;
+        // (row, group) pairs and, when grouping by node, each pair's share of the job.
+        let (pairs, shares) = match srcs.as_mut_slice() {
+            [KeySrc::T(t, cache)] => (self.pairs_of_one_text(*t, cache, rows), Vec::new()),
+            _ => self.pairs_of(&mut srcs, rows),
+        };
+        let touched = self.count_jobs(&pairs);
+        let shares = (!shares.is_empty()).then_some(shares.as_slice());
+        self.add_sums(&inputs, &pairs, shares, &touched);
+        self.add_efficiencies(&inputs, &pairs, shares);
+        Ok(())
+    }
+
+    /// Where each group key's values come from in batch `v`.
+    fn key_sources<'a>(&self, v: &View<'a>) -> Result<Vec<KeySrc<'a>>> {
+        let mut srcs: Vec<KeySrc> = Vec::with_capacity(self.keys.len());
         for &k in &self.keys {
             srcs.push(match k {
-                GroupKey::Node => Src::Node(v.t("node_list")?),
+                GroupKey::Node => KeySrc::Node(v.t("node_list")?),
                 GroupKey::HourOfDay | GroupKey::DayOfWeek | GroupKey::Day | GroupKey::Month => {
-                    Src::Time(v.i("start_unix_ms")?, k)
+                    KeySrc::Time(v.i("start_unix_ms")?, k)
                 }
                 other => {
                     let t = v.t(other.column())?;
@@ -508,103 +535,117 @@ impl Usage {
                         Text::Dict(_, values) => values.len(),
                         Text::Plain(_) => 0,
                     };
-                    Src::T(t, vec![UNSEEN; n])
+                    KeySrc::T(t, vec![UNSEEN; n])
                 }
             });
         }
-        // (row, group) pairs and, when grouping by node, each pair's share of the job.
+        Ok(srcs)
+    }
+
+    /// The (row, group) pairs of `rows` under one text key `t`: group numbers cached per
+    /// dictionary key in `cache` (plain text: per interned id).
+    fn pairs_of_one_text(
+        &mut self,
+        t: Text,
+        cache: &mut [u64],
+        rows: Vec<usize>,
+    ) -> Vec<(u32, u32)> {
+        let mut pairs: Vec<(u32, u32)> = Vec::with_capacity(rows.len());
+        let mut null_group = None;
+        let mut by_id: Vec<u32> = Vec::new();
+        for i in rows {
+            let g = match t {
+                Text::Dict(d, values) => {
+                    if d.is_null(i) || values.is_null(d.keys().value(i) as usize) {
+                        *null_group.get_or_insert_with(|| self.group(one_key(NULL)))
+                    } else {
+                        let k = d.keys().value(i) as usize;
+                        if cache[k] == UNSEEN {
+                            let id = self.intern(0, values.value(k));
+                            cache[k] = u64::from(self.group(one_key(id)));
+                        }
+                        cache[k] as u32
+                    }
+                }
+                Text::Plain(_) => match t.get(i) {
+                    None => *null_group.get_or_insert_with(|| self.group(one_key(NULL))),
+                    Some(s) => {
+                        let id = self.intern(0, s) as usize;
+                        if id >= by_id.len() {
+                            by_id.resize(id + 1, u32::MAX);
+                        }
+                        if by_id[id] == u32::MAX {
+                            by_id[id] = self.group(one_key(id as u64));
+                        }
+                        by_id[id]
+                    }
+                },
+            };
+            pairs.push((i as u32, g));
+        }
+        pairs
+    }
+
+    /// The (row, group) pairs of `rows` under any keys, and when grouping by node each pair's
+    /// share of its job (a job on n nodes: one pair per node, each 1/n; on none: one pair, 1).
+    fn pairs_of(&mut self, srcs: &mut [KeySrc], rows: Vec<usize>) -> (Vec<(u32, u32)>, Vec<f64>) {
         let mut pairs: Vec<(u32, u32)> = Vec::with_capacity(rows.len());
         let mut shares: Vec<f64> = Vec::new();
-        let single_text = self.keys.len() == 1 && matches!(srcs[0], Src::T(..));
-        if single_text {
-            // One text key: group numbers cached per dictionary key (plain text: per interned id).
-            let Src::T(t, cache) = &mut srcs[0] else {
-                unreachable!()
-            };
-            let mut null_group = None;
-            let mut by_id: Vec<u32> = Vec::new();
-            for i in rows {
-                let g = match *t {
-                    Text::Dict(d, values) => {
+        for i in rows {
+            let mut key = [0u64; MAX_KEYS];
+            for (p, s) in srcs.iter_mut().enumerate() {
+                key[p] = match s {
+                    KeySrc::Node(_) => NULL,
+                    KeySrc::T(Text::Dict(d, values), cache) => {
                         if d.is_null(i) || values.is_null(d.keys().value(i) as usize) {
-                            *null_group.get_or_insert_with(|| self.group(one_key(NULL)))
+                            NULL
                         } else {
                             let k = d.keys().value(i) as usize;
                             if cache[k] == UNSEEN {
-                                let id = self.intern(0, values.value(k));
-                                cache[k] = u64::from(self.group(one_key(id)));
+                                cache[k] = self.intern(p, values.value(k));
                             }
-                            cache[k] as u32
+                            cache[k]
                         }
                     }
-                    Text::Plain(_) => match t.get(i) {
-                        None => *null_group.get_or_insert_with(|| self.group(one_key(NULL))),
-                        Some(s) => {
-                            let id = self.intern(0, s) as usize;
-                            if id >= by_id.len() {
-                                by_id.resize(id + 1, u32::MAX);
-                            }
-                            if by_id[id] == u32::MAX {
-                                by_id[id] = self.group(one_key(id as u64));
-                            }
-                            by_id[id]
-                        }
+                    KeySrc::T(t, _) => match t.get(i) {
+                        None => NULL,
+                        Some(s) => self.intern(p, s),
+                    },
+                    KeySrc::Time(a, k) => match oi(a, i) {
+                        None => NULL,
+                        Some(ms) => self.time_code(*k, ms),
                     },
                 };
-                pairs.push((i as u32, g));
             }
-        } else {
-            for i in rows {
-                let mut key = [0u64; MAX_KEYS];
-                for (p, s) in srcs.iter_mut().enumerate() {
-                    key[p] = match s {
-                        Src::Node(_) => NULL,
-                        Src::T(Text::Dict(d, values), cache) => {
-                            if d.is_null(i) || values.is_null(d.keys().value(i) as usize) {
-                                NULL
-                            } else {
-                                let k = d.keys().value(i) as usize;
-                                if cache[k] == UNSEEN {
-                                    cache[k] = self.intern(p, values.value(k));
-                                }
-                                cache[k]
-                            }
-                        }
-                        Src::T(t, _) => match t.get(i) {
-                            None => NULL,
-                            Some(s) => self.intern(p, s),
-                        },
-                        Src::Time(a, k) => match oi(a, i) {
-                            None => NULL,
-                            Some(ms) => self.time_code(*k, ms),
-                        },
-                    };
-                }
-                match self.node_pos.map(|p| (p, &srcs[p])) {
-                    Some((p, Src::Node(a))) => {
-                        let list: Vec<&str> = a
-                            .get(i)
-                            .map(|l| l.split(',').filter(|x| !x.is_empty()).collect())
-                            .unwrap_or_default();
-                        if list.is_empty() {
-                            pairs.push((i as u32, self.group(key)));
-                            shares.push(1.0);
-                        }
-                        let share = 1.0 / list.len().max(1) as f64;
-                        for n in list {
-                            key[p] = self.intern(p, n);
-                            pairs.push((i as u32, self.group(key)));
-                            shares.push(share);
-                        }
+            match self.node_pos.map(|p| (p, &srcs[p])) {
+                Some((p, KeySrc::Node(a))) => {
+                    let list: Vec<&str> = a
+                        .get(i)
+                        .map(|l| l.split(',').filter(|x| !x.is_empty()).collect())
+                        .unwrap_or_default();
+                    if list.is_empty() {
+                        pairs.push((i as u32, self.group(key)));
+                        shares.push(1.0);
                     }
-                    _ => pairs.push((i as u32, self.group(key))),
+                    let share = 1.0 / list.len().max(1) as f64;
+                    for n in list {
+                        key[p] = self.intern(p, n);
+                        pairs.push((i as u32, self.group(key)));
+                        shares.push(share);
+                    }
                 }
+                _ => pairs.push((i as u32, self.group(key))),
             }
         }
-        // The groups this batch touches (a column without nulls gives each of them a value).
+        (pairs, shares)
+    }
+
+    /// Counts each pair's job in its group; returns the groups the pairs touch, each once (a
+    /// column without nulls gives each of them a value).
+    fn count_jobs(&mut self, pairs: &[(u32, u32)]) -> Vec<usize> {
         let mut seen = vec![false; self.codes.len()];
         let mut touched: Vec<usize> = Vec::new();
-        for &(_, g) in &pairs {
+        for &(_, g) in pairs {
             let g = g as usize;
             self.jobs[g] += 1;
             if !seen[g] {
@@ -612,16 +653,25 @@ impl Usage {
                 touched.push(g);
             }
         }
-        // One input column at a time over the pairs (the same order of additions per group as
-        // row by row, so the sums do not depend on how the work is cut into columns). A share of
-        // 1 is not multiplied (x × 1.0 is x).
-        let shares = (!shares.is_empty()).then_some(shares.as_slice());
-        let nulls = |a: &Float64Array| a.nulls().filter(|n| n.null_count() > 0).cloned();
+        touched
+    }
+
+    /// Adds the [`USAGE_INPUTS`] over the pairs, one input column at a time (the same order of
+    /// additions per group as row by row, so the sums do not depend on how the work is cut into
+    /// columns), each times its pair's share when there are shares. A share of 1 is not
+    /// multiplied (x × 1.0 is x). A null adds nothing and gives its group no value.
+    fn add_sums(
+        &mut self,
+        inputs: &[&Float64Array],
+        pairs: &[(u32, u32)],
+        shares: Option<&[f64]>,
+        touched: &[usize],
+    ) {
         for (c, a) in inputs.iter().enumerate() {
             let vals = a.values();
             match (nulls(a), shares) {
                 (None, None) => {
-                    for &(r, g) in &pairs {
+                    for &(r, g) in pairs {
                         self.sums[g as usize][c] += vals[r as usize];
                     }
                     touched.iter().for_each(|&g| self.has[g][c] = true);
@@ -644,12 +694,22 @@ impl Usage {
                 }
             }
         }
+    }
+
+    /// Adds Σ used and Σ alloc of the three weighted efficiencies ([`EFF_PAIRS`]) over the pairs,
+    /// from the rows that have both.
+    fn add_efficiencies(
+        &mut self,
+        inputs: &[&Float64Array],
+        pairs: &[(u32, u32)],
+        shares: Option<&[f64]>,
+    ) {
         for (e, (u, al)) in EFF_PAIRS.iter().enumerate() {
             let (ua, aa) = (inputs[*u], inputs[*al]);
             let (uv, av) = (ua.values(), aa.values());
             match (nulls(ua), nulls(aa), shares) {
                 (None, None, None) => {
-                    for &(r, g) in &pairs {
+                    for &(r, g) in pairs {
                         let (r, x) = (r as usize, &mut self.eff[g as usize][e]);
                         x.0 += uv[r];
                         x.1 += av[r];
@@ -668,7 +728,6 @@ impl Usage {
                 }
             }
         }
-        Ok(())
     }
 
     /// Adds another aggregation of the same query (another part of the index).
@@ -808,7 +867,7 @@ fn job_values(b: &RecordBatch, i: usize) -> Result<Vec<Value>> {
     let v = View { b };
     JOB_COLUMNS
         .iter()
-        .map(|(name, kind)| {
+        .map(|(name, kind, _)| {
             Ok(match *name {
                 "start_unix_s" | "end_unix_s" => {
                     let src = if *name == "start_unix_s" {
@@ -1110,6 +1169,39 @@ impl Engine for MemEngine {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_job_on_n_nodes_is_one_pair_per_node_of_a_nth_share() {
+        let mut q = Query::new(Report::Usage);
+        q.group_by = vec![GroupKey::Node];
+        let mut u = Usage::new(&q).unwrap();
+        let list = StringArray::from(vec![Some("n1,n2"), Some(""), None, Some("n2")]);
+        let mut srcs = vec![KeySrc::Node(Text::Plain(&list))];
+        let (pairs, shares) = u.pairs_of(&mut srcs, vec![0, 1, 2, 3]);
+        // Groups in order of first sight: n1, n2, then the job without nodes (null).
+        assert_eq!(pairs, [(0, 0), (0, 1), (1, 2), (2, 2), (3, 1)]);
+        assert_eq!(shares, [0.5, 0.5, 1.0, 1.0, 1.0]);
+        assert_eq!(u.texts[0], ["n1", "n2"]);
+        assert_eq!(u.codes[2][0], NULL);
+        assert_eq!(u.count_jobs(&pairs), [0, 1, 2]);
+        assert_eq!(u.jobs, [1, 2, 2]);
+    }
+
+    #[test]
+    fn a_null_adds_nothing_and_leaves_its_group_without_a_value() {
+        let mut u = Usage::new(&Query::new(Report::Usage)).unwrap();
+        let (g0, g1) = (u.group(one_key(1)), u.group(one_key(2)));
+        let a = Float64Array::from(vec![Some(2.0), None, Some(3.0)]);
+        let pairs = [(0, g0), (1, g1), (2, g0)];
+        u.add_sums(&[&a], &pairs, None, &[0, 1]);
+        assert_eq!((u.sums[0][0], u.has[0][0]), (5.0, true));
+        assert_eq!((u.sums[1][0], u.has[1][0]), (0.0, false));
+        // With shares (grouping by node): each value times its pair's share.
+        let full = Float64Array::from(vec![4.0, 8.0]);
+        u.add_sums(&[&full], &[(0, g0), (1, g1)], Some(&[0.5, 0.25]), &[0, 1]);
+        assert_eq!((u.sums[0][0], u.sums[1][0]), (7.0, 2.0));
+        assert!(u.has[1][0]);
+    }
 
     /// The heat map's hour and weekday by arithmetic are chrono's (through [`wall_keys`]) at every
     /// hour of 1969-2040 and at odd milliseconds around midnight, before 1970 included.

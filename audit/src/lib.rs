@@ -1,4 +1,5 @@
-//! `jobscope audit`: questions over the whole archive (docs/audit.md).
+//! `jobscope audit`: questions over the whole archive (docs/audit.md). The engine only; the admin
+//! products made of it (the cluster report, the alerts) are jobscope-admin.
 //!
 //! - [`row`]: the flat row per job (and per node), built from a `JobSummary` by a pure function;
 //! - [`query`]: what is asked (window, filters, group keys, report) and the [`query::Engine`] trait;
@@ -6,18 +7,12 @@
 //! - [`eval`]: the one evaluation over Arrow batches, shared by the Parquet engine and
 //!   [`eval::MemEngine`] (in memory), so neither is a check on the other: tests hold both to
 //!   expectations computed independently (audit/src/index/tests.rs);
-//! - [`index`]: the Parquet index that holds the rows (the JSON archive stays the truth);
-//! - [`pg`]: the PostgreSQL sink and SQL engine (docs/postgres.md);
-//! - after each index update: [`write_cohorts`] (peer distributions) and [`history`] (a user's
-//!   earlier runs), the files the Epilog reads through `jobscope_archive::{peer, history}`;
-//!   [`metrics`]: OpenMetrics;
-//! - [`cluster`]: the cluster report (`jobscope audit report`): charts, HTML, text and mail made of
-//!   the reports above.
-//! - [`alerts`]: rules over each user's jobs, and one mail per user and period (the deliver crate's
-//!   queue).
-pub mod alerts;
+//! - [`index`]: the Parquet index that holds the rows (the JSON archive stays the truth), and what
+//!   follows each update ([`index::feed`]: peer distributions, [`history`] (a user's earlier runs),
+//!   the files the Epilog reads through `jobscope_archive::{peer, history}`; [`metrics`]:
+//!   OpenMetrics);
+//! - [`pg`]: the PostgreSQL sink and SQL engine (docs/postgres.md).
 pub mod arrow;
-pub mod cluster;
 pub mod eval;
 pub mod history;
 pub mod index;
@@ -27,223 +22,16 @@ pub mod query;
 pub mod render;
 pub mod row;
 pub mod table;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 
+pub use index::feed::{after_update, write_cohorts, write_metrics};
 pub use query::{Engine, Filters, GroupKey, Query, Report, WasteMetric, Window, Zone};
 pub use row::{JobRow, NodeRow, COLUMNS, NODE_COLUMNS};
 pub use table::{ColType, Column, Table, Value};
-
-use crate::index::{Index, ParquetEngine};
-use anyhow::{Context, Result};
-use arrow_array::{Array, Float64Array, StringArray};
-use jobscope_archive::peer;
-use jobscope_config::Config;
-use std::collections::BTreeMap;
 
 /// Who owns what the indexer writes: root and the admin group when run as root, else the caller.
 pub(crate) fn owner(admin_gid: u32) -> Option<(u32, u32)> {
     // SAFETY: geteuid cannot fail.
     (unsafe { libc::geteuid() } == 0).then_some((0, admin_gid))
-}
-
-/// Writes `<index>/cohorts.json` (the peer distributions) from the index.
-pub fn write_cohorts(cfg: &Config, idx: &Index) -> Result<usize> {
-    let dir = &idx.settings.dir;
-    let eng = ParquetEngine::open(dir)?;
-    let now_s = (jobscope_common::now_unix_ms() / 1000) as i64;
-    let window_days = cfg.audit.peer_window_days;
-    let mut q = Query::new(Report::Jobs);
-    q.window.since_unix_s = Some(now_s - i64::from(window_days) * 86_400);
-    let batches = eng.scan(
-        &q,
-        &[
-            "end_unix_ms",
-            "cluster",
-            "partition",
-            "cpu_eff_pct",
-            "mem_eff_pct",
-        ],
-    )?;
-    // (cluster, partition) → (CPU efficiencies, memory efficiencies)
-    type Effs = (Vec<f64>, Vec<f64>);
-    let mut groups: BTreeMap<(Option<String>, Option<String>), Effs> = BTreeMap::new();
-    for b in &batches {
-        let col = |n: &str| b.column_by_name(n).context("column");
-        let end = col("end_unix_ms")?
-            .as_any()
-            .downcast_ref::<arrow_array::Int64Array>()
-            .context("end")?;
-        let cl = col("cluster")?
-            .as_any()
-            .downcast_ref::<StringArray>()
-            .context("cluster")?;
-        let pa = col("partition")?
-            .as_any()
-            .downcast_ref::<StringArray>()
-            .context("partition")?;
-        let ce = col("cpu_eff_pct")?
-            .as_any()
-            .downcast_ref::<Float64Array>()
-            .context("cpu")?;
-        let me = col("mem_eff_pct")?
-            .as_any()
-            .downcast_ref::<Float64Array>()
-            .context("mem")?;
-        for i in 0..b.num_rows() {
-            if end.is_null(i) || !q.window.contains_end_ms(end.value(i)) {
-                continue;
-            }
-            let s = |a: &StringArray| (!a.is_null(i)).then(|| a.value(i).to_string());
-            let g = groups.entry((s(cl), s(pa))).or_default();
-            if !ce.is_null(i) {
-                g.0.push(ce.value(i));
-            }
-            if !me.is_null(i) {
-                g.1.push(me.value(i));
-            }
-        }
-    }
-    let cohorts = peer::Cohorts {
-        generated_unix_s: now_s,
-        window_days,
-        cohorts: groups
-            .into_iter()
-            .map(|((cluster, partition), (c, m))| peer::Cohort {
-                cluster,
-                partition,
-                cpu_eff_pct: peer::Dist::of(c),
-                mem_eff_pct: peer::Dist::of(m),
-            })
-            .collect(),
-    };
-    let n = cohorts.cohorts.len();
-    // Readable by the Epilog (root); aggregate only, but the index is the admin group's.
-    jobscope_common::fsutil::write_atomic(
-        dir,
-        peer::COHORTS,
-        &serde_json::to_vec(&cohorts)?,
-        0o640,
-        owner(idx.settings.admin_gid),
-    )?;
-    Ok(n)
-}
-
-/// Writes the OpenMetrics textfile (`audit.metrics_file`) from the index.
-pub fn write_metrics(cfg: &Config, idx: &Index, path: &std::path::Path) -> Result<()> {
-    let eng = ParquetEngine::open(&idx.settings.dir)?;
-    let user = cfg.audit.metrics_user_label;
-    let usage = eng.run(&metrics::usage_query(user))?;
-    let mut cols = vec!["end_unix_ms", "cluster", "partition", "cpu_eff_pct"];
-    if user {
-        cols.push("user");
-    }
-    let batches = eng.scan(&Query::new(Report::Jobs), &cols)?;
-    let mut h: BTreeMap<Vec<String>, ([u64; 6], u64, f64)> = BTreeMap::new();
-    for b in &batches {
-        let s = |n: &str| {
-            b.column_by_name(n)
-                .and_then(|a| a.as_any().downcast_ref::<StringArray>())
-        };
-        let eff = b
-            .column_by_name("cpu_eff_pct")
-            .and_then(|a| a.as_any().downcast_ref::<Float64Array>())
-            .context("cpu_eff_pct")?;
-        let keys: Vec<&StringArray> = cols[1..]
-            .iter()
-            .filter(|c| **c != "cpu_eff_pct")
-            .filter_map(|c| s(c))
-            .collect();
-        for i in 0..b.num_rows() {
-            if eff.is_null(i) {
-                continue;
-            }
-            let k: Vec<String> = keys
-                .iter()
-                .map(|a| {
-                    if a.is_null(i) {
-                        String::new()
-                    } else {
-                        a.value(i).to_string()
-                    }
-                })
-                .collect();
-            let e = h.entry(k).or_insert(([0; 6], 0, 0.0));
-            let v = eff.value(i);
-            for (b, n) in metrics::EFF_BUCKETS.iter().zip(e.0.iter_mut()) {
-                if v <= *b {
-                    *n += 1;
-                }
-            }
-            e.1 += 1;
-            e.2 += v;
-        }
-    }
-    let hist: metrics::Histograms = h.into_iter().map(|(k, (b, c, s))| (k, b, c, s)).collect();
-    let text = metrics::render(&usage, &hist, user)?;
-    let dir = path.parent().context("metrics_file has no directory")?;
-    let name = path
-        .file_name()
-        .and_then(|n| n.to_str())
-        .context("metrics_file has no file name")?;
-    // node_exporter runs as its own user: the textfile is world-readable (aggregates only).
-    jobscope_common::fsutil::write_atomic(dir, name, text.as_bytes(), 0o644, owner(0))?;
-    Ok(())
-}
-
-/// How often the peer distributions are made again while jobs come in: they are quantiles over
-/// `audit.peer_window_days` (30 by default) of a partition's jobs, which an hour's jobs move by a
-/// fraction of a percent, and making them reads the whole window from the index.
-pub const COHORTS_REFRESH_S: i64 = 3600;
-/// The longest the peer distributions go unwritten, so their window follows the calendar.
-pub const COHORTS_MAX_AGE_S: i64 = 86_400;
-
-/// How old `<index>/cohorts.json` is by its own `generated_unix_s` (None: missing or unreadable).
-fn cohorts_age_s(idx: &Index, now_s: i64) -> Option<i64> {
-    let c = peer::read(&idx.settings.dir)?;
-    Some(now_s - c.generated_unix_s).filter(|a| *a >= 0)
-}
-
-/// What follows an index update (`rep`), at the cost of what it changed: the peer distributions
-/// when jobs came or went and they are an hour old, or a day old in any case; the run history of
-/// the users with new jobs (all users after a rebuild or once a day, [`history::update_history`]);
-/// the metrics textfile. A failure here is reported, never undoes the update.
-pub fn after_update(cfg: &Config, idx: &Index, rep: &index::UpdateReport) -> Vec<String> {
-    let mut out = Vec::new();
-    let now_s = (jobscope_common::now_unix_ms() / 1000) as i64;
-    let changed = rep.rebuilt || !rep.months_rebuilt.is_empty() || rep.jobs_added > 0;
-    let due = match cohorts_age_s(idx, now_s) {
-        None => true,
-        Some(age) => {
-            age >= COHORTS_MAX_AGE_S || rep.rebuilt || (changed && age >= COHORTS_REFRESH_S)
-        }
-    };
-    if due {
-        match write_cohorts(cfg, idx) {
-            Ok(n) => out.push(format!("peer distributions: {n} cohorts")),
-            Err(e) => out.push(format!("peer distributions not written: {e:#}")),
-        }
-    } else {
-        out.push("peer distributions: current (made again hourly while jobs come in)".into());
-    }
-    let added = if changed {
-        rep.added.as_deref()
-    } else {
-        Some(&[][..])
-    };
-    match history::update_history(idx, added) {
-        Ok(history::HistoryWrite::Whole(n)) => out.push(format!(
-            "run history (by job name and batch script): {n} users"
-        )),
-        Ok(history::HistoryWrite::Users(n)) => out.push(format!(
-            "run history (by job name and batch script): {n} users with new jobs"
-        )),
-        Ok(history::HistoryWrite::Unchanged) => out.push("run history: current".into()),
-        Err(e) => out.push(format!("run history not written: {e:#}")),
-    }
-    if let Some(p) = &cfg.audit.metrics_file {
-        match write_metrics(cfg, idx, p) {
-            Ok(()) => out.push(format!("metrics written to {}", p.display())),
-            Err(e) => out.push(format!("metrics not written: {e:#}")),
-        }
-    }
-    out
 }

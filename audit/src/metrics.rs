@@ -147,7 +147,10 @@ mod tests {
             }
         }));
         t.rows.push(row);
-        assert_eq!(t.columns[2], Column::new("jobs", ColType::Int));
+        assert_eq!(
+            t.columns[2],
+            Column::new("jobs", ColType::Int, crate::table::Unit::None)
+        );
         let hist: Histograms = vec![(
             vec!["c1".into(), "gp\"u".into()],
             [0, 1, 2, 2, 3, 3],

@@ -18,7 +18,7 @@
 //! - Grouping by `node`: a job counts once on each node of its `node_list`, with its additive
 //!   figures (hours, energy) divided equally among those nodes.
 
-use super::table::{ColType, Column, Table};
+use super::table::{ColType, Column, Table, Unit};
 use chrono::{Datelike, FixedOffset, Local, NaiveDateTime, Offset, TimeZone, Timelike};
 use jobscope_model::time;
 use serde::Serialize;
@@ -250,6 +250,14 @@ impl GroupKey {
         }
     }
 
+    /// How people read the key: the weekday by its name, the others as they are.
+    pub fn unit(self) -> Unit {
+        match self {
+            GroupKey::DayOfWeek => Unit::Weekday,
+            _ => Unit::None,
+        }
+    }
+
     pub fn parse(s: &str) -> Option<GroupKey> {
         let s = s.trim().replace('-', "_");
         let s = match s.as_str() {
@@ -316,51 +324,51 @@ pub enum Report {
 }
 
 /// Usage/waste figures per group (after the group keys).
-pub const USAGE_COLUMNS: &[(&str, ColType)] = &[
-    ("jobs", ColType::Int),
-    ("core_hours_alloc", ColType::Float),
-    ("core_hours_used", ColType::Float),
-    ("core_hours_wasted", ColType::Float),
-    ("cpu_eff_pct", ColType::Float),
-    ("mem_gb_hours_alloc", ColType::Float),
-    ("mem_gb_hours_used", ColType::Float),
-    ("mem_gb_hours_wasted", ColType::Float),
-    ("mem_eff_pct", ColType::Float),
-    ("gpu_hours_alloc", ColType::Float),
-    ("gpu_hours_used", ColType::Float),
-    ("gpu_hours_wasted", ColType::Float),
-    ("gpu_eff_pct", ColType::Float),
-    ("gpu_energy_kwh", ColType::Float),
+pub const USAGE_COLUMNS: &[(&str, ColType, Unit)] = &[
+    ("jobs", ColType::Int, Unit::None),
+    ("core_hours_alloc", ColType::Float, Unit::Hours),
+    ("core_hours_used", ColType::Float, Unit::Hours),
+    ("core_hours_wasted", ColType::Float, Unit::Hours),
+    ("cpu_eff_pct", ColType::Float, Unit::Pct),
+    ("mem_gb_hours_alloc", ColType::Float, Unit::Hours),
+    ("mem_gb_hours_used", ColType::Float, Unit::Hours),
+    ("mem_gb_hours_wasted", ColType::Float, Unit::Hours),
+    ("mem_eff_pct", ColType::Float, Unit::Pct),
+    ("gpu_hours_alloc", ColType::Float, Unit::Hours),
+    ("gpu_hours_used", ColType::Float, Unit::Hours),
+    ("gpu_hours_wasted", ColType::Float, Unit::Hours),
+    ("gpu_eff_pct", ColType::Float, Unit::Pct),
+    ("gpu_energy_kwh", ColType::Float, Unit::KWh),
     // the kernel view: time the jobs' tasks were runnable but waiting for a CPU
-    ("cpu_wait_hours", ColType::Float),
+    ("cpu_wait_hours", ColType::Float, Unit::Hours),
 ];
 
 /// A job's line in the job reports: the row's own values under the same names
 /// (`start_unix_s`/`end_unix_s` are the ms figures ÷ 1000, truncated).
-pub const JOB_COLUMNS: &[(&str, ColType)] = &[
-    ("cluster", ColType::Text),
-    ("job_id", ColType::Int),
+pub const JOB_COLUMNS: &[(&str, ColType, Unit)] = &[
+    ("cluster", ColType::Text, Unit::None),
+    ("job_id", ColType::Int, Unit::None),
     // The job's name as SLURM gave it (user text: cleaned for a terminal, quoted and defused in CSV).
-    ("name", ColType::Text),
-    ("array_job_id", ColType::Int),
-    ("array_task_id", ColType::Int),
-    ("user", ColType::Text),
-    ("account", ColType::Text),
-    ("partition", ColType::Text),
-    ("state", ColType::Text),
-    ("start_unix_s", ColType::Int),
-    ("end_unix_s", ColType::Int),
-    ("elapsed_s", ColType::Float),
-    ("node_count", ColType::Int),
-    ("alloc_cores", ColType::Int),
-    ("alloc_gpus", ColType::Int),
-    ("cpu_eff_pct", ColType::Float),
-    ("mem_peak_bytes", ColType::Int),
-    ("mem_eff_pct", ColType::Float),
-    ("core_hours_alloc", ColType::Float),
-    ("core_hours_wasted", ColType::Float),
-    ("gpu_hours_wasted", ColType::Float),
-    ("class", ColType::Text),
+    ("name", ColType::Text, Unit::None),
+    ("array_job_id", ColType::Int, Unit::None),
+    ("array_task_id", ColType::Int, Unit::None),
+    ("user", ColType::Text, Unit::None),
+    ("account", ColType::Text, Unit::None),
+    ("partition", ColType::Text, Unit::None),
+    ("state", ColType::Text, Unit::None),
+    ("start_unix_s", ColType::Int, Unit::UnixS),
+    ("end_unix_s", ColType::Int, Unit::UnixS),
+    ("elapsed_s", ColType::Float, Unit::DurationS),
+    ("node_count", ColType::Int, Unit::None),
+    ("alloc_cores", ColType::Int, Unit::None),
+    ("alloc_gpus", ColType::Int, Unit::None),
+    ("cpu_eff_pct", ColType::Float, Unit::Pct),
+    ("mem_peak_bytes", ColType::Int, Unit::Bytes),
+    ("mem_eff_pct", ColType::Float, Unit::Pct),
+    ("core_hours_alloc", ColType::Float, Unit::Hours),
+    ("core_hours_wasted", ColType::Float, Unit::Hours),
+    ("gpu_hours_wasted", ColType::Float, Unit::Hours),
+    ("class", ColType::Text, Unit::None),
 ];
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -398,9 +406,9 @@ impl Query {
 
     /// The answer's columns: what every engine must return, in this order.
     pub fn columns(&self) -> Vec<Column> {
-        let cols = |list: &[(&str, ColType)]| {
+        let cols = |list: &[(&str, ColType, Unit)]| {
             list.iter()
-                .map(|(n, k)| Column::new(n, *k))
+                .map(|(n, k, u)| Column::new(n, *k, *u))
                 .collect::<Vec<_>>()
         };
         match &self.report {
@@ -408,27 +416,29 @@ impl Query {
                 let mut c: Vec<Column> = self
                     .keys()
                     .into_iter()
-                    .map(|k| Column::new(k.column(), k.kind()))
+                    .map(|k| Column::new(k.column(), k.kind(), k.unit()))
                     .collect();
                 c.extend(cols(USAGE_COLUMNS));
                 c
             }
             Report::GpuIdle => {
                 let mut c = cols(JOB_COLUMNS);
-                c.push(Column::new("gpus_idle", ColType::Int));
-                c.push(Column::new("gpus_never_used", ColType::Int));
-                c.push(Column::new("gpu_util_mean_pct", ColType::Float));
+                c.push(Column::new("gpus_idle", ColType::Int, Unit::None));
+                c.push(Column::new("gpus_never_used", ColType::Int, Unit::None));
+                c.push(Column::new("gpu_util_mean_pct", ColType::Float, Unit::Pct));
                 c
             }
             Report::CpuOnlyOnGpu { .. } => {
                 let mut c = cols(JOB_COLUMNS);
-                c.push(Column::new("partition_busy_pct", ColType::Float));
-                c.push(Column::new("busy", ColType::Bool));
+                c.push(Column::new("partition_busy_pct", ColType::Float, Unit::Pct));
+                c.push(Column::new("busy", ColType::Bool, Unit::None));
                 c
             }
             Report::Heatmap => {
-                let mut c = vec![Column::new("day_of_week", ColType::Int)];
-                c.extend((0..24).map(|h| Column::new(&format!("h{h:02}"), ColType::Float)));
+                let mut c = vec![Column::new("day_of_week", ColType::Int, Unit::Weekday)];
+                c.extend(
+                    (0..24).map(|h| Column::new(&format!("h{h:02}"), ColType::Float, Unit::Hours)),
+                );
                 c
             }
             Report::Jobs => cols(JOB_COLUMNS),

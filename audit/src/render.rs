@@ -3,7 +3,7 @@
 //! it reaches a terminal; CSV quotes per RFC 4180 and defuses spreadsheet formulas.
 
 use super::query::{GroupKey, Query, Report, Zone};
-use super::table::{ColType, Table, Value};
+use super::table::{ColType, Table, Unit, Value};
 use anyhow::Result;
 use chrono::FixedOffset;
 use jobscope_report::present::{
@@ -110,7 +110,7 @@ const LABELS: &[(&str, &str)] = &[
     ("partition_busy_pct", "partition busy %"),
     ("hour_of_day", "hour"),
     ("day_of_week", "weekday"),
-    // The cluster report's own tables (audit/src/cluster/page.rs).
+    // The cluster report's own tables (admin/src/cluster/page.rs).
     ("jobs_by_cpu_eff", "jobs by CPU eff"),
     ("jobs_by_mem_eff", "jobs by mem eff"),
     ("jobs_with_idle_gpus", "jobs with idle GPUs"),
@@ -143,26 +143,27 @@ pub fn header(name: &str, zone: Zone) -> String {
     label.to_string()
 }
 
-/// One cell as a person reads it; the unit is in the column's header, so `core_hours_alloc` reads
-/// as hours, `*_pct` as a percentage; bytes carry their binary unit, durations theirs.
-pub fn human(name: &str, v: &Value, zone: Zone) -> String {
-    match v {
-        Value::Null => "-".into(),
-        Value::Bool(b) => if *b { "yes" } else { "no" }.into(),
-        Value::Text(s) => clean_line(s, TEXT_CELL_CHARS),
-        Value::Int(i) if name.ends_with("_bytes") => fmt_bytes(Some(*i as u64)),
-        Value::Int(i) if name.ends_with("_unix_s") => fmt_time(*i, zone),
-        Value::Int(i) if name == "day_of_week" => WEEKDAYS
+/// One cell as a person reads it, by its column's declared [`Unit`]; the unit itself is in the
+/// column's header, so hours and percentages are bare figures; bytes carry their binary unit,
+/// durations theirs. A figure without a unit reads as the reports' figures do.
+pub fn human(unit: Unit, v: &Value, zone: Zone) -> String {
+    match (v, unit) {
+        (Value::Null, _) => "-".into(),
+        (Value::Bool(b), _) => if *b { "yes" } else { "no" }.into(),
+        (Value::Text(s), _) => clean_line(s, TEXT_CELL_CHARS),
+        (Value::Int(i), Unit::Bytes) => fmt_bytes(Some(*i as u64)),
+        (Value::Int(i), Unit::UnixS) => fmt_time(*i, zone),
+        (Value::Int(i), Unit::Weekday) => WEEKDAYS
             .get((*i - 1) as usize)
             .copied()
             .unwrap_or("?")
             .into(),
-        Value::Int(i) => i.to_string(),
-        Value::Float(f) if !f.is_finite() => "n/a".into(),
-        Value::Float(f) if name.ends_with("_pct") => format!("{f:.1}"),
-        Value::Float(f) if name == "elapsed_s" => fmt_duration(*f),
-        Value::Float(f) if name.ends_with("_kwh") => format!("{f:.2}"),
-        Value::Float(f) => fmt_hours(Some(*f)),
+        (Value::Int(i), _) => i.to_string(),
+        (Value::Float(f), _) if !f.is_finite() => "n/a".into(),
+        (Value::Float(f), Unit::Pct) => format!("{f:.1}"),
+        (Value::Float(f), Unit::DurationS) => fmt_duration(*f),
+        (Value::Float(f), Unit::KWh) => format!("{f:.2}"),
+        (Value::Float(f), _) => fmt_hours(Some(*f)),
     }
 }
 
@@ -300,7 +301,7 @@ pub fn text_within(t: &Table, zone: Zone, max_cols: Option<usize>) -> String {
         .map(|r| {
             r.iter()
                 .zip(&t.columns)
-                .map(|(v, c)| human(&c.name, v, zone))
+                .map(|(v, c)| human(c.unit, v, zone))
                 .collect()
         })
         .collect();
@@ -488,12 +489,57 @@ mod tests {
     use super::*;
     use crate::table::Column;
 
+    #[test]
+    fn a_cell_reads_as_its_columns_declared_unit_whatever_the_name() {
+        let z = Zone::Utc;
+        assert_eq!(human(Unit::Weekday, &Value::Int(1), z), "Mon");
+        assert_eq!(human(Unit::Weekday, &Value::Int(7), z), "Sun");
+        assert_eq!(human(Unit::None, &Value::Int(1), z), "1");
+        assert_eq!(human(Unit::Pct, &Value::Float(150.0), z), "150.0");
+        assert_eq!(human(Unit::Hours, &Value::Float(150.0), z), "150");
+        assert_eq!(human(Unit::KWh, &Value::Float(150.0), z), "150.00");
+        assert_eq!(human(Unit::Pct, &Value::Float(f64::NAN), z), "n/a");
+        // The name is for scripts: a `_pct` name declared in hours reads as hours.
+        let mut t = Table::new(vec![Column::new("odd_pct", ColType::Float, Unit::Hours)]);
+        t.rows.push(vec![Value::Float(150.0)]);
+        let text = text(&t, z);
+        assert!(text.lines().any(|l| l.trim() == "150"), "{text}");
+    }
+
+    #[test]
+    fn every_figure_column_of_every_report_declares_its_unit() {
+        let reports = [
+            Report::Usage,
+            Report::TopWasters {
+                metric: crate::query::WasteMetric::CoreHours,
+                n: 1,
+            },
+            Report::GpuIdle,
+            Report::CpuOnlyOnGpu { busy_pct: 50.0 },
+            Report::Heatmap,
+            Report::Jobs,
+        ];
+        for r in reports {
+            let mut q = Query::new(r);
+            q.group_by = vec![GroupKey::DayOfWeek, GroupKey::User];
+            for c in q.columns() {
+                assert!(
+                    c.kind != ColType::Float || c.unit != Unit::None,
+                    "{}: a figure without a unit",
+                    c.name
+                );
+            }
+        }
+        let q = Query::new(Report::Heatmap);
+        assert_eq!(q.columns()[0].unit, Unit::Weekday);
+    }
+
     fn t() -> Table {
         Table {
             columns: vec![
-                Column::new("user", ColType::Text),
-                Column::new("jobs", ColType::Int),
-                Column::new("cpu_eff_pct", ColType::Float),
+                Column::new("user", ColType::Text, Unit::None),
+                Column::new("jobs", ColType::Int, Unit::None),
+                Column::new("cpu_eff_pct", ColType::Float, Unit::Pct),
             ],
             rows: vec![
                 vec![
@@ -568,8 +614,8 @@ mod tests {
     #[test]
     fn wide_characters_are_measured_in_terminal_columns() {
         let mut t = Table::new(vec![
-            Column::new("name", ColType::Text),
-            Column::new("state", ColType::Text),
+            Column::new("name", ColType::Text, Unit::None),
+            Column::new("state", ColType::Text, Unit::None),
         ]);
         for name in ["計算化学のシミュレーション", "plain-ascii-name"] {
             t.rows.push(vec![
@@ -597,10 +643,10 @@ mod tests {
     #[test]
     fn a_table_is_fitted_by_cutting_the_widest_free_text_only() {
         let mut t = Table::new(vec![
-            Column::new("user", ColType::Text),
-            Column::new("name", ColType::Text),
-            Column::new("state", ColType::Text),
-            Column::new("core_hours_wasted", ColType::Float),
+            Column::new("user", ColType::Text, Unit::None),
+            Column::new("name", ColType::Text, Unit::None),
+            Column::new("state", ColType::Text, Unit::None),
+            Column::new("core_hours_wasted", ColType::Float, Unit::Hours),
         ]);
         t.rows.push(vec![
             Value::Text("a-user-name-of-twenty".into()),
@@ -642,8 +688,10 @@ mod tests {
     #[test]
     fn heat_map_shades_hours_under_aligned_headings() {
         let mut t = Table::new(
-            std::iter::once(Column::new("day_of_week", ColType::Int))
-                .chain((0..24).map(|h| Column::new(&format!("h{h:02}"), ColType::Float)))
+            std::iter::once(Column::new("day_of_week", ColType::Int, Unit::Weekday))
+                .chain(
+                    (0..24).map(|h| Column::new(&format!("h{h:02}"), ColType::Float, Unit::Hours)),
+                )
                 .collect(),
         );
         for d in 1..=7 {

@@ -41,18 +41,47 @@ impl Value {
     }
 }
 
+/// What a column's figures measure, declared with the column (query.rs, the admin tables): how a
+/// person reads a cell ([`crate::render::human`]). The name says it to scripts (`_pct`, `_bytes`);
+/// renderers read this, never the name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Unit {
+    /// Text, flags, counts, labels and plain figures: shown as they are.
+    #[default]
+    None,
+    /// Bytes, shown with their binary unit.
+    Bytes,
+    /// An instant in Unix seconds, shown on the wall clock of the table's zone.
+    UnixS,
+    /// The ISO weekday, 1 (Monday) to 7, shown as `Mon`…`Sun`.
+    Weekday,
+    /// A percentage, one decimal.
+    Pct,
+    /// A duration in seconds, spelt as durations are (`1h05m`).
+    DurationS,
+    /// Kilowatt-hours, two decimals.
+    KWh,
+    /// Hours (core-, GB-, GPU-hours): the report's figures.
+    Hours,
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Column {
     /// Machine name with its unit (`core_hours_alloc`, `cpu_eff_pct`).
     pub name: String,
     pub kind: ColType,
+    /// How people read it; not part of any output for scripts (CSV, JSON, Parquet name and type
+    /// only).
+    #[serde(skip)]
+    pub unit: Unit,
 }
 
 impl Column {
-    pub fn new(name: &str, kind: ColType) -> Column {
+    pub fn new(name: &str, kind: ColType, unit: Unit) -> Column {
         Column {
             name: name.to_string(),
             kind,
+            unit,
         }
     }
 }
@@ -159,9 +188,9 @@ mod tests {
     fn t() -> Table {
         Table {
             columns: vec![
-                Column::new("user", ColType::Text),
-                Column::new("jobs", ColType::Int),
-                Column::new("cpu_eff_pct", ColType::Float),
+                Column::new("user", ColType::Text, Unit::None),
+                Column::new("jobs", ColType::Int, Unit::None),
+                Column::new("cpu_eff_pct", ColType::Float, Unit::Pct),
             ],
             rows: vec![vec![
                 Value::Text("alice".into()),
@@ -177,8 +206,8 @@ mod tests {
         assert_eq!(
             s.columns,
             [
-                Column::new("cpu_eff_pct", ColType::Float),
-                Column::new("user", ColType::Text)
+                Column::new("cpu_eff_pct", ColType::Float, Unit::Pct),
+                Column::new("user", ColType::Text, Unit::None)
             ]
         );
         assert_eq!(s.rows, [vec![Value::Null, Value::Text("alice".into())]]);

@@ -175,19 +175,127 @@ fn zipf_cdf(n: usize) -> Vec<f64> {
     v
 }
 
+/// One synthetic job that ended at `end_ms`, drawn in phases (each phase's draws in a fixed order,
+/// so a seed gives the same jobs): its user and partition, its run (limit, state, elapsed), its
+/// size, its CPU efficiency, its memory, its GPUs, its nodes, then the row.
 fn job(rng: &mut Rng, users: &[User], cdf: &[f64], id: u32, end_ms: u64) -> JobRow {
+    let u = pick_user(rng, users, cdf);
+    let pi = pick_partition(rng, u);
+    let p = &PARTS[pi];
+    let gpu_job = pi == 4 && u.gpu_user;
+    let run = draw_run(rng, pi);
+    let elapsed_s = run.elapsed_s;
+    let (cores, nodes, gpus) = draw_size(rng, p, gpu_job);
+    let h = elapsed_s / 3600.0;
+    let eff = draw_cpu_eff(rng, u, cores);
+    let cpu_usage_s = cores as f64 * elapsed_s * eff;
+    let mem = draw_memory(rng, u, p, cores, nodes, run.state_i);
+    let g = draw_gpus(rng, u, gpus, h);
+    let start_ms = end_ms - (elapsed_s * 1000.0) as u64;
+    let first = rng.below(p.nodes - nodes as u64 + 1);
+    let node_list: Vec<String> = (0..nodes as u64)
+        .map(|k| format!("{}{:04}", p.prefix, first + k))
+        .collect();
+    let core_alloc = cores as f64 * h;
+    let core_used = cpu_usage_s / 3600.0;
+    let mem_alloc = mem.req_bytes / GIB * nodes as f64 * h;
+    let mem_used = mem.peak_bytes as f64 / GIB * nodes as f64 * h;
+    let (peak, state_i) = (mem.peak_bytes, run.state_i);
+    JobRow {
+        cluster: Some("bench".into()),
+        job_id: id,
+        scheduler_start_unix_s: Some(start_ms / 1000),
+        name: Some(format!("job-{}", rng.below(40))),
+        user: Some(u.name.clone()),
+        uid: Some(u.uid),
+        group: Some(u.group.clone()),
+        gid: Some(u.gid),
+        account: Some(u.accounts[usize::from(rng.unit() < 0.2)].clone()),
+        partition: Some(p.name.into()),
+        node_count: nodes,
+        node_list: node_list.join(","),
+        start_unix_ms: start_ms,
+        end_unix_ms: end_ms,
+        elapsed_s,
+        state: STATES[state_i].into(),
+        exit_code: Some(if state_i == 0 { 0 } else { 1 }),
+        alloc_cores: Some(cores),
+        alloc_mem_per_node_bytes: Some(mem.req_bytes as u64),
+        alloc_gpus: (gpus > 0).then_some(gpus),
+        time_limit_s: Some(run.time_limit_s),
+        cpu_usage_s: Some(cpu_usage_s),
+        cpu_user_s: Some(cpu_usage_s * 0.95),
+        cpu_system_s: Some(cpu_usage_s * 0.05),
+        mem_peak_bytes: Some(peak),
+        mem_rss_peak_bytes: Some(peak / 10 * 8 / PAGE * PAGE),
+        io_read_bytes: Some(rng.below(1 << 34)),
+        io_write_bytes: Some(rng.below(1 << 32)),
+        gpu_util_mean_pct: g.util_pct,
+        gpu_mem_peak_bytes: (gpus > 0).then(|| rng.below(80 << 30) / PAGE * PAGE),
+        gpu_energy_kwh: g
+            .alloc_h
+            .map(|a| a * 0.3 * (0.2 + g.util_pct.unwrap_or(0.0) / 125.0)),
+        gpus_idle: g.never_used,
+        gpus_never_used: g.never_used,
+        core_hours_alloc: Some(core_alloc),
+        core_hours_used: Some(core_used),
+        core_hours_wasted: Some((core_alloc - core_used).max(0.0)),
+        mem_gb_hours_alloc: Some(mem_alloc),
+        mem_gb_hours_used: Some(mem_used),
+        mem_gb_hours_wasted: Some((mem_alloc - mem_used).max(0.0)),
+        gpu_hours_alloc: g.alloc_h,
+        gpu_hours_used: g.alloc_h.zip(g.wasted_h).map(|(a, w)| (a - w).max(0.0)),
+        gpu_hours_wasted: g.wasted_h,
+        cpu_eff_pct: Some(100.0 * eff),
+        mem_eff_pct: Some(100.0 * mem.peak_share),
+        time_eff_pct: Some(100.0 * elapsed_s / run.time_limit_s as f64),
+        class: Some(class_of(gpus, g.util_pct, eff, mem.peak_share).into()),
+        verdict: Some(verdict_of(cores, eff).into()),
+        flag_oom: state_i == 4,
+        flag_timeout: state_i == 3,
+        flag_idle: eff < 0.1,
+        flag_gpu_finding: g.never_used.is_some_and(|n| n > 0),
+        samples: 3 + (elapsed_s / 30.0) as u64,
+        ..Default::default()
+    }
+}
+
+/// The job states, by the index [`draw_run`] draws (3: TIMEOUT, 4: OUT_OF_MEMORY).
+const STATES: [&str; 5] = [
+    "COMPLETED",
+    "FAILED",
+    "CANCELLED",
+    "TIMEOUT",
+    "OUT_OF_MEMORY",
+];
+
+/// The job's user, Zipf-distributed by `cdf`.
+fn pick_user<'u>(rng: &mut Rng, users: &'u [User], cdf: &[f64]) -> &'u User {
     // One draw, then the search: a draw inside the predicate would be a new number at every step of
     // the binary search, and users would not be Zipf-distributed (issue 19 §5).
     let r = rng.unit();
-    let u = &users[cdf.partition_point(|&c| c < r).min(users.len() - 1)];
-    // GPU users mostly run on the GPU partition; 3 % of the other jobs land there without GPUs.
-    let pi = if (u.gpu_user && rng.unit() < 0.7) || rng.unit() < 0.03 {
+    &users[cdf.partition_point(|&c| c < r).min(users.len() - 1)]
+}
+
+/// The job's partition ([`PARTS`] index): GPU users mostly run on the GPU partition; 3 % of the
+/// other jobs land there without GPUs.
+fn pick_partition(rng: &mut Rng, u: &User) -> usize {
+    if (u.gpu_user && rng.unit() < 0.7) || rng.unit() < 0.03 {
         4
     } else {
         rng.pick(&[70.0, 15.0, 5.0, 10.0])
-    };
-    let p = &PARTS[pi];
-    let gpu_job = pi == 4 && u.gpu_user;
+    }
+}
+
+/// A job's run: its time limit, its end state ([`STATES`] index) and how long it ran (whole
+/// seconds, within the limit; a TIMEOUT ran all of it).
+struct Run {
+    time_limit_s: u64,
+    state_i: usize,
+    elapsed_s: f64,
+}
+
+fn draw_run(rng: &mut Rng, pi: usize) -> Run {
     let time_limit_s = [
         3600u64,
         4 * 3600,
@@ -205,8 +313,17 @@ fn job(rng: &mut Rng, users: &[User], cdf: &[f64], id: u32, end_ms: u64) -> JobR
     if state_i == 3 {
         elapsed_s = time_limit_s as f64;
     }
-    let elapsed_s = elapsed_s.round();
-    let (cores, nodes, gpus) = if gpu_job {
+    Run {
+        time_limit_s,
+        state_i,
+        elapsed_s: elapsed_s.round(),
+    }
+}
+
+/// (cores, nodes, GPUs): a GPU job 1–8 GPUs and 12 cores each; another 1–256 cores, at most
+/// four nodes' worth.
+fn draw_size(rng: &mut Rng, p: &Partition, gpu_job: bool) -> (u32, u32, u32) {
+    if gpu_job {
         let g = [1u32, 2, 4, 8][rng.pick(&[50.0, 25.0, 18.0, 7.0])];
         let nodes = g.div_ceil(p.gpus_per_node);
         (g * 12, nodes, g)
@@ -215,17 +332,36 @@ fn job(rng: &mut Rng, users: &[User], cdf: &[f64], id: u32, end_ms: u64) -> JobR
             [rng.pick(&[30.0, 12.0, 12.0, 12.0, 10.0, 10.0, 8.0, 4.0, 2.0])];
         let c = c.min(p.cores_per_node * 4);
         (c, c.div_ceil(p.cores_per_node), 0)
-    };
-    let h = elapsed_s / 3600.0;
-    let eff = (u.cpu_eff + 0.15 * rng.normal()).clamp(0.005, 1.0)
+    }
+}
+
+/// The CPU efficiency (0.005–1): the user's own, spread; a parallel job loses a little more.
+fn draw_cpu_eff(rng: &mut Rng, u: &User, cores: u32) -> f64 {
+    (u.cpu_eff + 0.15 * rng.normal()).clamp(0.005, 1.0)
         * if cores == 1 {
             1.0
         } else {
             0.85 + 0.15 * rng.unit()
-        };
-    let cpu_usage_s = cores as f64 * elapsed_s * eff;
+        }
+}
+
+/// A job's memory: asked per node (bytes), the peak's share of it, the peak (bytes).
+struct Memory {
+    req_bytes: f64,
+    peak_share: f64,
+    peak_bytes: u64,
+}
+
+fn draw_memory(
+    rng: &mut Rng,
+    u: &User,
+    p: &Partition,
+    cores: u32,
+    nodes: u32,
+    state_i: usize,
+) -> Memory {
     let per_core_gib = [1u64, 2, 4, 8][rng.pick(&[15.0, 30.0, 40.0, 15.0])];
-    let mem_req =
+    let req_bytes =
         (per_core_gib * (cores.div_ceil(nodes)) as u64).clamp(1, p.mem_per_node_gib) as f64 * GIB;
     let peak_share = if state_i == 4 {
         1.0
@@ -234,38 +370,46 @@ fn job(rng: &mut Rng, users: &[User], cdf: &[f64], id: u32, end_ms: u64) -> JobR
     };
     // cgroup memory figures (memory.peak, the RSS of memory.stat) are counted in whole 4 KiB
     // pages, so the synthetic ones are too.
-    let peak = (mem_req * peak_share) as u64 / PAGE * PAGE;
-    let (gpu_util, gpus_never, gpu_alloc_h, gpu_wasted_h) = if gpus > 0 {
-        let never = (0..gpus).filter(|_| rng.unit() < 0.08).count() as u32;
-        let util = (u.gpu_util + 10.0 * rng.normal()).clamp(0.0, 100.0) * (gpus - never) as f64
-            / gpus as f64;
-        let alloc = gpus as f64 * h;
-        (
-            Some(util),
-            Some(never),
-            Some(alloc),
-            Some(alloc * (1.0 - util / 100.0)),
-        )
-    } else {
-        (None, None, None, None)
-    };
-    let state = [
-        "COMPLETED",
-        "FAILED",
-        "CANCELLED",
-        "TIMEOUT",
-        "OUT_OF_MEMORY",
-    ][state_i];
-    let start_ms = end_ms - (elapsed_s * 1000.0) as u64;
-    let first = rng.below(p.nodes - nodes as u64 + 1);
-    let node_list: Vec<String> = (0..nodes as u64)
-        .map(|k| format!("{}{:04}", p.prefix, first + k))
-        .collect();
-    let core_alloc = cores as f64 * h;
-    let core_used = cpu_usage_s / 3600.0;
-    let mem_alloc = mem_req / GIB * nodes as f64 * h;
-    let mem_used = peak as f64 / GIB * nodes as f64 * h;
-    let class = if gpus > 0 && gpu_util.unwrap_or(0.0) < 10.0 {
+    Memory {
+        req_bytes,
+        peak_share,
+        peak_bytes: (req_bytes * peak_share) as u64 / PAGE * PAGE,
+    }
+}
+
+/// A job's GPUs over its `h` hours: mean utilisation, how many were never used, GPU-hours
+/// allocated and wasted (all `None` without GPUs).
+struct Gpus {
+    util_pct: Option<f64>,
+    never_used: Option<u32>,
+    alloc_h: Option<f64>,
+    wasted_h: Option<f64>,
+}
+
+fn draw_gpus(rng: &mut Rng, u: &User, gpus: u32, h: f64) -> Gpus {
+    if gpus == 0 {
+        return Gpus {
+            util_pct: None,
+            never_used: None,
+            alloc_h: None,
+            wasted_h: None,
+        };
+    }
+    let never = (0..gpus).filter(|_| rng.unit() < 0.08).count() as u32;
+    let util =
+        (u.gpu_util + 10.0 * rng.normal()).clamp(0.0, 100.0) * (gpus - never) as f64 / gpus as f64;
+    let alloc = gpus as f64 * h;
+    Gpus {
+        util_pct: Some(util),
+        never_used: Some(never),
+        alloc_h: Some(alloc),
+        wasted_h: Some(alloc * (1.0 - util / 100.0)),
+    }
+}
+
+/// The job's class from its figures, the analysis' thresholds in short.
+fn class_of(gpus: u32, gpu_util: Option<f64>, eff: f64, peak_share: f64) -> &'static str {
+    if gpus > 0 && gpu_util.unwrap_or(0.0) < 10.0 {
         "gpu_idle"
     } else if gpus > 0 && gpu_util.unwrap_or(0.0) >= 70.0 {
         "gpu_bound"
@@ -277,70 +421,17 @@ fn job(rng: &mut Rng, users: &[User], cdf: &[f64], id: u32, end_ms: u64) -> JobR
         "memory_bound"
     } else {
         "mixed"
-    };
-    JobRow {
-        cluster: Some("bench".into()),
-        job_id: id,
-        scheduler_start_unix_s: Some(start_ms / 1000),
-        name: Some(format!("job-{}", rng.below(40))),
-        user: Some(u.name.clone()),
-        uid: Some(u.uid),
-        group: Some(u.group.clone()),
-        gid: Some(u.gid),
-        account: Some(u.accounts[usize::from(rng.unit() < 0.2)].clone()),
-        partition: Some(p.name.into()),
-        node_count: nodes,
-        node_list: node_list.join(","),
-        start_unix_ms: start_ms,
-        end_unix_ms: end_ms,
-        elapsed_s,
-        state: state.into(),
-        exit_code: Some(if state_i == 0 { 0 } else { 1 }),
-        alloc_cores: Some(cores),
-        alloc_mem_per_node_bytes: Some(mem_req as u64),
-        alloc_gpus: (gpus > 0).then_some(gpus),
-        time_limit_s: Some(time_limit_s),
-        cpu_usage_s: Some(cpu_usage_s),
-        cpu_user_s: Some(cpu_usage_s * 0.95),
-        cpu_system_s: Some(cpu_usage_s * 0.05),
-        mem_peak_bytes: Some(peak),
-        mem_rss_peak_bytes: Some(peak / 10 * 8 / PAGE * PAGE),
-        io_read_bytes: Some(rng.below(1 << 34)),
-        io_write_bytes: Some(rng.below(1 << 32)),
-        gpu_util_mean_pct: gpu_util,
-        gpu_mem_peak_bytes: (gpus > 0).then(|| rng.below(80 << 30) / PAGE * PAGE),
-        gpu_energy_kwh: gpu_alloc_h.map(|g| g * 0.3 * (0.2 + gpu_util.unwrap_or(0.0) / 125.0)),
-        gpus_idle: gpus_never,
-        gpus_never_used: gpus_never,
-        core_hours_alloc: Some(core_alloc),
-        core_hours_used: Some(core_used),
-        core_hours_wasted: Some((core_alloc - core_used).max(0.0)),
-        mem_gb_hours_alloc: Some(mem_alloc),
-        mem_gb_hours_used: Some(mem_used),
-        mem_gb_hours_wasted: Some((mem_alloc - mem_used).max(0.0)),
-        gpu_hours_alloc: gpu_alloc_h,
-        gpu_hours_used: gpu_alloc_h.zip(gpu_wasted_h).map(|(a, w)| (a - w).max(0.0)),
-        gpu_hours_wasted: gpu_wasted_h,
-        cpu_eff_pct: Some(100.0 * eff),
-        mem_eff_pct: Some(100.0 * peak_share),
-        time_eff_pct: Some(100.0 * elapsed_s / time_limit_s as f64),
-        class: Some(class.into()),
-        verdict: Some(
-            if cores == 1 {
-                "single_core"
-            } else if eff * (cores as f64) < 1.5 {
-                "serial"
-            } else {
-                "parallel"
-            }
-            .into(),
-        ),
-        flag_oom: state_i == 4,
-        flag_timeout: state_i == 3,
-        flag_idle: eff < 0.1,
-        flag_gpu_finding: gpus_never.is_some_and(|n| n > 0),
-        samples: 3 + (elapsed_s / 30.0) as u64,
-        ..Default::default()
+    }
+}
+
+/// The job's verdict: one core, or parallel when it kept 1.5 cores or more busy.
+fn verdict_of(cores: u32, eff: f64) -> &'static str {
+    if cores == 1 {
+        "single_core"
+    } else if eff * (cores as f64) < 1.5 {
+        "serial"
+    } else {
+        "parallel"
     }
 }
 
@@ -702,6 +793,70 @@ fn main() -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_run_ends_within_its_limit_and_a_timeout_ran_all_of_it() {
+        let mut rng = Rng(7);
+        let (mut timeouts, mut debug) = (0, 0);
+        for i in 0..5000 {
+            let pi = i % 5;
+            let r = draw_run(&mut rng, pi);
+            assert!(r.elapsed_s >= 10.0 && r.elapsed_s <= r.time_limit_s as f64);
+            assert_eq!(r.elapsed_s, r.elapsed_s.round());
+            if r.state_i == 3 {
+                timeouts += 1;
+                assert_eq!(r.elapsed_s, r.time_limit_s as f64);
+            }
+            // The debug partition's limit is the shortest, an hour.
+            if pi == 3 {
+                debug += 1;
+                assert_eq!(r.time_limit_s, 3600);
+            }
+        }
+        assert!(timeouts > 0 && debug == 1000);
+    }
+
+    #[test]
+    fn a_jobs_class_and_verdict_follow_its_figures() {
+        assert_eq!(class_of(2, Some(5.0), 0.9, 0.1), "gpu_idle");
+        assert_eq!(class_of(2, None, 0.9, 0.1), "gpu_idle");
+        assert_eq!(class_of(2, Some(70.0), 0.05, 0.9), "gpu_bound");
+        assert_eq!(class_of(2, Some(50.0), 0.05, 0.9), "idle");
+        assert_eq!(class_of(0, None, 0.71, 0.9), "cpu_bound");
+        assert_eq!(class_of(0, None, 0.5, 0.81), "memory_bound");
+        assert_eq!(class_of(0, None, 0.5, 0.8), "mixed");
+        assert_eq!(verdict_of(1, 0.01), "single_core");
+        // 16 cores at 9 %: 1.44 cores busy.
+        assert_eq!(verdict_of(16, 0.09), "serial");
+        assert_eq!(verdict_of(2, 0.75), "parallel");
+    }
+
+    #[test]
+    fn a_jobs_memory_and_gpus_stay_in_their_bounds() {
+        let mut rng = Rng(3);
+        let us = users(&mut rng, 50);
+        for i in 0..2000 {
+            let u = &us[i % us.len()];
+            let p = &PARTS[i % 5];
+            let m = draw_memory(&mut rng, u, p, 64, 2, i % 5);
+            assert!(m.req_bytes >= GIB && m.req_bytes <= p.mem_per_node_gib as f64 * GIB);
+            assert_eq!(m.peak_bytes % PAGE, 0);
+            assert!(m.peak_bytes as f64 <= m.req_bytes);
+            if i % 5 == 4 {
+                assert_eq!(m.peak_share, 1.0, "out of memory: the peak is the request");
+            }
+            let g = draw_gpus(&mut rng, u, (i % 3) as u32, 2.0);
+            match g.alloc_h {
+                None => assert_eq!(i % 3, 0),
+                Some(a) => {
+                    assert_eq!(a, 2.0 * (i % 3) as f64);
+                    let (util, w) = (g.util_pct.unwrap(), g.wasted_h.unwrap());
+                    assert!((0.0..=100.0).contains(&util) && (0.0..=a).contains(&w));
+                    assert!(g.never_used.unwrap() <= (i % 3) as u32);
+                }
+            }
+        }
+    }
 
     /// Users are drawn from Zipf (s = 1.1) as the module says: over 400 users and 60 000 jobs, the
     /// top user's share and the number of users with any job are what the law predicts (computed

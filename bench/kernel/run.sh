@@ -6,8 +6,10 @@
 #                            [--dd-count N] [--dd-dir DIR]
 #
 # Needs root and a kernel with BTF (/sys/kernel/btf/vmlinux). Self-contained: it builds
-# jobscope-kernel (release), and `jobscope-kernel bench` loads its own
-# collector (pins under /sys/fs/bpf/jobscope-bench-<pid>, removed at the end), tags its own
+# jobscope-kernel (release) with the `bench` feature, which the packaged collector lacks, keeps
+# that build aside as jobscope-kernel-bench and puts the build without it back (as
+# tests/run-all.sh does with the plugin's fault-injection build); `jobscope-kernel bench` loads its
+# own collector (pins under /sys/fs/bpf/jobscope-bench-<pid>, removed at the end), tags its own
 # workloads and prints:
 #   1. ns per getppid() system call in a tagged process with (a) nothing on tp_btf/sys_enter,
 #      (b) an empty program there (the floor), (c) our program, and (d) our program in an
@@ -23,5 +25,8 @@
 # Takes about two minutes with the defaults (7 rounds). Run it on an otherwise idle machine.
 set -eu
 cd "$(dirname "$0")/../.."
+REL=${CARGO_TARGET_DIR:-target}/release
+cargo build --release -q -p jobscope-kernel --features bench
+cp "$REL/jobscope-kernel" "$REL/jobscope-kernel-bench"
 cargo build --release -q -p jobscope-kernel
-exec "${CARGO_TARGET_DIR:-target}"/release/jobscope-kernel bench "$@"
+exec "$REL/jobscope-kernel-bench" bench "$@"

@@ -1,12 +1,12 @@
 //! `jobscope alerts`: the rules of `[alerts]` over every user's jobs in the index
-//! (jobscope_audit::alerts, docs/audit.md "Alerts"). `check` (the default, or `--dry-run`) prints
+//! (jobscope_admin::alerts, docs/audit.md "Alerts"). `check` (the default, or `--dry-run`) prints
 //! who would be mailed and why; `send` (root) queues the mails and records them.
 
 use crate::audit::{index_settings, is_admin};
 use anyhow::{bail, Result};
 use clap::{Args, Subcommand};
+use jobscope_admin::alerts::{self, send, state::Sent, words, Sources};
 use jobscope_archive::Store;
-use jobscope_audit::alerts::{self, send, state::Sent, words, Sources};
 use jobscope_audit::index::{Index, ParquetEngine};
 use jobscope_audit::query::Zone;
 use jobscope_config::Config;

@@ -148,7 +148,7 @@ enum Cmd {
         gpus: Option<String>,
         /// Seconds between samples after the early ones, 1 to 3600 (sampler.cadence_s's range)
         /// [default: sampler.cadence_s].
-        #[arg(long, value_parser = clap::value_parser!(u32).range(1..=3600))]
+        #[arg(long, value_parser = clap::value_parser!(u32).range(cadence_s_range()))]
         cadence: Option<u32>,
         /// The job name in the report [default: CMD's file name].
         #[arg(long)]
@@ -218,6 +218,12 @@ pub fn command() -> clap::Command {
     <Cli as clap::CommandFactory>::command()
 }
 
+/// `--cadence`: [`jobscope_config::CADENCE_S`], as clap takes a range.
+fn cadence_s_range() -> std::ops::RangeInclusive<i64> {
+    let r = jobscope_config::CADENCE_S;
+    i64::from(*r.start())..=i64::from(*r.end())
+}
+
 fn parse_mem(s: &str) -> std::result::Result<u64, String> {
     crate::run::parse_size(s).ok_or_else(|| format!("{s:?}: a size like 512M or 4G"))
 }
@@ -253,170 +259,34 @@ fn load_config(named: &Option<PathBuf>) -> Result<jobscope_config::Config> {
 
 fn real_main() -> Result<()> {
     let cli = Cli::parse();
+    // Every command but `schema` reads the configuration first.
+    if let Cmd::Schema = cli.cmd {
+        return schema();
+    }
+    let cfg = load_config(&cli.config)?;
     match cli.cmd {
+        Cmd::Schema => schema(),
         Cmd::Show {
             job_id,
             json,
             list,
             start,
             cluster,
-        } => {
-            let cfg = load_config(&cli.config)?;
-            // A running job: its report so far (`crate::live`), marked running.
-            if !list && start.is_none() && cluster.is_none() {
-                if let Some(l) = crate::live::live(
-                    &cfg,
-                    &*jobscope_report::slurm::detect(),
-                    job_id,
-                    caller_uid(),
-                )? {
-                    return print_summary(&l.summary, json);
-                }
-            }
-            let store = archive::Store::new(&cfg.paths.archive_dir, &cfg.archive.admin_group);
-            if list {
-                let runs = store.runs(job_id, caller_uid())?;
-                if runs.is_empty() {
-                    bail!("job {job_id}: no archived run you can see");
-                }
-                for r in &runs {
-                    println!("{}", r.describe());
-                }
-                return Ok(());
-            }
-            let shown = store.show(
-                job_id,
-                caller_uid(),
-                &archive::Pick {
-                    start_unix_s: start,
-                    cluster,
-                },
-                &cfg.report,
-            )?;
-            for n in &shown.notes {
-                eprintln!("jobscope: {n}");
-            }
-            print_summary(&shown.loaded.summary, json)
-        }
+        } => show(&cfg, job_id, json, list, start, cluster),
         Cmd::Epilog {
             job,
             node,
             nodelist,
             json,
-        } => {
-            let cfg = load_config(&cli.config)?;
-            let mut vars = jobscope_epilog::env_vars_lossy();
-            if let Some(j) = job {
-                vars.insert("SLURM_JOB_ID".into(), j.to_string());
-            }
-            if let Some(n) = node {
-                vars.insert("SLURMD_NODENAME".into(), n);
-            }
-            if let Some(n) = nodelist {
-                vars.insert("SLURM_NODELIST".into(), n);
-            }
-            let env = EpilogEnv::from_vars(&vars).map_err(anyhow::Error::msg)?;
-            let outcome =
-                flow::run_epilog(&cfg, &env, &*jobscope_report::slurm::detect(), &mut |m| {
-                    eprintln!("jobscope: {m}")
-                })?;
-            if json {
-                println!("{}", serde_json::to_string_pretty(&outcome)?);
-            } else {
-                println!("job {}: {}", env.job_id, outcome.describe());
-            }
-            Ok(())
-        }
-        Cmd::Reap { node, json } => {
-            let cfg = load_config(&cli.config)?;
-            let slurm = jobscope_report::slurm::detect();
-            // Without slurmctld we cannot tell a running job from a dead one: do nothing rather
-            // than turn running jobs' spools into early partial reports.
-            if !slurm.ping() {
-                bail!("slurmctld does not answer `scontrol ping`; not reaping now");
-            }
-            let node = node.unwrap_or_else(jobscope_report::slurm::short_hostname);
-            let rep = flow::reap(
-                &cfg,
-                &node,
-                jobscope_common::now_unix_ms(),
-                &*slurm,
-                &mut |m| eprintln!("jobscope: {m}"),
-            )?;
-            if json {
-                println!("{}", serde_json::to_string_pretty(&rep)?);
-            } else {
-                print!("{}", rep.describe());
-            }
-            Ok(())
-        }
-        Cmd::Mail { cmd } => {
-            let cfg = load_config(&cli.config)?;
-            match cmd {
-                MailCmd::Flush { budget } => println!(
-                    "{}",
-                    jobscope_deliver::notify::flush(
-                        &cfg,
-                        std::time::Duration::from_secs(budget),
-                        jobscope_deliver::mail::queue::FlushMode::Full,
-                    )?
-                ),
-                MailCmd::List { json } => {
-                    let list =
-                        jobscope_deliver::mail::queue::Queue::open(&cfg.mail.queue_dir)?.list();
-                    if json {
-                        println!("{}", serde_json::to_string_pretty(&mail_list_json(&list))?);
-                    } else {
-                        print!("{}", mail_list_table(&list));
-                    }
-                }
-                MailCmd::Retry { id } => {
-                    let ok = jobscope_deliver::mail::queue::Queue::open(&cfg.mail.queue_dir)?
-                        .retry_dead(&id)?;
-                    println!(
-                        "{}",
-                        if ok {
-                            "requeued"
-                        } else {
-                            "no such dead letter"
-                        }
-                    );
-                }
-            }
-            Ok(())
-        }
+        } => epilog(&cfg, job, node, nodelist, json),
+        Cmd::Reap { node, json } => reap(&cfg, node, json),
+        Cmd::Mail { cmd } => mail(&cfg, cmd),
         Cmd::Archive {
             cmd: ArchiveCmd::Prune,
-        } => {
-            let cfg = load_config(&cli.config)?;
-            let (days, copies) =
-                archive::Store::new(&cfg.paths.archive_dir, &cfg.archive.admin_group)
-                    .prune(cfg.archive.retention_days, jobscope_common::now_unix_ms())?;
-            println!(
-                "removed {days} day directories and {copies} user copies older than {} days",
-                cfg.archive.retention_days
-            );
-            Ok(())
-        }
+        } => archive_prune(&cfg),
         Cmd::Archive {
             cmd: ArchiveCmd::Verify { verbose },
-        } => {
-            let cfg = load_config(&cli.config)?;
-            let rep =
-                archive::Store::new(&cfg.paths.archive_dir, &cfg.archive.admin_group).verify();
-            print!("{}", rep.render(verbose));
-            if !rep.ok() {
-                bail!("archive verification found problems");
-            }
-            Ok(())
-        }
-        Cmd::Schema => {
-            println!(
-                "{}",
-                serde_json::to_string_pretty(&jobscope_model::summary::json_schema())?
-            );
-            Ok(())
-        }
+        } => archive_verify(&cfg, verbose),
         Cmd::Run {
             cores,
             mem,
@@ -429,7 +299,6 @@ fn real_main() -> Result<()> {
             output,
             cmd,
         } => {
-            let cfg = load_config(&cli.config)?;
             let opts = crate::run::RunOptions {
                 cores,
                 mem_bytes: mem,
@@ -440,80 +309,270 @@ fn real_main() -> Result<()> {
                 mail,
                 cmd,
             };
-            // Made before the run: a report that cannot be written is known before CMD runs.
-            let mut out_file = match &output {
-                // No symlink another user planted is followed, in any component of the path.
-                Some(p) => Some(jobscope_common::fsutil::create_output(p, 0o666)?),
-                None => None,
-            };
-            let o = crate::run::run(&cfg, &opts, &mut |m| eprintln!("jobscope: {m}"))?;
-            for p in &o.problems {
-                eprintln!("jobscope: {p}");
-            }
-            let text = if json {
-                serde_json::to_string_pretty(&o.summary)? + "\n"
-            } else {
-                let tty = out_file.is_none() && std::io::stderr().is_terminal();
-                present::render_text(&o.summary, tty && no_color_unset())?
-            };
-            use std::io::Write;
-            match out_file.as_mut() {
-                Some(f) => f.write_all(text.as_bytes())?,
-                None => eprint!("{text}"),
-            }
-            if let Some(p) = &o.archived {
-                eprintln!(
-                    "jobscope: archived as job {} of cluster {}: {}",
-                    o.summary.job_id,
-                    cfg.run.cluster,
-                    p.display()
-                );
-            }
-            std::process::exit(o.exit_status);
+            run_cmd(&cfg, &opts, json, output)
         }
         Cmd::Top {
             job_id,
             once,
             interval,
-        } => {
-            let cfg = load_config(&cli.config)?;
-            let tty = std::io::stdout().is_terminal();
-            let slurm = jobscope_report::slurm::detect();
-            let mut first = true;
-            loop {
-                let Some(l) = crate::live::live(&cfg, &*slurm, job_id, caller_uid())? else {
-                    if first {
-                        bail!("job {job_id} is not running; its report: jobscope show {job_id}");
-                    }
-                    println!("job {job_id} has ended; its report: jobscope show {job_id}");
-                    return Ok(());
-                };
-                let screen = crate::live::top::render(&l, use_color());
-                if once || !tty {
-                    print!("{screen}");
-                    return Ok(());
-                }
-                // Home and clear, then the screen: refreshed in place.
-                print!("\x1b[H\x1b[2J{screen}");
-                use std::io::Write;
-                let _ = std::io::stdout().flush();
-                first = false;
-                std::thread::sleep(std::time::Duration::from_secs(interval.max(1)));
-            }
-        }
-        Cmd::Index { cmd } => crate::audit::index_cmd(&load_config(&cli.config)?, cmd),
-        Cmd::Audit { cmd } => crate::audit::audit_cmd(&load_config(&cli.config)?, *cmd),
-        Cmd::Pg { cmd } => crate::pg::run(cmd, &load_config(&cli.config)?),
-        Cmd::Alerts(a) => crate::alerts::run(&load_config(&cli.config)?, a),
-        Cmd::Summarize { dir, json } => {
-            let cfg = load_config(&cli.config)?;
-            let (s, problems) = pipeline::summarize_dir(&dir, &cfg).map_err(anyhow::Error::msg)?;
-            for p in problems {
-                eprintln!("jobscope: {p}");
-            }
-            print_summary(&s, json)
+        } => top(&cfg, job_id, once, interval),
+        Cmd::Index { cmd } => crate::audit::index_cmd(&cfg, cmd),
+        Cmd::Audit { cmd } => crate::audit::audit_cmd(&cfg, *cmd),
+        Cmd::Pg { cmd } => crate::pg::run(cmd, &cfg),
+        Cmd::Alerts(a) => crate::alerts::run(&cfg, a),
+        Cmd::Summarize { dir, json } => summarize(&cfg, &dir, json),
+    }
+}
+
+/// `jobscope show`: a running job's report so far (marked running), else the archived run
+/// (`--start`, `--cluster` pick one; `--list` lists them).
+fn show(
+    cfg: &jobscope_config::Config,
+    job_id: u32,
+    json: bool,
+    list: bool,
+    start: Option<u64>,
+    cluster: Option<String>,
+) -> Result<()> {
+    if !list && start.is_none() && cluster.is_none() {
+        if let Some(l) = crate::live::live(
+            cfg,
+            &*jobscope_report::slurm::detect(),
+            job_id,
+            caller_uid(),
+        )? {
+            return print_summary(&l.summary, json);
         }
     }
+    let store = archive::Store::new(&cfg.paths.archive_dir, &cfg.archive.admin_group);
+    if list {
+        let runs = store.runs(job_id, caller_uid())?;
+        if runs.is_empty() {
+            bail!("job {job_id}: no archived run you can see");
+        }
+        for r in &runs {
+            println!("{}", r.describe());
+        }
+        return Ok(());
+    }
+    let shown = store.show(
+        job_id,
+        caller_uid(),
+        &archive::Pick {
+            start_unix_s: start,
+            cluster,
+        },
+        &cfg.report,
+    )?;
+    for n in &shown.notes {
+        eprintln!("jobscope: {n}");
+    }
+    print_summary(&shown.loaded.summary, json)
+}
+
+/// The epilog's environment: this process's, with what the options name in place of SLURM's.
+fn epilog_vars(
+    mut vars: std::collections::HashMap<String, String>,
+    job: Option<u32>,
+    node: Option<String>,
+    nodelist: Option<String>,
+) -> std::collections::HashMap<String, String> {
+    if let Some(j) = job {
+        vars.insert("SLURM_JOB_ID".into(), j.to_string());
+    }
+    if let Some(n) = node {
+        vars.insert("SLURMD_NODENAME".into(), n);
+    }
+    if let Some(n) = nodelist {
+        vars.insert("SLURM_NODELIST".into(), n);
+    }
+    vars
+}
+
+/// `jobscope epilog`: the epilog by hand, as SLURM's Epilog= runs it.
+fn epilog(
+    cfg: &jobscope_config::Config,
+    job: Option<u32>,
+    node: Option<String>,
+    nodelist: Option<String>,
+    json: bool,
+) -> Result<()> {
+    let vars = epilog_vars(jobscope_epilog::env_vars_lossy(), job, node, nodelist);
+    let env = EpilogEnv::from_vars(&vars).map_err(anyhow::Error::msg)?;
+    let outcome = flow::run_epilog(cfg, &env, &*jobscope_report::slurm::detect(), &mut |m| {
+        eprintln!("jobscope: {m}")
+    })?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&outcome)?);
+    } else {
+        println!("job {}: {}", env.job_id, outcome.describe());
+    }
+    Ok(())
+}
+
+/// `jobscope reap`: what epilogs could not finish on this node.
+fn reap(cfg: &jobscope_config::Config, node: Option<String>, json: bool) -> Result<()> {
+    let slurm = jobscope_report::slurm::detect();
+    // Without slurmctld we cannot tell a running job from a dead one: do nothing rather
+    // than turn running jobs' spools into early partial reports.
+    if !slurm.ping() {
+        bail!("slurmctld does not answer `scontrol ping`; not reaping now");
+    }
+    let node = node.unwrap_or_else(jobscope_report::slurm::short_hostname);
+    let rep = flow::reap(
+        cfg,
+        &node,
+        jobscope_common::now_unix_ms(),
+        &*slurm,
+        &mut |m| eprintln!("jobscope: {m}"),
+    )?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&rep)?);
+    } else {
+        print!("{}", rep.describe());
+    }
+    Ok(())
+}
+
+/// `jobscope mail flush|list|retry`.
+fn mail(cfg: &jobscope_config::Config, cmd: MailCmd) -> Result<()> {
+    use jobscope_deliver::mail::queue::{FlushMode, Queue};
+    match cmd {
+        MailCmd::Flush { budget } => println!(
+            "{}",
+            jobscope_deliver::notify::flush(
+                cfg,
+                std::time::Duration::from_secs(budget),
+                FlushMode::Full,
+            )?
+        ),
+        MailCmd::List { json } => {
+            let list = Queue::open(&cfg.mail.queue_dir)?.list();
+            if json {
+                println!("{}", serde_json::to_string_pretty(&mail_list_json(&list))?);
+            } else {
+                print!("{}", mail_list_table(&list));
+            }
+        }
+        MailCmd::Retry { id } => {
+            let ok = Queue::open(&cfg.mail.queue_dir)?.retry_dead(&id)?;
+            println!(
+                "{}",
+                if ok {
+                    "requeued"
+                } else {
+                    "no such dead letter"
+                }
+            );
+        }
+    }
+    Ok(())
+}
+
+/// `jobscope archive prune`.
+fn archive_prune(cfg: &jobscope_config::Config) -> Result<()> {
+    let (days, copies) = archive::Store::new(&cfg.paths.archive_dir, &cfg.archive.admin_group)
+        .prune(cfg.archive.retention_days, jobscope_common::now_unix_ms())?;
+    println!(
+        "removed {days} day directories and {copies} user copies older than {} days",
+        cfg.archive.retention_days
+    );
+    Ok(())
+}
+
+/// `jobscope archive verify`: fails when the archive has problems.
+fn archive_verify(cfg: &jobscope_config::Config, verbose: bool) -> Result<()> {
+    let rep = archive::Store::new(&cfg.paths.archive_dir, &cfg.archive.admin_group).verify();
+    print!("{}", rep.render(verbose));
+    if !rep.ok() {
+        bail!("archive verification found problems");
+    }
+    Ok(())
+}
+
+/// `jobscope schema`.
+fn schema() -> Result<()> {
+    println!(
+        "{}",
+        serde_json::to_string_pretty(&jobscope_model::summary::json_schema())?
+    );
+    Ok(())
+}
+
+/// `jobscope run`: runs the command, writes its report (stderr or `output`) and exits with the
+/// command's status.
+fn run_cmd(
+    cfg: &jobscope_config::Config,
+    opts: &crate::run::RunOptions,
+    json: bool,
+    output: Option<PathBuf>,
+) -> Result<()> {
+    // Made before the run: a report that cannot be written is known before CMD runs.
+    let mut out_file = match &output {
+        // No symlink another user planted is followed, in any component of the path.
+        Some(p) => Some(jobscope_common::fsutil::create_output(p, 0o666)?),
+        None => None,
+    };
+    let o = crate::run::run(cfg, opts, &mut |m| eprintln!("jobscope: {m}"))?;
+    for p in &o.problems {
+        eprintln!("jobscope: {p}");
+    }
+    let text = if json {
+        serde_json::to_string_pretty(&o.summary)? + "\n"
+    } else {
+        let tty = out_file.is_none() && std::io::stderr().is_terminal();
+        present::render_text(&o.summary, tty && no_color_unset())?
+    };
+    use std::io::Write;
+    match out_file.as_mut() {
+        Some(f) => f.write_all(text.as_bytes())?,
+        None => eprint!("{text}"),
+    }
+    if let Some(p) = &o.archived {
+        eprintln!(
+            "jobscope: archived as job {} of cluster {}: {}",
+            o.summary.job_id,
+            cfg.run.cluster,
+            p.display()
+        );
+    }
+    std::process::exit(o.exit_status);
+}
+
+/// `jobscope top`: a running job's screen, refreshed every `interval` seconds on a terminal.
+fn top(cfg: &jobscope_config::Config, job_id: u32, once: bool, interval: u64) -> Result<()> {
+    let tty = std::io::stdout().is_terminal();
+    let slurm = jobscope_report::slurm::detect();
+    let mut first = true;
+    loop {
+        let Some(l) = crate::live::live(cfg, &*slurm, job_id, caller_uid())? else {
+            if first {
+                bail!("job {job_id} is not running; its report: jobscope show {job_id}");
+            }
+            println!("job {job_id} has ended; its report: jobscope show {job_id}");
+            return Ok(());
+        };
+        let screen = crate::live::top::render(&l, use_color());
+        if once || !tty {
+            print!("{screen}");
+            return Ok(());
+        }
+        // Home and clear, then the screen: refreshed in place.
+        print!("\x1b[H\x1b[2J{screen}");
+        use std::io::Write;
+        let _ = std::io::stdout().flush();
+        first = false;
+        std::thread::sleep(std::time::Duration::from_secs(interval.max(1)));
+    }
+}
+
+/// `jobscope summarize DIR`.
+fn summarize(cfg: &jobscope_config::Config, dir: &std::path::Path, json: bool) -> Result<()> {
+    let (s, problems) = pipeline::summarize_dir(dir, cfg).map_err(anyhow::Error::msg)?;
+    for p in problems {
+        eprintln!("jobscope: {p}");
+    }
+    print_summary(&s, json)
 }
 
 /// `jobscope mail list`, for people: one line per message.
@@ -591,5 +650,37 @@ pub fn main() -> i32 {
             );
             1
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The options replace SLURM's variables; what they leave out stays as SLURM set it.
+    #[test]
+    fn epilog_options_override_slurms_variables() {
+        let slurm: std::collections::HashMap<String, String> = [
+            ("SLURM_JOB_ID", "7"),
+            ("SLURMD_NODENAME", "n1"),
+            ("SLURM_NODELIST", "n[1-2]"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        let v = epilog_vars(slurm.clone(), None, None, None);
+        assert_eq!(v, slurm);
+        let v = epilog_vars(slurm, Some(9), Some("n2".into()), None);
+        assert_eq!(v["SLURM_JOB_ID"], "9");
+        assert_eq!(v["SLURMD_NODENAME"], "n2");
+        assert_eq!(v["SLURM_NODELIST"], "n[1-2]");
+    }
+
+    /// clap's own consistency checks over every command, and a global option before one.
+    #[test]
+    fn the_command_line_is_consistent() {
+        let cli = Cli::try_parse_from(["jobscope", "--config", "/nonexistent", "schema"]).unwrap();
+        assert!(matches!(cli.cmd, Cmd::Schema));
+        command().debug_assert();
     }
 }

@@ -1,7 +1,7 @@
 //! `jobscope audit report`, the real binary over an index this test writes: the text by default,
 //! the page with --html (a new file, not world-readable), the mail into the queue with --mail,
 //! nothing and success with --mail while audit.report_to is unset (what the weekly timer runs).
-//! The report's contents are tested in jobscope-audit (audit/src/cluster/).
+//! The report's contents are tested in jobscope-admin (admin/src/cluster/).
 
 mod common;
 use jobscope_audit::index::write_rows_only;

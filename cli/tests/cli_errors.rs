@@ -43,7 +43,8 @@ fn bad_input_is_one_line_and_a_nonzero_exit() {
     std::fs::write(&bad, "[sampler]\ncadence_s = \"thirty\"\n").unwrap();
     one_line_error(
         &["--config", bad.to_str().unwrap(), "show", "1"],
-        "bad.toml: line 2: cadence_s = \"thirty\"",
+        // The line's key is named with its table.
+        "bad.toml: line 2: sampler.cadence_s = \"thirty\"",
     );
     let unknown = d.path().join("unknown.toml");
     std::fs::write(&unknown, "[report]\nno_such_key = 1\n").unwrap();

@@ -8,7 +8,10 @@
 //! - [`digest`]: SHA-256 as lower-case hex (manifests, the batch script's hash).
 //! - [`spool`]: the bounded read side of the spool on disk (the format itself is
 //!   `jobscope_model::spool`; the writers are the sampler's).
+//! - [`bpf_maps`]: the kernel collector's pinned maps through plain `bpf(2)` (the tagger and reader
+//!   of the plugin's sampler and `jobscope run`, the collector's sweep and status, its tests).
 //! - [`now_unix_ms`]: the wall clock as every stage stamps it.
+pub mod bpf_maps;
 pub mod child;
 pub mod digest;
 pub mod fsutil;

@@ -52,6 +52,30 @@ impl AbsPath {
     }
 }
 
+/// Read from the configuration, a path is an [`AbsPath`] or the file is refused: the check is the
+/// type's, made while the file is parsed.
+impl<'de> Deserialize<'de> for AbsPath {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<AbsPath, D::Error> {
+        AbsPath::new(PathBuf::deserialize(d)?).map_err(serde::de::Error::custom)
+    }
+}
+
+/// The path keys of the configuration, read through [`AbsPath`] (`#[serde(deserialize_with)]`):
+/// the fields stay `PathBuf`s for the code that uses and sets them.
+mod abs_path {
+    use super::AbsPath;
+    use serde::{Deserialize, Deserializer};
+    use std::path::PathBuf;
+
+    pub fn required<'de, D: Deserializer<'de>>(d: D) -> Result<PathBuf, D::Error> {
+        AbsPath::deserialize(d).map(AbsPath::into_path_buf)
+    }
+
+    pub fn optional<'de, D: Deserializer<'de>>(d: D) -> Result<Option<PathBuf>, D::Error> {
+        Ok(Option::<AbsPath>::deserialize(d)?.map(AbsPath::into_path_buf))
+    }
+}
+
 impl std::ops::Deref for AbsPath {
     type Target = Path;
     fn deref(&self) -> &Path {
@@ -141,6 +165,7 @@ pub struct Postgres {
     /// `host=db.example.org port=5432 user=jobscope dbname=jobscope`.
     pub conninfo: Option<String>,
     /// File holding the password (first line), readable by root only.
+    #[serde(default, deserialize_with = "abs_path::optional")]
     pub password_file: Option<PathBuf>,
     /// Connecting gives up after this many seconds.
     pub connect_timeout_s: u64,
@@ -168,10 +193,12 @@ pub struct Gpu {
     /// Sample NVIDIA GPUs through NVML.
     pub nvidia: bool,
     /// The NVML library; unset: `libnvidia-ml.so.1` from the dynamic linker's path.
+    #[serde(default, deserialize_with = "abs_path::optional")]
     pub nvml_lib_path: Option<PathBuf>,
     /// Sample AMD GPUs through amdgpu sysfs.
     pub amd: bool,
     /// gres.conf, to map SLURM's gres indices to device files (identity, not ordinals).
+    #[serde(deserialize_with = "abs_path::required")]
     pub gres_conf: PathBuf,
     /// `ConstrainDevices=yes`: the extern step's NVML sees only the job's GPUs.
     pub constrained_devices: bool,
@@ -255,8 +282,10 @@ pub struct Mail {
     /// is not mailed (no guessing).
     pub domain: Option<String>,
     /// Admin template overrides (`subject.hbs`, `report.html.hbs`); a bad one falls back to built-in.
+    #[serde(default, deserialize_with = "abs_path::optional")]
     pub template_dir: Option<PathBuf>,
     /// Node-local durable queue of undelivered mail, root only.
+    #[serde(deserialize_with = "abs_path::required")]
     pub queue_dir: PathBuf,
     pub transport: MailTransportKind,
     /// Seconds the epilog may spend delivering before leaving the rest queued.
@@ -290,8 +319,10 @@ pub struct Smtp {
     pub tls: SmtpTls,
     pub user: Option<String>,
     /// File holding the password (root only), rather than the password in this world-readable file.
+    #[serde(default, deserialize_with = "abs_path::optional")]
     pub password_file: Option<PathBuf>,
     pub timeout_s: u64,
+    #[serde(default, deserialize_with = "abs_path::optional")]
     pub ca_file: Option<PathBuf>,
     pub helo_name: Option<String>,
 }
@@ -299,6 +330,7 @@ pub struct Smtp {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Sendmail {
+    #[serde(deserialize_with = "abs_path::required")]
     pub path: PathBuf,
     pub timeout_s: u64,
 }
@@ -359,19 +391,25 @@ impl Default for Sendmail {
 #[serde(default, deny_unknown_fields)]
 pub struct Paths {
     /// Node-local spool, root only.
+    #[serde(deserialize_with = "abs_path::required")]
     pub spool_dir: PathBuf,
     /// Node-local hand-over from job_prolog to the extern step (tmpfs), root only.
+    #[serde(deserialize_with = "abs_path::required")]
     pub handover_dir: PathBuf,
     /// Node summaries waiting for the job's other nodes. Must be shared by all nodes of a job for
     /// multi-node jobs to get one report (same filesystem as the archive is typical).
+    #[serde(deserialize_with = "abs_path::required")]
     pub state_dir: PathBuf,
     /// The JSON archive.
+    #[serde(deserialize_with = "abs_path::required")]
     pub archive_dir: PathBuf,
     /// Where the epilog logs (it has no terminal; SLURM discards its output).
+    #[serde(deserialize_with = "abs_path::required")]
     pub log_file: PathBuf,
     /// Node-local live snapshots of running jobs (tmpfs): root's directory, one file per job and
     /// node that only the job's owner can read (`jobscope show`/`top` on a running job;
     /// sampler/src/snapshot.rs).
+    #[serde(deserialize_with = "abs_path::required")]
     pub live_dir: PathBuf,
 }
 
@@ -419,6 +457,7 @@ pub struct Archive {
     pub node_wait_s: u64,
     /// If set, the epilog copies each node's raw spool here before deleting it (debugging, and how
     /// the recorded spools in the test data were captured). Root only; unset on production sites.
+    #[serde(default, deserialize_with = "abs_path::optional")]
     pub keep_spools_dir: Option<PathBuf>,
 }
 
@@ -428,6 +467,7 @@ pub struct Archive {
 #[serde(default, deny_unknown_fields)]
 pub struct Audit {
     /// Where the Parquet index lives; unset: `<archive_dir>/index`.
+    #[serde(default, deserialize_with = "abs_path::optional")]
     pub index_dir: Option<PathBuf>,
     /// A month of the index with more part files than this is compacted into one.
     pub compact_parts: usize,
@@ -444,6 +484,7 @@ pub struct Audit {
     pub history_min_runs: u32,
     /// The OpenMetrics textfile written after each index update (node_exporter's textfile
     /// collector); unset: none.
+    #[serde(default, deserialize_with = "abs_path::optional")]
     pub metrics_file: Option<PathBuf>,
     /// Add a `user` label to the metrics (off: only cluster and partition).
     pub metrics_user_label: bool,
@@ -814,19 +855,111 @@ pub enum ConfigError {
 }
 
 /// toml's own message spans several lines (a source excerpt with a caret); an admin reading a log
-/// or a terminal wants one: `line 2: cadence_s = "thirty": invalid type: string "thirty", expected u32`.
-/// The line's text and toml's words (which may name a key as written) are escaped.
+/// or a terminal wants one: `line 2: sampler.cadence_s = "thirty": invalid type: string "thirty",
+/// expected u32`, the line's key named in full ([`qualified_line`]). The line's text and toml's
+/// words (which may name a key as written) are escaped.
 fn one_line_toml_error(text: &str, e: &toml::de::Error) -> String {
     let msg = escape_hidden(e.message().trim()).into_owned();
     match e.span() {
         Some(span) => {
             let start = span.start.min(text.len());
             let line_no = text[..start].matches('\n').count() + 1;
-            let line = text.lines().nth(line_no - 1).unwrap_or("").trim();
+            let line = qualified_line(text, line_no);
             let line: String = line.chars().take(80).collect();
             format!("line {line_no}: {}: {msg}", escape_hidden(&line))
         }
         None => msg,
+    }
+}
+
+/// The least and the most seconds between two samples (`sampler.cadence_s`, the plugstack's
+/// `cadence=`, `jobscope run --cadence`): every reader of a cadence holds it to this one range.
+pub const CADENCE_S: std::ops::RangeInclusive<u32> = 1..=3600;
+
+/// [`CADENCE_S`] as `u64`s (the integer checks' unit).
+fn cadence_s_u64() -> std::ops::RangeInclusive<u64> {
+    u64::from(*CADENCE_S.start())..=u64::from(*CADENCE_S.end())
+}
+
+/// `(key, value as u64, least, most)` for an integer key, the key's name spelled from the field
+/// read, so the name in a message cannot drift from the value checked.
+macro_rules! int {
+    ($c:ident . $($f:ident).+, $range:expr) => {{
+        let r: std::ops::RangeInclusive<u64> = $range;
+        (stringify!($($f).+), $c.$($f).+ as u64, *r.start(), *r.end())
+    }};
+}
+
+/// `(key, value, least, most)` for a float key, named as [`int!`] names it.
+macro_rules! float {
+    ($c:ident . $($f:ident).+, $lo:expr, $hi:expr) => {
+        (stringify!($($f).+), $c.$($f).+, $lo, $hi)
+    };
+}
+
+/// `key = v is outside lo..=hi` unless it is within.
+fn check_int(key: &str, v: u64, lo: u64, hi: u64) -> Result<(), String> {
+    if (lo..=hi).contains(&v) {
+        Ok(())
+    } else {
+        Err(format!("{key} = {v} is outside {lo}..={hi}"))
+    }
+}
+
+/// `key = v is outside lo..=hi` unless it is finite and within.
+fn check_float(key: &str, v: f64, lo: f64, hi: f64) -> Result<(), String> {
+    if v.is_finite() && lo <= v && v <= hi {
+        Ok(())
+    } else {
+        // `{:?}`: 1e-300 as written, not three hundred zeros.
+        Err(format!("{key} = {v:?} is outside {lo:?}..={hi:?}"))
+    }
+}
+
+/// `archive.admin_group`: a group name (`A-Z a-z 0-9 _ - .`, not empty).
+fn check_group_name(group: &str) -> Result<(), String> {
+    if group.is_empty()
+        || !group
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "_-.".contains(c))
+    {
+        return Err(format!(
+            "archive.admin_group {} is not a valid group name",
+            quoted(group, ECHO_CHARS)
+        ));
+    }
+    Ok(())
+}
+
+/// Line `line_no` (from 1) of `text`, trimmed; a `key = value` line under a `[table]` header with
+/// its key named in full (`port = 0` under `[mail.smtp]`: `mail.smtp.port = 0`), so a message
+/// names the key whichever table it is in.
+fn qualified_line(text: &str, line_no: usize) -> String {
+    let line = text
+        .lines()
+        .nth(line_no.saturating_sub(1))
+        .unwrap_or("")
+        .trim();
+    let bare_key = |k: &str| {
+        !k.is_empty()
+            && k.chars()
+                .all(|c| c.is_ascii_alphanumeric() || "_-.".contains(c))
+    };
+    let is_pair = line
+        .split_once('=')
+        .is_some_and(|(k, _)| bare_key(k.trim()));
+    let table = text
+        .lines()
+        .take(line_no.saturating_sub(1))
+        .map(str::trim)
+        .filter(|l| l.starts_with('['))
+        .last()
+        .and_then(|h| h.trim_start_matches('[').split(']').next())
+        .map(str::trim)
+        .filter(|t| bare_key(t));
+    match table {
+        Some(t) if is_pair => format!("{t}.{line}"),
+        _ => line.to_string(),
     }
 }
 
@@ -887,216 +1020,122 @@ impl Config {
         }
     }
 
-    /// Every numeric key's range and every path key's form, checked here once, at parse time, so
-    /// that no value reaches arithmetic that would panic or wrap (`Duration::from_secs_f64(1 /
+    /// Every numeric key's range and every name's form, checked here once, at parse time (a path
+    /// key's form is its type's, [`AbsPath`], checked as it is read), so that no value reaches arithmetic that would panic or wrap (`Duration::from_secs_f64(1 /
     /// 1e-300)`, `keep_sent_days * 86_400`) and a typo is one line naming the key, the value and
     /// the range. docs/configuration.md lists the same ranges; the test
     /// `every_numeric_and_path_key_is_bounded` holds every key to them.
     fn validate(&self) -> Result<(), String> {
         Label::new(&self.run.cluster).map_err(|e| format!("run.cluster = {e}"))?;
+        self.check_integers()?;
+        self.check_floats()?;
+        check_group_name(&self.archive.admin_group)?;
+        Label::source(&self.postgres.source).map_err(|e| format!("postgres.source {e}"))?;
+        check_report_to(&self.audit.report_to)?;
+        self.alerts.validate()?;
+        Ok(())
+    }
+
+    /// Every integer key's range, the early samples' and the backoffs' order.
+    fn check_integers(&self) -> Result<(), String> {
         const DAY: u64 = 86_400;
         const YEAR: u64 = 365 * DAY;
-        let (s, a, m, g, r) = (
-            &self.sampler,
-            &self.audit,
-            &self.mail,
-            &self.gpu,
-            &self.report,
-        );
-        // (key, value, least, most): integers.
+        const MANY_CALLS: u64 = 1_000_000_000_000;
+        let c = self;
+        // (key, value, least, most).
         let ints: [(&str, u64, u64, u64); 32] = [
-            ("sampler.cadence_s", s.cadence_s.into(), 1, 3600),
-            (
-                "sampler.max_spool_bytes",
-                s.max_spool_bytes,
-                16 * 1024,
-                64 * 1024 * 1024,
-            ),
+            int!(c.sampler.cadence_s, cadence_s_u64()),
+            int!(c.sampler.max_spool_bytes, 16 * 1024..=64 * 1024 * 1024),
             // A floor above the filesystem's size turns spooling off (a test of the floor does).
-            ("sampler.min_free_bytes", s.min_free_bytes, 0, 1 << 60),
-            (
-                "archive.retention_days",
-                self.archive.retention_days.into(),
-                0,
-                36_500,
-            ),
-            ("archive.node_wait_s", self.archive.node_wait_s, 0, 7 * DAY),
-            ("audit.compact_parts", a.compact_parts as u64, 1, 10_000),
-            ("audit.lock_stale_s", a.lock_stale_s, 1, 7 * DAY),
-            ("audit.peer_window_days", a.peer_window_days.into(), 1, 3650),
-            ("audit.peer_min_jobs", a.peer_min_jobs.into(), 1, 1_000_000),
-            (
-                "audit.history_min_runs",
-                a.history_min_runs.into(),
-                1,
-                10_000,
-            ),
-            (
-                "report.min_elapsed_for_advice_s",
-                r.min_elapsed_for_advice_s,
-                0,
-                YEAR,
-            ),
-            ("report.idle_phase_min_s", r.idle_phase_min_s, 1, YEAR),
-            (
-                "report.lock_min_calls",
-                r.lock_min_calls,
-                1,
-                1_000_000_000_000,
-            ),
-            (
-                "report.small_io_warn_calls",
-                r.small_io_warn_calls,
-                1,
-                1_000_000_000_000,
-            ),
-            ("mail.flush_budget_s", m.flush_budget_s, 0, 3600),
-            ("mail.initial_backoff_s", m.initial_backoff_s, 1, DAY),
-            ("mail.max_backoff_s", m.max_backoff_s, 1, 30 * DAY),
-            ("mail.max_age_s", m.max_age_s, 1, YEAR),
-            ("mail.keep_sent_days", m.keep_sent_days, 0, 3650),
-            ("mail.min_elapsed_s", m.min_elapsed_s, 0, YEAR),
-            ("mail.chart_width", m.chart_width.into(), 64, 4096),
-            ("mail.chart_height", m.chart_height.into(), 32, 4096),
-            ("mail.max_chart_nodes", m.max_chart_nodes as u64, 0, 1024),
-            ("mail.smtp.port", m.smtp.port.into(), 1, 65_535),
-            ("mail.smtp.timeout_s", m.smtp.timeout_s, 1, 600),
-            ("mail.sendmail.timeout_s", m.sendmail.timeout_s, 1, 600),
+            int!(c.sampler.min_free_bytes, 0..=1 << 60),
+            int!(c.archive.retention_days, 0..=36_500),
+            int!(c.archive.node_wait_s, 0..=7 * DAY),
+            int!(c.audit.compact_parts, 1..=10_000),
+            int!(c.audit.lock_stale_s, 1..=7 * DAY),
+            int!(c.audit.peer_window_days, 1..=3650),
+            int!(c.audit.peer_min_jobs, 1..=1_000_000),
+            int!(c.audit.history_min_runs, 1..=10_000),
+            int!(c.report.min_elapsed_for_advice_s, 0..=YEAR),
+            int!(c.report.idle_phase_min_s, 1..=YEAR),
+            int!(c.report.lock_min_calls, 1..=MANY_CALLS),
+            int!(c.report.small_io_warn_calls, 1..=MANY_CALLS),
+            int!(c.mail.flush_budget_s, 0..=3600),
+            int!(c.mail.initial_backoff_s, 1..=DAY),
+            int!(c.mail.max_backoff_s, 1..=30 * DAY),
+            int!(c.mail.max_age_s, 1..=YEAR),
+            int!(c.mail.keep_sent_days, 0..=3650),
+            int!(c.mail.min_elapsed_s, 0..=YEAR),
+            int!(c.mail.chart_width, 64..=4096),
+            int!(c.mail.chart_height, 32..=4096),
+            int!(c.mail.max_chart_nodes, 0..=1024),
+            int!(c.mail.smtp.port, 1..=65_535),
+            int!(c.mail.smtp.timeout_s, 1..=600),
+            int!(c.mail.sendmail.timeout_s, 1..=600),
             // The H100's buffer holds 14 s of samples: a drain at least every 13 s loses none.
-            ("gpu.drain_interval_s", g.drain_interval_s, 1, 13),
-            ("gpu.sample_timeout_s", g.sample_timeout_s, 1, 60),
-            ("gpu.idle_min_s", g.idle_min_s, 0, YEAR),
-            (
-                "postgres.connect_timeout_s",
-                self.postgres.connect_timeout_s,
-                1,
-                300,
-            ),
+            int!(c.gpu.drain_interval_s, 1..=13),
+            int!(c.gpu.sample_timeout_s, 1..=60),
+            int!(c.gpu.idle_min_s, 0..=YEAR),
+            int!(c.postgres.connect_timeout_s, 1..=300),
             // Above SLURM's largest MaxJobId (67,108,863), with room below u32::MAX to count.
+            int!(c.run.first_job_id, 67_108_864..=4_000_000_000),
             (
-                "run.first_job_id",
-                self.run.first_job_id.into(),
-                67_108_864,
-                4_000_000_000,
-            ),
-            (
-                "sampler.early_samples_s (count)",
-                s.early_samples_s.len() as u64,
+                concat!(stringify!(sampler.early_samples_s), " (count)"),
+                c.sampler.early_samples_s.len() as u64,
                 0,
                 16,
             ),
         ];
         for (key, v, lo, hi) in ints {
-            if !(lo..=hi).contains(&v) {
-                return Err(format!("{key} = {v} is outside {lo}..={hi}"));
-            }
+            check_int(key, v, lo, hi)?;
         }
-        for &t in &s.early_samples_s {
-            if t > 3600 {
-                return Err(format!("sampler.early_samples_s = {t} is outside 0..=3600"));
-            }
+        // An early sample after the latest a cadence can be is no early sample.
+        for &t in &c.sampler.early_samples_s {
+            check_int(
+                "sampler.early_samples_s",
+                t.into(),
+                0,
+                (*CADENCE_S.end()).into(),
+            )?;
         }
+        let m = &c.mail;
         if m.max_backoff_s < m.initial_backoff_s {
             return Err(format!(
                 "mail.max_backoff_s = {} is below mail.initial_backoff_s = {}",
                 m.max_backoff_s, m.initial_backoff_s
             ));
         }
-        // (key, value, least, most): floats, finite (NaN and infinities are outside every range).
+        Ok(())
+    }
+
+    /// Every float key's range: finite (NaN and infinities are outside every range).
+    fn check_floats(&self) -> Result<(), String> {
+        let c = self;
+        // (key, value, least, most).
         let floats: [(&str, f64, f64, f64); 12] = [
-            (
-                "report.cpu_efficiency_warn_pct",
-                r.cpu_efficiency_warn_pct,
-                0.0,
-                1000.0,
-            ),
-            (
-                "report.mem_efficiency_warn_pct",
-                r.mem_efficiency_warn_pct,
-                0.0,
-                1000.0,
-            ),
-            ("report.mem_headroom_pct", r.mem_headroom_pct, 0.0, 1000.0),
-            ("report.time_margin_pct", r.time_margin_pct, 0.0, 1000.0),
-            (
-                "report.time_efficiency_warn_pct",
-                r.time_efficiency_warn_pct,
-                0.0,
-                1000.0,
-            ),
-            ("report.near_oom_pct", r.near_oom_pct, 0.0, 1000.0),
-            ("report.stall_warn_pct", r.stall_warn_pct, 0.0, 100.0),
-            ("report.cpu_wait_warn_pct", r.cpu_wait_warn_pct, 0.0, 100.0),
-            (
-                "report.lock_share_warn_pct",
-                r.lock_share_warn_pct,
-                0.0,
-                100.0,
-            ),
-            ("gpu.idle_util_pct", g.idle_util_pct, 0.0, 100.0),
+            float!(c.report.cpu_efficiency_warn_pct, 0.0, 1000.0),
+            float!(c.report.mem_efficiency_warn_pct, 0.0, 1000.0),
+            float!(c.report.mem_headroom_pct, 0.0, 1000.0),
+            float!(c.report.time_margin_pct, 0.0, 1000.0),
+            float!(c.report.time_efficiency_warn_pct, 0.0, 1000.0),
+            float!(c.report.near_oom_pct, 0.0, 1000.0),
+            float!(c.report.stall_warn_pct, 0.0, 100.0),
+            float!(c.report.cpu_wait_warn_pct, 0.0, 100.0),
+            float!(c.report.lock_share_warn_pct, 0.0, 100.0),
+            float!(c.gpu.idle_util_pct, 0.0, 100.0),
             // Above 0: a share of zero would mark every partition busy.
-            ("audit.busy_pct", a.busy_pct, 0.001, 100.0),
+            float!(c.audit.busy_pct, 0.001, 100.0),
             // 0 is "no limit"; below one attempt in 1000 s a flush would wait for ever.
-            ("mail.rate_per_s", m.rate_per_s, 0.0, 1000.0),
+            float!(c.mail.rate_per_s, 0.0, 1000.0),
         ];
         for (key, v, lo, hi) in floats {
-            if !(v.is_finite() && lo <= v && v <= hi) {
-                // `{:?}`: 1e-300 as written, not three hundred zeros.
-                return Err(format!("{key} = {v:?} is outside {lo:?}..={hi:?}"));
-            }
+            check_float(key, v, lo, hi)?;
         }
-        if m.rate_per_s != 0.0 && m.rate_per_s < 0.001 {
+        let rate = c.mail.rate_per_s;
+        if rate != 0.0 && rate < 0.001 {
             return Err(format!(
-                "mail.rate_per_s = {:?} is outside 0 (no limit) or 0.001..=1000",
-                m.rate_per_s
+                "mail.rate_per_s = {rate:?} is outside 0 (no limit) or 0.001..=1000"
             ));
         }
-        let p = &self.paths;
-        let paths: [(&str, Option<&PathBuf>); 17] = [
-            ("paths.spool_dir", Some(&p.spool_dir)),
-            ("paths.handover_dir", Some(&p.handover_dir)),
-            ("paths.state_dir", Some(&p.state_dir)),
-            ("paths.archive_dir", Some(&p.archive_dir)),
-            ("paths.log_file", Some(&p.log_file)),
-            ("paths.live_dir", Some(&p.live_dir)),
-            (
-                "archive.keep_spools_dir",
-                self.archive.keep_spools_dir.as_ref(),
-            ),
-            ("audit.index_dir", a.index_dir.as_ref()),
-            ("audit.metrics_file", a.metrics_file.as_ref()),
-            ("mail.template_dir", m.template_dir.as_ref()),
-            ("mail.queue_dir", Some(&m.queue_dir)),
-            ("mail.smtp.password_file", m.smtp.password_file.as_ref()),
-            ("mail.smtp.ca_file", m.smtp.ca_file.as_ref()),
-            ("mail.sendmail.path", Some(&m.sendmail.path)),
-            ("gpu.nvml_lib_path", g.nvml_lib_path.as_ref()),
-            ("gpu.gres_conf", Some(&g.gres_conf)),
-            (
-                "postgres.password_file",
-                self.postgres.password_file.as_ref(),
-            ),
-        ];
-        for (key, v) in paths {
-            if let Some(v) = v {
-                AbsPath::new(v).map_err(|e| format!("{key} {e}"))?;
-            }
-        }
-        if !self
-            .archive
-            .admin_group
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "_-.".contains(c))
-            || self.archive.admin_group.is_empty()
-        {
-            return Err(format!(
-                "archive.admin_group {} is not a valid group name",
-                quoted(&self.archive.admin_group, ECHO_CHARS)
-            ));
-        }
-        Label::source(&self.postgres.source).map_err(|e| format!("postgres.source {e}"))?;
-        check_report_to(&a.report_to)?;
-        self.alerts.validate()?;
         Ok(())
     }
 }
@@ -1204,12 +1243,19 @@ mod tests {
         for (toml, key) in [
             (
                 "[paths]\nspool_dir = \"/var/../x\"",
-                "paths.spool_dir must be",
+                "paths.spool_dir = \"/var/../x\": must be an absolute path",
             ),
-            ("[audit]\nindex_dir = \"idx\"", "audit.index_dir must be"),
+            (
+                "[audit]\nindex_dir = \"idx\"",
+                "audit.index_dir = \"idx\": must be an absolute path",
+            ),
             (
                 "[postgres]\npassword_file = \"pw\"",
-                "postgres.password_file must be",
+                "postgres.password_file = \"pw\": must be an absolute path",
+            ),
+            (
+                "[mail.smtp]\npassword_file = \"pw\"",
+                "mail.smtp.password_file = \"pw\": must be an absolute path",
             ),
             ("[run]\ncluster = \"a.b\"", "run.cluster = \"a.b\""),
             ("[postgres]\nsource = \"a b\"", "postgres.source \"a b\""),
@@ -1394,7 +1440,8 @@ mod tests {
         let name = key.rsplit_once('.').unwrap().1;
         assert!(!e.contains('\n'), "{text}: {e}");
         assert!(e.starts_with("/etc/j.toml: "), "{text}: {e}");
-        // Our own check names the whole key, the value and the range; toml's names the line.
+        // Our own check names the whole key, the value and the range; toml's (a path's form is
+        // checked as it is read) names the line, its key in full.
         assert!(
             (e.contains(key) && (e.contains("outside") || e.contains("must be an absolute")))
                 || e.contains(&format!("{name} = {value}")),
@@ -1735,5 +1782,40 @@ mod example_tests {
                 .cadence_s,
             5
         );
+    }
+
+    /// A key under a table header is named in full; a header line, a line in a multi-line value
+    /// or a key before any header is shown as written.
+    #[test]
+    fn a_lines_key_is_named_with_its_table() {
+        let text = "top = 1\n[mail.smtp]\n  port = 0\n[[x]]\nk = [\n \"a=b\",\n]\n";
+        assert_eq!(qualified_line(text, 1), "top = 1");
+        assert_eq!(qualified_line(text, 2), "[mail.smtp]");
+        assert_eq!(qualified_line(text, 3), "mail.smtp.port = 0");
+        assert_eq!(qualified_line(text, 5), "x.k = [");
+        assert_eq!(qualified_line(text, 6), "\"a=b\",");
+        assert_eq!(qualified_line(text, 99), "");
+    }
+
+    /// The cadence's one range holds `sampler.cadence_s` and the early samples.
+    #[test]
+    fn the_cadence_range_bounds_the_cadence_and_the_early_samples() {
+        let (lo, hi) = (*CADENCE_S.start(), *CADENCE_S.end());
+        for ok in [lo, hi] {
+            Config::parse(&format!("[sampler]\ncadence_s = {ok}"), Path::new("c")).unwrap();
+        }
+        for bad in [lo - 1, hi + 1] {
+            let e = Config::parse(&format!("[sampler]\ncadence_s = {bad}"), Path::new("c"))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(&format!("outside {lo}..={hi}")), "{e}");
+        }
+        let e = Config::parse(
+            &format!("[sampler]\nearly_samples_s = [{}]", hi + 1),
+            Path::new("c"),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains(&format!("outside 0..={hi}")), "{e}");
     }
 }

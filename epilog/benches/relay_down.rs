@@ -14,7 +14,7 @@ use jobscope_deliver::mail::queue::{FlushMode, FlushOptions, Queue, RetryPolicy,
 use jobscope_epilog::flow::run_epilog;
 use jobscope_model::job::{JobFacts, JobState};
 use jobscope_model::sample::Reading;
-use jobscope_model::spool::{job_dir, Bucket, End, Event, Header};
+use jobscope_model::spool::{job_dir, Bucket, End, Event, EventKind, Header};
 use jobscope_report::slurm::{EpilogEnv, FakeSlurm};
 use jobscope_sampler::spool::writer::{Limits, SeriesWriter, StepWriter};
 use std::time::{Duration, Instant};
@@ -62,7 +62,7 @@ fn spool(cfg: &Config, job: u32) {
     let mut s = StepWriter::create(&dir, &header(job, "batch")).unwrap();
     s.event(&Event {
         t_ms: T0 + 599_000,
-        kind: "step_exit".into(),
+        kind: EventKind::StepExit,
         step: Some("batch".into()),
         job: Some(Reading {
             cpu_usage_ns: Some(900_000_000_000),

@@ -651,7 +651,7 @@ mod tests {
     use super::*;
     use jobscope_model::job::{EndReason, JobFacts, JobState};
     use jobscope_model::sample::Reading;
-    use jobscope_model::spool::{Bucket, End, Event};
+    use jobscope_model::spool::{Bucket, End, Event, EventKind};
     use jobscope_report::pipeline::testing::header;
     use jobscope_report::slurm::FakeSlurm;
     use jobscope_sampler::spool::writer::{Limits, SeriesWriter, StepWriter};
@@ -699,7 +699,7 @@ mod tests {
             let mut s = StepWriter::create(&dir, &header(job, node, "batch")).unwrap();
             s.event(&Event {
                 t_ms: 1_700_001_149_000,
-                kind: "step_exit".into(),
+                kind: EventKind::StepExit,
                 step: Some("batch".into()),
                 job: Some(Reading {
                     cpu_usage_ns: Some(140_000_000_000),

@@ -1,8 +1,9 @@
 /* The contract between the BPF programs (kernel/bpf/jobscope.bpf.c, loaded by the collector
- * `jobscope-kernel`) and their readers in user space (jobscope-sampler's kernel reader, the SPANK
- * plugin's tagger, `jobscope run`). Mirrored field for field by model/src/kernel.rs; the test
- * kernel/tests/abi.rs compares both layouts through the BTF of the compiled object, so a change
- * here that is not made there fails the build's tests.
+ * `jobscope-kernel`) and their users in user space (jobscope-common's bpf_maps: the SPANK
+ * plugin's tagger and sampler, `jobscope run`, the collector's sweep). Declared once in Rust by
+ * model/src/kernel_abi.rs; the test kernel/tests/abi.rs compares the BTF of the compiled object
+ * with the field list that declaration produces, so a change here that is not made there fails
+ * the build's tests.
  *
  * Maps, pinned by the collector under JS_PIN_DIR (bpffs; the directory is 0700 root):
  *   jobs    PERCPU_HASH  key __u64 job key -> struct js_counters   (max_entries: the collector's

@@ -12,7 +12,8 @@
 //!    count and run time of each program during each workload (what CPU-time differences on a
 //!    noisy machine cannot resolve).
 
-use crate::{create_job, launch, tag_task, Collector, Options, SmallIo, SysEnter};
+use crate::{launch, Collector, Options, SmallIo, SysEnter};
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -50,9 +51,7 @@ fn run(c: &Collector, tagged: bool, program: &str, args: &[&str]) -> anyhow::Res
     let before = children_cpu_ns();
     let child = launch::blocked(program, args)?;
     if tagged {
-        let pidfd = crate::pidfd_open(child.pid())?;
-        use std::os::fd::AsFd;
-        tag_task(c.tasks(), pidfd.as_fd(), KEY)?;
+        c.maps().tag(child.pid() as libc::pid_t, KEY)?;
     }
     let out = child.release_and_wait()?;
     anyhow::ensure!(
@@ -81,7 +80,7 @@ fn children_cpu_ns() -> f64 {
 /// them while `kernel.bpf_stats_enabled` is 1. Ours are the `js_` programs loaded since `since`
 /// (CLOCK_BOOTTIME, which bpf_prog_info's load_time counts in), so a collector running on the
 /// host is left out.
-fn prog_stats(since: std::time::Duration) -> std::collections::HashMap<String, (u64, u64)> {
+fn prog_stats(since: std::time::Duration) -> HashMap<String, (u64, u64)> {
     libbpf_rs::query::ProgInfoIter::default()
         .filter(|p| p.load_time >= since && p.name.to_string_lossy().starts_with("js_"))
         .map(|p| {
@@ -135,6 +134,22 @@ pub fn main(a: Args) -> ExitCode {
     }
 }
 
+/// The sys_enter configurations of part 1: label, program, whether the workload is tagged.
+const SYSCALL_CONFIGS: [(&str, SysEnter, bool); 4] = [
+    ("(a) tagged, nothing on sys_enter", SysEnter::None, true),
+    ("(b) tagged, empty program", SysEnter::Empty, true),
+    ("(c) tagged, our program", SysEnter::Counting, true),
+    ("(d) untagged, our program", SysEnter::Counting, false),
+];
+
+/// Round `round`'s order of `n` configurations: each once, the first one moving every round, so
+/// that none always runs first.
+fn rotation(round: usize, n: usize) -> impl Iterator<Item = usize> {
+    (0..n).map(move |i| (i + round) % n)
+}
+
+/// The whole benchmark, its phases in order: a collector of its own, the system calls (part 1),
+/// the other programs (part 2), each measured and then printed.
 fn bench(a: Args) -> anyhow::Result<()> {
     let opts = Options {
         syscalls: false,
@@ -144,52 +159,12 @@ fn bench(a: Args) -> anyhow::Result<()> {
     };
     let loaded_after = boottime();
     let mut c = Collector::start(&opts)?;
-    create_job(c.jobs(), KEY)?;
+    c.maps().register(KEY)?;
     let exe = exe();
-    let calls = a.calls.to_string();
 
-    // 1. system calls. Besides sys_enter, the scheduler, network, block and page-cache programs
-    // are attached (the counts move from each task to the job at its exit, js_exit), but not
-    // the small I/O ones, which may sit on sys_enter too; a getppid() loop runs none of them
-    // but fork and exit, once per run.
-    c.detach_main();
-    c.attach_main_with(false)?;
-    let configs = [
-        ("(a) tagged, nothing on sys_enter", SysEnter::None, true),
-        ("(b) tagged, empty program", SysEnter::Empty, true),
-        ("(c) tagged, our program", SysEnter::Counting, true),
-        ("(d) untagged, our program", SysEnter::Counting, false),
-    ];
-    let mut ns: Vec<Vec<f64>> = vec![Vec::new(); configs.len()];
-    for round in 0..a.rounds {
-        // rotate the order every round so that no configuration always runs first
-        for i in 0..configs.len() {
-            let k = (i + round) % configs.len();
-            let (_, prog, tagged) = configs[k];
-            c.set_sys_enter(prog)?;
-            let (out, _) = run(&c, tagged, &exe, &["workload", "getppid", &calls])?;
-            ns[k].push(value(&out, "ns_per_call"));
-        }
-    }
-    c.set_sys_enter(SysEnter::None)?;
-    let med: Vec<f64> = ns.iter_mut().map(|v| median(v)).collect();
-    println!(
-        "== system calls: getppid() x {}, {} rounds, median ns per call",
-        a.calls, a.rounds
-    );
-    for (k, (name, _, _)) in configs.iter().enumerate() {
-        let added = if k == 0 {
-            String::new()
-        } else {
-            format!("  added {:+.1} ns", med[k] - med[0])
-        };
-        println!("  {name:<36} {:>8.1} ns{added}", med[k]);
-    }
-    println!(
-        "  ratio (c-a)/(b-a) = {:.2}  (target <= 1.5)",
-        (med[2] - med[0]) / (med[1] - med[0])
-    );
-    let counted = crate::read_job(c.jobs(), KEY)?.unwrap_or_default();
+    let mut ns = measure_syscalls(&mut c, &a, &exe)?;
+    print_syscalls(&a, &mut ns);
+    let counted = c.maps_mut().read(KEY)?.unwrap_or_default();
     println!(
         "  check: system calls counted for the job {} (>= {} expected)",
         counted.syscalls.iter().sum::<u64>(),
@@ -203,7 +178,107 @@ fn bench(a: Args) -> anyhow::Result<()> {
         .filter(|(n, _)| *n > 0)
         .map(|(n, ns)| *ns as f64 / *n as f64);
 
-    // 2. CPU time of other work, every other program on vs off.
+    let mut other = measure_other_programs(&mut c, &a, &exe, loaded_after)?;
+    print_other_programs(&a, c.small_io(), &mut other);
+    if other.stats {
+        print_program_stats(&a, &other, empty_ns);
+    } else {
+        println!(
+            "  (per-program run time: run with kernel.bpf_stats_enabled=1, \
+             e.g. sysctl -w kernel.bpf_stats_enabled=1)"
+        );
+    }
+    let j = c.maps_mut().read(KEY)?.unwrap_or_default();
+    println!(
+        "  check: job counted {} switches, {} MiB sent, {} MiB dirtied",
+        j.ctx_voluntary + j.ctx_involuntary,
+        j.net_tx_bytes >> 20,
+        j.dirtied_bytes >> 20
+    );
+    Ok(())
+}
+
+/// Part 1, system calls: ns per getppid() of each [`SYSCALL_CONFIGS`] entry, per round. Besides
+/// sys_enter, the scheduler, network, block and page-cache programs are attached (the counts
+/// move from each task to the job at its exit, js_exit), but not the small I/O ones, which may
+/// sit on sys_enter too; a getppid() loop runs none of them but fork and exit, once per run.
+fn measure_syscalls(c: &mut Collector, a: &Args, exe: &str) -> anyhow::Result<Vec<Vec<f64>>> {
+    let calls = a.calls.to_string();
+    c.detach_main();
+    c.attach_main_with(false)?;
+    let mut ns: Vec<Vec<f64>> = vec![Vec::new(); SYSCALL_CONFIGS.len()];
+    for round in 0..a.rounds {
+        for k in rotation(round, SYSCALL_CONFIGS.len()) {
+            let (_, prog, tagged) = SYSCALL_CONFIGS[k];
+            c.set_sys_enter(prog)?;
+            let (out, _) = run(c, tagged, exe, &["workload", "getppid", &calls])?;
+            ns[k].push(value(&out, "ns_per_call"));
+        }
+    }
+    c.set_sys_enter(SysEnter::None)?;
+    Ok(ns)
+}
+
+fn print_syscalls(a: &Args, ns: &mut [Vec<f64>]) {
+    let med: Vec<f64> = ns.iter_mut().map(|v| median(v)).collect();
+    println!(
+        "== system calls: getppid() x {}, {} rounds, median ns per call",
+        a.calls, a.rounds
+    );
+    for (k, (name, _, _)) in SYSCALL_CONFIGS.iter().enumerate() {
+        let added = if k == 0 {
+            String::new()
+        } else {
+            format!("  added {:+.1} ns", med[k] - med[0])
+        };
+        println!("  {name:<36} {:>8.1} ns{added}", med[k]);
+    }
+    println!(
+        "  ratio (c-a)/(b-a) = {:.2}  (target <= 1.5)",
+        (med[2] - med[0]) / (med[1] - med[0])
+    );
+}
+
+/// What part 2 measured, per workload.
+struct OtherRuns {
+    /// cpu[work][config]: CPU ns per round; config 0 off, 1 all on, 2 on but the small I/O
+    /// programs
+    cpu: Vec<[Vec<f64>; 3]>,
+    /// Whether kernel.bpf_stats_enabled was 1: then `ran` and `ran_cpu` are filled.
+    stats: bool,
+    /// The configuration `jobscope-kernel run` attaches by default (1 or 2).
+    default_config: usize,
+    /// Per workload, in the runs of `default_config`: each program's runs and run time (ns).
+    ran: Vec<HashMap<String, (u64, u64)>>,
+    /// Per workload, the CPU ns of those runs.
+    ran_cpu: Vec<f64>,
+}
+
+/// Adds what each program ran between two [`prog_stats`] readings to `into`.
+fn add_runs(
+    into: &mut HashMap<String, (u64, u64)>,
+    before: &HashMap<String, (u64, u64)>,
+    after: HashMap<String, (u64, u64)>,
+) {
+    for (name, (n, ns)) in after {
+        let (n0, ns0) = before.get(&name).copied().unwrap_or_default();
+        let e = into.entry(name).or_default();
+        e.0 += n.saturating_sub(n0);
+        e.1 += ns.saturating_sub(ns0);
+    }
+}
+
+/// Part 2, CPU time of other work (a pipe ping-pong, a loopback TCP transfer, a small-write dd)
+/// in a tagged process, every other program on, off, and on but the small I/O ones; with
+/// kernel.bpf_stats_enabled=1 also what each program ran, in the runs with what
+/// `jobscope-kernel run` attaches by default (everything where fentry counts small I/O; all but
+/// the small I/O programs where they sit on sys_enter and come with --syscalls).
+fn measure_other_programs(
+    c: &mut Collector,
+    a: &Args,
+    exe: &str,
+    loaded_after: std::time::Duration,
+) -> anyhow::Result<OtherRuns> {
     let rt = a.round_trips.to_string();
     let tcp = (a.tcp_mib << 20).to_string();
     let dd_file = a
@@ -211,75 +286,74 @@ fn bench(a: Args) -> anyhow::Result<()> {
         .join(format!("jobscope-bench-{}.dd", std::process::id()));
     let of = format!("of={}", dd_file.display());
     let count = format!("count={}", a.dd_count);
-    let works: [(&str, &str, Vec<&str>); 3] = [
-        ("pipe ping-pong", &exe, vec!["workload", "pingpong", &rt]),
-        ("loopback TCP", &exe, vec!["workload", "tcp", &tcp]),
+    let works: [(&str, Vec<&str>); 3] = [
+        (exe, vec!["workload", "pingpong", &rt]),
+        (exe, vec!["workload", "tcp", &tcp]),
         (
-            "dd bs=512",
             "dd",
             vec!["if=/dev/zero", &of, "bs=512", &count, "status=none"],
         ),
     ];
-    // cpu[work][config]: 0 off, 1 all on, 2 on but the small I/O programs
-    let mut cpu = vec![[Vec::new(), Vec::new(), Vec::new()]; works.len()];
-    // with kernel.bpf_stats_enabled=1: per workload, in the runs with what `jobscope-kernel run`
-    // attaches by default (everything where fentry counts small I/O; all but the small I/O
-    // programs where it sits on sys_enter and comes with --syscalls), each program's runs and
-    // run time, and the workload's CPU time in those runs
     let stats = bpf_stats_on();
-    let default_config = match c.small_io() {
-        SmallIo::Fentry => 1,
-        SmallIo::Syscalls => 2,
+    let mut r = OtherRuns {
+        cpu: vec![[Vec::new(), Vec::new(), Vec::new()]; works.len()],
+        stats,
+        default_config: match c.small_io() {
+            SmallIo::Fentry => 1,
+            SmallIo::Syscalls => 2,
+        },
+        ran: vec![Default::default(); works.len()],
+        ran_cpu: vec![0.0; works.len()],
     };
-    let mut ran: Vec<std::collections::HashMap<String, (u64, u64)>> =
-        vec![Default::default(); works.len()];
-    let mut ran_cpu = vec![0.0; works.len()];
     for round in 0..a.rounds {
-        for step in 0..3 {
-            let config = (step + round) % 3;
+        for config in rotation(round, 3) {
             c.detach_main();
             if config > 0 {
                 c.attach_main_with(config == 1)?;
             }
-            for (w, (_, prog, args)) in works.iter().enumerate() {
-                let before = (stats && config == default_config).then(|| prog_stats(loaded_after));
-                let (_, t) = run(&c, true, prog, args)?;
+            let counted = stats && config == r.default_config;
+            for (w, (prog, args)) in works.iter().enumerate() {
+                let before = counted.then(|| prog_stats(loaded_after));
+                let (_, t) = run(c, true, prog, args)?;
                 if let Some(before) = before {
-                    for (name, (n, ns)) in prog_stats(loaded_after) {
-                        let (n0, ns0) = before.get(&name).copied().unwrap_or_default();
-                        let e = ran[w].entry(name).or_default();
-                        e.0 += n - n0;
-                        e.1 += ns - ns0;
-                    }
-                    ran_cpu[w] += t;
+                    add_runs(&mut r.ran[w], &before, prog_stats(loaded_after));
+                    r.ran_cpu[w] += t;
                 }
-                cpu[w][config].push(t);
+                r.cpu[w][config].push(t);
                 let _ = std::fs::remove_file(&dd_file);
             }
         }
     }
     c.detach_main();
+    Ok(r)
+}
+
+/// The workloads of part 2, as printed.
+fn labels(a: &Args) -> [String; 3] {
+    [
+        format!("pipe ping-pong, {} round trips", a.round_trips),
+        format!("loopback TCP, {} MiB", a.tcp_mib),
+        format!("dd bs=512 count={} to {}", a.dd_count, a.dd_dir.display()),
+    ]
+}
+
+fn print_other_programs(a: &Args, small_io: SmallIo, r: &mut OtherRuns) {
     println!(
         "== other programs (scheduler, fork/exit, vfs, network, block, page cache), tagged \
          workload, {} rounds, median CPU time",
         a.rounds
     );
-    let labels = [
-        format!("pipe ping-pong, {} round trips", a.round_trips),
-        format!("loopback TCP, {} MiB", a.tcp_mib),
-        format!("dd bs=512 count={} to {}", a.dd_count, a.dd_dir.display()),
-    ];
     println!(
         "  small I/O counted {}",
-        match c.small_io() {
+        match small_io {
             SmallIo::Fentry => "at fentry/vfs_read, vfs_write",
             SmallIo::Syscalls => "at tp_btf/sys_enter (this kernel refuses fentry)",
         }
     );
-    for (w, label) in labels.iter().enumerate() {
-        let off = median(&mut cpu[w][0]);
-        let on = median(&mut cpu[w][1]);
-        let no_io = median(&mut cpu[w][2]);
+    for (w, label) in labels(a).iter().enumerate() {
+        let off = median(&mut r.cpu[w][0]);
+        let on = median(&mut r.cpu[w][1]);
+        let no_io = median(&mut r.cpu[w][2]);
         println!(
             "  {label:<38} off {:>7.1} ms  on {:>7.1} ms ({:+.2} %)  on without small I/O \
              {:>7.1} ms ({:+.2} %)  (target < 1 %)",
@@ -290,61 +364,87 @@ fn bench(a: Args) -> anyhow::Result<()> {
             (no_io - off) / off * 100.0
         );
     }
-    if stats {
+}
+
+/// With kernel.bpf_stats_enabled=1: what each program ran during each workload of part 2, and
+/// the same less the floor `empty_ns` (an empty program's run, measured the same way).
+fn print_program_stats(a: &Args, r: &OtherRuns, empty_ns: Option<f64>) {
+    println!(
+        "== the same, as `jobscope-kernel run` attaches them by default ({}): what each \
+         program ran during the workload (kernel.bpf_stats_enabled=1; a run's time includes \
+         the kernel's own timing of it)",
+        if r.default_config == 1 {
+            "all on"
+        } else {
+            "on without small I/O"
+        }
+    );
+    for (w, label) in labels(a).iter().enumerate() {
+        let mut progs: Vec<_> = r.ran[w].iter().filter(|(_, (n, _))| *n > 0).collect();
+        progs.sort_by_key(|(_, (_, ns))| std::cmp::Reverse(*ns));
+        let total: u64 = progs.iter().map(|(_, (_, ns))| ns).sum();
+        let list: Vec<String> = progs
+            .iter()
+            .map(|(name, (n, ns))| format!("{name} {n} x {:.0} ns", *ns as f64 / *n as f64))
+            .collect();
         println!(
-            "== the same, as `jobscope-kernel run` attaches them by default ({}): what each \
-             program ran during the workload (kernel.bpf_stats_enabled=1; a run's time includes \
-             the kernel's own timing of it)",
-            if default_config == 1 {
-                "all on"
-            } else {
-                "on without small I/O"
-            }
+            "  {label:<38} BPF {:>7.2} ms of {:>8.1} ms CPU ({:.2} %): {}",
+            total as f64 / 1e6,
+            r.ran_cpu[w] / 1e6,
+            total as f64 / r.ran_cpu[w] * 100.0,
+            list.join(", ")
         );
-        for (w, label) in labels.iter().enumerate() {
-            let mut progs: Vec<_> = ran[w].iter().filter(|(_, (n, _))| *n > 0).collect();
-            progs.sort_by_key(|(_, (_, ns))| std::cmp::Reverse(*ns));
-            let total: u64 = progs.iter().map(|(_, (_, ns))| ns).sum();
-            let list: Vec<String> = progs
-                .iter()
-                .map(|(name, (n, ns))| format!("{name} {n} x {:.0} ns", *ns as f64 / *n as f64))
-                .collect();
-            println!(
-                "  {label:<38} BPF {:>7.2} ms of {:>8.1} ms CPU ({:.2} %): {}",
-                total as f64 / 1e6,
-                ran_cpu[w] / 1e6,
-                total as f64 / ran_cpu[w] * 100.0,
-                list.join(", ")
-            );
-            if let Some(e) = empty_ns {
-                let runs: u64 = progs.iter().map(|(_, (n, _))| n).sum();
-                let net = total as f64 - e * runs as f64;
-                println!(
-                    "  {:<38} less the floor: {:.2} ms ({:.2} %)",
-                    "",
-                    net / 1e6,
-                    net / ran_cpu[w] * 100.0
-                );
-            }
-        }
         if let Some(e) = empty_ns {
+            let runs: u64 = progs.iter().map(|(_, (n, _))| n).sum();
+            let net = total as f64 - e * runs as f64;
             println!(
-                "  floor: an empty program (js_sys_enter_empty, section 1) measures {e:.0} ns a run \
-                 this way"
+                "  {:<38} less the floor: {:.2} ms ({:.2} %)",
+                "",
+                net / 1e6,
+                net / r.ran_cpu[w] * 100.0
             );
         }
-    } else {
+    }
+    if let Some(e) = empty_ns {
         println!(
-            "  (per-program run time: run with kernel.bpf_stats_enabled=1, \
-             e.g. sysctl -w kernel.bpf_stats_enabled=1)"
+            "  floor: an empty program (js_sys_enter_empty, section 1) measures {e:.0} ns a run \
+             this way"
         );
     }
-    let j = crate::read_job(c.jobs(), KEY)?.unwrap_or_default();
-    println!(
-        "  check: job counted {} switches, {} MiB sent, {} MiB dirtied",
-        j.ctx_voluntary + j.ctx_involuntary,
-        j.net_tx_bytes >> 20,
-        j.dirtied_bytes >> 20
-    );
-    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_round_runs_every_configuration_once_and_the_first_moves() {
+        for round in 0..5 {
+            let mut order: Vec<usize> = rotation(round, 4).collect();
+            assert_eq!(order[0], round % 4);
+            order.sort();
+            assert_eq!(order, [0, 1, 2, 3]);
+        }
+    }
+
+    #[test]
+    fn program_runs_add_up_between_readings() {
+        let before = HashMap::from([("js_fork".to_string(), (10, 1000))]);
+        let after = HashMap::from([
+            ("js_fork".to_string(), (15, 1600)),
+            ("js_exit".to_string(), (2, 50)),
+        ]);
+        let mut into = HashMap::from([("js_fork".to_string(), (1, 100))]);
+        add_runs(&mut into, &before, after);
+        assert_eq!(into["js_fork"], (6, 700));
+        // a program first seen after `before` counts from zero
+        assert_eq!(into["js_exit"], (2, 50));
+    }
+
+    #[test]
+    fn the_median_of_an_even_count_is_the_mean_of_the_middle_two() {
+        assert_eq!(median(&mut [4.0, 1.0, 3.0, 2.0]), 2.5);
+        assert_eq!(median(&mut [3.0, 1.0, 2.0]), 2.0);
+        assert!(median(&mut []).is_nan());
+    }
 }

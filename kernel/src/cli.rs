@@ -1,9 +1,10 @@
 //! The command line of `jobscope-kernel`, here in the library so that its man page
 //! (jobscope-kernel(8), packaging/xtask) is written from the same definition.
 
+#[cfg(feature = "bench")]
 use crate::{bench, workload};
 use clap::{Parser, Subcommand};
-use jobscope_model::kernel::PIN_DIR;
+use jobscope_model::kernel_abi::PIN_DIR;
 use std::path::PathBuf;
 
 /// jobscope's per-node kernel collector.
@@ -53,8 +54,12 @@ pub enum Cmd {
         #[arg(long, default_value = PIN_DIR)]
         pin_dir: PathBuf,
     },
+    /// Known work for the tests and the benchmark (the `bench` feature only).
+    #[cfg(feature = "bench")]
     #[command(hide = true)]
     Workload(workload::Args),
+    /// bench/kernel/run.sh (the `bench` feature only).
+    #[cfg(feature = "bench")]
     #[command(hide = true)]
     Bench(bench::Args),
 }

@@ -1,17 +1,23 @@
 //! jobscope's per-node kernel collector: loads the BPF programs of `bpf/jobscope.bpf.c` once per
 //! node, pins their maps under [`PIN_DIR`] and keeps them alive (heartbeat, sweep of unused
-//! `jobs` entries). The contract with the readers is `bpf/jobscope_abi.h`, mirrored by
-//! [`jobscope_model::kernel`].
+//! `jobs` entries). The contract with the readers is `bpf/jobscope_abi.h`, declared once in Rust
+//! by [`jobscope_model::kernel_abi`].
 //!
-//! Besides the [`Collector`], this crate has the small map operations every user-space party of
-//! the contract needs ([`create_job`], [`tag_task`], [`read_job`], [`read_state`]); the tests
-//! and the benchmark use them as the SPANK plugin's tagger would.
+//! libbpf loads, attaches and pins here; every operation on a map's entries (create, tag, read,
+//! delete, walk) goes through `jobscope_common::bpf_maps`, the plain `bpf(2)` code the SPANK
+//! plugin runs inside slurmstepd: the collector's sweep and status and this crate's tests use
+//! that same code ([`Collector::maps`]).
+//!
+//! The `bench` feature (off in the packaged collector) adds the benchmark, the known workloads
+//! and the [`launch`] helper, as hidden subcommands of the binary (bench/kernel/run.sh).
 
+#[cfg(feature = "bench")]
 #[doc(hidden)]
 pub mod bench;
 pub mod cli;
 pub mod sweep;
 pub mod sysclass;
+#[cfg(feature = "bench")]
 #[doc(hidden)]
 pub mod workload;
 
@@ -28,21 +34,20 @@ pub mod skel {
 }
 
 use anyhow::{bail, Context, Result};
-use jobscope_model::kernel::{
-    Counters, Pod, State, Task, ABI_VERSION, STATE_SMALL_IO, STATE_SYSCALLS,
-};
+use jobscope_common::bpf_maps::{monotonic_ns, KernelMaps};
+use jobscope_model::kernel_abi::{Pod, State, ABI_VERSION, STATE_SMALL_IO, STATE_SYSCALLS};
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{Link, MapCore, MapFlags, OpenObject};
 use skel::{JobscopeSkel, JobscopeSkelBuilder};
 use std::fs;
 use std::io;
 use std::mem::MaybeUninit;
-use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use jobscope_model::kernel::PIN_DIR;
+use jobscope_model::kernel_abi::PIN_DIR;
 
 /// The maps the collector pins, by their file name under the pin directory.
 pub const PINNED_MAPS: [&str; 4] = ["jobs", "tasks", "state", "sysclass"];
@@ -101,6 +106,9 @@ pub struct Collector {
     small_io: SmallIo,
     /// Whether attach_main attached the small I/O programs (fentry, or js_sys_enter_io).
     small_io_attached: bool,
+    /// The pinned maps opened as every reader opens them (`jobscope_common::bpf_maps`): the
+    /// one implementation of the entry operations. Set once pinned.
+    maps: Option<KernelMaps>,
 }
 
 /// Where small reads and writes are counted.
@@ -175,6 +183,7 @@ impl Collector {
             max_jobs: opts.max_jobs,
             small_io,
             small_io_attached: false,
+            maps: None,
         };
         // The class table goes in before sys_enter can run.
         for (nr, class) in sysclass::table().iter().enumerate() {
@@ -202,6 +211,11 @@ impl Collector {
         c.attach_main_with(small_io)?;
         c.pin()?;
         c.beat();
+        c.maps = Some(
+            KernelMaps::open(&c.pin_dir, Path::new("/sys"))
+                .map_err(|e| anyhow::anyhow!("{e}"))
+                .context("opening the pinned maps")?,
+        );
         Ok(c)
     }
 
@@ -380,25 +394,24 @@ impl Collector {
         &self.pin_dir
     }
 
-    pub fn jobs(&self) -> &impl MapCore {
-        &self.skel.maps.jobs
+    /// The pinned maps, through the same `bpf(2)` code the plugin and `jobscope run` use.
+    pub fn maps(&self) -> &KernelMaps {
+        self.maps.as_ref().expect("opened in Collector::start")
     }
 
-    pub fn tasks(&self) -> &impl MapCore {
-        &self.skel.maps.tasks
+    /// [`Collector::maps`], for a read (its per-CPU buffer).
+    pub fn maps_mut(&mut self) -> &mut KernelMaps {
+        self.maps.as_mut().expect("opened in Collector::start")
     }
 
-    pub fn state_map(&self) -> &impl MapCore {
-        &self.skel.maps.state
-    }
-
+    /// The state entry, by a `bpf(2)` lookup.
     pub fn state(&self) -> Result<State> {
-        read_state(&self.skel.maps.state)
+        Ok(self.maps().state_by_lookup()?)
     }
 
     /// One sweep of `jobs`, see [`Sweeper`].
     pub fn sweep(&self, sweeper: &mut Sweeper) -> usize {
-        sweeper.run(&self.skel.maps.jobs)
+        sweeper.run(self.maps(), self.max_jobs as usize)
     }
 }
 
@@ -425,8 +438,9 @@ impl Sweeper {
         }
     }
 
-    /// Deletes the keys unused at this sweep and the previous one; returns how many.
-    pub fn run(&mut self, jobs: &impl MapCore) -> usize {
+    /// Deletes the keys unused at this sweep and the previous one; returns how many. Walks at
+    /// most `max_keys` keys (the map's size).
+    pub fn run(&mut self, maps: &KernelMaps, max_keys: usize) -> usize {
         self.spool.clear();
         if let Ok(dir) = fs::read_dir(&self.spool_dir) {
             self.spool.extend(
@@ -436,11 +450,9 @@ impl Sweeper {
         }
         self.spool.sort_unstable();
         // collect first: deleting while walking with get_next_key may restart the walk
-        self.keys.clear();
-        self.keys.extend(
-            jobs.keys()
-                .filter_map(|k| k.try_into().ok().map(u64::from_ne_bytes)),
-        );
+        if maps.job_keys(&mut self.keys, max_keys).is_err() {
+            return 0;
+        }
         self.next.clear();
         let mut deleted = 0;
         for &key in &self.keys {
@@ -452,7 +464,7 @@ impl Sweeper {
             match sweep::verdict(key, seen) {
                 sweep::Verdict::Keep => {}
                 sweep::Verdict::Orphan => self.next.push(key),
-                sweep::Verdict::Delete => deleted += usize::from(delete_job(jobs, key).is_ok()),
+                sweep::Verdict::Delete => deleted += usize::from(maps.forget(key).is_ok()),
             }
         }
         self.next.sort_unstable();
@@ -564,17 +576,6 @@ fn page_size() -> u64 {
     u64::try_from(p).unwrap_or(4096)
 }
 
-/// CLOCK_MONOTONIC in ns (the clock of state.heartbeat_ns).
-pub fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: ts is a valid out-pointer; CLOCK_MONOTONIC always exists.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
 /// Whether process `pid` exists (kill(pid, 0): EPERM still means it exists).
 pub fn pid_alive(pid: u32) -> bool {
     let Ok(pid) = libc::pid_t::try_from(pid) else {
@@ -587,97 +588,7 @@ pub fn pid_alive(pid: u32) -> bool {
     unsafe { libc::kill(pid, 0) == 0 || *libc::__errno_location() == libc::EPERM }
 }
 
-/// A pidfd for `pid` (the key of the `tasks` map).
-pub fn pidfd_open(pid: u32) -> io::Result<OwnedFd> {
-    // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: a fresh fd that nothing else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
-}
-
-/// Why a job entry could not be created.
-#[derive(Debug)]
-pub enum CreateError {
-    /// `jobs` holds max_jobs entries already (E2BIG): the job is not counted, and whoever
-    /// creates entries must say so.
-    Full,
-    /// The key has an entry already (its counters are kept).
-    Exists,
-    Other(libbpf_rs::Error),
-}
-
-impl std::fmt::Display for CreateError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            CreateError::Full => f.write_str("the jobs map is full (raise kernel.max_jobs)"),
-            CreateError::Exists => f.write_str("the job already has an entry"),
-            CreateError::Other(e) => write!(f, "creating the job entry: {e}"),
-        }
-    }
-}
-
-impl std::error::Error for CreateError {}
-
-/// Creates the zeroed `jobs` entry of `key` (BPF_NOEXIST), as the tagger does before tagging.
-pub fn create_job(jobs: &impl MapCore, key: u64) -> Result<(), CreateError> {
-    let ncpu = libbpf_rs::num_possible_cpus().map_err(CreateError::Other)?;
-    let zero = vec![vec![0u8; std::mem::size_of::<Counters>()]; ncpu];
-    jobs.update_percpu(&key.to_ne_bytes(), &zero, MapFlags::NO_EXIST)
-        .map_err(|e| match e.kind() {
-            libbpf_rs::ErrorKind::TooBig => CreateError::Full,
-            libbpf_rs::ErrorKind::AlreadyExists => CreateError::Exists,
-            _ => CreateError::Other(e),
-        })
-}
-
-/// Deletes the entry of `key` (a job's end); a missing entry is fine.
-pub fn delete_job(jobs: &impl MapCore, key: u64) -> Result<()> {
-    match jobs.delete(&key.to_ne_bytes()) {
-        Err(e) if e.kind() != libbpf_rs::ErrorKind::NotFound => Err(e.into()),
-        _ => Ok(()),
-    }
-}
-
-/// The counters of `key`, summed over the CPUs; None without an entry.
-pub fn read_job(jobs: &impl MapCore, key: u64) -> Result<Option<Counters>> {
-    let Some(per_cpu) = jobs.lookup_percpu(&key.to_ne_bytes(), MapFlags::ANY)? else {
-        return Ok(None);
-    };
-    let each: Vec<Counters> = per_cpu.iter().map(|b| Counters::from_bytes(b)).collect();
-    Ok(Some(Counters::sum(&each)))
-}
-
-/// Tags the task behind `pidfd` with `key`, zero baselines: from now on it and every task it
-/// forks count for the job (whose entry must exist, see [`create_job`]).
-pub fn tag_task(tasks: &impl MapCore, pidfd: BorrowedFd<'_>, key: u64) -> Result<()> {
-    let t = Task {
-        job_key: key,
-        ..Default::default()
-    };
-    tasks
-        .update(
-            &pidfd.as_raw_fd().to_ne_bytes(),
-            &t.to_bytes(),
-            MapFlags::ANY,
-        )
-        .context("tagging the task")
-}
-
-pub fn read_state(state: &impl MapCore) -> Result<State> {
-    let v = state
-        .lookup(&0u32.to_ne_bytes(), MapFlags::ANY)?
-        .context("state has no entry 0")?;
-    Ok(State::from_bytes(&v))
-}
-
-/// The number of entries of `jobs` (walks the keys).
-pub fn count_jobs(jobs: &impl MapCore) -> usize {
-    jobs.keys().count()
-}
-
+#[cfg(feature = "bench")]
 /// Starting a workload as a job's first task, the way slurmstepd's task_post_fork sees it: the
 /// child exists but has not started the workload until it is released, so it can be tagged
 /// before it does anything. For the tests and the benchmark.

@@ -1,13 +1,14 @@
 //! `jobscope-kernel`: the per-node collector daemon (`run`) and its check (`status`).
-//! Hidden subcommands: `workload` (known work for the tests and the benchmark) and `bench`
-//! (bench/kernel/run.sh).
+//! Hidden subcommands, only with the `bench` feature (not in the packaged collector): `workload`
+//! (known work for the tests and the benchmark) and `bench` (bench/kernel/run.sh).
 
 use clap::Parser;
+use jobscope_common::bpf_maps::{monotonic_ns, KernelMaps};
 use jobscope_kernel::cli::{Cli, Cmd};
+#[cfg(feature = "bench")]
 use jobscope_kernel::{bench, workload};
 use jobscope_kernel::{check_support, Collector, Options, SmallIo, Sweeper};
-use jobscope_model::kernel::{State, ABI_VERSION, STATE_SYSCALLS};
-use libbpf_rs::MapHandle;
+use jobscope_model::kernel_abi::{State, ABI_VERSION, STATE_SYSCALLS};
 use std::path::Path;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -30,7 +31,9 @@ fn main() -> ExitCode {
             run(&opts, &spool_dir, optional)
         }
         Cmd::Status { json, pin_dir } => status(&pin_dir, json),
+        #[cfg(feature = "bench")]
         Cmd::Workload(a) => workload::main(a),
+        #[cfg(feature = "bench")]
         Cmd::Bench(a) => bench::main(a),
     }
 }
@@ -125,17 +128,24 @@ struct Found {
 }
 
 fn probe(pin_dir: &Path) -> anyhow::Result<Found> {
-    let state_map = MapHandle::from_pinned_path(pin_dir.join("state"))?;
-    let jobs_map = MapHandle::from_pinned_path(pin_dir.join("jobs"))?;
+    let maps =
+        KernelMaps::open_any_abi(pin_dir, Path::new("/sys")).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let state = maps.state_by_lookup()?;
+    let mut keys = Vec::new();
+    // the map holds at most max_jobs entries: the walk is bounded by it
+    maps.job_keys(
+        &mut keys,
+        usize::try_from(state.max_jobs).unwrap_or(usize::MAX),
+    )?;
     Ok(Found {
-        state: jobscope_kernel::read_state(&state_map)?,
-        jobs: jobscope_kernel::count_jobs(&jobs_map),
+        state,
+        jobs: keys.len(),
     })
 }
 
 fn status(pin_dir: &Path, json: bool) -> ExitCode {
     let found = probe(pin_dir);
-    let now = jobscope_kernel::monotonic_ns();
+    let now = monotonic_ns();
     match (&found, json) {
         (Ok(f), true) => {
             let s = &f.state;

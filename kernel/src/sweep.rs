@@ -2,7 +2,7 @@
 //! a `jobscope run` killed before its end). The decision is a pure function of what the
 //! collector saw, so it is tested without a kernel.
 
-use jobscope_model::kernel::KEY_RUN;
+use jobscope_model::kernel_abi::KEY_RUN;
 
 /// What the collector saw for one key during a sweep.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

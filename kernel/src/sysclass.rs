@@ -2,7 +2,7 @@
 //! the `sysclass` map before the programs attach. Numbers are the build architecture's
 //! (`libc::SYS_*`), so the table is right for the architecture the collector runs on.
 
-use jobscope_model::kernel::{SysClass, MAX_SYSCALLS};
+use jobscope_model::kernel_abi::{SysClass, MAX_SYSCALLS};
 use libc::c_long;
 
 /// System calls of each class; every number not listed is [`SysClass::Other`].

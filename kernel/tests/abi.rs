@@ -1,97 +1,103 @@
-//! The Rust types libbpf-cargo generated from the compiled object's BTF (what the programs
-//! really lay out) against jobscope_model::kernel (what the readers decode): same size, same
-//! field offsets. A field added, removed or reordered on one side only fails here.
+//! The C structs of bpf/jobscope_abi.h as the compiled object lays them out (its BTF: what the
+//! programs really use) against their one Rust declaration, `jobscope_model::kernel_abi` (what the
+//! readers decode): the same fields in the same order at the same offsets with the same sizes,
+//! and the same total size. The Rust side is read from what the declaration itself produces
+//! (`Pod::FIELDS`), so a field added, removed, renamed, resized or reordered on one side only
+//! fails here.
 
-use jobscope_kernel::skel::types::{js_counters, js_own, js_state, js_task};
-use jobscope_model::kernel::{Counters, Own, State, Task};
-use std::mem::{offset_of, size_of};
+use jobscope_model::kernel_abi::{Counters, FieldLayout, Own, Pod, State, Task};
+use libbpf_rs::btf::types::{Array, Int, Struct};
+use libbpf_rs::btf::{Btf, BtfKind, BtfType, HasSize};
 
-macro_rules! same_layout {
-    ($bpf:ty, $model:ty, [$($f:ident),* $(,)?]) => {{
-        assert_eq!(size_of::<$bpf>(), size_of::<$model>(), "size of {}", stringify!($model));
-        $(
-            assert_eq!(
-                offset_of!($bpf, $f),
-                offset_of!($model, $f),
-                "offset of {}::{}", stringify!($model), stringify!($f)
-            );
-        )*
-        // every field listed: the fields' sizes add up to the struct (no field forgotten here)
-        let listed = [$(size_of_field(|v: &$model| &v.$f)),*].iter().sum::<usize>();
-        assert_eq!(listed, size_of::<$model>(), "fields listed for {}", stringify!($model));
-    }};
+/// The object build.rs compiled (the one the skeleton embeds).
+const OBJECT: &str = concat!(env!("OUT_DIR"), "/jobscope.bpf.o");
+
+/// A field as the C side has it: (name, offset, size) in bytes.
+type CField = (String, usize, usize);
+
+/// The size in bytes of the BTF type `t` (integers, arrays of them, structs; typedefs such as
+/// `__u64` resolved).
+fn size_of_type(t: BtfType<'_>) -> usize {
+    let t = t.skip_mods_and_typedefs();
+    match t.kind() {
+        BtfKind::Int => Int::try_from(t).expect("an int").size(),
+        BtfKind::Struct => Struct::try_from(t).expect("a struct").size(),
+        BtfKind::Array => {
+            let a = Array::try_from(t).expect("an array");
+            a.capacity() * size_of_type(a.contained_type())
+        }
+        k => panic!("a field of kind {k:?} in an ABI struct"),
+    }
 }
 
-fn size_of_field<S, F>(_: impl Fn(&S) -> &F) -> usize {
-    size_of::<F>()
+/// `struct name`'s fields and size, from the object's BTF.
+fn c_layout(btf: &Btf<'_>, name: &str) -> (Vec<CField>, usize) {
+    let s: Struct<'_> = btf
+        .type_by_name(name)
+        .unwrap_or_else(|| panic!("struct {name} in the object's BTF"));
+    let fields = s
+        .iter()
+        .map(|m| {
+            let offset_bits = match m.attr {
+                libbpf_rs::btf::types::MemberAttr::Normal { offset } => offset,
+                libbpf_rs::btf::types::MemberAttr::BitField { .. } => {
+                    panic!("a bit field in struct {name}")
+                }
+            };
+            assert_eq!(offset_bits % 8, 0);
+            let ty = btf.type_by_id::<BtfType<'_>>(m.ty).expect("member type");
+            (
+                m.name
+                    .expect("a named member")
+                    .to_string_lossy()
+                    .into_owned(),
+                offset_bits as usize / 8,
+                size_of_type(ty),
+            )
+        })
+        .collect();
+    (fields, s.size())
+}
+
+fn rust_layout<T: Pod>() -> (Vec<CField>, usize) {
+    let fields = T::FIELDS
+        .iter()
+        .map(|&FieldLayout { name, offset, size }| (name.to_string(), offset, size))
+        .collect();
+    (fields, std::mem::size_of::<T>())
+}
+
+fn object_btf() -> Btf<'static> {
+    Btf::from_path(OBJECT).unwrap_or_else(|e| panic!("{OBJECT}: {e}"))
 }
 
 #[test]
 fn counters_layout() {
-    same_layout!(
-        js_counters,
-        Counters,
-        [
-            syscalls,
-            small_reads,
-            small_writes,
-            ctx_voluntary,
-            ctx_involuntary,
-            run_ns,
-            runq_wait_ns,
-            net_tx_bytes,
-            net_rx_bytes,
-            net_tx_calls,
-            net_rx_calls,
-            blk_read_bytes,
-            blk_write_bytes,
-            dirtied_bytes,
-        ]
-    );
-    assert_eq!(
-        size_of::<[u64; 6]>(),
-        size_of_field(|v: &js_counters| &v.syscalls)
-    );
+    let btf = object_btf();
+    let c = c_layout(&btf, "js_counters");
+    assert_eq!(rust_layout::<Counters>(), c);
+    // the check reads real figures: the class array and the whole struct
+    assert_eq!(c.0[0], ("syscalls".to_string(), 0, 6 * 8));
+    assert_eq!(c.1, 19 * 8);
 }
 
 #[test]
 fn task_layout() {
-    same_layout!(
-        js_task,
-        Task,
-        [
-            job_key,
-            seen_nvcsw,
-            seen_nivcsw,
-            seen_run_ns,
-            seen_run_delay_ns,
-            own,
-            seen
-        ]
-    );
-    same_layout!(
-        js_own,
-        Own,
-        [
-            syscalls,
-            small_reads,
-            small_writes,
-            net_tx_bytes,
-            net_rx_bytes,
-            net_tx_calls,
-            net_rx_calls,
-            blk_read_bytes,
-            blk_write_bytes,
-            dirtied_bytes
-        ]
-    );
+    let btf = object_btf();
+    assert_eq!(rust_layout::<Task>(), c_layout(&btf, "js_task"));
+    assert_eq!(rust_layout::<Own>(), c_layout(&btf, "js_own"));
 }
 
 #[test]
 fn state_layout() {
-    same_layout!(
-        js_state,
-        State,
-        [abi_version, heartbeat_ns, flags, max_jobs, dropped_events]
-    );
+    let btf = object_btf();
+    assert_eq!(rust_layout::<State>(), c_layout(&btf, "js_state"));
+}
+
+/// The comparison can fail: a struct of another layout differs.
+#[test]
+fn a_different_struct_does_not_match() {
+    let btf = object_btf();
+    assert_ne!(rust_layout::<Own>(), c_layout(&btf, "js_counters"));
+    assert_ne!(rust_layout::<State>(), c_layout(&btf, "js_task"));
 }

@@ -2,15 +2,16 @@
 //!
 //! Each test loads its own collector with a temporary pin directory, creates a job entry,
 //! starts a workload blocked before its exec (jobscope_kernel::launch), tags it through a pidfd
-//! as the SPANK plugin does, releases it, waits and reads the job's counters summed over CPUs.
+//! as the SPANK plugin does, releases it, waits and reads the job's counters summed over CPUs —
+//! every map operation through `jobscope_common::bpf_maps`, the code the plugin runs.
 //! The tests run one at a time (a lock): they measure CPU time and run-queue waits, which other
 //! tests running beside them would disturb.
 
-use jobscope_kernel::{
-    create_job, delete_job, launch, read_job, tag_task, Collector, CreateError, Options,
-};
-use jobscope_model::kernel::{Counters, SysClass};
-use std::os::fd::AsFd;
+use jobscope_common::bpf_maps::{KernelMaps, Registered};
+use jobscope_kernel::{launch, Collector, Options};
+use jobscope_model::kernel_abi::{Counters, SysClass};
+use std::cell::RefCell;
+use std::path::Path;
 use std::process::Output;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Mutex, MutexGuard};
@@ -21,6 +22,8 @@ static NEXT: AtomicU32 = AtomicU32::new(0);
 
 struct Rig {
     c: Collector,
+    /// The collector's maps opened from their pins, as the plugin opens them.
+    maps: RefCell<KernelMaps>,
     _serial: MutexGuard<'static, ()>,
 }
 
@@ -34,7 +37,12 @@ fn rig(max_jobs: u32) -> Rig {
         bench: false,
     };
     let c = Collector::start(&opts).expect("loading the collector (root, BTF?)");
-    Rig { c, _serial: serial }
+    let maps = KernelMaps::open(c.pin_dir(), Path::new("/sys")).expect("opening the pins");
+    Rig {
+        c,
+        maps: RefCell::new(maps),
+        _serial: serial,
+    }
 }
 
 impl Rig {
@@ -43,8 +51,7 @@ impl Rig {
     fn run(&self, key: Option<u64>, program: &str, args: &[&str]) -> (Output, Counters) {
         let child = launch::blocked(program, args).expect("spawn");
         if let Some(key) = key {
-            let pidfd = jobscope_kernel::pidfd_open(child.pid()).expect("pidfd");
-            tag_task(self.c.tasks(), pidfd.as_fd(), key).expect("tag");
+            self.tag(child.pid(), key);
         }
         let out = child.release_and_wait().expect("wait");
         assert!(
@@ -52,15 +59,25 @@ impl Rig {
             "{program} {args:?}: {}",
             String::from_utf8_lossy(&out.stderr)
         );
-        let counters = key
-            .and_then(|k| read_job(self.c.jobs(), k).expect("read"))
-            .unwrap_or_default();
+        let counters = key.and_then(|k| self.read(k)).unwrap_or_default();
         (out, counters)
     }
 
     fn job(&self, key: u64) -> u64 {
-        create_job(self.c.jobs(), key).expect("create job");
+        assert_eq!(self.register(key), Registered::Created, "job {key}");
         key
+    }
+
+    fn register(&self, key: u64) -> Registered {
+        self.maps.borrow().register(key).expect("register")
+    }
+
+    fn tag(&self, pid: u32, key: u64) {
+        self.maps.borrow().tag(pid as i32, key).expect("tag");
+    }
+
+    fn read(&self, key: u64) -> Option<Counters> {
+        self.maps.borrow_mut().read(key).expect("read")
     }
 }
 
@@ -283,7 +300,7 @@ fn untagged_work_adds_nothing_and_a_missing_job_only_drops() {
         ],
     );
     r.run(None, BIN, &["workload", "tcp", "1000000"]);
-    let c = read_job(r.c.jobs(), key).unwrap().expect("entry");
+    let c = r.read(key).expect("entry");
     assert_eq!(c, Counters::default(), "untagged work counted");
 
     // tagged, but the job's entry is gone: nothing is counted, nothing is created
@@ -300,15 +317,10 @@ fn untagged_work_adds_nothing_and_a_missing_job_only_drops() {
         ],
     )
     .unwrap();
-    let pidfd = jobscope_kernel::pidfd_open(child.pid()).unwrap();
-    tag_task(r.c.tasks(), pidfd.as_fd(), gone).unwrap();
-    delete_job(r.c.jobs(), gone).unwrap();
+    r.tag(child.pid(), gone);
+    assert!(r.maps.borrow().forget(gone).unwrap(), "the entry was there");
     assert!(child.release_and_wait().unwrap().status.success());
-    assert_eq!(
-        read_job(r.c.jobs(), gone).unwrap(),
-        None,
-        "a program created an entry"
-    );
+    assert_eq!(r.read(gone), None, "a program created an entry");
     // The task's events were counted in its own storage; its accounting at exit found no entry
     // and counted a drop (once; the once-a-second iterator is not run here).
     let dropped = r.c.state().unwrap().dropped_events;
@@ -319,10 +331,7 @@ fn untagged_work_adds_nothing_and_a_missing_job_only_drops() {
     // the heartbeat is a one-word store: it keeps the programs' count
     r.c.beat();
     assert_eq!(r.c.state().unwrap().dropped_events, dropped);
-    assert_eq!(
-        read_job(r.c.jobs(), key).unwrap(),
-        Some(Counters::default())
-    );
+    assert_eq!(r.read(key), Some(Counters::default()));
 }
 
 #[test]
@@ -330,20 +339,21 @@ fn a_full_jobs_map_is_reported() {
     let r = rig(2);
     r.job(1);
     r.job(2);
-    match create_job(r.c.jobs(), 3) {
-        Err(CreateError::Full) => {}
-        other => panic!("third job in a map of 2: {other:?}"),
-    }
-    assert!(matches!(
-        create_job(r.c.jobs(), 2),
-        Err(CreateError::Exists)
-    ));
+    assert_eq!(r.register(3), Registered::Full, "third job in a map of 2");
+    assert_eq!(r.register(2), Registered::Existed);
     let s = r.c.state().unwrap();
     assert_eq!(s.max_jobs, 2);
-    assert_eq!(s.abi_version, jobscope_model::kernel::ABI_VERSION);
+    assert_eq!(s.abi_version, jobscope_model::kernel_abi::ABI_VERSION);
     // deleting one makes room again
-    delete_job(r.c.jobs(), 1).unwrap();
-    create_job(r.c.jobs(), 3).expect("room after a delete");
+    assert!(r.maps.borrow().forget(1).unwrap());
+    assert_eq!(r.register(3), Registered::Created, "room after a delete");
+    // the walk the sweep and `status` use finds exactly the entries
+    let mut keys = Vec::new();
+    r.maps.borrow().job_keys(&mut keys, 100).unwrap();
+    keys.sort();
+    assert_eq!(keys, [2, 3]);
+    r.maps.borrow().job_keys(&mut keys, 1).unwrap();
+    assert_eq!(keys.len(), 1, "bounded walk");
 }
 
 #[test]

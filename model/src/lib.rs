@@ -15,7 +15,7 @@
 //! depend on this crate; nothing here depends on them.
 pub mod gpu;
 pub mod job;
-pub mod kernel;
+pub mod kernel_abi;
 pub mod params;
 pub mod sample;
 pub mod slurm;

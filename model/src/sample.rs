@@ -117,9 +117,9 @@ reading_fields! {
     kernel_syscalls_sync,
     /// System calls: all others.
     kernel_syscalls_other,
-    /// `read`s asking for fewer than `crate::kernel::SMALL_IO_BYTES`.
+    /// `read`s asking for fewer than `crate::kernel_abi::SMALL_IO_BYTES`.
     kernel_small_reads,
-    /// `write`s giving fewer than `crate::kernel::SMALL_IO_BYTES`.
+    /// `write`s giving fewer than `crate::kernel_abi::SMALL_IO_BYTES`.
     kernel_small_writes,
     /// Voluntary context switches (the tasks' own `nvcsw`).
     kernel_ctx_voluntary,
@@ -150,8 +150,8 @@ impl Reading {
     /// Sets the `kernel_*` fields from the collector's counters; the system-call classes and the
     /// small reads and writes only when the collector's `state_flags` say it counts them
     /// (otherwise they stay `None`: not seen, not zero).
-    pub fn set_kernel(&mut self, c: &crate::kernel::Counters, state_flags: u64) {
-        if state_flags & crate::kernel::STATE_SYSCALLS != 0 {
+    pub fn set_kernel(&mut self, c: &crate::kernel_abi::Counters, state_flags: u64) {
+        if state_flags & crate::kernel_abi::STATE_SYSCALLS != 0 {
             let [f, n, m, p, s, o] = c.syscalls;
             self.kernel_syscalls_file = Some(f);
             self.kernel_syscalls_net = Some(n);
@@ -160,7 +160,7 @@ impl Reading {
             self.kernel_syscalls_sync = Some(s);
             self.kernel_syscalls_other = Some(o);
         }
-        if state_flags & crate::kernel::STATE_SMALL_IO != 0 {
+        if state_flags & crate::kernel_abi::STATE_SMALL_IO != 0 {
             self.kernel_small_reads = Some(c.small_reads);
             self.kernel_small_writes = Some(c.small_writes);
         }

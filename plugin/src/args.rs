@@ -42,7 +42,7 @@ impl Args {
                 "cadence" => v
                     .parse::<u32>()
                     .ok()
-                    .filter(|c| (1..=3600).contains(c))
+                    .filter(|c| jobscope_config::CADENCE_S.contains(c))
                     .map(|c| a.cadence_s = Some(c))
                     .is_some(),
                 "spool_dir" => path(v).map(|p| a.spool_dir = Some(p)).is_some(),

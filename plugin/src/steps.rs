@@ -13,7 +13,7 @@ use jobscope_sampler::cgroup::JobCgroup;
 use jobscope_sampler::gpu::assign::select_for_job;
 use jobscope_sampler::gpu::monitor::cgroup_pid_source;
 use jobscope_sampler::gpu::{BackendConfig, GpuMonitor, JobGpuEnv, LogLevel as GpuLogLevel};
-use jobscope_sampler::sampler::{Faults, Sampler, Schedule};
+use jobscope_sampler::sampler::{Sampler, Schedule};
 use jobscope_sampler::scope::Scope;
 use jobscope_sampler::spool::writer::{Limits, SeriesWriter, StepWriter};
 use std::path::{Path, PathBuf};
@@ -49,7 +49,7 @@ impl JobCtx {
     }
     /// Where the kernel collector (`jobscope-kernel`) pins its maps.
     pub fn kernel_pin_dir(&self) -> PathBuf {
-        PathBuf::from(jobscope_model::kernel::PIN_DIR)
+        PathBuf::from(jobscope_model::kernel_abi::PIN_DIR)
     }
     /// The job's key in the collector's maps: its SLURM job id.
     pub fn kernel_key(&self) -> u64 {
@@ -186,16 +186,17 @@ impl JobCtx {
                 None
             }
         };
-        let faults = Faults {
-            panic_after_samples: self.args.injects("sampler_panic").then_some(1),
-        };
-        let mut sampler = Sampler::new(
+        let sampler = Sampler::new(
             cg,
             self.proc_root(),
             writer,
             Box::new(|m: &str| crate::log_error(m)),
-            faults,
         );
+        #[cfg(feature = "fault-injection")]
+        let sampler = sampler.with_faults(jobscope_sampler::sampler::Faults {
+            panic_after_samples: self.args.injects("sampler_panic").then_some(1),
+        });
+        let mut sampler = sampler;
         sampler.start_kernel_view(&self.kernel_pin_dir(), Path::new("/sys"), self.kernel_key());
         let schedule = Schedule {
             early: self
@@ -343,7 +344,7 @@ pub struct StepRecorder {
     pub script: Option<crate::script::ScriptHash>,
     /// The kernel collector's maps, when one runs: this step tags its tasks there, and its
     /// readings carry the job's kernel counters (the last step's exit has the final ones).
-    kernel: Option<jobscope_sampler::kernel::KernelMaps>,
+    kernel: Option<jobscope_common::bpf_maps::KernelMaps>,
 }
 
 impl StepRecorder {
@@ -358,7 +359,7 @@ impl StepRecorder {
             tasks_exited: 0,
             tasks_done_recorded: false,
             script: None,
-            kernel: jobscope_sampler::kernel::KernelMaps::open(
+            kernel: jobscope_common::bpf_maps::KernelMaps::open(
                 &ctx.kernel_pin_dir(),
                 Path::new("/sys"),
             )
@@ -428,7 +429,7 @@ impl StepRecorder {
         // largest of each (`model/src/summary/node.rs`, `kernel_totals`).
         if let Some(k) = self.kernel.as_mut() {
             let mut r = step_reading.take().unwrap_or_default();
-            k.fill(self.ctx.kernel_key(), &mut r);
+            jobscope_sampler::kernel_view::fill(k, self.ctx.kernel_key(), &mut r);
             // no reading made up where there was none and the collector added nothing
             step_reading = (r != Default::default()).then_some(r);
         }

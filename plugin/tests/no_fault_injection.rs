@@ -30,6 +30,8 @@ fn the_built_plugin_has_fault_injection_only_with_the_feature() {
         &b"jobscope_fault_injection"[..],
         b"jobscope fault injection: init panic",
         b"jobscope fault injection: exit panic",
+        // the sampler's, compiled in through jobscope-sampler/fault-injection
+        b"jobscope fault injection: sampler panic after ",
     ] {
         assert_eq!(
             contains(&bytes, needle),

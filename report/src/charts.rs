@@ -392,10 +392,19 @@ pub(crate) fn png_of(
     Ok(out)
 }
 
-fn draw(spec: &Spec, rgb: &mut [u8], width: u32, height: u32) -> Result<(), ChartError> {
-    let root = BitMapBackend::with_buffer(rgb, (width, height)).into_drawing_area();
-    root.fill(&WHITE).map_err(draw_err)?;
+/// The chart's coordinates: the time axis's unit (seconds per unit, name) and the axes' tops in
+/// display units.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Axes {
+    t_div: f64,
+    t_unit: &'static str,
+    x_max: f64,
+    y_max: f64,
+}
 
+/// The axes for `spec`: time runs to the job's end or the last point drawn, whichever is later;
+/// y to the fixed top, or a little above the largest value (the limit included).
+fn axes(spec: &Spec) -> Axes {
     let t_end = spec
         .peak
         .iter()
@@ -406,7 +415,6 @@ fn draw(spec: &Spec, rgb: &mut [u8], width: u32, height: u32) -> Result<(), Char
         .chain([spec.axis_s].into_iter().filter(|t| t.is_finite()))
         .fold(0.0, f64::max);
     let (t_div, t_unit) = time_unit(t_end);
-    let x_max = (t_end / t_div).max(1.0);
     let y_top = spec
         .peak
         .iter()
@@ -416,12 +424,34 @@ fn draw(spec: &Spec, rgb: &mut [u8], width: u32, height: u32) -> Result<(), Char
         .chain(spec.limit)
         .fold(0.0, f64::max)
         / spec.scale;
-    let y_max = match spec.y_top {
-        Some(top) => top,
-        None if y_top > 0.0 => y_top * 1.1,
-        None => 1.0,
-    };
+    Axes {
+        t_div,
+        t_unit,
+        x_max: (t_end / t_div).max(1.0),
+        y_max: match spec.y_top {
+            Some(top) => top,
+            None if y_top > 0.0 => y_top * 1.1,
+            None => 1.0,
+        },
+    }
+}
 
+/// A chart's plotting area, in display units.
+type Plot<'a, 'b> = ChartContext<
+    'a,
+    BitMapBackend<'b>,
+    Cartesian2d<plotters::coord::types::RangedCoordf64, plotters::coord::types::RangedCoordf64>,
+>;
+
+/// The light blue of the peak band.
+const BAND_COLOR: RGBColor = RGBColor(158, 202, 225);
+
+/// Draws `spec` into `rgb`: the frame and grid, then the data ([`draw_data`]), then the legend or,
+/// with nothing to draw, "no samples".
+fn draw(spec: &Spec, rgb: &mut [u8], width: u32, height: u32) -> Result<(), ChartError> {
+    let root = BitMapBackend::with_buffer(rgb, (width, height)).into_drawing_area();
+    root.fill(&WHITE).map_err(draw_err)?;
+    let ax = axes(spec);
     // Text scales with the image, within readable bounds.
     let font_px = (f64::from(height) / 16.0).clamp(9.0, 28.0);
     let small = (FAMILY, font_px * 0.85).into_font();
@@ -435,41 +465,82 @@ fn draw(spec: &Spec, rgb: &mut [u8], width: u32, height: u32) -> Result<(), Char
             .y_label_area_size((font_px * 3.6) as u32);
     }
     let mut chart = builder
-        .build_cartesian_2d(0.0..x_max, 0.0..y_max)
+        .build_cartesian_2d(0.0..ax.x_max, 0.0..ax.y_max)
         .map_err(draw_err)?;
     if roomy {
-        let y_fmt = |v: &f64| {
-            if y_max >= 5.0 {
-                format!("{v:.0}")
-            } else {
-                format!("{v:.1}")
-            }
-        };
-        let x_fmt = |v: &f64| {
-            if x_max >= 5.0 {
-                format!("{v:.0}")
-            } else {
-                format!("{v:.1}")
-            }
-        };
+        draw_mesh(&mut chart, spec, &ax, &small)?;
+    }
+    draw_data(&mut chart, spec, &ax, roomy)?;
+    let empty = spec.lines.iter().all(|l| l.segs.is_empty()) && spec.peak.is_empty();
+    if empty {
+        let (w, h) = root.dim_in_pixel();
+        let style = TextStyle::from((FAMILY, font_px).into_font())
+            .color(&RGBColor(120, 120, 120))
+            .pos(plotters::style::text_anchor::Pos::new(
+                plotters::style::text_anchor::HPos::Center,
+                plotters::style::text_anchor::VPos::Center,
+            ));
+        root.draw_text("no samples", &style, (w as i32 / 2, h as i32 / 2))
+            .map_err(draw_err)?;
+    } else if roomy {
         chart
-            .configure_mesh()
-            .bold_line_style(RGBColor(225, 225, 225))
-            .light_line_style(TRANSPARENT)
-            .label_style(small.clone())
-            .axis_desc_style(small.clone())
-            .x_desc(format!("time since start ({t_unit})"))
-            .y_desc(spec.unit.clone())
-            .x_labels(6)
-            .y_labels(5)
-            .x_label_formatter(&x_fmt)
-            .y_label_formatter(&y_fmt)
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperLeft)
+            .label_font(small)
+            .background_style(WHITE.mix(0.7))
+            .border_style(RGBColor(200, 200, 200))
             .draw()
             .map_err(draw_err)?;
     }
+    root.present().map_err(draw_err)?;
+    Ok(())
+}
 
+/// The grid, the axes' labels and their descriptions.
+fn draw_mesh(
+    chart: &mut Plot<'_, '_>,
+    spec: &Spec,
+    ax: &Axes,
+    small: &FontDesc<'_>,
+) -> Result<(), ChartError> {
+    let y_fmt = |v: &f64| axis_label(*v, ax.y_max);
+    let x_fmt = |v: &f64| axis_label(*v, ax.x_max);
+    chart
+        .configure_mesh()
+        .bold_line_style(RGBColor(225, 225, 225))
+        .light_line_style(TRANSPARENT)
+        .label_style(small.clone())
+        .axis_desc_style(small.clone())
+        .x_desc(format!("time since start ({})", ax.t_unit))
+        .y_desc(spec.unit.clone())
+        .x_labels(6)
+        .y_labels(5)
+        .x_label_formatter(&x_fmt)
+        .y_label_formatter(&y_fmt)
+        .draw()
+        .map_err(draw_err)
+}
+
+/// An axis label: whole numbers on an axis that reaches 5, one decimal below.
+fn axis_label(v: f64, axis_max: f64) -> String {
+    if axis_max >= 5.0 {
+        format!("{v:.0}")
+    } else {
+        format!("{v:.1}")
+    }
+}
+
+/// The data, bottom to top: spans without a reading, the peak band, the lines, single points, the
+/// limit. Each kind is labelled once for the legend (when `roomy`).
+fn draw_data(
+    chart: &mut Plot<'_, '_>,
+    spec: &Spec,
+    ax: &Axes,
+    roomy: bool,
+) -> Result<(), ChartError> {
+    let t_div = ax.t_div;
     let xy = |&(t, y): &(f64, f64)| (t / t_div, y / spec.scale);
-    let band = RGBColor(158, 202, 225);
+    let band = BAND_COLOR;
     let limit_color = RGBColor(203, 24, 29);
     // A pale sand, apart from the grey grid and the blues of the data.
     let gap_color = RGBColor(240, 228, 190);
@@ -479,7 +550,7 @@ fn draw(spec: &Spec, rgb: &mut [u8], width: u32, height: u32) -> Result<(), Char
     for (i, &(a, b)) in spec.missing.iter().enumerate() {
         let s = chart
             .draw_series([Rectangle::new(
-                [(a / t_div, 0.0), (b / t_div, y_max)],
+                [(a / t_div, 0.0), (b / t_div, ax.y_max)],
                 gap_color.mix(0.8).filled(),
             )])
             .map_err(draw_err)?;
@@ -530,7 +601,7 @@ fn draw(spec: &Spec, rgb: &mut [u8], width: u32, height: u32) -> Result<(), Char
         let l = l / spec.scale;
         let s = chart
             .draw_series(LineSeries::new(
-                [(0.0, l), (x_max, l)],
+                [(0.0, l), (ax.x_max, l)],
                 limit_color.stroke_width(2),
             ))
             .map_err(draw_err)?;
@@ -540,36 +611,13 @@ fn draw(spec: &Spec, rgb: &mut [u8], width: u32, height: u32) -> Result<(), Char
             });
         }
     }
-
-    let empty = spec.lines.iter().all(|l| l.segs.is_empty()) && spec.peak.is_empty();
-    if empty {
-        let (w, h) = root.dim_in_pixel();
-        let style = TextStyle::from((FAMILY, font_px).into_font())
-            .color(&RGBColor(120, 120, 120))
-            .pos(plotters::style::text_anchor::Pos::new(
-                plotters::style::text_anchor::HPos::Center,
-                plotters::style::text_anchor::VPos::Center,
-            ));
-        root.draw_text("no samples", &style, (w as i32 / 2, h as i32 / 2))
-            .map_err(draw_err)?;
-    } else if roomy {
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperLeft)
-            .label_font(small)
-            .background_style(WHITE.mix(0.7))
-            .border_style(RGBColor(200, 200, 200))
-            .draw()
-            .map_err(draw_err)?;
-    }
-    root.present().map_err(draw_err)?;
     Ok(())
 }
 
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use jobscope_model::summary::{CpuTotals, IoTotals, MemTotals, Quality};
+    use jobscope_model::summary::MemTotals;
 
     fn node(timeline: Vec<Point>) -> NodeSummary {
         NodeSummary {
@@ -581,25 +629,12 @@ pub(crate) mod tests {
             elapsed_s: 3600.0,
             alloc_cores: Some(8),
             alloc_mem_bytes: Some(16 << 30),
-            cgroup_version: None,
-            cpu: CpuTotals::default(),
             mem: MemTotals {
                 limit_bytes: Some(16 << 30),
                 ..Default::default()
             },
-            io: IoTotals::default(),
-            tasks_max: None,
-            threads_max: None,
-            cpu_efficiency_pct: None,
-            steps: vec![],
             timeline,
-            quality: Quality::default(),
-            user_options: Default::default(),
-            gpus: Vec::new(),
-            pressure: None,
-            kernel: None,
-            script_sha256: None,
-            steps_not_recorded: None,
+            ..Default::default()
         }
     }
 
@@ -1053,5 +1088,57 @@ pub(crate) mod tests {
         assert_eq!(time_unit(100.0).1, "s");
         assert_eq!(time_unit(7200.0).1, "min");
         assert_eq!(time_unit(86_400.0).1, "h");
+    }
+
+    fn spec_of(
+        axis_s: f64,
+        points: Vec<(f64, f64)>,
+        limit: Option<f64>,
+        y_top: Option<f64>,
+    ) -> Spec {
+        Spec {
+            title: "t".into(),
+            axis_s,
+            missing: vec![],
+            lines: vec![Line {
+                label: "l".into(),
+                color: BLACK,
+                segs: vec![points],
+            }],
+            peak: vec![],
+            peak_label: String::new(),
+            limit,
+            limit_label: String::new(),
+            scale: 2.0,
+            unit: "u".into(),
+            y_top,
+        }
+    }
+
+    /// Time runs to the job's end or the last point, in the unit its span calls for; y to a
+    /// tenth above the largest value or the limit, in display units, or to the fixed top.
+    #[test]
+    fn the_axes_hold_every_value_and_the_limit() {
+        let a = axes(&spec_of(
+            7200.0,
+            vec![(0.0, 4.0), (600.0, 10.0)],
+            None,
+            None,
+        ));
+        assert_eq!((a.t_div, a.t_unit), (60.0, "min"));
+        assert_eq!(a.x_max, 120.0);
+        assert!((a.y_max - 5.5).abs() < 1e-9, "{a:?}");
+        let a = axes(&spec_of(60.0, vec![(90.0, 1.0)], Some(20.0), None));
+        assert_eq!((a.t_div, a.x_max), (1.0, 90.0));
+        assert!((a.y_max - 11.0).abs() < 1e-9, "{a:?}");
+        let a = axes(&spec_of(f64::NAN, vec![], None, Some(100.0)));
+        assert_eq!((a.x_max, a.y_max), (1.0, 100.0));
+        assert_eq!(axes(&spec_of(0.0, vec![], None, None)).y_max, 1.0);
+    }
+
+    #[test]
+    fn axis_labels_are_whole_from_five() {
+        assert_eq!(axis_label(2.25, 5.0), "2");
+        assert_eq!(axis_label(2.25, 4.9), "2.2");
     }
 }

@@ -120,7 +120,7 @@ pub fn summarize_dir(
 mod tests {
     use super::*;
     use jobscope_model::gpu::spool::{DeviceBucket, GpuBucket, GpuInfo};
-    use jobscope_model::gpu::{GpuIdentity, GPU_FILE_NAME};
+    use jobscope_model::gpu::{GpuDevice, GpuIdentity, GPU_FILE_NAME};
     use jobscope_model::spool::{Bucket, End, Gauge, Header};
     use jobscope_sampler::gpu::spool::{GpuLimits, GpuWriter};
     use jobscope_sampler::spool::writer::{Limits, SeriesWriter};
@@ -153,8 +153,11 @@ mod tests {
             t_ms: 1_700_001_000_500,
             backends: vec!["nvml".into()],
             selection_source: None,
-            devices: vec![GpuIdentity {
-                uuid: Some("GPU-test".into()),
+            devices: vec![GpuDevice {
+                identity: GpuIdentity {
+                    uuid: Some("GPU-test".into()),
+                    ..Default::default()
+                },
                 ..Default::default()
             }],
             unresolved: vec![],
@@ -182,7 +185,7 @@ mod tests {
         assert_eq!(s.elapsed_s, 120.0, "ends at the sampler's end record");
         let gpus = &s.nodes[0].gpus;
         assert_eq!(gpus.len(), 1);
-        assert_eq!(gpus[0].uuid.as_deref(), Some("GPU-test"));
+        assert_eq!(gpus[0].identity.uuid.as_deref(), Some("GPU-test"));
         assert!(gpus[0].util_max_pct == Some(100.0), "{:?}", gpus[0]);
         assert!(s.analysis.is_some());
     }

@@ -1,4 +1,4 @@
-//! The charts of the cluster report (`jobscope audit report`, audit/src/cluster/): columns (stacked
+//! The charts of the cluster report (`jobscope audit report`, admin/src/cluster/): columns (stacked
 //! or not, in one or more panels side by side), bars (the same, lying down) and a grid shaded by
 //! value (the hour-of-week heat map). PNG, drawn like the job report's charts ([`crate::charts`]:
 //! plotters' bitmap backend, the bundled font, no file written), so one picture serves the HTML

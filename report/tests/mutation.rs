@@ -15,7 +15,7 @@ use jobscope_model::gpu::spool::{
     decode_gpu_bucket, decode_gpu_file, gpu_bucket_frame, gpu_info_frame, DeviceBucket, GpuBucket,
     GpuInfo, KIND_GPU_BUCKET,
 };
-use jobscope_model::gpu::{GpuIdentity, GpuKind};
+use jobscope_model::gpu::{GpuDevice, GpuIdentity, GpuKind};
 use jobscope_model::spool::codec::{
     bucket_frame, decode_bucket, decode_file, end_frame, file_start, read_prologue, Frames,
 };
@@ -114,12 +114,15 @@ fn synthesized_gpu(job_jsc: &[u8]) -> Vec<u8> {
     h.series = "gpu".into();
     let t0 = h.start_unix_ms;
     let mut out = file_start(&h);
-    let dev = |i: u32| GpuIdentity {
-        kind: Some(GpuKind::Nvidia),
-        index: Some(i),
-        gres_index: Some(i),
-        minor: Some(i),
-        uuid: Some(format!("GPU-mutation-{i}")),
+    let dev = |i: u32| GpuDevice {
+        identity: GpuIdentity {
+            kind: Some(GpuKind::Nvidia),
+            index: Some(i),
+            gres_index: Some(i),
+            minor: Some(i),
+            uuid: Some(format!("GPU-mutation-{i}")),
+            ..Default::default()
+        },
         ..Default::default()
     };
     out.extend(gpu_info_frame(&GpuInfo {

@@ -13,7 +13,7 @@
 
 use jobscope_kernel::{launch, Collector, Options};
 use jobscope_model::sample::Reading;
-use jobscope_sampler::kernel::JobView;
+use jobscope_sampler::kernel_view::JobView;
 use std::hint::black_box;
 use std::path::{Path, PathBuf};
 use std::time::Instant;

@@ -28,7 +28,7 @@
 use jobscope_model::spool::Header;
 use jobscope_sampler::cgroup::{locate, JobCgroup, JobCgroupReader};
 use jobscope_sampler::procio::kfile::{open_file, ReadBuf};
-use jobscope_sampler::sampler::{Faults, Sampler};
+use jobscope_sampler::sampler::Sampler;
 use jobscope_sampler::spool::writer::{Limits, SeriesWriter};
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -337,7 +337,7 @@ fn main() {
     } else {
         v1.join("proc")
     };
-    let mut s = Sampler::new(cg, root, Some(w), Box::new(|_| {}), Faults::default());
+    let mut s = Sampler::new(cg, root, Some(w), Box::new(|_| {}));
     let n = 1000;
     let t = Instant::now();
     for _ in 0..n {

@@ -9,7 +9,8 @@
 //! - [`spool`]: the bounded spool writers (the format is `jobscope_model::spool`, the reader
 //!   `jobscope_common::spool`).
 //! - [`gpu`]: which GPUs are the job's, NVML/amdgpu sampling in its own thread, the `gpu.jsc` writer.
-//! - [`kernel`]: the job's view of the kernel collector's pinned maps.
+//! - [`kernel_view`]: the job's view of the kernel collector's pinned maps (the map operations
+//!   are `jobscope_common::bpf_maps`).
 //! - [`snapshot`]: the live snapshot `jobscope top` reads.
 //!
 //! The pure stages (spool format, summaries, analysis) are in `jobscope-model`; the site
@@ -17,7 +18,7 @@
 //! `jobscope-common`. This crate re-exports none of them.
 pub mod cgroup;
 pub mod gpu;
-pub mod kernel;
+pub mod kernel_view;
 pub mod procio;
 pub mod proctree;
 pub mod sampler;

@@ -25,6 +25,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 pub mod kfile;
+pub mod stat;
 
 pub use kfile::Error;
 use kfile::{KernelFile, ReadBuf};
@@ -149,17 +150,6 @@ pub fn parse_proc_io(text: &str) -> Option<ProcIo> {
     })
 }
 
-/// Parses `(ppid, starttime)` (fields 4 and 22) from `/proc/<pid>/stat`. The fields are counted
-/// after the last `)`, since `comm` may hold spaces and parentheses.
-pub fn parse_proc_stat_ids(text: &str) -> Option<(u32, u64)> {
-    let rest = &text[text.rfind(')')? + 1..];
-    let mut fields = rest.split_ascii_whitespace();
-    // After ")": field 3 (state) is index 0, field 4 (ppid) index 1, field 22 (starttime) index 19.
-    let ppid = fields.nth(1)?.parse::<i64>().ok()?;
-    let start = fields.nth(17)?.parse::<u64>().ok()?;
-    Some((u32::try_from(ppid).unwrap_or(0), start))
-}
-
 fn read_io_text(text: Result<&str, Error>, path: &Path) -> Result<ProcIo, Error> {
     let text = text?;
     // An exiting process can give an empty file: that is "gone", not malformed.
@@ -169,16 +159,6 @@ fn read_io_text(text: Result<&str, Error>, path: &Path) -> Result<ProcIo, Error>
         });
     }
     parse_proc_io(text).ok_or_else(|| Error::malformed(path, text.lines().next().unwrap_or("")))
-}
-
-fn read_stat_text(text: Result<&str, Error>, path: &Path) -> Result<(u32, u64), Error> {
-    let text = text?;
-    if text.is_empty() {
-        return Err(Error::Gone {
-            path: path.to_path_buf(),
-        });
-    }
-    parse_proc_stat_ids(text).ok_or_else(|| Error::malformed(path, text))
 }
 
 /// One process opened through its `/proc/<pid>` directory: `stat` read, `io` open.
@@ -195,7 +175,8 @@ fn open_process(proc_root: &Path, pid: u32, buf: &mut ReadBuf) -> Result<Opened,
     let dir = kfile::open_dir(&dir_path)?;
     let stat_path = dir_path.join("stat");
     let stat = kfile::open_at(&dir, "stat", &stat_path)?;
-    let (ppid, start) = read_stat_text(buf.read_all(&stat, &stat_path), &stat_path)?;
+    let (st, _comm) = stat::parse_stat_at(buf.read_all_bytes(&stat, &stat_path)?, &stat_path)?;
+    let (ppid, start) = (st.ppid, st.starttime_ticks);
     let io_path = dir_path.join("io");
     let io_file = kfile::open_at(&dir, "io", &io_path)?;
     Ok(Opened {
@@ -253,17 +234,18 @@ fn read_proc_sample_with(
 /// Reads `<proc_root>/<pid>/stat` and `status` (the latter is the larger file: ~27 µs).
 pub fn read_process_info(proc_root: &Path, pid: u32) -> Result<ProcessInfo, Error> {
     let dir = pid_dir(proc_root, pid);
+    let mut buf = ReadBuf::new();
+    let (stat, comm) = stat::read_stat(&dir.join("stat"), &mut buf)?;
     let p = Process::new_with_root(dir.clone()).map_err(|e| map_proc_err(&dir, e))?;
-    let stat = p.stat().map_err(|e| map_proc_err(&dir, e))?;
     let status = p.status().map_err(|e| map_proc_err(&dir, e))?;
     Ok(ProcessInfo {
         pid,
-        ppid: u32::try_from(stat.ppid).unwrap_or(0),
-        comm: stat.comm,
+        ppid: stat.ppid,
+        comm: String::from_utf8_lossy(comm).into_owned(),
         uid: status.ruid,
-        starttime_ticks: stat.starttime,
-        utime_ticks: stat.utime,
-        stime_ticks: stat.stime,
+        starttime_ticks: stat.starttime_ticks,
+        utime_ticks: stat.utime_ticks,
+        stime_ticks: stat.stime_ticks,
         threads: status.threads,
         vm_rss_kib: status.vmrss,
         vm_hwm_kib: status.vmhwm,
@@ -576,10 +558,9 @@ impl IoAccumulator {
             for (&pid, t) in self.live.iter_mut() {
                 if self.vanished.iter().any(|v| v.pid == t.ppid) {
                     let path = pid_dir(proc_root, pid).join("stat");
-                    let text = kfile::read_path(&path, &mut self.buf);
-                    if let Ok((ppid, start)) = read_stat_text(text, &path) {
-                        if start == t.start {
-                            t.ppid = ppid;
+                    if let Ok((st, _)) = stat::read_stat(&path, &mut self.buf) {
+                        if st.starttime_ticks == t.start {
+                            t.ppid = st.ppid;
                         }
                     }
                 }

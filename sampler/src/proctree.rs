@@ -15,6 +15,8 @@
 //!   ([`crate::procio::reaped_io`]), the same split as for CPU.
 //!
 //! The parsers are pure; [`ProcTreeReader::sample`] is the I/O.
+use crate::procio::kfile::ReadBuf;
+use crate::procio::stat::{read_stat, ProcStat};
 use crate::procio::{self, Error};
 use jobscope_model::sample::Reading;
 use std::collections::HashMap;
@@ -22,41 +24,6 @@ use std::path::{Path, PathBuf};
 
 /// Processes on the whole host that one sample may look at (the walk is bounded).
 pub const MAX_SCANNED: usize = 65_536;
-
-/// The fields of `/proc/<pid>/stat` the tree needs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Stat {
-    pub ppid: u32,
-    pub utime_ticks: u64,
-    pub stime_ticks: u64,
-    pub cutime_ticks: u64,
-    pub cstime_ticks: u64,
-    pub threads: u64,
-}
-
-/// Parses `/proc/<pid>/stat`. `comm` (field 2) may hold spaces and parentheses, so fields are
-/// counted from the last `)`. `None` on anything malformed.
-pub fn parse_stat(text: &str) -> Option<Stat> {
-    let rest = &text[text.rfind(')')? + 1..];
-    // After comm: state(3) ppid(4) pgrp(5) session(6) tty_nr(7) tpgid(8) flags(9) minflt(10)
-    // cminflt(11) majflt(12) cmajflt(13) utime(14) stime(15) cutime(16) cstime(17) priority(18)
-    // nice(19) num_threads(20).
-    let f: Vec<&str> = rest.split_ascii_whitespace().take(18).collect();
-    if f.len() < 18 {
-        return None;
-    }
-    let n = |i: usize| f[i - 3].parse::<u64>().ok();
-    // cutime/cstime are signed in the kernel's format (long); never negative in practice.
-    let s = |i: usize| f[i - 3].parse::<i64>().ok().map(|v| v.max(0) as u64);
-    Some(Stat {
-        ppid: f[1].parse().ok()?,
-        utime_ticks: n(14)?,
-        stime_ticks: n(15)?,
-        cutime_ticks: s(16)?,
-        cstime_ticks: s(17)?,
-        threads: n(20)?,
-    })
-}
 
 /// `/proc/<pid>/statm`: (resident pages, shared pages). Anonymous = resident − shared.
 pub fn parse_statm(text: &str) -> Option<(u64, u64)> {
@@ -198,7 +165,7 @@ impl ProcTreeReader {
     }
 
     /// Lists the descendants of the root now.
-    pub fn list(&mut self) -> Vec<(u32, Stat)> {
+    pub fn list(&mut self) -> Vec<(u32, ProcStat)> {
         let mut parents = Vec::new();
         let mut stats = HashMap::new();
         let rd = match std::fs::read_dir(&self.proc_root) {
@@ -208,14 +175,14 @@ impl ProcTreeReader {
                 return Vec::new();
             }
         };
+        let mut buf = ReadBuf::new();
         for e in rd.flatten().take(MAX_SCANNED) {
             let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
                 continue;
             };
-            let Ok(text) = std::fs::read_to_string(e.path().join("stat")) else {
-                continue; // exited meanwhile
-            };
-            if let Some(st) = parse_stat(&text) {
+            // An error is a process that exited meanwhile (or one this user may not read): not
+            // in the tree, as before.
+            if let Ok((st, _comm)) = read_stat(&e.path().join("stat"), &mut buf) {
                 parents.push((pid, st.ppid));
                 stats.insert(pid, st);
             }
@@ -293,23 +260,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn stat_fields_are_counted_from_the_last_parenthesis() {
-        // comm "a) b (c" holds spaces and both parentheses.
-        let t = "42 (a) b (c) S 7 42 42 0 -1 4194304 100 0 0 0 250 30 12 3 20 0 5 0 999 1000 200";
-        let s = parse_stat(t).unwrap();
-        assert_eq!(
-            s,
-            Stat {
-                ppid: 7,
-                utime_ticks: 250,
-                stime_ticks: 30,
-                cutime_ticks: 12,
-                cstime_ticks: 3,
-                threads: 5,
-            }
-        );
-        assert_eq!(parse_stat("42 (x) S 7 1 2"), None, "short");
-        assert_eq!(parse_stat("no parenthesis"), None);
+    fn statm_gives_resident_and_shared_pages() {
         assert_eq!(parse_statm("100 30 10 1 0 20 0\n"), Some((30, 10)));
         assert_eq!(parse_statm("100"), None);
     }

@@ -46,7 +46,10 @@ impl Schedule {
     }
 }
 
-/// Test/fault-injection knobs (set from plugstack arguments in the real-cluster fault tests).
+/// Test/fault-injection knobs (set from plugstack arguments in the real-cluster fault tests), only
+/// in a build with the `fault-injection` feature ([`Sampler::with_faults`]): the packaged plugin
+/// has no deliberate panic to trip.
+#[cfg(feature = "fault-injection")]
 #[derive(Debug, Clone, Default)]
 pub struct Faults {
     /// Panic inside the sampler thread after this many samples.
@@ -81,9 +84,10 @@ pub struct Sampler {
     log: LogFn,
     logged_write_error: bool,
     logged_read_problem: bool,
+    #[cfg(feature = "fault-injection")]
     faults: Faults,
-    /// The kernel view of the job (`crate::kernel`), when a collector runs on this node.
-    kernel: Option<crate::kernel::JobView>,
+    /// The kernel view of the job (`crate::kernel_view`), when a collector runs on this node.
+    kernel: Option<crate::kernel_view::JobView>,
 }
 
 pub enum Outcome {
@@ -98,23 +102,16 @@ impl Sampler {
         proc_root: PathBuf,
         writer: Option<SeriesWriter>,
         log: LogFn,
-        faults: Faults,
     ) -> Self {
         Self::with_source(
             Source::Cgroup(Box::new(JobCgroupReader::new(cgroup, proc_root))),
             writer,
             log,
-            faults,
         )
     }
 
     /// A sampler of any [`Source`].
-    pub fn with_source(
-        reader: Source,
-        writer: Option<SeriesWriter>,
-        log: LogFn,
-        faults: Faults,
-    ) -> Self {
+    pub fn with_source(reader: Source, writer: Option<SeriesWriter>, log: LogFn) -> Self {
         Sampler {
             reader,
             after_sample: None,
@@ -126,13 +123,21 @@ impl Sampler {
             log,
             logged_write_error: false,
             logged_read_problem: false,
-            faults,
+            #[cfg(feature = "fault-injection")]
+            faults: Faults::default(),
             kernel: None,
         }
     }
 
+    /// The same sampler with `faults` injected (the fault-injection build only).
+    #[cfg(feature = "fault-injection")]
+    pub fn with_faults(mut self, faults: Faults) -> Self {
+        self.faults = faults;
+        self
+    }
+
     /// Counts the job's kernel view from the collector's maps pinned in `pin_dir` under
-    /// `job_key` (`jobscope_model::kernel`), registering the job there. Where there is none (no
+    /// `job_key` (`jobscope_model::kernel_abi`), registering the job there. Where there is none (no
     /// collector, its job table full), the spool says why (an event the report shows as a
     /// note) and sampling goes on without it.
     pub fn start_kernel_view(
@@ -141,7 +146,7 @@ impl Sampler {
         sys_root: &std::path::Path,
         job_key: u64,
     ) {
-        match crate::kernel::JobView::start(pin_dir, sys_root, job_key) {
+        match crate::kernel_view::JobView::start(pin_dir, sys_root, job_key) {
             Ok((v, notes)) => {
                 self.kernel = Some(v);
                 for n in notes {
@@ -154,7 +159,7 @@ impl Sampler {
 }
 
 /// Records what the kernel view could not give, as an event the report shows as a note.
-fn kernel_note(writer: &mut Option<SeriesWriter>, n: &crate::kernel::ViewNote) {
+fn kernel_note(writer: &mut Option<SeriesWriter>, n: &crate::kernel_view::ViewNote) {
     if let Some(w) = writer.as_mut() {
         let _ = w.event(crate::spool::Event {
             t_ms: now_unix_ms(),
@@ -184,6 +189,7 @@ impl Sampler {
 
     /// Reads the cgroup once and appends one bucket.
     pub fn sample_once(&mut self) -> Outcome {
+        #[cfg(feature = "fault-injection")]
         if let Some(n) = self.faults.panic_after_samples {
             if self.samples_taken >= n {
                 panic!("jobscope fault injection: sampler panic after {n} samples");

@@ -1,10 +1,12 @@
-//! The kernel view's reader and tagger (`jobscope_sampler::kernel`, plain bpf(2) calls, what runs
-//! in slurmstepd) against the maps of the real collector (`jobscope-kernel`, loaded here with a
+//! The kernel view's reader and tagger (`jobscope_sampler::kernel_view` over
+//! `jobscope_common::bpf_maps`, plain bpf(2) calls, what runs in slurmstepd) against the maps of
+//! the real collector (`jobscope-kernel`, loaded here with a
 //! pin directory of its own). Root and a kernel with BTF: CI runs the tests as root.
 
+use jobscope_common::bpf_maps::{KernelMaps, Registered};
 use jobscope_kernel::{launch, Collector, Options};
 use jobscope_model::sample::Reading;
-use jobscope_sampler::kernel::{JobView, KernelMaps, Registered, ViewNote};
+use jobscope_sampler::kernel_view::{JobView, ViewNote};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
@@ -118,7 +120,7 @@ fn no_collector_a_full_table_and_a_stopped_collector_are_said() {
     let (mut view, _) = JobView::start(c.pin_dir(), Path::new("/sys"), 1).unwrap();
     drop(c);
     std::thread::sleep(std::time::Duration::from_millis(
-        jobscope_sampler::kernel::HEARTBEAT_STALE_NS / 1_000_000 + 1500,
+        jobscope_sampler::kernel_view::HEARTBEAT_STALE_NS / 1_000_000 + 1500,
     ));
     let mut r = Reading::default();
     assert_eq!(view.fill(&mut r), Some(ViewNote::Stopped));

@@ -8,9 +8,9 @@
 //! race in which two takers both went ahead).
 
 use anyhow::{bail, Context, Result};
+use jobscope_common::fsutil::{open_regular, Access};
 use std::fs::File;
 use std::io::{Read, Seek, Write};
-use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::io::AsRawFd;
 use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -56,17 +56,10 @@ fn try_flock(f: &File) -> std::io::Result<bool> {
 impl Lock {
     /// Takes the lock at `path`, waiting up to `wait_s` for the holder to finish.
     pub fn take(path: &Path, wait_s: u64) -> Result<Lock> {
-        let f = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .mode(0o640)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
-            .open(path)
+        // The archive's directory may be reachable by users: the lock file is opened as every such
+        // file is (no symlink followed, a FIFO or device planted there refused without blocking).
+        let f = open_regular(path, Access::ReadWriteOrCreate(0o640))
             .with_context(|| format!("taking the index lock {}", path.display()))?;
-        if !f.metadata()?.is_file() {
-            bail!("index lock {} is not a regular file", path.display());
-        }
         let start = std::time::Instant::now();
         loop {
             if try_flock(&f).with_context(|| format!("locking {}", path.display()))? {
@@ -97,6 +90,42 @@ mod tests {
     use super::*;
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::{Arc, Barrier};
+
+    #[test]
+    fn a_symlink_or_fifo_at_the_lock_path_is_refused_and_left_alone() {
+        let d = tempfile::tempdir().unwrap();
+        let target = d.path().join("target");
+        std::fs::write(&target, "kept").unwrap();
+        let link = d.path().join("LOCK");
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        let e = Lock::take(&link, 0)
+            .err()
+            .expect("a symlink is not a lock file");
+        assert!(format!("{e:#}").contains("taking the index lock"), "{e:#}");
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "kept");
+        // A FIFO would block a plain open for writing until a reader came: refused at once.
+        let fifo = d.path().join("FIFO");
+        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: c is a NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let e = Lock::take(&fifo, 0)
+            .err()
+            .expect("a FIFO is not a lock file");
+        assert!(format!("{e:#}").contains("FIFO"), "{e:#}");
+    }
+
+    #[test]
+    fn a_new_lock_file_is_mode_0640() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("LOCK");
+        // SAFETY: umask only sets this process's mask; 0o022 leaves 0640 as it is.
+        let old = unsafe { libc::umask(0o022) };
+        let _l = Lock::take(&p, 0).unwrap();
+        unsafe { libc::umask(old) };
+        let mode = std::fs::metadata(&p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o640);
+    }
 
     #[test]
     fn second_taker_waits_then_fails_and_a_released_lock_is_taken() {

@@ -29,6 +29,7 @@
 //! its fields) tells an entry edited since it was checked without reading the file. The index can
 //! always be thrown away.
 
+pub mod feed;
 pub mod lock;
 
 use crate::arrow::{
@@ -664,6 +665,323 @@ fn mark(entries: &[manifest::Entry], size: u64, dir: &std::fs::Metadata) -> DayM
     }
 }
 
+/// One update under way: what it reports, the months to be made again from their day
+/// directories (`redo`), the days read (`marks`) and the rows read from new records (`pending`).
+struct Update<'p> {
+    rep: UpdateReport,
+    redo: BTreeSet<String>,
+    marks: BTreeMap<String, DayMark>,
+    pending: Pending,
+    progress: &'p mut dyn FnMut(Progress),
+}
+
+/// New records by month: each record's path, and whether it has no MANIFEST line (an orphan).
+type Found = BTreeMap<String, Vec<(PathBuf, bool)>>;
+
+/// Which of a day's MANIFEST lines are new to the index, given how far it had read the day
+/// (`old`); `Err`: why the day's month must be made again instead (the lines it read are not
+/// the MANIFEST's any more, or a new line names a record an earlier line named).
+fn new_entries<'e>(
+    date: &str,
+    old: Option<&DayMark>,
+    entries: &'e [manifest::Entry],
+) -> std::result::Result<Vec<&'e manifest::Entry>, String> {
+    let consumed = old.map_or(0, |o| o.seq);
+    let prefix_ok = match old {
+        None => true,
+        Some(o) if o.seq == 0 => true,
+        Some(o) => entries.iter().any(|e| e.seq == o.seq && e.chain == o.chain),
+    };
+    let (done, new): (Vec<_>, Vec<_>) = entries.iter().partition(|e| e.seq <= consumed);
+    if !prefix_ok {
+        return Err(format!("the MANIFEST of {date} changed or is gone"));
+    }
+    if new.iter().any(|e| done.iter().any(|x| x.name == e.name)) {
+        return Err(format!("a record of {date} was written again"));
+    }
+    Ok(new)
+}
+
+impl Update<'_> {
+    /// Marks `month` to be rebuilt, saying why (once per month).
+    fn redo(&mut self, month: &str, why: String) {
+        redo(&mut self.redo, &mut self.rep.rebuild_reasons, month, why);
+    }
+
+    /// Which days changed, what they gained: records of new MANIFEST lines, and records without
+    /// a line (`orphan`: the writer died between the record and its line). Days of months to be
+    /// made again are left to [`Update::reread_months`].
+    fn changed_days(&mut self, state: &State, days: &[archive::Day]) -> Result<Found> {
+        let mut found = Found::new();
+        for (i, d) in days.iter().enumerate() {
+            let month = month_of_day(&d.date);
+            if self.redo.contains(&month) {
+                continue;
+            }
+            (self.progress)(Progress::Day {
+                done: i + 1,
+                total: days.len(),
+                date: &d.date,
+            });
+            let old = state.days.get(&d.date);
+            let (size, dir_md) = day_stat(d)?;
+            let dir = stamp_of(&dir_md);
+            if old.is_some_and(|o| o.size == size && o.dir == Some(dir)) {
+                continue;
+            }
+            let (entries, size, listing) = read_day(d)?;
+            self.rep.days_read += 1;
+            self.marks
+                .insert(d.date.clone(), mark(&entries, size, &dir_md));
+            let new = match new_entries(&d.date, old, &entries) {
+                Ok(new) => new,
+                Err(why) => {
+                    self.redo(&month, why);
+                    continue;
+                }
+            };
+            let lined: BTreeSet<&str> = entries.iter().map(|e| e.name.as_str()).collect();
+            let f = found.entry(month).or_default();
+            // The latest line of each name wins (a file listed twice among the new lines).
+            let names: BTreeSet<&str> = new.iter().map(|e| e.name.as_str()).collect();
+            f.extend(names.into_iter().map(|n| (d.path.join(n), false)));
+            f.extend(
+                listing
+                    .records
+                    .iter()
+                    .filter(|r| r.regular && r.name.is_some() && !lined.contains(r.file.as_str()))
+                    .map(|r| (d.path.join(&r.file), true)),
+            );
+        }
+        Ok(found)
+    }
+
+    /// The rows of the new records. Each run one row: a record whose key the month already has is
+    /// skipped when it has no line (it was indexed as an orphan before), and makes the month
+    /// rebuilt when a new line names it (a newer write of that run: the files are the truth).
+    fn add_new_records(&mut self, s: &Settings, state: &State, found: Found) {
+        let new_records: usize = found
+            .iter()
+            .filter(|(m, _)| !self.redo.contains(*m))
+            .map(|(_, l)| l.len())
+            .sum();
+        let mut records_read = 0;
+        for (month, list) in found {
+            if self.redo.contains(&month) || list.is_empty() {
+                continue;
+            }
+            let parts: Vec<&Part> = state.jobs.iter().filter(|p| p.month == month).collect();
+            // The job ids the records' names give; a record whose content has another id is
+            // checked against all the month's keys (read then, once).
+            let ids: BTreeSet<u32> = list
+                .iter()
+                .filter_map(|(path, _)| path.file_name())
+                .filter_map(|n| archive::RecordName::parse(&n.to_string_lossy()))
+                .map(|n| match n {
+                    archive::RecordName::Keyed(k) => k.job_id,
+                    archive::RecordName::Legacy(id) => id,
+                })
+                .collect();
+            let mut all: Option<BTreeSet<Key>> = None;
+            let have = match keys_in(&s.dir, &parts, Some(&ids)) {
+                Ok(k) => k,
+                Err(e) => {
+                    self.redo(&month, format!("{e:#}"));
+                    continue;
+                }
+            };
+            for (path, orphan) in list {
+                records_read += 1;
+                (self.progress)(Progress::Record {
+                    done: records_read,
+                    total: new_records,
+                });
+                let named = path
+                    .file_name()
+                    .and_then(|n| archive::RecordName::parse(&n.to_string_lossy()));
+                if let (true, Some(archive::RecordName::Keyed(k))) = (orphan, &named) {
+                    if have.contains(k) {
+                        continue;
+                    }
+                }
+                let Some(k) = self.pending.add(&month, &path, s, &mut self.rep.problems) else {
+                    continue;
+                };
+                let known = if ids.contains(&k.job_id) {
+                    have.contains(&k)
+                } else {
+                    if all.is_none() {
+                        match keys_in(&s.dir, &parts, None) {
+                            Ok(a) => all = Some(a),
+                            Err(e) => {
+                                self.redo(&month, format!("{e:#}"));
+                                break;
+                            }
+                        }
+                    }
+                    all.as_ref().is_some_and(|a| a.contains(&k))
+                };
+                if known {
+                    if orphan {
+                        self.pending
+                            .months
+                            .entry(month.clone())
+                            .or_default()
+                            .remove(&k);
+                        continue;
+                    }
+                    let why = format!("{} is a run the index has", path.display());
+                    self.redo(&month, why);
+                    break;
+                }
+            }
+        }
+    }
+
+    /// The months to be made again, from their day directories' records (the files are the
+    /// truth): all their rows pending, none kept.
+    fn reread_months(&mut self, s: &Settings, days: &[archive::Day]) -> Result<()> {
+        let rebuilt_days = days
+            .iter()
+            .filter(|d| self.redo.contains(&month_of_day(&d.date)))
+            .count();
+        let mut days_done = 0;
+        for month in &self.redo {
+            self.pending.months.insert(month.clone(), BTreeMap::new());
+            for d in days.iter().filter(|d| &month_of_day(&d.date) == month) {
+                days_done += 1;
+                (self.progress)(Progress::Day {
+                    done: days_done,
+                    total: rebuilt_days,
+                    date: &d.date,
+                });
+                let (_, dir_md) = day_stat(d)?;
+                let (entries, size, listing) = read_day(d)?;
+                self.rep.days_read += 1;
+                self.marks
+                    .insert(d.date.clone(), mark(&entries, size, &dir_md));
+                for r in listing
+                    .records
+                    .iter()
+                    .filter(|r| r.regular && r.name.is_some())
+                {
+                    self.pending
+                        .add(month, &d.path.join(&r.file), s, &mut self.rep.problems);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Writes each month's pending rows as new parts (a jobs part, and a nodes part when it has
+/// nodes), numbered from `seq`, listed in `state`; the jobs added go in `rep.added` while few.
+fn write_months(
+    s: &Settings,
+    state: &mut State,
+    pending: Pending,
+    rep: &mut UpdateReport,
+    seq: &mut u64,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<()> {
+    let months = pending.months;
+    let with_rows = months.values().filter(|r| !r.is_empty()).count();
+    for (done, (month, runs)) in months
+        .into_iter()
+        .filter(|(_, r)| !r.is_empty())
+        .enumerate()
+    {
+        progress(Progress::Month {
+            done: done + 1,
+            total: with_rows,
+            month: &month,
+        });
+        let (mut jobs, mut nodes) = (Vec::new(), Vec::new());
+        for (j, n, _) in runs.into_values() {
+            jobs.push(j);
+            nodes.extend(n);
+        }
+        jobs.sort_by_key(|r| (r.end_unix_ms, r.job_id));
+        rep.jobs_added += jobs.len() as u64;
+        let batch = stored_job_batch(&job_batch(&jobs)?)?;
+        state
+            .jobs
+            .push(write_part(s, "jobs", &month, *seq, &batch)?);
+        *seq += 1;
+        rep.parts_written += 1;
+        if !nodes.is_empty() {
+            nodes.sort_by_key(|r| (r.end_unix_ms, r.job_id));
+            let batch = node_batch(&nodes)?;
+            state
+                .nodes
+                .push(write_part(s, "nodes", &month, *seq, &batch)?);
+            *seq += 1;
+        }
+        if let Some(a) = rep.added.as_mut() {
+            a.extend(jobs);
+            if a.len() > MAX_ADDED_KEPT {
+                rep.added = None;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// What compaction does to one month's parts (their rows, in order), past `compact_parts` of
+/// them: `None` leaves them; `Some(Some(i))` merges all but part `i`, the largest, which the
+/// others together hold under a quarter of the rows of; `Some(None)` merges them all.
+fn compaction(rows: &[u64], compact_parts: usize) -> Option<Option<usize>> {
+    if rows.len() <= compact_parts {
+        return None;
+    }
+    let total: u64 = rows.iter().sum();
+    let big = (0..rows.len()).max_by_key(|&i| rows[i]).unwrap_or(0);
+    Some(((total - rows[big]) * 4 < rows[big]).then_some(big))
+}
+
+/// Compaction: a month of more than `compact_parts` parts gets fewer. Bounded work per update:
+/// the month's largest part stays as it is while the others together hold under a quarter of its
+/// rows (they are merged into one); past that, the whole month becomes one part. A row is so
+/// rewritten a bounded number of times on average, and an update after one new job merges the
+/// month's small parts, not the month (docs/audit.md, "Updates").
+fn compact(s: &Settings, state: &mut State, rep: &mut UpdateReport, seq: &mut u64) -> Result<()> {
+    for table in ["jobs", "nodes"] {
+        let parts = if table == "jobs" {
+            &mut state.jobs
+        } else {
+            &mut state.nodes
+        };
+        let mut by_month: BTreeMap<String, Vec<Part>> = BTreeMap::new();
+        for p in parts.drain(..) {
+            by_month.entry(p.month.clone()).or_default().push(p);
+        }
+        for (month, mut list) in by_month {
+            let rows: Vec<u64> = list.iter().map(|p| p.rows).collect();
+            let Some(keep) = compaction(&rows, s.compact_parts) else {
+                parts.extend(list);
+                continue;
+            };
+            if let Some(big) = keep {
+                parts.push(list.remove(big));
+            }
+            let mut batches = Vec::new();
+            for p in &list {
+                batches.extend(read_part(&s.dir, p)?);
+            }
+            let schema = if table == "jobs" {
+                stored_job_schema()
+            } else {
+                node_schema()
+            };
+            let all = arrow_select_concat(&schema, &batches)?;
+            parts.push(write_part(s, table, &month, *seq, &all)?);
+            *seq += 1;
+            rep.parts_compacted += list.len();
+        }
+    }
+    Ok(())
+}
+
 /// The index of an archive.
 pub struct Index<'a> {
     pub store: &'a Store,
@@ -694,307 +1012,43 @@ impl<'a> Index<'a> {
         let _lock = self.lock()?;
         let s = &self.settings;
         mkdir(&s.dir, s.admin_gid)?;
-        let mut rep = UpdateReport::default();
-        // Months whose parts are thrown away and made again from their day directories.
-        let mut rebuild_months: BTreeSet<String> = BTreeSet::new();
-        let mut state = if rebuild {
-            rep.why = Some("asked for".into());
-            None
-        } else {
-            match load_state(&s.dir) {
-                Err(_) if !s.dir.join(STATE).exists() => {
-                    rep.why = Some("no index yet".into());
-                    None
-                }
-                Ok(mut st) => {
-                    for (month, why) in self.validate(&mut st) {
-                        redo(&mut rebuild_months, &mut rep.rebuild_reasons, &month, why);
-                    }
-                    Some(st)
-                }
-                Err(e) => {
-                    rep.why = Some(format!("{e:#}"));
-                    None
-                }
-            }
-        }
-        .unwrap_or_else(|| {
-            rep.rebuilt = true;
-            State {
-                version: STATE_VERSION,
-                ..Default::default()
-            }
-        });
+        let mut up = Update {
+            rep: UpdateReport::default(),
+            redo: BTreeSet::new(),
+            marks: BTreeMap::new(),
+            pending: Pending::default(),
+            progress,
+        };
+        let mut state = self.starting_state(rebuild, &mut up);
         let next_part = self.next_free_seq(&state);
 
         // A directory that cannot be read stops the update here, the index as it was.
         let days = self.store.walk_days()?;
-        if rep.rebuilt {
-            rebuild_months.extend(days.iter().map(|d| month_of_day(&d.date)));
+        if up.rep.rebuilt {
+            up.redo.extend(days.iter().map(|d| month_of_day(&d.date)));
         }
         // A day indexed before and gone now (pruned, moved, removed): its rows go with it, as a
         // rebuild from the archive would have it. Its month is made again from the days left.
         let present: BTreeSet<&str> = days.iter().map(|d| d.date.as_str()).collect();
         for k in state.days.keys().filter(|k| !present.contains(k.as_str())) {
-            redo(
-                &mut rebuild_months,
-                &mut rep.rebuild_reasons,
-                &month_of_day(k),
-                format!("day {k} is gone"),
-            );
+            up.redo(&month_of_day(k), format!("day {k} is gone"));
         }
+        let found = up.changed_days(&state, &days)?;
+        up.add_new_records(s, &state, found);
+        up.reread_months(s, &days)?;
 
-        // Which days changed, what they gained: records of new MANIFEST lines, and records without
-        // a line (`orphan`: the writer died between the record and its line).
-        let mut marks: BTreeMap<String, DayMark> = BTreeMap::new();
-        let mut found: BTreeMap<String, Vec<(PathBuf, bool)>> = BTreeMap::new();
-        for (i, d) in days.iter().enumerate() {
-            let month = month_of_day(&d.date);
-            if rebuild_months.contains(&month) {
-                continue;
-            }
-            progress(Progress::Day {
-                done: i + 1,
-                total: days.len(),
-                date: &d.date,
-            });
-            let old = state.days.get(&d.date);
-            let (size, dir_md) = day_stat(d)?;
-            let dir = stamp_of(&dir_md);
-            if old.is_some_and(|o| o.size == size && o.dir == Some(dir)) {
-                continue;
-            }
-            let (entries, size, listing) = read_day(d)?;
-            rep.days_read += 1;
-            marks.insert(d.date.clone(), mark(&entries, size, &dir_md));
-            let consumed = old.map_or(0, |o| o.seq);
-            let prefix_ok = match old {
-                None => true,
-                Some(o) if o.seq == 0 => true,
-                Some(o) => entries.iter().any(|e| e.seq == o.seq && e.chain == o.chain),
-            };
-            let (done, new): (Vec<_>, Vec<_>) = entries.iter().partition(|e| e.seq <= consumed);
-            if !prefix_ok {
-                let why = format!("the MANIFEST of {} changed or is gone", d.date);
-                redo(&mut rebuild_months, &mut rep.rebuild_reasons, &month, why);
-                continue;
-            }
-            if new.iter().any(|e| done.iter().any(|x| x.name == e.name)) {
-                let why = format!("a record of {} was written again", d.date);
-                redo(&mut rebuild_months, &mut rep.rebuild_reasons, &month, why);
-                continue;
-            }
-            let lined: BTreeSet<&str> = entries.iter().map(|e| e.name.as_str()).collect();
-            let f = found.entry(month).or_default();
-            // The latest line of each name wins (a file listed twice among the new lines).
-            let names: BTreeSet<&str> = new.iter().map(|e| e.name.as_str()).collect();
-            f.extend(names.into_iter().map(|n| (d.path.join(n), false)));
-            f.extend(
-                listing
-                    .records
-                    .iter()
-                    .filter(|r| r.regular && r.name.is_some() && !lined.contains(r.file.as_str()))
-                    .map(|r| (d.path.join(&r.file), true)),
-            );
-        }
-        // Each run one row: a record whose key the month already has is skipped when it has no
-        // line (it was indexed as an orphan before), and makes the month rebuilt when a new line
-        // names it (a newer write of that run: the files are the truth).
-        let mut pending = Pending::default();
-        let new_records: usize = found
-            .iter()
-            .filter(|(m, _)| !rebuild_months.contains(*m))
-            .map(|(_, l)| l.len())
-            .sum();
-        let mut records_read = 0;
-        for (month, list) in found {
-            if rebuild_months.contains(&month) || list.is_empty() {
-                continue;
-            }
-            let parts: Vec<&Part> = state.jobs.iter().filter(|p| p.month == month).collect();
-            // The job ids the records' names give; a record whose content has another id is
-            // checked against all the month's keys (read then, once).
-            let ids: BTreeSet<u32> = list
-                .iter()
-                .filter_map(|(path, _)| path.file_name())
-                .filter_map(|n| archive::RecordName::parse(&n.to_string_lossy()))
-                .map(|n| match n {
-                    archive::RecordName::Keyed(k) => k.job_id,
-                    archive::RecordName::Legacy(id) => id,
-                })
-                .collect();
-            let mut all: Option<BTreeSet<Key>> = None;
-            let have = match keys_in(&s.dir, &parts, Some(&ids)) {
-                Ok(k) => k,
-                Err(e) => {
-                    redo(
-                        &mut rebuild_months,
-                        &mut rep.rebuild_reasons,
-                        &month,
-                        format!("{e:#}"),
-                    );
-                    continue;
-                }
-            };
-            for (path, orphan) in list {
-                records_read += 1;
-                progress(Progress::Record {
-                    done: records_read,
-                    total: new_records,
-                });
-                let named = path
-                    .file_name()
-                    .and_then(|n| archive::RecordName::parse(&n.to_string_lossy()));
-                if let (true, Some(archive::RecordName::Keyed(k))) = (orphan, &named) {
-                    if have.contains(k) {
-                        continue;
-                    }
-                }
-                let Some(k) = pending.add(&month, &path, s, &mut rep.problems) else {
-                    continue;
-                };
-                let known = if ids.contains(&k.job_id) {
-                    have.contains(&k)
-                } else {
-                    if all.is_none() {
-                        match keys_in(&s.dir, &parts, None) {
-                            Ok(a) => all = Some(a),
-                            Err(e) => {
-                                let why = format!("{e:#}");
-                                redo(&mut rebuild_months, &mut rep.rebuild_reasons, &month, why);
-                                break;
-                            }
-                        }
-                    }
-                    all.as_ref().is_some_and(|a| a.contains(&k))
-                };
-                if known {
-                    if orphan {
-                        pending.months.entry(month.clone()).or_default().remove(&k);
-                        continue;
-                    }
-                    let why = format!("{} is a run the index has", path.display());
-                    redo(&mut rebuild_months, &mut rep.rebuild_reasons, &month, why);
-                    break;
-                }
-            }
-        }
-        // Months rebuilt from their day directories' records (the files are the truth).
-        let rebuilt_days = days
-            .iter()
-            .filter(|d| rebuild_months.contains(&month_of_day(&d.date)))
-            .count();
-        let mut days_done = 0;
-        for month in &rebuild_months {
-            pending.months.insert(month.clone(), BTreeMap::new());
-            for d in days.iter().filter(|d| &month_of_day(&d.date) == month) {
-                days_done += 1;
-                progress(Progress::Day {
-                    done: days_done,
-                    total: rebuilt_days,
-                    date: &d.date,
-                });
-                let (_, dir_md) = day_stat(d)?;
-                let (entries, size, listing) = read_day(d)?;
-                rep.days_read += 1;
-                marks.insert(d.date.clone(), mark(&entries, size, &dir_md));
-                for r in listing
-                    .records
-                    .iter()
-                    .filter(|r| r.regular && r.name.is_some())
-                {
-                    pending.add(month, &d.path.join(&r.file), s, &mut rep.problems);
-                }
-            }
-        }
-        state.jobs.retain(|p| !rebuild_months.contains(&p.month));
-        state.nodes.retain(|p| !rebuild_months.contains(&p.month));
-        state.days.retain(|k, _| {
-            present.contains(k.as_str()) && !rebuild_months.contains(&month_of_day(k))
-        });
-        state.days.extend(marks);
-        rep.months_rebuilt = rebuild_months.into_iter().collect();
-
+        state.jobs.retain(|p| !up.redo.contains(&p.month));
+        state.nodes.retain(|p| !up.redo.contains(&p.month));
+        state
+            .days
+            .retain(|k, _| present.contains(k.as_str()) && !up.redo.contains(&month_of_day(k)));
+        state.days.extend(std::mem::take(&mut up.marks));
+        let mut rep = up.rep;
+        rep.months_rebuilt = up.redo.into_iter().collect();
         rep.added = (rep.months_rebuilt.is_empty() && !rep.rebuilt).then(Vec::new);
         let mut seq = next_part;
-        let months = std::mem::take(&mut pending.months);
-        let with_rows = months.values().filter(|r| !r.is_empty()).count();
-        for (done, (month, runs)) in months
-            .into_iter()
-            .filter(|(_, r)| !r.is_empty())
-            .enumerate()
-        {
-            progress(Progress::Month {
-                done: done + 1,
-                total: with_rows,
-                month: &month,
-            });
-            let (mut jobs, mut nodes) = (Vec::new(), Vec::new());
-            for (j, n, _) in runs.into_values() {
-                jobs.push(j);
-                nodes.extend(n);
-            }
-            jobs.sort_by_key(|r| (r.end_unix_ms, r.job_id));
-            rep.jobs_added += jobs.len() as u64;
-            let batch = stored_job_batch(&job_batch(&jobs)?)?;
-            state.jobs.push(write_part(s, "jobs", &month, seq, &batch)?);
-            seq += 1;
-            rep.parts_written += 1;
-            if !nodes.is_empty() {
-                nodes.sort_by_key(|r| (r.end_unix_ms, r.job_id));
-                let batch = node_batch(&nodes)?;
-                state
-                    .nodes
-                    .push(write_part(s, "nodes", &month, seq, &batch)?);
-                seq += 1;
-            }
-            if let Some(a) = rep.added.as_mut() {
-                a.extend(jobs);
-                if a.len() > MAX_ADDED_KEPT {
-                    rep.added = None;
-                }
-            }
-        }
-        // Compaction: a month of more than `compact_parts` parts gets fewer. Bounded work per update:
-        // the month's largest part stays as it is while the others together hold under a quarter
-        // of its rows (they are merged into one); past that, the whole month becomes one part. A
-        // row is so rewritten a bounded number of times on average, and an update after one new
-        // job merges the month's small parts, not the month (docs/audit.md, "Updates").
-        for table in ["jobs", "nodes"] {
-            let parts = if table == "jobs" {
-                &mut state.jobs
-            } else {
-                &mut state.nodes
-            };
-            let mut by_month: BTreeMap<String, Vec<Part>> = BTreeMap::new();
-            for p in parts.drain(..) {
-                by_month.entry(p.month.clone()).or_default().push(p);
-            }
-            for (month, mut list) in by_month {
-                if list.len() <= s.compact_parts {
-                    parts.extend(list);
-                    continue;
-                }
-                let total: u64 = list.iter().map(|p| p.rows).sum();
-                let big = (0..list.len()).max_by_key(|&i| list[i].rows).unwrap_or(0);
-                if (total - list[big].rows) * 4 < list[big].rows {
-                    parts.push(list.remove(big));
-                }
-                let mut batches = Vec::new();
-                for p in &list {
-                    batches.extend(read_part(&s.dir, p)?);
-                }
-                let schema = if table == "jobs" {
-                    stored_job_schema()
-                } else {
-                    node_schema()
-                };
-                let all = arrow_select_concat(&schema, &batches)?;
-                parts.push(write_part(s, table, &month, seq, &all)?);
-                seq += 1;
-                rep.parts_compacted += list.len();
-            }
-        }
+        write_months(s, &mut state, up.pending, &mut rep, &mut seq, up.progress)?;
+        compact(s, &mut state, &mut rep, &mut seq)?;
         state.next_part = seq;
         rep.jobs_total = state.jobs.iter().map(|p| p.rows).sum();
         let json = serde_json::to_vec(&state)?;
@@ -1002,6 +1056,41 @@ impl<'a> Index<'a> {
         jobscope_common::fsutil::write_atomic(&s.dir, STATE, &json, 0o640, owner)?;
         self.remove_unlisted(&state);
         Ok(rep)
+    }
+
+    /// The state an update starts from: the one on disk, its entries checked against their files
+    /// (each month that disagrees to be made again), or a new one when a rebuild is asked for or
+    /// there is no readable state (`rep.rebuilt`, and why).
+    fn starting_state(&self, rebuild: bool, up: &mut Update) -> State {
+        let s = &self.settings;
+        let state = if rebuild {
+            up.rep.why = Some("asked for".into());
+            None
+        } else {
+            match load_state(&s.dir) {
+                Err(_) if !s.dir.join(STATE).exists() => {
+                    up.rep.why = Some("no index yet".into());
+                    None
+                }
+                Ok(mut st) => {
+                    for (month, why) in self.validate(&mut st) {
+                        up.redo(&month, why);
+                    }
+                    Some(st)
+                }
+                Err(e) => {
+                    up.rep.why = Some(format!("{e:#}"));
+                    None
+                }
+            }
+        };
+        state.unwrap_or_else(|| {
+            up.rep.rebuilt = true;
+            State {
+                version: STATE_VERSION,
+                ..Default::default()
+            }
+        })
     }
 
     /// Checks every entry of state.json against its part: listed once, under the table and month

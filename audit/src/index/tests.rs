@@ -6,211 +6,17 @@ use super::*;
 use crate::eval::MemEngine;
 use crate::query::{Filters, GroupKey, Report, WasteMetric, Window};
 use crate::table::Value;
-use jobscope_model::summary::*;
 use serde_json::Value as J;
 
-pub(crate) const DAY_MS: u64 = 86_400_000;
-/// 2026-03-02 00:00 UTC, a Monday.
-pub(crate) const T0_MS: u64 = 1_772_409_600_000;
+pub(crate) use crate::testing::*;
 
-pub(crate) struct Spec {
-    pub(crate) id: u32,
-    pub(crate) user: &'static str,
-    pub(crate) uid: u32,
-    pub(crate) part: &'static str,
-    pub(crate) nodes: &'static [&'static str],
-    pub(crate) cores: u32,
-    pub(crate) start_ms: u64,
-    pub(crate) elapsed_s: f64,
-    pub(crate) cpu_s: f64,
-    pub(crate) mem_alloc: u64,
-    pub(crate) peak: u64,
-    pub(crate) gpus: u32,
-    pub(crate) gpu_used: bool,
-}
-
-pub(crate) fn spec(id: u32, user: &'static str, uid: u32, part: &'static str, day: u64) -> Spec {
-    Spec {
-        id,
-        user,
-        uid,
-        part,
-        nodes: &["n1"],
-        cores: 4,
-        start_ms: T0_MS + day * DAY_MS + 3_600_000,
-        elapsed_s: 7200.0,
-        cpu_s: 3600.0 * f64::from(id % 4 + 1),
-        mem_alloc: 4 << 30,
-        peak: (1 << 30) + u64::from(id) * (1 << 20),
-        gpus: 0,
-        gpu_used: false,
-    }
-}
-
-pub(crate) fn gpu(
-    node: &str,
-    slot: u32,
-    hours: f64,
-    used: bool,
-) -> jobscope_model::gpu::summary::GpuSummary {
-    serde_json::from_value(serde_json::json!({
-        "node": node, "slot": slot, "index": slot, "samples": 10,
-        "util_mean_pct": if used { 80.0 } else { 0.0 },
-        "utilization_unknown": false, "other_processes_seen": false, "energy_estimated": false,
-        "energy_kwh": 0.5, "idle_periods": [], "observed_s": hours * 3600.0,
-        "never_used": !used, "gpu_hours_allocated": hours,
-        "gpu_hours_wasted": if used { 0.0 } else { hours },
-        "classification": if used { "gpu_bound" } else { "gpu_idle" },
-        "throttle_reasons": [], "lost": false, "findings": []
-    }))
-    .expect("a GPU summary")
-}
-
-pub(crate) fn summary(s: &Spec) -> JobSummary {
-    let end_ms = s.start_ms + (s.elapsed_s * 1000.0) as u64;
-    let n = s.nodes.len() as u32;
-    let nodes: Vec<NodeSummary> = s
-        .nodes
-        .iter()
-        .map(|name| NodeSummary {
-            node: (*name).into(),
-            job_id: s.id,
-            uid: s.uid,
-            start_unix_ms: s.start_ms,
-            end_unix_ms: end_ms,
-            elapsed_s: s.elapsed_s,
-            alloc_cores: Some(s.cores / n),
-            alloc_mem_bytes: Some(s.mem_alloc),
-            cgroup_version: None,
-            cpu: CpuTotals {
-                usage_s: Some(s.cpu_s / f64::from(n)),
-                ..Default::default()
-            },
-            mem: MemTotals {
-                peak_bytes: Some(s.peak),
-                limit_bytes: Some(s.mem_alloc),
-                ..Default::default()
-            },
-            io: IoTotals::default(),
-            tasks_max: None,
-            threads_max: None,
-            cpu_efficiency_pct: None,
-            steps: vec![],
-            timeline: vec![],
-            quality: Quality {
-                samples: 10,
-                sampler_ended_cleanly: true,
-                final_counters: true,
-                ..Default::default()
-            },
-            user_options: Default::default(),
-            gpus: (0..s.gpus)
-                .map(|g| gpu(name, g, s.elapsed_s / 3600.0, s.gpu_used))
-                .collect(),
-            pressure: None,
-            kernel: None,
-            script_sha256: None,
-            steps_not_recorded: None,
-        })
-        .collect();
-    let mut j = JobSummary {
-        schema_version: SCHEMA_VERSION,
-        generator: "test".into(),
-        cluster: Some("c1".into()),
-        job_id: s.id,
-        array_job_id: None,
-        array_task_id: None,
-        name: Some(format!("job{}", s.id % 3)),
-        user: Some(s.user.into()),
-        uid: Some(s.uid),
-        gid: Some(s.uid),
-        group: Some(format!("g{}", s.uid % 2)),
-        account: Some(format!("acct{}", s.uid % 2)),
-        partition: Some(s.part.into()),
-        qos: None,
-        submit_unix_s: None,
-        state: jobscope_model::job::JobState::Completed,
-        end_reason: None,
-        exit_code: Some(0),
-        start_unix_ms: s.start_ms,
-        end_unix_ms: end_ms,
-        elapsed_s: s.elapsed_s,
-        scheduler_start_unix_s: Some(s.start_ms / 1000),
-        alloc: Allocation {
-            nodes: n,
-            cores: Some(s.cores),
-            mem_per_node_bytes: Some(s.mem_alloc),
-            gpus: None,
-            time_limit_s: Some(86_400),
-        },
-        cpu: CpuTotals {
-            usage_s: Some(s.cpu_s),
-            ..Default::default()
-        },
-        mem: MemTotals {
-            peak_bytes: Some(s.peak),
-            ..Default::default()
-        },
-        io: IoTotals::default(),
-        pressure: None,
-        // the kernel view on two jobs in three (the others ran without a collector)
-        kernel: (!s.id.is_multiple_of(3)).then(|| KernelTotals {
-            run_s: Some(s.cpu_s),
-            cpu_wait_s: Some(60.0 * f64::from(s.id)),
-            net_sent_bytes: Some(u64::from(s.id) << 20),
-            ..Default::default()
-        }),
-        script_sha256: None,
-        efficiency: Efficiency {
-            cpu_pct: Some(100.0 * s.cpu_s / (f64::from(s.cores) * s.elapsed_s)),
-            mem_pct: Some(100.0 * s.peak as f64 / s.mem_alloc as f64),
-            time_pct: None,
-        },
-        nodes,
-        missing_nodes: vec![],
-        partial: false,
-        partial_reasons: vec![],
-        samples: 10,
-        user_options: Default::default(),
-        analysis: None,
-    };
-    j.analysis = Some(jobscope_model::summary::analysis::analyze(
-        &j,
-        &jobscope_model::params::Report::default(),
-    ));
-    j
-}
-
-pub(crate) struct Fixture {
-    _dir: tempfile::TempDir,
-    pub(crate) store: Store,
-    pub(crate) settings: Settings,
-}
-
-pub(crate) fn fixture() -> Fixture {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::new(&dir.path().join("archive"), "root");
-    let settings = Settings::in_dir(dir.path().join("archive/index"));
-    Fixture {
-        _dir: dir,
-        store,
-        settings,
-    }
-}
-
-impl Fixture {
-    pub(crate) fn index(&self) -> Index<'_> {
-        Index::new(&self.store, self.settings.clone())
-    }
-    pub(crate) fn write(&self, specs: &[Spec]) {
-        for s in specs {
-            self.store.write(&summary(s)).unwrap();
-        }
-    }
-    pub(crate) fn engine(&self) -> ParquetEngine {
-        ParquetEngine::open(&self.settings.dir).unwrap()
-    }
+/// The archive behind a fixture, read as the expectations' source.
+trait Docs {
     /// Every archived record (dated tree), as JSON values.
+    fn json_docs(&self) -> Vec<J>;
+}
+
+impl Docs for Fixture {
     fn json_docs(&self) -> Vec<J> {
         let mut out = Vec::new();
         for d in self.store.days() {
@@ -1377,4 +1183,69 @@ fn a_state_json_entry_that_disagrees_with_its_part_rebuilds_the_month_it_holds()
         assert_eq!(indexed_ids(&fx), archived_ids(&fx), "{what}: new runs");
         assert_eq!(archived_ids(&fx).len(), 14, "{what}: the archive");
     }
+}
+
+// The phases of an update, on their own.
+
+fn entry(seq: u64, name: &str, chain: &str) -> manifest::Entry {
+    manifest::Entry {
+        seq,
+        name: name.into(),
+        sha256: "00".into(),
+        chain: chain.into(),
+    }
+}
+
+#[test]
+fn a_days_new_lines_are_those_past_the_mark_while_the_lines_read_are_unchanged() {
+    let lines = [
+        entry(1, "a.json", "c1"),
+        entry(2, "b.json", "c2"),
+        entry(3, "c.json", "c3"),
+    ];
+    let mark = |seq: u64, chain: &str| DayMark {
+        size: 0,
+        seq,
+        chain: chain.into(),
+        dir: None,
+    };
+    let names = |r: std::result::Result<Vec<&manifest::Entry>, String>| -> Vec<String> {
+        r.unwrap().iter().map(|e| e.name.clone()).collect()
+    };
+    // Never read, or read while it had no lines: every line is new.
+    assert_eq!(names(new_entries("2026/03/02", None, &lines)).len(), 3);
+    assert_eq!(
+        names(new_entries("2026/03/02", Some(&mark(0, "")), &lines)).len(),
+        3
+    );
+    assert_eq!(
+        names(new_entries("2026/03/02", Some(&mark(2, "c2")), &lines)),
+        ["c.json"]
+    );
+    assert_eq!(
+        names(new_entries("2026/03/02", Some(&mark(3, "c3")), &lines)),
+        Vec::<String>::new()
+    );
+    // The line read last is not there with its chain: the MANIFEST was rewritten.
+    assert_eq!(
+        new_entries("2026/03/02", Some(&mark(2, "other")), &lines).unwrap_err(),
+        "the MANIFEST of 2026/03/02 changed or is gone"
+    );
+    // A new line names a record an earlier line named: that run was written again.
+    let again = [entry(1, "a.json", "c1"), entry(2, "a.json", "c2")];
+    assert_eq!(
+        new_entries("2026/03/02", Some(&mark(1, "c1")), &again).unwrap_err(),
+        "a record of 2026/03/02 was written again"
+    );
+}
+
+#[test]
+fn compaction_merges_the_small_parts_or_the_whole_month_past_the_limit() {
+    // At or under the limit: left as they are.
+    assert_eq!(compaction(&[5, 5, 5], 3), None);
+    // The others hold 20 rows, under a quarter of the largest's 100: it stays, they merge.
+    assert_eq!(compaction(&[10, 100, 10, 0], 3), Some(Some(1)));
+    // 25 rows is a quarter, not under it: the whole month becomes one part.
+    assert_eq!(compaction(&[100, 10, 10, 5], 3), Some(None));
+    assert_eq!(compaction(&[1, 1], 1), Some(None));
 }

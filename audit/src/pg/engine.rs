@@ -219,7 +219,7 @@ fn usage_sql(q: &Query, s: &mut Sql, spans: Option<(i64, i64)>) -> Result<String
 fn job_select() -> String {
     JOB_COLUMNS
         .iter()
-        .map(|(n, _)| match *n {
+        .map(|(n, _, _)| match *n {
             "start_unix_s" => "w.start_unix_ms / 1000".to_string(),
             "end_unix_s" => "w.end_unix_ms / 1000".to_string(),
             other => format!("w.{}", ident(other)),
@@ -297,12 +297,12 @@ fn cpu_only_sql(q: &Query, s: &mut Sql, spans: Option<(i64, i64)>, busy_pct: f64
         jobs = JOB_COLUMNS
             .iter()
             .zip(job_select().split(", "))
-            .map(|((n, _), e)| format!("{e} AS {}", ident(&format!("c_{n}"))))
+            .map(|((n, _, _), e)| format!("{e} AS {}", ident(&format!("c_{n}"))))
             .collect::<Vec<_>>()
             .join(", "),
         outer = JOB_COLUMNS
             .iter()
-            .map(|(n, _)| ident(&format!("c_{n}")))
+            .map(|(n, _, _)| ident(&format!("c_{n}")))
             .collect::<Vec<_>>()
             .join(", "),
     )

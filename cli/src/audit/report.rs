@@ -1,4 +1,4 @@
-//! `jobscope audit report`: the cluster report (audit/src/cluster/, docs/audit.md "The cluster
+//! `jobscope audit report`: the cluster report (admin/src/cluster/, docs/audit.md "The cluster
 //! report") as a page, a text or a mail to `audit.report_to`.
 //!
 //! Admins only (root and `archive.admin_group`): it ranks users and accounts against each other,
@@ -9,7 +9,7 @@
 use super::{admin_index, euid, is_admin, parse_span, parse_when, start_before};
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use jobscope_audit::cluster::{self, page::Page};
+use jobscope_admin::cluster::{self, page::Page};
 use jobscope_audit::query::{Filters, Window, Zone};
 use jobscope_config::Config;
 use jobscope_deliver::mail::message::parse_address;

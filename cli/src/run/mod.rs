@@ -16,14 +16,16 @@ use jobscope_common::now_unix_ms;
 use jobscope_config::Config;
 use jobscope_model::job::JobFacts;
 use jobscope_model::sample::Reading;
-use jobscope_model::spool::{Event, Header, GPU_FILE_BUDGET_BYTES, STEP_FILES_BUDGET_BYTES};
+use jobscope_model::spool::{
+    Event, EventKind, Header, GPU_FILE_BUDGET_BYTES, STEP_FILES_BUDGET_BYTES,
+};
 use jobscope_model::summary::JobSummary;
 use jobscope_report::pipeline::{self, NodeEnd};
 use jobscope_report::GENERATOR;
 use jobscope_sampler::gpu::assign::{device_ref_from_path, GpuRef, GpuSelection};
 use jobscope_sampler::gpu::monitor::{cgroup_pid_source, BackendConfig, GpuMonitor, LogLevel};
 use jobscope_sampler::proctree::{ProcTreeReader, Reaped};
-use jobscope_sampler::sampler::{self, Faults, Sampler, Schedule, Source, Stoppable};
+use jobscope_sampler::sampler::{self, Sampler, Schedule, Source, Stoppable};
 use jobscope_sampler::scope::{short_hostname, Scope};
 use jobscope_sampler::spool::writer::{Limits, SeriesWriter, StepWriter};
 use place::Placement;
@@ -258,6 +260,9 @@ pub fn run(cfg: &Config, o: &RunOptions, log: &mut dyn FnMut(&str)) -> Result<Ru
     result
 }
 
+/// The name of the step a local run records: the command is what a batch script is to a job.
+const RUN_STEP: &str = "batch";
+
 #[allow(clippy::too_many_arguments)]
 fn run_in(
     cfg: &Config,
@@ -272,53 +277,13 @@ fn run_in(
     let mut notes: Vec<String> = Vec::new();
     let mut problems: Vec<String> = Vec::new();
 
-    // Where it runs.
-    let proc_self = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
-    let mut placement = place::plan(
-        &proc_self,
-        Path::new("/sys/fs/cgroup"),
-        &format!("{job_id}-{}", std::process::id()),
-        euid,
-        &place::RealFs,
-    );
-    let join = match placement.make() {
-        Ok(j) => j,
-        Err(e) => {
-            placement = Placement::ProcTree {
-                why: format!(
-                    "its cgroup could not be made ({e}): followed through its process tree in \
-                     /proc, so memory is resident sets only (no page cache)"
-                ),
-            };
-            vec![]
-        }
-    };
+    let (placement, join) = place_run(job_id, euid);
     if let Placement::ProcTree { why } = &placement {
         notes.push(why.clone());
     }
-
-    // What it is measured against.
     let cores = o.cores.or_else(machine_cores);
     let mem = o.mem_bytes.or_else(machine_mem_bytes);
-    let mut against = Vec::new();
-    if o.cores.is_none() {
-        against.push(format!(
-            "{} cores",
-            cores.map_or("?".into(), |c| c.to_string())
-        ));
-    }
-    if o.mem_bytes.is_none() {
-        against.push(format!(
-            "{} memory",
-            jobscope_report::present::fmt_bytes(mem)
-        ));
-    }
-    if !against.is_empty() {
-        notes.push(format!(
-            "measured against the whole machine ({}): give --cores/--mem for what the run asked for",
-            against.join(", ")
-        ));
-    }
+    notes.extend(whole_machine_note(o, cores, mem));
     let gpu_refs = match &o.gpus {
         Some(g) => parse_gpus(g).map_err(anyhow::Error::msg)?,
         None if machine_has_nvidia() => vec![GpuRef::AllAccessible],
@@ -347,66 +312,236 @@ fn run_in(
         scope.describe(&mut h);
         h
     };
-    let schedule = Schedule {
-        early: cfg
-            .sampler
-            .early_samples_s
+    let schedule = run_schedule(&cfg.sampler.early_samples_s, cadence_s);
+
+    child::become_subreaper();
+    child::block_forwarded();
+    let mut steps = StepWriter::create(spool, &header(RUN_STEP))?;
+    let (j0, s0) = read_now(&placement, proc_root);
+    steps.event(&step_event(
+        EventKind::StepStart,
+        now_unix_ms(),
+        (j0, s0),
+        None,
+    ))?;
+    let pid = launch(&o.cmd, &join, &placement)?;
+    let forwarder = child::Forwarder::start(pid)?;
+    let sampler = start_sampler(cfg, spool, header("job"), &placement, proc_root, &schedule)?;
+    let gpu = (!gpu_refs.is_empty() && cfg.gpu.enabled)
+        .then(|| {
+            start_gpu(
+                cfg,
+                &gpu_refs,
+                spool,
+                header("gpu"),
+                &schedule,
+                &placement,
+                proc_root,
+            )
+        })
+        .and_then(|started| started.map_err(|e| problems.push(e)).ok());
+
+    // The command runs.
+    let status = child::wait(pid);
+    let end_ms = now_unix_ms();
+    let _orphans_reaped = child::reap_orphans();
+    let end_readings = read_now(&placement, proc_root);
+    let left = processes_left(&placement, proc_root);
+    forwarder.stop();
+    let status = status.context("waiting for the command")?;
+    steps.event(&step_event(
+        EventKind::StepExit,
+        end_ms,
+        end_readings,
+        Some(status.0),
+    ))?;
+    if left > 0 {
+        notes.push(format!(
+            "{left} process(es) the command started were still running when it ended: left \
+             running, not counted after its end"
+        ));
+    }
+    problems.extend(stop_threads(sampler, gpu));
+    problems.extend(placement.remove());
+
+    // The report: the one pipeline.
+    let spooled = pipeline::read_node_dir(spool);
+    let mut out = pipeline::node(
+        &spooled,
+        node,
+        job_id,
+        NodeEnd::At(now_unix_ms()),
+        Some(uid),
+        cfg,
+    );
+    for p in &out.problems {
+        log(p);
+    }
+    out.summary.quality.notes.extend(notes);
+    let facts = run_facts(
+        cfg,
+        o,
+        (job_id, node),
+        (uid, gid),
+        (cores, mem),
+        (start_ms, end_ms),
+        status,
+    );
+    let decide = jobscope_report::slurm::decide_end;
+    let mut summary = pipeline::job(
+        &facts,
+        vec![out.summary],
+        &[node.to_string()],
+        cfg,
+        GENERATOR,
+        &decide,
+    );
+    if o.mail {
+        summary.user_options.insert("mail".into(), "always".into());
+    }
+    let archived = deliver(cfg, o, &summary, &facts, &mut problems)?;
+    Ok(RunOutcome {
+        summary,
+        exit_status: status.shell_code(),
+        archived,
+        problems,
+    })
+}
+
+/// Where the run is measured: its own cgroup when one can be made, else its process tree (and
+/// the placement says why). Returns the cgroup directories the command is to join.
+fn place_run(job_id: u32, euid: u32) -> (Placement, Vec<PathBuf>) {
+    let proc_self = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+    let placement = place::plan(
+        &proc_self,
+        Path::new("/sys/fs/cgroup"),
+        &format!("{job_id}-{}", std::process::id()),
+        euid,
+        &place::RealFs,
+    );
+    match placement.make() {
+        Ok(join) => (placement, join),
+        Err(e) => (
+            Placement::ProcTree {
+                why: format!(
+                    "its cgroup could not be made ({e}): followed through its process tree in \
+                     /proc, so memory is resident sets only (no page cache)"
+                ),
+            },
+            vec![],
+        ),
+    }
+}
+
+/// The note that says what the run was measured against when the options did not say (`cores`
+/// and `mem` are what it is measured against); `None` when both were given.
+fn whole_machine_note(o: &RunOptions, cores: Option<u32>, mem: Option<u64>) -> Option<String> {
+    let mut against = Vec::new();
+    if o.cores.is_none() {
+        against.push(format!(
+            "{} cores",
+            cores.map_or("?".into(), |c| c.to_string())
+        ));
+    }
+    if o.mem_bytes.is_none() {
+        against.push(format!(
+            "{} memory",
+            jobscope_report::present::fmt_bytes(mem)
+        ));
+    }
+    (!against.is_empty()).then(|| {
+        format!(
+            "measured against the whole machine ({}): give --cores/--mem for what the run asked for",
+            against.join(", ")
+        )
+    })
+}
+
+/// The sampling schedule: the configured early samples that come before the first regular one,
+/// then every `cadence_s`.
+fn run_schedule(early_samples_s: &[u32], cadence_s: u32) -> Schedule {
+    Schedule {
+        early: early_samples_s
             .iter()
             .filter(|&&s| s < cadence_s)
             .map(|&s| Duration::from_secs(s as u64))
             .collect(),
         cadence: Duration::from_secs(cadence_s as u64),
-    };
+    }
+}
 
-    child::become_subreaper();
-    child::block_forwarded();
-    let mut steps = StepWriter::create(spool, &header("batch"))?;
-    let (j0, s0) = read_now(&placement, proc_root);
-    steps.event(&Event {
-        t_ms: now_unix_ms(),
-        kind: "step_start".into(),
-        step: Some("batch".into()),
-        job: j0,
-        step_reading: s0,
-        exit_status: None,
+/// A start or exit event of the run's step, with its (job, step) readings.
+fn step_event(
+    kind: EventKind,
+    t_ms: u64,
+    (job, step_reading): (Option<Reading>, Option<Reading>),
+    exit_status: Option<i32>,
+) -> Event {
+    Event {
+        t_ms,
+        kind,
+        step: Some(RUN_STEP.into()),
+        job,
+        step_reading,
+        exit_status,
         message: None,
-    })?;
-    // The kernel view (docs/kernel.md), where a collector runs and this is root: this process
-    // tags itself for the run's key just around the fork, so the command inherits the tag from
-    // its first instruction and this process's own threads (the sampler) are not counted.
-    let kernel_key = jobscope_model::kernel::KEY_RUN | u64::from(std::process::id());
-    let kernel_maps = jobscope_sampler::kernel::KernelMaps::open(
-        Path::new(jobscope_model::kernel::PIN_DIR),
+    }
+}
+
+/// Starts the command in the cgroup directories `join`.
+///
+/// The kernel view (docs/kernel.md), where a collector runs and this is root: this process tags
+/// itself for the run's key just around the fork, so the command inherits the tag from its first
+/// instruction and this process's own threads (the sampler) are not counted. When the command
+/// cannot start, the key is forgotten and the placement removed.
+fn launch(cmd: &[OsString], join: &[PathBuf], placement: &Placement) -> Result<u32> {
+    let kernel_key = run_kernel_key();
+    let kernel_maps = jobscope_common::bpf_maps::KernelMaps::open(
+        Path::new(jobscope_model::kernel_abi::PIN_DIR),
         Path::new("/sys"),
     )
     .ok()
     .filter(|m| {
         matches!(
             m.register(kernel_key),
-            Ok(jobscope_sampler::kernel::Registered::Created)
+            Ok(jobscope_common::bpf_maps::Registered::Created)
         )
     });
     let me = std::process::id() as libc::pid_t;
     let tagged = kernel_maps
         .as_ref()
         .is_some_and(|m| m.tag(me, kernel_key).is_ok());
-    let spawned = child::spawn(&o.cmd, &join);
+    let spawned = child::spawn(cmd, join);
     if let (true, Some(m)) = (tagged, kernel_maps.as_ref()) {
         let _ = m.untag(me);
     }
-    let pid = match spawned {
-        Ok(p) => p,
+    match spawned {
+        Ok(p) => Ok(p),
         Err(e) => {
             if let Some(m) = &kernel_maps {
                 let _ = m.forget(kernel_key);
             }
             placement.remove();
-            bail!("cannot run {:?}: {e}", o.cmd[0]);
+            bail!("cannot run {:?}: {e}", cmd[0]);
         }
-    };
-    let forwarder = child::Forwarder::start(pid)?;
+    }
+}
 
-    // The sampler and the GPU monitor, as the plugin starts them.
+/// The run's key in the kernel view.
+fn run_kernel_key() -> u64 {
+    jobscope_model::kernel_abi::KEY_RUN | u64::from(std::process::id())
+}
+
+/// Starts the sampler as the plugin starts it, writing `job.jsc` in `spool` within the budget the
+/// step and GPU files leave.
+fn start_sampler(
+    cfg: &Config,
+    spool: &Path,
+    header: Header,
+    placement: &Placement,
+    proc_root: &Path,
+    schedule: &Schedule,
+) -> Result<sampler::SamplerHandle> {
     let series_budget = cfg
         .sampler
         .max_spool_bytes
@@ -415,7 +550,7 @@ fn run_in(
     let writer = SeriesWriter::create(
         spool,
         "job.jsc",
-        header("job"),
+        header,
         Limits {
             max_bytes: series_budget,
             max_buckets: 4096,
@@ -433,58 +568,60 @@ fn run_in(
         }
     };
     let sampler_log: sampler::LogFn = Box::new(|m: &str| eprintln!("jobscope: {m}"));
-    let mut s = Sampler::with_source(source, Some(writer), sampler_log, Faults::default());
-    // Registered above (or not: then the note says why); the sampler removes the entry at its end.
+    let mut s = Sampler::with_source(source, Some(writer), sampler_log);
+    // Registered by `launch` (or not: then the note says why); the sampler removes the entry at
+    // its end.
     s.start_kernel_view(
-        Path::new(jobscope_model::kernel::PIN_DIR),
+        Path::new(jobscope_model::kernel_abi::PIN_DIR),
         Path::new("/sys"),
-        kernel_key,
+        run_kernel_key(),
     );
-    let sampler = sampler::spawn(
+    Ok(sampler::spawn(
         s,
         schedule.clone(),
         Box::new(|m: &str| eprintln!("jobscope: {m}")),
-    )?;
-    let gpu = (!gpu_refs.is_empty() && cfg.gpu.enabled).then(|| {
-        let backend = BackendConfig::from_settings(&cfg.gpu);
-        let pids: jobscope_sampler::gpu::monitor::PidSource = match placement.cgroup() {
-            Some(cg) => cgroup_pid_source(cg.memory_dir.clone()),
-            None => {
-                let pr = proc_root.to_path_buf();
-                let mut t = ProcTreeReader::new(std::process::id(), pr, Box::new(Reaped::default));
-                Box::new(move || t.list().into_iter().map(|(p, _)| p).collect())
-            }
-        };
-        let glog: jobscope_sampler::gpu::monitor::GpuLogFn = Box::new(|level, m: &str| {
-            if level != LogLevel::Debug {
-                eprintln!("jobscope: gpu: {m}");
-            }
-        });
-        GpuMonitor::start(
-            GpuSelection::of(gpu_refs.clone()),
-            &backend,
-            spool,
-            header("gpu"),
-            schedule.clone(),
-            pids,
-            glog,
-        )
-    });
-    let gpu = match gpu {
-        Some(Ok(m)) => Some(m),
-        Some(Err(e)) => {
-            problems.push(format!("cannot start the GPU monitor: {e}"));
-            None
-        }
-        None => None,
-    };
+    )?)
+}
 
-    // The command runs.
-    let status = child::wait(pid);
-    let end_ms = now_unix_ms();
-    let orphans_reaped = child::reap_orphans();
-    let (j1, s1) = read_now(&placement, proc_root);
-    let left = match placement.cgroup() {
+/// Starts the GPU monitor as the plugin starts it; the error is the problem to report.
+fn start_gpu(
+    cfg: &Config,
+    gpu_refs: &[GpuRef],
+    spool: &Path,
+    header: Header,
+    schedule: &Schedule,
+    placement: &Placement,
+    proc_root: &Path,
+) -> std::result::Result<GpuMonitor, String> {
+    let backend = BackendConfig::from_settings(&cfg.gpu);
+    let pids: jobscope_sampler::gpu::monitor::PidSource = match placement.cgroup() {
+        Some(cg) => cgroup_pid_source(cg.memory_dir.clone()),
+        None => {
+            let pr = proc_root.to_path_buf();
+            let mut t = ProcTreeReader::new(std::process::id(), pr, Box::new(Reaped::default));
+            Box::new(move || t.list().into_iter().map(|(p, _)| p).collect())
+        }
+    };
+    let glog: jobscope_sampler::gpu::monitor::GpuLogFn = Box::new(|level, m: &str| {
+        if level != LogLevel::Debug {
+            eprintln!("jobscope: gpu: {m}");
+        }
+    });
+    GpuMonitor::start(
+        GpuSelection::of(gpu_refs.to_vec()),
+        &backend,
+        spool,
+        header,
+        schedule.clone(),
+        pids,
+        glog,
+    )
+    .map_err(|e| format!("cannot start the GPU monitor: {e}"))
+}
+
+/// How many processes the command started are still running.
+fn processes_left(placement: &Placement, proc_root: &Path) -> usize {
+    match placement.cgroup() {
         Some(cg) => cg.processes().map(|p| p.len()).unwrap_or(0),
         None => {
             let mut t = ProcTreeReader::new(
@@ -494,58 +631,45 @@ fn run_in(
             );
             t.list().len()
         }
-    };
-    forwarder.stop();
-    let status = status.context("waiting for the command")?;
-    steps.event(&Event {
-        t_ms: end_ms,
-        kind: "step_exit".into(),
-        step: Some("batch".into()),
-        job: j1,
-        step_reading: s1,
-        exit_status: Some(status.0),
-        message: None,
-    })?;
-    if left > 0 {
-        notes.push(format!(
-            "{left} process(es) the command started were still running when it ended: left \
-             running, not counted after its end"
-        ));
     }
-    let _ = orphans_reaped;
+}
+
+/// Stops the sampler and the GPU monitor, waiting 3 s at most; the problems, if any.
+fn stop_threads(sampler: sampler::SamplerHandle, gpu: Option<GpuMonitor>) -> Vec<String> {
     let deadline = Instant::now() + Duration::from_secs(3);
     let mut threads: Vec<Box<dyn Stoppable>> = vec![Box::new(sampler)];
     if let Some(g) = gpu {
         threads.push(Box::new(g));
     }
-    for stopped in sampler::stop_all(threads, deadline) {
-        if !stopped {
-            problems.push("a sampling thread did not stop in time".into());
-        }
-    }
-    problems.extend(placement.remove());
+    sampler::stop_all(threads, deadline)
+        .into_iter()
+        .filter(|stopped| !stopped)
+        .map(|_| "a sampling thread did not stop in time".to_string())
+        .collect()
+}
 
-    // The report: the one pipeline.
-    let spooled = pipeline::read_node_dir(spool);
-    let mut out = pipeline::node(
-        &spooled,
-        node,
+/// The job's name: `--name`, else the command's file name.
+fn job_name(o: &RunOptions) -> Option<String> {
+    o.name.clone().or_else(|| {
+        Path::new(&o.cmd[0])
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+    })
+}
+
+/// What SLURM would know of the run: who ran it, what it had, when it ran and how it ended.
+fn run_facts(
+    cfg: &Config,
+    o: &RunOptions,
+    (job_id, node): (u32, &str),
+    (uid, gid): (u32, u32),
+    (cores, mem): (Option<u32>, Option<u64>),
+    (start_ms, end_ms): (u64, u64),
+    status: child::Status,
+) -> JobFacts {
+    JobFacts {
         job_id,
-        NodeEnd::At(now_unix_ms()),
-        Some(uid),
-        cfg,
-    );
-    for p in &out.problems {
-        log(p);
-    }
-    out.summary.quality.notes.extend(notes);
-    let facts = JobFacts {
-        job_id,
-        name: o.name.clone().or_else(|| {
-            Path::new(&o.cmd[0])
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-        }),
+        name: job_name(o),
         user: jobscope_common::users::by_uid(uid).map(|u| u.name),
         uid: Some(uid),
         gid: Some(gid),
@@ -564,39 +688,32 @@ fn run_in(
             .ok()
             .map(|d| d.display().to_string()),
         ..Default::default()
-    };
-    let decide = jobscope_report::slurm::decide_end;
-    let mut summary = pipeline::job(
-        &facts,
-        vec![out.summary],
-        &[node.to_string()],
-        cfg,
-        GENERATOR,
-        &decide,
-    );
-    if o.mail {
-        summary.user_options.insert("mail".into(), "always".into());
     }
+}
 
+/// `--archive` and `--mail`: writes the summary to the archive (returning where) and sends its
+/// mail; what went wrong on the way goes to `problems`.
+fn deliver(
+    cfg: &Config,
+    o: &RunOptions,
+    summary: &JobSummary,
+    facts: &JobFacts,
+    problems: &mut Vec<String>,
+) -> Result<Option<PathBuf>> {
     let mut archived = None;
     if o.archive {
         let w = archive::Store::new(&cfg.paths.archive_dir, &cfg.archive.admin_group)
-            .write(&summary)
+            .write(summary)
             .context("archive write failed")?;
         problems.extend(w.problems);
         archived = Some(w.path);
     }
     if o.mail {
-        jobscope_deliver::notify::notify(cfg, &summary, Some(&facts), &NoScheduler, &mut |m| {
+        jobscope_deliver::notify::notify(cfg, summary, Some(facts), &NoScheduler, &mut |m| {
             problems.push(m.to_string())
         });
     }
-    Ok(RunOutcome {
-        summary,
-        exit_status: status.shell_code(),
-        archived,
-        problems,
-    })
+    Ok(archived)
 }
 
 /// A local run belongs to no array and has no scheduler to ask.
@@ -644,5 +761,62 @@ mod tests {
         let e = parse_gpus("0,1").unwrap_err();
         assert!(e.contains("by identity"), "{e}");
         assert!(parse_gpus("").is_err());
+    }
+
+    /// Only what the options left out is measured against the machine, and the note says so.
+    #[test]
+    fn the_note_names_what_was_not_given() {
+        let o = RunOptions::default();
+        let n = whole_machine_note(&o, Some(8), None).unwrap();
+        assert!(
+            n.starts_with("measured against the whole machine (8 cores, "),
+            "{n}"
+        );
+        assert!(n.contains(" memory): give --cores/--mem"), "{n}");
+        let cores_given = RunOptions {
+            cores: Some(2),
+            ..Default::default()
+        };
+        let n = whole_machine_note(&cores_given, Some(2), Some(1 << 30)).unwrap();
+        assert!(
+            n.starts_with("measured against the whole machine (1"),
+            "{n}"
+        );
+        assert!(!n.contains("2 cores"), "{n}");
+        let both = RunOptions {
+            cores: Some(2),
+            mem_bytes: Some(1 << 30),
+            ..Default::default()
+        };
+        assert_eq!(whole_machine_note(&both, Some(2), Some(1 << 30)), None);
+    }
+
+    /// Early samples at or after the first regular one are dropped.
+    #[test]
+    fn the_schedule_keeps_early_samples_before_the_cadence() {
+        let s = run_schedule(&[1, 5, 15], 10);
+        assert_eq!(s.early, [Duration::from_secs(1), Duration::from_secs(5)]);
+        assert_eq!(s.cadence, Duration::from_secs(10));
+    }
+
+    #[test]
+    fn the_job_is_named_after_the_command_unless_named() {
+        let mut o = RunOptions {
+            cmd: vec!["/usr/bin/python3".into(), "x.py".into()],
+            ..Default::default()
+        };
+        assert_eq!(job_name(&o).as_deref(), Some("python3"));
+        o.name = Some("train".into());
+        assert_eq!(job_name(&o).as_deref(), Some("train"));
+    }
+
+    /// The run's step events are written as the plugin writes a batch step's.
+    #[test]
+    fn step_events_are_the_batch_steps() {
+        let e = step_event(EventKind::StepExit, 7, (None, None), Some(0));
+        let json = serde_json::to_value(&e).unwrap();
+        assert_eq!(json["kind"], "step_exit");
+        assert_eq!(json["step"], "batch");
+        assert_eq!(json["exit_status"], 0);
     }
 }

@@ -493,7 +493,6 @@ pub(crate) mod tests {
             elapsed_s: 11_520.0,
             alloc_cores: Some(4),
             alloc_mem_bytes: Some(16 << 30),
-            cgroup_version: None,
             cpu: CpuTotals {
                 usage_s: Some(20_736.0),
                 ..Default::default()
@@ -503,9 +502,7 @@ pub(crate) mod tests {
                 limit_bytes: Some(16 << 30),
                 ..Default::default()
             },
-            io: IoTotals::default(),
             tasks_max: Some(3),
-            threads_max: None,
             cpu_efficiency_pct: Some(45.0),
             steps: vec![StepSummary {
                 step: "batch".into(),
@@ -522,12 +519,7 @@ pub(crate) mod tests {
                 sampler_ended_cleanly: true,
                 ..Default::default()
             },
-            user_options: Default::default(),
-            gpus: Vec::new(),
-            pressure: None,
-            kernel: None,
-            script_sha256: None,
-            steps_not_recorded: None,
+            ..Default::default()
         };
         JobSummary {
             schema_version: SCHEMA_VERSION,

@@ -510,8 +510,46 @@ impl Queue {
         let mut report = FlushReport::default();
         let now = opts.now_unix;
         self.tidy(opts, &mut report);
+        let entries = self.in_due_order();
+        let interval = attempt_interval(opts.rate_per_s);
+        let mut last_attempt: Option<Instant> = None;
+        let is_due = |m: &Option<Meta>| m.as_ref().is_none_or(|m| m.next_attempt_unix <= now);
+        let epilog = opts.mode == FlushMode::Epilog;
+        let mut relay_down = epilog && self.relay_down_until().is_some_and(|t| t > now);
+        for n in 0..entries.len() {
+            let (id, listed_meta) = &entries[n];
+            if !is_due(listed_meta) {
+                report.not_due += 1;
+                continue;
+            }
+            if relay_down {
+                report.left_relay_down += 1;
+                continue;
+            }
+            if !wait_turn(interval, last_attempt, opts.deadline) {
+                report.left_at_deadline += entries[n..].iter().filter(|(_, m)| is_due(m)).count();
+                break;
+            }
+            let Some(c) = self.claim(id, opts, &mut report) else {
+                continue;
+            };
+            last_attempt = Some(Instant::now());
+            let left = opts.deadline.saturating_duration_since(Instant::now());
+            match transport.deliver(&c.envelope, &c.bytes, left) {
+                Ok(()) => self.record_sent(id, c.lock, &mut report),
+                Err(e) if e.is_permanent() => self.record_refused(id, c, &e, now, &mut report),
+                Err(e) => {
+                    self.record_deferred(id, c, &e, opts, &mut report);
+                    relay_down = epilog;
+                }
+            }
+        }
+        report
+    }
 
-        // Due order: next attempt time, then age.
+    /// The queued ids with their metadata (`None`: unreadable), in due order: next attempt time,
+    /// then age, then id.
+    fn in_due_order(&self) -> Vec<(String, Option<Meta>)> {
         let mut entries: Vec<(String, Option<Meta>)> = Self::ids_in(&self.dir, ".eml")
             .into_iter()
             .map(|id| {
@@ -526,186 +564,189 @@ impl Queue {
                 id.clone(),
             )
         });
+        entries
+    }
 
-        // At least one attempt per 1000 s (the configuration's least non-zero rate), so a tiny
-        // rate cannot overflow `Duration` (1 / 1e-300 s panics); NaN or 0: no limit.
-        let interval = (opts.rate_per_s > 0.0)
-            .then(|| Duration::from_secs_f64(1.0 / opts.rate_per_s.clamp(0.001, 1e9)));
-        let mut last_attempt: Option<Instant> = None;
-        let is_due = |m: &Option<Meta>| m.as_ref().is_none_or(|m| m.next_attempt_unix <= now);
-        let epilog = opts.mode == FlushMode::Epilog;
-        let mut relay_down = epilog && self.relay_down_until().is_some_and(|t| t > now);
-        for n in 0..entries.len() {
-            let (id, listed_meta) = entries[n].clone();
-            if !is_due(&listed_meta) {
-                report.not_due += 1;
-                continue;
+    /// Takes `id` for an attempt: locks it, checks under the lock that it is still queued, unsent,
+    /// young enough and sendable, and reads it. `None` when there is nothing to attempt now (the
+    /// report says why, and an entry that can never be sent is buried).
+    fn claim(&self, id: &str, opts: &FlushOptions, report: &mut FlushReport) -> Option<Claimed> {
+        let now = opts.now_unix;
+        let lock = match IdLock::acquire(&self.lock_path(id), Duration::ZERO) {
+            Ok(Some(l)) => l,
+            Ok(None) => {
+                report.busy.push(id.to_string());
+                return None;
             }
-            if relay_down {
-                report.left_relay_down += 1;
-                continue;
+            Err(e) => {
+                report.problems.push(e.to_string());
+                return None;
             }
-            // Rate limit, never past the deadline.
-            if let (Some(iv), Some(last)) = (interval, last_attempt) {
-                let next = last + iv;
-                if next >= opts.deadline {
-                    report.left_at_deadline +=
-                        entries[n..].iter().filter(|(_, m)| is_due(m)).count();
-                    break;
-                }
-                let wait = next.saturating_duration_since(Instant::now());
-                std::thread::sleep(wait);
-            }
-            if Instant::now() >= opts.deadline {
-                report.left_at_deadline += entries[n..].iter().filter(|(_, m)| is_due(m)).count();
-                break;
-            }
-            let lock = match IdLock::acquire(&self.lock_path(&id), Duration::ZERO) {
-                Ok(Some(l)) => l,
-                Ok(None) => {
-                    report.busy.push(id);
-                    continue;
-                }
-                Err(e) => {
-                    report.problems.push(e.to_string());
-                    continue;
-                }
-            };
-            // Re-check under the lock: another flusher may have finished it meanwhile.
-            if std::fs::symlink_metadata(self.eml(&id)).is_err() {
-                lock.release_and_remove();
-                continue;
-            }
-            if std::fs::symlink_metadata(self.sent_marker(&id)).is_ok() {
-                // Sent, but the crash came before the cleanup: drop, never send twice.
-                let _ = std::fs::remove_file(self.json(&id));
-                let _ = std::fs::remove_file(self.eml(&id));
-                lock.release_and_remove();
-                continue;
-            }
-            let meta = match Self::read_meta(&self.json(&id)) {
-                Ok(m) => m,
-                Err(e) => {
-                    let why = format!("no usable envelope ({e})");
-                    match self.bury(&id, None, &why, now) {
-                        Ok(()) => report.dead.push((id, why)),
-                        Err(e2) => report.problems.push(e2.to_string()),
-                    }
-                    lock.release_and_remove();
-                    continue;
-                }
-            };
-            if meta.next_attempt_unix > now {
-                report.not_due += 1;
-                continue;
-            }
-            let age = now.saturating_sub(meta.created_unix);
-            if age > opts.retry.max_age.as_secs() {
-                let why = format!(
-                    "undelivered after {} attempt(s) over {}; last error: {}",
-                    meta.attempts,
-                    jobscope_report::present::fmt_duration(age as f64),
-                    meta.last_error.as_deref().unwrap_or("none")
-                );
-                match self.bury(&id, Some(meta), &why, now) {
-                    Ok(()) => report.dead.push((id, why)),
-                    Err(e) => report.problems.push(e.to_string()),
-                }
-                lock.release_and_remove();
-                continue;
-            }
-            let envelope = match meta.envelope() {
-                Ok(e) => e,
-                Err(e) => {
-                    let why = format!("bad envelope: {e}");
-                    match self.bury(&id, Some(meta), &why, now) {
-                        Ok(()) => report.dead.push((id, why)),
-                        Err(e2) => report.problems.push(e2.to_string()),
-                    }
-                    lock.release_and_remove();
-                    continue;
-                }
-            };
-            let bytes = match read_limited(&self.eml(&id), MAX_MESSAGE_BYTES) {
-                Ok(b) => b,
-                Err(e) => {
-                    report.problems.push(e.to_string());
-                    continue;
-                }
-            };
-
-            last_attempt = Some(Instant::now());
-            let left = opts.deadline.saturating_duration_since(Instant::now());
-            match transport.deliver(&envelope, &bytes, left) {
-                Ok(()) => {
-                    let marker = format!("{}\n", unix_now());
-                    if let Err(e) =
-                        write_atomic(&self.dir.join("sent"), &id, marker.as_bytes(), 0o600, None)
-                    {
-                        // Sent, but unmarked: removing the message is what prevents a second send.
-                        report.problems.push(format!("{id}: sent, but {e}"));
-                    }
-                    let _ = std::fs::remove_file(self.json(&id));
-                    if let Err(e) = std::fs::remove_file(self.eml(&id)) {
-                        report.problems.push(format!(
-                            "{id}: sent, but could not remove {}: {e}",
-                            self.eml(&id).display()
-                        ));
-                    }
-                    jobscope_common::fsutil::sync_dir(&self.dir);
-                    lock.release_and_remove();
-                    let _ = std::fs::remove_file(self.dir.join(RELAY_DOWN_FILE));
-                    report.sent.push(id);
-                }
-                Err(e) if e.is_permanent() => {
-                    let why = e.to_string();
-                    let mut meta = meta;
-                    meta.attempts += 1;
-                    meta.last_attempt_unix = Some(now);
-                    meta.last_error = Some(why.clone());
-                    match self.bury(&id, Some(meta), &why, now) {
-                        Ok(()) => report.dead.push((id, why)),
-                        Err(e2) => report.problems.push(e2.to_string()),
-                    }
-                    lock.release_and_remove();
-                }
-                Err(e) => {
-                    let mut meta = meta;
-                    meta.attempts += 1;
-                    meta.last_attempt_unix = Some(now);
-                    meta.last_error = Some(e.to_string());
-                    meta.next_attempt_unix =
-                        now + opts.retry.backoff(meta.attempts).as_secs().max(1);
-                    if let Err(e2) = self.write_meta(&self.dir, &meta) {
-                        report.problems.push(e2.to_string());
-                    }
-                    drop(lock);
-                    let what = match &e {
-                        SendError::Config(_) => e.to_string(),
-                        _ => format!(
-                            "{e} (attempt {}, next in {} s)",
-                            meta.attempts,
-                            meta.next_attempt_unix - now
-                        ),
-                    };
-                    report.deferred.push((id, what));
-                    // The relay (or the transport's setup) failed: tell later Epilogs not to try
-                    // before the first backoff has passed, and stop here if this is one.
-                    let until = now + opts.retry.initial_backoff.as_secs().max(1);
-                    if let Err(e2) = write_atomic(
-                        &self.dir,
-                        RELAY_DOWN_FILE,
-                        format!("{until}\n").as_bytes(),
-                        0o600,
-                        None,
-                    ) {
-                        report.problems.push(e2.to_string());
-                    }
-                    relay_down = epilog;
-                }
-            }
+        };
+        // Re-check under the lock: another flusher may have finished it meanwhile.
+        if std::fs::symlink_metadata(self.eml(id)).is_err() {
+            lock.release_and_remove();
+            return None;
         }
-        report
+        if std::fs::symlink_metadata(self.sent_marker(id)).is_ok() {
+            // Sent, but the crash came before the cleanup: drop, never send twice.
+            let _ = std::fs::remove_file(self.json(id));
+            let _ = std::fs::remove_file(self.eml(id));
+            lock.release_and_remove();
+            return None;
+        }
+        let meta = match Self::read_meta(&self.json(id)) {
+            Ok(m) => m,
+            Err(e) => {
+                self.bury_locked(
+                    id,
+                    None,
+                    format!("no usable envelope ({e})"),
+                    now,
+                    lock,
+                    report,
+                );
+                return None;
+            }
+        };
+        if meta.next_attempt_unix > now {
+            report.not_due += 1;
+            return None;
+        }
+        let age = now.saturating_sub(meta.created_unix);
+        if age > opts.retry.max_age.as_secs() {
+            let why = format!(
+                "undelivered after {} attempt(s) over {}; last error: {}",
+                meta.attempts,
+                jobscope_report::present::fmt_duration(age as f64),
+                meta.last_error.as_deref().unwrap_or("none")
+            );
+            self.bury_locked(id, Some(meta), why, now, lock, report);
+            return None;
+        }
+        let envelope = match meta.envelope() {
+            Ok(e) => e,
+            Err(e) => {
+                self.bury_locked(
+                    id,
+                    Some(meta),
+                    format!("bad envelope: {e}"),
+                    now,
+                    lock,
+                    report,
+                );
+                return None;
+            }
+        };
+        let bytes = match read_limited(&self.eml(id), MAX_MESSAGE_BYTES) {
+            Ok(b) => b,
+            Err(e) => {
+                report.problems.push(e.to_string());
+                return None;
+            }
+        };
+        Some(Claimed {
+            lock,
+            meta,
+            envelope,
+            bytes,
+        })
+    }
+
+    /// Buries `id`, locked by `lock`, with `why` (a dead letter in the report, or the problem why
+    /// not), then releases the lock.
+    fn bury_locked(
+        &self,
+        id: &str,
+        meta: Option<Meta>,
+        why: String,
+        now: u64,
+        lock: IdLock,
+        report: &mut FlushReport,
+    ) {
+        match self.bury(id, meta, &why, now) {
+            Ok(()) => report.dead.push((id.to_string(), why)),
+            Err(e) => report.problems.push(e.to_string()),
+        }
+        lock.release_and_remove();
+    }
+
+    /// After a delivery: the `sent/` marker, then the message goes; the relay is up again.
+    fn record_sent(&self, id: &str, lock: IdLock, report: &mut FlushReport) {
+        let marker = format!("{}\n", unix_now());
+        if let Err(e) = write_atomic(&self.dir.join("sent"), id, marker.as_bytes(), 0o600, None) {
+            // Sent, but unmarked: removing the message is what prevents a second send.
+            report.problems.push(format!("{id}: sent, but {e}"));
+        }
+        let _ = std::fs::remove_file(self.json(id));
+        if let Err(e) = std::fs::remove_file(self.eml(id)) {
+            report.problems.push(format!(
+                "{id}: sent, but could not remove {}: {e}",
+                self.eml(id).display()
+            ));
+        }
+        jobscope_common::fsutil::sync_dir(&self.dir);
+        lock.release_and_remove();
+        let _ = std::fs::remove_file(self.dir.join(RELAY_DOWN_FILE));
+        report.sent.push(id.to_string());
+    }
+
+    /// After a permanent refusal: the attempt is counted and the message buried.
+    fn record_refused(
+        &self,
+        id: &str,
+        c: Claimed,
+        e: &SendError,
+        now: u64,
+        report: &mut FlushReport,
+    ) {
+        let why = e.to_string();
+        let mut meta = c.meta;
+        meta.attempts += 1;
+        meta.last_attempt_unix = Some(now);
+        meta.last_error = Some(why.clone());
+        self.bury_locked(id, Some(meta), why, now, c.lock, report);
+    }
+
+    /// After a failure that may pass: the next attempt is put off by the backoff, and later
+    /// Epilogs are told to leave the relay alone until the first backoff has passed.
+    fn record_deferred(
+        &self,
+        id: &str,
+        c: Claimed,
+        e: &SendError,
+        opts: &FlushOptions,
+        report: &mut FlushReport,
+    ) {
+        let now = opts.now_unix;
+        let mut meta = c.meta;
+        meta.attempts += 1;
+        meta.last_attempt_unix = Some(now);
+        meta.last_error = Some(e.to_string());
+        meta.next_attempt_unix = now + opts.retry.backoff(meta.attempts).as_secs().max(1);
+        if let Err(e2) = self.write_meta(&self.dir, &meta) {
+            report.problems.push(e2.to_string());
+        }
+        drop(c.lock);
+        let what = match e {
+            SendError::Config(_) => e.to_string(),
+            _ => format!(
+                "{e} (attempt {}, next in {} s)",
+                meta.attempts,
+                meta.next_attempt_unix - now
+            ),
+        };
+        report.deferred.push((id.to_string(), what));
+        let until = now + opts.retry.initial_backoff.as_secs().max(1);
+        if let Err(e2) = write_atomic(
+            &self.dir,
+            RELAY_DOWN_FILE,
+            format!("{until}\n").as_bytes(),
+            0o600,
+            None,
+        ) {
+            report.problems.push(e2.to_string());
+        }
     }
 
     /// The Unix time before which Epilogs leave the relay alone, if a failed attempt set one.
@@ -817,6 +858,34 @@ impl Queue {
         drop(lock);
         Ok(true)
     }
+}
+
+/// A queued message taken for an attempt, under its lock.
+struct Claimed {
+    lock: IdLock,
+    meta: Meta,
+    envelope: Envelope,
+    bytes: Vec<u8>,
+}
+
+/// The least time between two attempts at `rate_per_s`: at least one attempt per 1000 s (the
+/// configuration's least non-zero rate), so a tiny rate cannot overflow `Duration` (1 / 1e-300 s
+/// panics); NaN or 0: no limit.
+fn attempt_interval(rate_per_s: f64) -> Option<Duration> {
+    (rate_per_s > 0.0).then(|| Duration::from_secs_f64(1.0 / rate_per_s.clamp(0.001, 1e9)))
+}
+
+/// Waits for the next attempt's turn under the rate limit. `false`, without waiting, when that
+/// turn (or now) is at or past the deadline.
+fn wait_turn(interval: Option<Duration>, last_attempt: Option<Instant>, deadline: Instant) -> bool {
+    if let (Some(iv), Some(last)) = (interval, last_attempt) {
+        let next = last + iv;
+        if next >= deadline {
+            return false;
+        }
+        std::thread::sleep(next.saturating_duration_since(Instant::now()));
+    }
+    Instant::now() < deadline
 }
 
 #[cfg(test)]
@@ -1282,5 +1351,26 @@ mod tests {
         assert_eq!(p.backoff(6), Duration::from_secs(1920));
         assert_eq!(p.backoff(7), Duration::from_secs(3600));
         assert_eq!(p.backoff(1000), Duration::from_secs(3600));
+    }
+
+    /// The rate is bounded both ways; no rate (0, negative, NaN) is no limit.
+    #[test]
+    fn the_attempt_interval_follows_the_rate_within_bounds() {
+        assert_eq!(attempt_interval(2.0), Some(Duration::from_millis(500)));
+        assert_eq!(attempt_interval(1e-300), Some(Duration::from_secs(1000)));
+        assert_eq!(attempt_interval(0.0), None);
+        assert_eq!(attempt_interval(-1.0), None);
+        assert_eq!(attempt_interval(f64::NAN), None);
+    }
+
+    /// A turn that would come at or after the deadline is not waited for.
+    #[test]
+    fn no_turn_is_waited_for_past_the_deadline() {
+        let now = Instant::now();
+        let hour = Duration::from_secs(3600);
+        assert!(!wait_turn(Some(hour), Some(now), now + hour));
+        assert!(!wait_turn(None, None, now));
+        assert!(wait_turn(None, None, now + hour));
+        assert!(wait_turn(Some(hour), None, now + hour));
     }
 }

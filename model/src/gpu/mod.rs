@@ -1,4 +1,4 @@
-//! GPUs in the model: who a device is ([`GpuIdentity`]), the `gpu.jsc` format and its decoding
+//! GPUs in the model: who a device is ([`GpuIdentity`], [`GpuDevice`]), the `gpu.jsc` format and its decoding
 //! ([`spool`]), and the per-GPU summary and advice ([`summary`]). Pure: the sampling backends, the
 //! monitor thread and the writer are in `jobscope_sampler::gpu`.
 
@@ -23,23 +23,40 @@ pub enum GpuKind {
 }
 
 /// Who a device is. Identity is the minor number, UUID or PCI bus id; `index` is only for display.
+/// [`GpuDevice`] (the sampler's device list) and [`GpuSummary`] (the report) both hold it,
+/// flattened: their JSON has these fields inline, in this order.
+///
+/// The `///` field docs are the job-summary schema's descriptions
+/// (docs/schema/job-summary.schema.json); longer notes are `//` comments, out of the schema.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct GpuIdentity {
     pub kind: Option<GpuKind>,
-    /// The backend's own index: NVML index (of the parent for MIG) or DRM card number (AMD).
-    /// As seen by the sampler: inside a constrained job NVML numbers only the job's GPUs.
+    // The backend's own index: NVML index (of the parent for MIG) or DRM card number (AMD).
+    // As seen by the sampler: inside a constrained job NVML numbers only the job's GPUs.
+    /// NVML index / DRM card as the sampler saw it (display only).
     pub index: Option<u32>,
-    /// SLURM's gres index (`SLURM_JOB_GPUS`), when known.
+    // From `SLURM_JOB_GPUS`, when known.
+    /// SLURM's gres index.
     pub gres_index: Option<u32>,
-    /// `/dev/nvidia<minor>` for NVIDIA; the DRM render-node minor (`/dev/dri/renderD<minor>`) for AMD.
+    // `/dev/nvidia<minor>` for NVIDIA; the DRM render-node minor (`/dev/dri/renderD<minor>`) for
+    // AMD.
     pub minor: Option<u32>,
-    /// NVIDIA `GPU-…`/`MIG-…`; AMD `GPU-<unique_id>` when the card exposes `unique_id`.
+    // NVIDIA `GPU-…`/`MIG-…`; AMD `GPU-<unique_id>` when the card exposes `unique_id`.
     pub uuid: Option<String>,
-    /// `0000:3b:00.0` style (NVML gives `00000000:3B:00.0`; kept as the backend reports it).
+    // `0000:3b:00.0` style (NVML gives `00000000:3B:00.0`; kept as the backend reports it).
     pub pci_bus_id: Option<String>,
     pub name: Option<String>,
-    /// MIG: the physical GPU's UUID.
+    /// MIG: the physical GPU.
+    // Its UUID.
     pub parent_uuid: Option<String>,
+}
+
+/// A device as a backend found it (an entry of `gpu.jsc`'s device list): who it is, and its
+/// memory as the backend reported it at the start.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct GpuDevice {
+    #[serde(flatten)]
+    pub identity: GpuIdentity,
     pub mem_total_bytes: Option<u64>,
 }
 

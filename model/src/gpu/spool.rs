@@ -29,7 +29,7 @@
 //! count, so thinning (see [`thin`]) never loses a peak or changes a mean. About 30 bytes per GPU
 //! per sample; the file is capped at [`DEFAULT_MAX_GPU_FILE_BYTES`].
 
-use super::{GpuIdentity, SelectionSource};
+use super::{GpuDevice, SelectionSource};
 use crate::spool::codec::{frame, get_varint, put_varint};
 use crate::spool::codec::{read_prologue, Frames};
 use crate::spool::{validate, End, Event, Gauge, Header, SpoolError, KIND_END, KIND_EVENT};
@@ -57,7 +57,7 @@ pub struct GpuInfo {
     pub backends: Vec<String>,
     pub selection_source: Option<SelectionSource>,
     #[serde(default)]
-    pub devices: Vec<GpuIdentity>,
+    pub devices: Vec<GpuDevice>,
     /// Job GPUs that no backend could find (`/dev/nvidia3 (gres index 1)`).
     #[serde(default)]
     pub unresolved: Vec<String>,
@@ -106,28 +106,29 @@ const SCALARS_BIT: usize = N_DEV_GAUGES;
 const NEW_GAUGES_BIT: usize = SCALARS_BIT + 4;
 const NEW_SCALARS_BIT: usize = NEW_GAUGES_BIT + N_NEW_GAUGES;
 
+// The device gauges of a `DeviceBucket` in their mask-bit order, as one array expression: a value
+// in `gauges` and an assignee in `set_gauges`, so the list (the file format's bit order) is
+// written once.
+macro_rules! device_gauges {
+    ($b:expr) => {
+        [
+            $b.util_gpu_pct,
+            $b.util_mem_pct,
+            $b.mem_used_bytes,
+            $b.power_mw,
+            $b.job_processes,
+            $b.job_mem_bytes,
+            $b.other_processes,
+        ]
+    };
+}
+
 impl DeviceBucket {
     fn gauges(&self) -> [Option<Gauge>; N_DEV_GAUGES] {
-        [
-            self.util_gpu_pct,
-            self.util_mem_pct,
-            self.mem_used_bytes,
-            self.power_mw,
-            self.job_processes,
-            self.job_mem_bytes,
-            self.other_processes,
-        ]
+        device_gauges!(self)
     }
     pub fn set_gauges(&mut self, g: [Option<Gauge>; N_DEV_GAUGES]) {
-        [
-            self.util_gpu_pct,
-            self.util_mem_pct,
-            self.mem_used_bytes,
-            self.power_mw,
-            self.job_processes,
-            self.job_mem_bytes,
-            self.other_processes,
-        ] = g;
+        device_gauges!(self) = g;
     }
     /// Merges `b` (later in time, same slot) into `self`.
     pub fn absorb(&mut self, b: &DeviceBucket) {
@@ -374,7 +375,7 @@ pub struct GpuSeries {
 }
 
 impl GpuSeries {
-    pub fn devices(&self) -> &[GpuIdentity] {
+    pub fn devices(&self) -> &[GpuDevice] {
         self.info.as_ref().map_or(&[], |i| &i.devices)
     }
 }

@@ -16,7 +16,7 @@
 use super::event_slot;
 use super::fold::{UTIL_FROM_BUFFER, UTIL_FROM_POINT_READS, UTIL_OTHERS_ACTIVE};
 use super::spool::{DeviceBucket, GpuSeries};
-use super::{GpuIdentity, GpuKind};
+use super::{GpuDevice, GpuIdentity, GpuKind};
 use crate::spool::EventKind;
 use serde::{Deserialize, Serialize};
 
@@ -93,17 +93,8 @@ pub struct GpuSummary {
     pub node: Option<String>,
     /// Position in `gpu.jsc`'s device list.
     pub slot: u32,
-    pub kind: Option<GpuKind>,
-    /// NVML index / DRM card as the sampler saw it (display only).
-    pub index: Option<u32>,
-    /// SLURM's gres index.
-    pub gres_index: Option<u32>,
-    pub minor: Option<u32>,
-    pub uuid: Option<String>,
-    pub pci_bus_id: Option<String>,
-    pub name: Option<String>,
-    /// MIG: the physical GPU.
-    pub parent_uuid: Option<String>,
+    #[serde(flatten)]
+    pub identity: GpuIdentity,
     /// Samples in which the device answered.
     pub samples: u64,
     pub util_mean_pct: Option<f64>,
@@ -197,7 +188,7 @@ impl GpuRef {
     pub fn of(g: &GpuSummary) -> Self {
         GpuRef {
             node: g.node.clone(),
-            index: g.gres_index.or(g.index),
+            index: g.identity.gres_index.or(g.identity.index),
         }
     }
 }
@@ -279,19 +270,109 @@ pub fn summarize_gpus_with(
         .collect()
 }
 
+/// One bucket's share of one device: (interval start, interval end, the device's figures), ms.
+type Interval<'a> = (u64, u64, &'a DeviceBucket);
+
+/// The summary of the device in `slot`, in phases: its intervals, then the figures of each
+/// kind over them (utilization, memory and processes, power and energy, idle time), the verdicts
+/// drawn from those, and last the findings.
 #[allow(clippy::too_many_arguments)]
 fn summarize_one(
     series: &GpuSeries,
     slot: u32,
-    id: &GpuIdentity,
+    id: &GpuDevice,
     start_ms: u64,
     end_ms: u64,
     elapsed_s: f64,
     lost: bool,
     p: &GpuSummaryParams,
 ) -> GpuSummary {
-    // (interval start, interval end, the device's share) in time order.
-    let mut points: Vec<(u64, u64, &DeviceBucket)> = Vec::new();
+    let points = device_intervals(series, slot);
+    let util = gauge_mean_max(&points, |d| d.util_gpu_pct);
+    let mem_util = gauge_mean_max(&points, |d| d.util_mem_pct);
+    let job_util = gauge_mean_max(&points, |d| d.job_util_gpu_pct);
+    let job_mem_util = gauge_mean_max(&points, |d| d.job_util_mem_pct);
+    let flags = util_flags(&points);
+    let others_active = flags.is_some_and(|f| f & UTIL_OTHERS_ACTIVE != 0);
+    let power = gauge_mean_max(&points, |d| d.power_mw);
+    let procs_max = gauge_max(&points, |d| d.job_processes);
+    let others = gauge_max(&points, |d| d.other_processes).is_some_and(|m| m > 0) || others_active;
+    let mem_total = points
+        .iter()
+        .rev()
+        .find_map(|(_, _, d)| d.mem_total_bytes)
+        .or(id.mem_total_bytes);
+    let (energy_kwh, energy_estimated) = energy_kwh(&points);
+    let idle = idle_timeline(&points, start_ms, p);
+
+    let ever_busy = points
+        .iter()
+        .filter_map(|(_, _, d)| job_gauge(d))
+        .any(|g| g.max as f64 > p.idle_util_pct);
+    let ever_proc = procs_max.is_some_and(|m| m > 0);
+    let never_used = idle.any_state && !ever_busy && !ever_proc;
+    // Used, then idle to the end: from the last busy interval to the job's end.
+    let series_end = points.last().map(|(_, to, _)| *to).unwrap_or(end_ms);
+    let (idle_after_s, idle_tail_s) = match idle.last_busy_ms {
+        Some(t) if ever_busy || ever_proc => {
+            idle_tail(t, end_ms.max(series_end), start_ms, elapsed_s, p)
+        }
+        _ => (None, None),
+    };
+    let gpu_hours_allocated = elapsed_s.max(0.0) / 3600.0;
+    let idle_share = idle.idle_share();
+    let gpu_hours_wasted = if never_used {
+        Some(gpu_hours_allocated)
+    } else {
+        idle_share.map(|s| s * gpu_hours_allocated)
+    };
+    // The mean that is the job's, for the classification.
+    let job_mean = job_util.or(util).map(|(m, _)| m);
+
+    let mut g = GpuSummary {
+        node: Some(series.header.node.clone()),
+        slot,
+        identity: id.identity.clone(),
+        samples: points.iter().map(|(_, _, d)| d.samples as u64).sum(),
+        util_mean_pct: util.map(|(m, _)| m),
+        util_max_pct: util.map(|(_, x)| x as f64),
+        mem_util_mean_pct: mem_util.map(|(m, _)| m),
+        util_source: util_source(flags),
+        util_coverage_share: util_coverage_share(&points),
+        job_util_mean_pct: job_util.map(|(m, _)| m),
+        job_util_max_pct: job_util.map(|(_, x)| x as f64),
+        job_mem_util_mean_pct: job_mem_util.map(|(m, _)| m),
+        utilization_unknown: util.is_none(),
+        mem_peak_bytes: gauge_max(&points, |d| d.mem_used_bytes),
+        mem_total_bytes: mem_total,
+        job_mem_peak_bytes: gauge_max(&points, |d| d.job_mem_bytes),
+        job_processes_max: procs_max,
+        other_processes_seen: others,
+        power_mean_w: power.map(|(m, _)| m / 1000.0),
+        power_max_w: power.map(|(_, x)| x as f64 / 1000.0),
+        energy_kwh,
+        energy_estimated,
+        idle_s: idle.any_state.then_some(idle.idle_ms as f64 / 1000.0),
+        observed_s: idle.observed_ms as f64 / 1000.0,
+        idle_periods: idle.periods,
+        never_used,
+        idle_after_s,
+        idle_tail_s,
+        gpu_hours_allocated,
+        gpu_hours_wasted,
+        classification: classify(idle.any_state, never_used, job_mean, idle_share, p),
+        throttle_reasons: throttle_reasons(&points),
+        lost,
+        findings: Vec::new(),
+    };
+    g.findings = findings_of(&g, elapsed_s, p);
+    g
+}
+
+/// The intervals of the device in `slot`, in time order: sample `i` stands for the time from the
+/// previous bucket's end (any device's) to its own end.
+fn device_intervals(series: &GpuSeries, slot: u32) -> Vec<Interval<'_>> {
+    let mut points = Vec::new();
     let mut prev_end: Option<u64> = None;
     for b in &series.buckets {
         let from = prev_end.unwrap_or(b.t_first_ms).min(b.t_last_ms);
@@ -300,35 +381,60 @@ fn summarize_one(
             points.push((from, b.t_last_ms, d));
         }
     }
-    let rel = |t: u64| t.saturating_sub(start_ms) as f64 / 1000.0;
-    let sum_gauge = |f: fn(&DeviceBucket) -> Option<crate::spool::Gauge>| {
-        let gs: Vec<_> = points.iter().filter_map(|(_, _, d)| f(d)).collect();
-        if gs.is_empty() {
-            return None;
-        }
-        let (sum, count, max) = gs.iter().fold((0u128, 0u64, 0u64), |(s, c, m), g| {
-            (s + g.sum as u128, c + g.count as u64, m.max(g.max))
-        });
-        Some((sum as f64 / count.max(1) as f64, max))
-    };
-    let util = sum_gauge(|d| d.util_gpu_pct);
-    let mem_util = sum_gauge(|d| d.util_mem_pct);
-    let job_util = sum_gauge(|d| d.job_util_gpu_pct);
-    let job_mem_util = sum_gauge(|d| d.job_util_mem_pct);
-    let flags = points
+    points
+}
+
+/// Mean (over all samples, whatever the thinning) and max of one gauge; `None` when no interval
+/// has it.
+fn gauge_mean_max(
+    points: &[Interval<'_>],
+    f: fn(&DeviceBucket) -> Option<crate::spool::Gauge>,
+) -> Option<(f64, u64)> {
+    let gs: Vec<_> = points.iter().filter_map(|(_, _, d)| f(d)).collect();
+    if gs.is_empty() {
+        return None;
+    }
+    let (sum, count, max) = gs.iter().fold((0u128, 0u64, 0u64), |(s, c, m), g| {
+        (s + g.sum as u128, c + g.count as u64, m.max(g.max))
+    });
+    Some((sum as f64 / count.max(1) as f64, max))
+}
+
+/// The largest value of one gauge; `None` when no interval has it.
+fn gauge_max(
+    points: &[Interval<'_>],
+    f: fn(&DeviceBucket) -> Option<crate::spool::Gauge>,
+) -> Option<u64> {
+    points
+        .iter()
+        .filter_map(|(_, _, d)| f(d))
+        .map(|g| g.max)
+        .max()
+}
+
+/// The `UTIL_*` bits of all intervals together; `None` in files written before the fold.
+fn util_flags(points: &[Interval<'_>]) -> Option<u64> {
+    points
         .iter()
         .filter_map(|(_, _, d)| d.util_flags)
-        .fold(None, |a: Option<u64>, f| Some(a.unwrap_or(0) | f));
-    let util_source =
-        flags.and_then(
-            |f| match (f & UTIL_FROM_BUFFER != 0, f & UTIL_FROM_POINT_READS != 0) {
-                (true, false) => Some(GpuUtilSource::DriverBuffer),
-                (false, true) => Some(GpuUtilSource::PointReads),
-                (true, true) => Some(GpuUtilSource::Mixed),
-                (false, false) => None,
-            },
-        );
-    // Coverage: the buffer's time over the length of the intervals it sampled.
+        .fold(None, |a: Option<u64>, f| Some(a.unwrap_or(0) | f))
+}
+
+/// Where the utilization figures come from, by the `UTIL_FROM_*` bits.
+fn util_source(flags: Option<u64>) -> Option<GpuUtilSource> {
+    flags.and_then(
+        |f| match (f & UTIL_FROM_BUFFER != 0, f & UTIL_FROM_POINT_READS != 0) {
+            (true, false) => Some(GpuUtilSource::DriverBuffer),
+            (false, true) => Some(GpuUtilSource::PointReads),
+            (true, true) => Some(GpuUtilSource::Mixed),
+            (false, false) => None,
+        },
+    )
+}
+
+/// The buffer's time over the length of the intervals it sampled (at most 1); `None` when no
+/// interval was sampled from the buffer.
+fn util_coverage_share(points: &[Interval<'_>]) -> Option<f64> {
     let (covered_ms, buffered_ms) = points
         .iter()
         .filter(|(_, _, d)| d.util_flags.is_some_and(|f| f & UTIL_FROM_BUFFER != 0))
@@ -338,65 +444,75 @@ fn summarize_one(
                 l.saturating_add(to.saturating_sub(*from)),
             )
         });
-    let util_coverage_share =
-        (buffered_ms > 0).then(|| (covered_ms as f64 / buffered_ms as f64).min(1.0));
-    let others_active = flags.is_some_and(|f| f & UTIL_OTHERS_ACTIVE != 0);
-    let power = sum_gauge(|d| d.power_mw);
-    let max_of = |f: fn(&DeviceBucket) -> Option<crate::spool::Gauge>| {
-        points
-            .iter()
-            .filter_map(|(_, _, d)| f(d))
-            .map(|g| g.max)
-            .max()
-    };
-    let mem_peak = max_of(|d| d.mem_used_bytes);
-    let job_mem_peak = max_of(|d| d.job_mem_bytes);
-    let procs_max = max_of(|d| d.job_processes);
-    let others = max_of(|d| d.other_processes).is_some_and(|m| m > 0) || others_active;
-    let mem_total = points
-        .iter()
-        .rev()
-        .find_map(|(_, _, d)| d.mem_total_bytes)
-        .or(id.mem_total_bytes);
-    let samples: u64 = points.iter().map(|(_, _, d)| d.samples as u64).sum();
+    (buffered_ms > 0).then(|| (covered_ms as f64 / buffered_ms as f64).min(1.0))
+}
 
-    // Energy: the counter's increases; else the integral of mean power.
+/// Energy in kWh and whether it is estimated: the counter's increases where the device has one,
+/// else the integral of mean power over the intervals (estimated).
+fn energy_kwh(points: &[Interval<'_>]) -> (Option<f64>, bool) {
     let energy_mj: Option<u64> = points
         .iter()
         .filter_map(|(_, _, d)| d.energy_mj)
         .fold(None, |a, e| Some(a.unwrap_or(0u64).saturating_add(e)));
-    let (energy_kwh, energy_estimated) = match energy_mj {
-        Some(mj) => (Some(mj as f64 / 3.6e9), false),
-        None => {
-            let mut j = 0.0;
-            let mut any = false;
-            for (from, to, d) in &points {
-                if let Some(g) = d.power_mw {
-                    any = true;
-                    j += g.mean() / 1000.0 * to.saturating_sub(*from) as f64 / 1000.0;
-                }
-            }
-            if any && j > 0.0 {
-                (Some(j / 3.6e6), true)
-            } else {
-                (None, false)
-            }
+    if let Some(mj) = energy_mj {
+        return (Some(mj as f64 / 3.6e9), false);
+    }
+    let mut j = 0.0;
+    let mut any = false;
+    for (from, to, d) in points {
+        if let Some(g) = d.power_mw {
+            any = true;
+            j += g.mean() / 1000.0 * to.saturating_sub(*from) as f64 / 1000.0;
         }
-    };
+    }
+    if any && j > 0.0 {
+        (Some(j / 3.6e6), true)
+    } else {
+        (None, false)
+    }
+}
 
-    // The utilization that is the job's: its own share where known (a shared GPU), else the
-    // device's.
-    let job_gauge = |d: &DeviceBucket| d.job_util_gpu_pct.or(d.util_gpu_pct);
-    // Idle state per interval: Some(true) idle, Some(false) busy, None unknown.
-    let state = |d: &DeviceBucket| -> Option<bool> {
-        if let Some(u) = job_gauge(d) {
-            return Some(u.max as f64 <= p.idle_util_pct);
-        }
-        d.job_processes.map(|g| g.max == 0)
-    };
-    let mut idle_ms = 0u64;
-    let mut observed_ms = 0u64;
-    let mut periods = Vec::new();
+/// The utilization that is the job's: its own share where known (a shared GPU), else the
+/// device's.
+fn job_gauge(d: &DeviceBucket) -> Option<crate::spool::Gauge> {
+    d.job_util_gpu_pct.or(d.util_gpu_pct)
+}
+
+/// Idle state of one interval: `Some(true)` idle, `Some(false)` busy, `None` unknown. Where
+/// utilization is unknown (MIG), no job process on the device is idle.
+fn idle_state(d: &DeviceBucket, p: &GpuSummaryParams) -> Option<bool> {
+    if let Some(u) = job_gauge(d) {
+        return Some(u.max as f64 <= p.idle_util_pct);
+    }
+    d.job_processes.map(|g| g.max == 0)
+}
+
+/// The device's idle time over its intervals.
+#[derive(Debug, Default, PartialEq)]
+struct IdleTimeline {
+    /// Time in idle intervals.
+    idle_ms: u64,
+    /// Time in intervals whose state is known.
+    observed_ms: u64,
+    /// Stretches of consecutive idle intervals of at least `idle_min_s`.
+    periods: Vec<IdlePeriod>,
+    /// End of the last busy interval.
+    last_busy_ms: Option<u64>,
+    /// Some interval's state was known.
+    any_state: bool,
+}
+
+impl IdleTimeline {
+    fn idle_share(&self) -> Option<f64> {
+        (self.observed_ms > 0).then(|| self.idle_ms as f64 / self.observed_ms as f64)
+    }
+}
+
+/// Walks the intervals: idle and observed time, idle stretches (an interval of unknown state
+/// ends one, as a busy one does), the last busy moment.
+fn idle_timeline(points: &[Interval<'_>], start_ms: u64, p: &GpuSummaryParams) -> IdleTimeline {
+    let rel = |t: u64| t.saturating_sub(start_ms) as f64 / 1000.0;
+    let mut out = IdleTimeline::default();
     let mut run: Option<(u64, u64)> = None;
     let close = |run: &mut Option<(u64, u64)>, periods: &mut Vec<IdlePeriod>| {
         if let Some((a, b)) = run.take() {
@@ -411,63 +527,57 @@ fn summarize_one(
             }
         }
     };
-    let mut last_busy_ms: Option<u64> = None;
-    let mut any_state = false;
-    for (from, to, d) in &points {
-        match state(d) {
+    for (from, to, d) in points {
+        match idle_state(d, p) {
             Some(true) => {
-                any_state = true;
-                idle_ms = idle_ms.saturating_add(to.saturating_sub(*from));
-                observed_ms = observed_ms.saturating_add(to.saturating_sub(*from));
+                out.any_state = true;
+                out.idle_ms = out.idle_ms.saturating_add(to.saturating_sub(*from));
+                out.observed_ms = out.observed_ms.saturating_add(to.saturating_sub(*from));
                 run = Some(match run {
                     Some((a, _)) => (a, *to),
                     None => (*from, *to),
                 });
             }
             Some(false) => {
-                any_state = true;
-                observed_ms = observed_ms.saturating_add(to.saturating_sub(*from));
-                last_busy_ms = Some(*to);
-                close(&mut run, &mut periods);
+                out.any_state = true;
+                out.observed_ms = out.observed_ms.saturating_add(to.saturating_sub(*from));
+                out.last_busy_ms = Some(*to);
+                close(&mut run, &mut out.periods);
             }
-            None => close(&mut run, &mut periods),
+            None => close(&mut run, &mut out.periods),
         }
     }
-    close(&mut run, &mut periods);
+    close(&mut run, &mut out.periods);
+    out
+}
 
-    let utilization_unknown = util.is_none();
-    let ever_busy = points
-        .iter()
-        .filter_map(|(_, _, d)| job_gauge(d))
-        .any(|g| g.max as f64 > p.idle_util_pct);
-    // The mean that is the job's, for the classification.
-    let job_mean = job_util.or(util).map(|(m, _)| m);
-    let ever_proc = procs_max.is_some_and(|m| m > 0);
-    let never_used = any_state && !ever_busy && !ever_proc;
-
-    // Used, then idle to the end: from the last busy interval to the job's end.
-    let series_end = points.last().map(|(_, to, _)| *to).unwrap_or(end_ms);
-    let end = end_ms.max(series_end);
-    let (idle_after_s, idle_tail_s) = match last_busy_ms {
-        Some(t) if ever_busy || ever_proc => {
-            let tail = end.saturating_sub(t) as f64 / 1000.0;
-            if tail >= p.tail_idle_min_s && tail >= p.tail_idle_min_share * elapsed_s {
-                (Some(rel(t)), Some(tail))
-            } else {
-                (None, None)
-            }
-        }
-        _ => (None, None),
-    };
-
-    let gpu_hours_allocated = elapsed_s.max(0.0) / 3600.0;
-    let idle_share = (observed_ms > 0).then(|| idle_ms as f64 / observed_ms as f64);
-    let gpu_hours_wasted = if never_used {
-        Some(gpu_hours_allocated)
+/// `(idle_after_s, idle_tail_s)` of a device last busy at `last_busy_ms` and allocated until
+/// `end_ms`: both `None` unless the tail is long enough, in seconds and as a share of the job.
+fn idle_tail(
+    last_busy_ms: u64,
+    end_ms: u64,
+    start_ms: u64,
+    elapsed_s: f64,
+    p: &GpuSummaryParams,
+) -> (Option<f64>, Option<f64>) {
+    let tail = end_ms.saturating_sub(last_busy_ms) as f64 / 1000.0;
+    if tail >= p.tail_idle_min_s && tail >= p.tail_idle_min_share * elapsed_s {
+        let after = last_busy_ms.saturating_sub(start_ms) as f64 / 1000.0;
+        (Some(after), Some(tail))
     } else {
-        idle_share.map(|s| s * gpu_hours_allocated)
-    };
-    let classification = if !any_state {
+        (None, None)
+    }
+}
+
+/// The device's class: `None` when no interval's state is known.
+fn classify(
+    any_state: bool,
+    never_used: bool,
+    job_mean: Option<f64>,
+    idle_share: Option<f64>,
+    p: &GpuSummaryParams,
+) -> Option<GpuClass> {
+    if !any_state {
         None
     } else if never_used
         || job_mean.is_some_and(|m| m < p.idle_class_util_pct)
@@ -478,98 +588,62 @@ fn summarize_one(
         Some(GpuClass::GpuBound)
     } else {
         Some(GpuClass::Mixed)
-    };
-    let throttle_bits = points
+    }
+}
+
+/// The names of the throttle reasons seen in any interval ([`THROTTLE_REASONS`] order).
+fn throttle_reasons(points: &[Interval<'_>]) -> Vec<String> {
+    let bits = points
         .iter()
         .filter_map(|(_, _, d)| d.throttle_reasons)
         .fold(0u64, |a, b| a | b);
-    let throttle_reasons: Vec<String> = THROTTLE_REASONS
+    THROTTLE_REASONS
         .iter()
-        .filter(|(bit, _)| throttle_bits & bit != 0)
+        .filter(|(bit, _)| bits & bit != 0)
         .map(|(_, n)| n.to_string())
-        .collect();
+        .collect()
+}
 
+/// The findings of a summarized GPU (its `findings` aside), most important first.
+fn findings_of(g: &GpuSummary, elapsed_s: f64, p: &GpuSummaryParams) -> Vec<GpuFinding> {
     let mut findings = Vec::new();
-    if lost {
+    if g.lost {
         findings.push(GpuFinding::Lost);
     }
-    if never_used {
+    if g.never_used {
         findings.push(GpuFinding::NeverUsed {
             allocated_s: elapsed_s.max(0.0),
         });
-    } else if let (Some(after), Some(tail)) = (idle_after_s, idle_tail_s) {
+    } else if let (Some(after), Some(tail)) = (g.idle_after_s, g.idle_tail_s) {
         findings.push(GpuFinding::IdleTail {
             tail_s: tail,
             after_s: after,
         });
     }
-    if !never_used && !periods.is_empty() {
+    if !g.never_used && !g.idle_periods.is_empty() {
         findings.push(GpuFinding::IdlePeriods {
-            count: periods.len() as u32,
+            count: g.idle_periods.len() as u32,
             min_s: p.idle_min_s,
-            total_s: periods.iter().map(|x| x.duration_s).sum(),
+            total_s: g.idle_periods.iter().map(|x| x.duration_s).sum(),
         });
     }
-    if utilization_unknown && samples > 0 {
+    if g.utilization_unknown && g.samples > 0 {
         findings.push(GpuFinding::UtilizationUnknown {
-            mig: id.kind == Some(GpuKind::Mig),
+            mig: g.identity.kind == Some(GpuKind::Mig),
         });
     }
-    if others {
+    if g.other_processes_seen {
         findings.push(GpuFinding::OtherProcesses);
     }
-    if throttle_reasons
+    if g.throttle_reasons
         .iter()
         .any(|r| r.contains("thermal") || r == "hw_slowdown" || r.contains("brake"))
     {
         findings.push(GpuFinding::HardwareThrottled {
-            reasons: throttle_reasons.clone(),
+            reasons: g.throttle_reasons.clone(),
         });
     }
-
-    GpuSummary {
-        node: Some(series.header.node.clone()),
-        slot,
-        kind: id.kind,
-        index: id.index,
-        gres_index: id.gres_index,
-        minor: id.minor,
-        uuid: id.uuid.clone(),
-        pci_bus_id: id.pci_bus_id.clone(),
-        name: id.name.clone(),
-        parent_uuid: id.parent_uuid.clone(),
-        samples,
-        util_mean_pct: util.map(|(m, _)| m),
-        util_max_pct: util.map(|(_, x)| x as f64),
-        mem_util_mean_pct: mem_util.map(|(m, _)| m),
-        util_source,
-        util_coverage_share,
-        job_util_mean_pct: job_util.map(|(m, _)| m),
-        job_util_max_pct: job_util.map(|(_, x)| x as f64),
-        job_mem_util_mean_pct: job_mem_util.map(|(m, _)| m),
-        utilization_unknown,
-        mem_peak_bytes: mem_peak,
-        mem_total_bytes: mem_total,
-        job_mem_peak_bytes: job_mem_peak,
-        job_processes_max: procs_max,
-        other_processes_seen: others,
-        power_mean_w: power.map(|(m, _)| m / 1000.0),
-        power_max_w: power.map(|(_, x)| x as f64 / 1000.0),
-        energy_kwh,
-        energy_estimated,
-        idle_periods: periods,
-        idle_s: any_state.then_some(idle_ms as f64 / 1000.0),
-        observed_s: observed_ms as f64 / 1000.0,
-        never_used,
-        idle_after_s,
-        idle_tail_s,
-        gpu_hours_allocated,
-        gpu_hours_wasted,
-        classification,
-        throttle_reasons,
-        lost,
-        findings,
-    }
+    findings
 }
 
 /// Data-quality notes of a GPU series (unresolved GPUs, no driver, torn file, no end record).
@@ -610,7 +684,7 @@ pub fn gpu_quality_notes(series: &GpuSeries) -> Vec<String> {
             v.push(format!(
                 "{}: utilization is from point reads{} (the driver keeps no sample buffer for it): \
                  bursts between reads can be missed",
-                id.label(),
+                id.identity.label(),
                 if flags & UTIL_FROM_BUFFER != 0 {
                     " for part of the job"
                 } else {
@@ -623,7 +697,7 @@ pub fn gpu_quality_notes(series: &GpuSeries) -> Vec<String> {
             v.push(format!(
                 "{}: the driver's utilization samples cover {:.0} % of the time (some were \
                  overwritten before they were read)",
-                id.label(),
+                id.identity.label(),
                 100.0 * covered_ms as f64 / buffered_ms as f64
             ));
         }
@@ -673,7 +747,7 @@ pub fn gpu_advice_with(gpus: &[GpuSummary], p: &GpuSummaryParams) -> Vec<GpuAdvi
     }
     let small: Vec<&GpuSummary> = gpus
         .iter()
-        .filter(|g| !g.never_used && g.kind != Some(GpuKind::Mig))
+        .filter(|g| !g.never_used && g.identity.kind != Some(GpuKind::Mig))
         .filter(
             |g| match (g.mem_peak_bytes, g.mem_total_bytes, g.util_mean_pct) {
                 (Some(peak), Some(total), Some(u)) => {
@@ -745,16 +819,18 @@ mod tests {
         }
     }
 
-    fn nv(i: u32) -> GpuIdentity {
-        GpuIdentity {
-            kind: Some(GpuKind::Nvidia),
-            index: Some(i),
-            gres_index: Some(i),
-            minor: Some(i),
-            uuid: Some(format!("GPU-{i:08}")),
-            name: Some("NVIDIA A100-SXM4-80GB".into()),
+    fn nv(i: u32) -> GpuDevice {
+        GpuDevice {
+            identity: GpuIdentity {
+                kind: Some(GpuKind::Nvidia),
+                index: Some(i),
+                gres_index: Some(i),
+                minor: Some(i),
+                uuid: Some(format!("GPU-{i:08}")),
+                name: Some("NVIDIA A100-SXM4-80GB".into()),
+                ..Default::default()
+            },
             mem_total_bytes: Some(80 * GIB),
-            ..Default::default()
         }
     }
 
@@ -778,7 +854,7 @@ mod tests {
     }
 
     /// `minutes + 1` samples at one per minute; `f(minute)` gives each device's reading.
-    fn series(devs: Vec<GpuIdentity>, minutes: u64, f: impl Fn(u64) -> Vec<R>) -> GpuSeries {
+    fn series(devs: Vec<GpuDevice>, minutes: u64, f: impl Fn(u64) -> Vec<R>) -> GpuSeries {
         let buckets = (0..=minutes)
             .map(|m| GpuBucket {
                 t_first_ms: T0 + m * 60_000,
@@ -948,7 +1024,7 @@ mod tests {
     #[test]
     fn mig_without_utilization_uses_job_processes() {
         let mut id = nv(0);
-        id.kind = Some(GpuKind::Mig);
+        id.identity.kind = Some(GpuKind::Mig);
         let s = series(vec![id], 120, |m| {
             vec![(None, GIB, Some(if m <= 60 { 1 } else { 0 }), 0, None)]
         });
@@ -1060,5 +1136,355 @@ mod tests {
         assert_eq!(back, sums);
         let notes = gpu_quality_notes(&s);
         assert!(notes.iter().any(|n| n.contains("end record")));
+    }
+
+    // The phases of `summarize_one`, one by one.
+
+    /// A bucket of one device with only the given utilization (job's share unknown), job
+    /// processes and power.
+    fn bucket(util: Option<u64>, procs: Option<u64>, power_mw: Option<u64>) -> DeviceBucket {
+        DeviceBucket {
+            samples: 1,
+            util_gpu_pct: util.map(Gauge::one),
+            job_processes: procs.map(Gauge::one),
+            power_mw: power_mw.map(Gauge::one),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn intervals_run_from_the_previous_bucket_end_of_any_device() {
+        let mut s = series(vec![nv(0), nv(1)], 2, |_| {
+            vec![(Some(1), 0, None, 0, None); 2]
+        });
+        // Minute 1 has no reading of device 1: its interval at minute 2 starts at minute 1.
+        s.buckets[1].devices.retain(|d| d.slot == 0);
+        let spans = |slot| -> Vec<(u64, u64)> {
+            device_intervals(&s, slot)
+                .iter()
+                .map(|(a, b, _)| ((a - T0) / 1000, (b - T0) / 1000))
+                .collect()
+        };
+        assert_eq!(spans(0), [(0, 0), (0, 60), (60, 120)]);
+        assert_eq!(spans(1), [(0, 0), (60, 120)]);
+    }
+
+    #[test]
+    fn idle_timeline_splits_stretches_at_busy_and_unknown_intervals() {
+        let p = GpuSummaryParams {
+            idle_min_s: 120.0,
+            ..Default::default()
+        };
+        let idle = bucket(Some(0), None, None);
+        let busy = bucket(Some(50), None, None);
+        let unknown = bucket(None, None, None);
+        let mig_idle = bucket(None, Some(0), None);
+        // Minutes: 0-3 idle (the last one by "no job process"), 3-4 busy, 4-5 idle, 5-6 unknown,
+        // 6-7 idle.
+        let b = [&idle, &idle, &mig_idle, &busy, &idle, &unknown, &idle];
+        let points: Vec<Interval<'_>> = b
+            .iter()
+            .enumerate()
+            .map(|(i, d)| (T0 + i as u64 * 60_000, T0 + (i as u64 + 1) * 60_000, *d))
+            .collect();
+        let t = idle_timeline(&points, T0, &p);
+        assert_eq!(t.idle_ms, 5 * 60_000);
+        assert_eq!(
+            t.observed_ms,
+            6 * 60_000,
+            "the unknown minute is not observed"
+        );
+        assert_eq!(t.last_busy_ms, Some(T0 + 4 * 60_000));
+        assert!(t.any_state);
+        // Only the first stretch (3 min) reaches 2 min; the 1-min ones are too short.
+        assert_eq!(
+            t.periods,
+            [IdlePeriod {
+                start_s: 0.0,
+                end_s: 180.0,
+                duration_s: 180.0
+            }]
+        );
+        assert_eq!(t.idle_share(), Some(5.0 / 6.0));
+        let none = idle_timeline(&points[5..6], T0, &p);
+        assert!(!none.any_state);
+        assert_eq!(none.idle_share(), None);
+    }
+
+    #[test]
+    fn energy_takes_the_counter_else_integrates_power() {
+        let mut a = bucket(None, None, Some(200_000)); // 200 W
+        let b = bucket(None, None, Some(400_000)); // 400 W
+        fn minute(d: &DeviceBucket) -> Interval<'_> {
+            (0, 60_000, d)
+        }
+        // No counter: 200 W and 400 W for a minute each = 36 kJ = 0.01 kWh, estimated.
+        let (kwh, estimated) = energy_kwh(&[minute(&a), minute(&b)]);
+        assert!(estimated);
+        assert!((kwh.unwrap() - 0.01).abs() < 1e-12, "{kwh:?}");
+        // A counter wins over power: 3.6e9 mJ = 1 kWh, measured.
+        a.energy_mj = Some(3_600_000_000);
+        assert_eq!(energy_kwh(&[minute(&a), minute(&b)]), (Some(1.0), false));
+        assert_eq!(
+            energy_kwh(&[minute(&bucket(None, None, None))]),
+            (None, false)
+        );
+    }
+
+    #[test]
+    fn util_source_and_coverage_from_the_flags() {
+        assert_eq!(util_source(None), None);
+        assert_eq!(util_source(Some(0)), None);
+        assert_eq!(
+            util_source(Some(UTIL_FROM_BUFFER)),
+            Some(GpuUtilSource::DriverBuffer)
+        );
+        assert_eq!(
+            util_source(Some(UTIL_FROM_POINT_READS | UTIL_OTHERS_ACTIVE)),
+            Some(GpuUtilSource::PointReads)
+        );
+        assert_eq!(
+            util_source(Some(UTIL_FROM_BUFFER | UTIL_FROM_POINT_READS)),
+            Some(GpuUtilSource::Mixed)
+        );
+        let with = |flags, covered_ms| DeviceBucket {
+            util_flags: Some(flags),
+            util_covered_ms: Some(covered_ms),
+            ..Default::default()
+        };
+        let (buf, reads) = (
+            with(UTIL_FROM_BUFFER, 30_000),
+            with(UTIL_FROM_POINT_READS, 0),
+        );
+        // Half of the buffered minute covered; the point-read minute does not count.
+        let points = [(0, 60_000, &buf), (60_000, 120_000, &reads)];
+        assert_eq!(util_coverage_share(&points), Some(0.5));
+        assert_eq!(
+            util_flags(&points),
+            Some(UTIL_FROM_BUFFER | UTIL_FROM_POINT_READS)
+        );
+        assert_eq!(util_coverage_share(&points[1..]), None);
+    }
+
+    #[test]
+    fn idle_tail_needs_its_length_and_its_share_of_the_job() {
+        let p = GpuSummaryParams::default(); // 1800 s and 20 % of the job
+        let s = 1000;
+        // Busy until 600 s into a 3600 s job: 3000 s idle at the end.
+        assert_eq!(
+            idle_tail(T0 + 600 * s, T0 + 3600 * s, T0, 3600.0, &p),
+            (Some(600.0), Some(3000.0))
+        );
+        // 1000 s is under 1800 s.
+        assert_eq!(
+            idle_tail(T0 + 2600 * s, T0 + 3600 * s, T0, 3600.0, &p),
+            (None, None)
+        );
+        // 2000 s of a 20000 s job is 10 %.
+        assert_eq!(
+            idle_tail(T0 + 18000 * s, T0 + 20000 * s, T0, 20000.0, &p),
+            (None, None)
+        );
+    }
+
+    #[test]
+    fn classification_by_use_mean_and_idle_share() {
+        let p = GpuSummaryParams::default(); // bound from 70 %, idle under 10 %
+        assert_eq!(classify(false, false, Some(90.0), None, &p), None);
+        assert_eq!(
+            classify(true, true, None, None, &p),
+            Some(GpuClass::GpuIdle)
+        );
+        assert_eq!(
+            classify(true, false, Some(5.0), Some(0.0), &p),
+            Some(GpuClass::GpuIdle)
+        );
+        assert_eq!(
+            classify(true, false, Some(90.0), Some(0.8), &p),
+            Some(GpuClass::GpuIdle),
+            "idle 80 % of the time"
+        );
+        assert_eq!(
+            classify(true, false, Some(90.0), Some(0.1), &p),
+            Some(GpuClass::GpuBound)
+        );
+        assert_eq!(
+            classify(true, false, Some(40.0), Some(0.1), &p),
+            Some(GpuClass::Mixed)
+        );
+    }
+
+    #[test]
+    fn throttle_reasons_are_named_in_table_order() {
+        let a = DeviceBucket {
+            throttle_reasons: Some(0x40),
+            ..Default::default()
+        };
+        let b = DeviceBucket {
+            throttle_reasons: Some(0x4 | 0x1),
+            ..Default::default()
+        };
+        assert_eq!(
+            throttle_reasons(&[(0, 1, &a), (1, 2, &b)]),
+            ["sw_power_cap", "hw_thermal_slowdown"]
+        );
+    }
+
+    #[test]
+    fn findings_in_order_of_importance() {
+        let p = GpuSummaryParams::default();
+        let s = series(vec![nv(0)], 2, |_| {
+            vec![(Some(90), GIB, Some(1), 300_000, None)]
+        });
+        let mut g = summarize_gpus_with(&s, 120.0, &p).remove(0);
+        assert_eq!(findings_of(&g, 120.0, &p), []);
+        g.lost = true;
+        g.never_used = true;
+        g.idle_periods = vec![IdlePeriod {
+            start_s: 0.0,
+            end_s: 700.0,
+            duration_s: 700.0,
+        }];
+        g.other_processes_seen = true;
+        g.throttle_reasons = vec!["sw_power_cap".into()];
+        // Never used: no idle periods listed; a power cap is not a hardware slowdown.
+        assert_eq!(
+            findings_of(&g, 120.0, &p),
+            [
+                GpuFinding::Lost,
+                GpuFinding::NeverUsed { allocated_s: 120.0 },
+                GpuFinding::OtherProcesses
+            ]
+        );
+        g.never_used = false;
+        g.idle_after_s = Some(10.0);
+        g.idle_tail_s = Some(2000.0);
+        g.utilization_unknown = true;
+        g.identity.kind = Some(GpuKind::Mig);
+        g.throttle_reasons = vec!["hw_slowdown".into()];
+        assert_eq!(
+            findings_of(&g, 120.0, &p),
+            [
+                GpuFinding::Lost,
+                GpuFinding::IdleTail {
+                    tail_s: 2000.0,
+                    after_s: 10.0
+                },
+                GpuFinding::IdlePeriods {
+                    count: 1,
+                    min_s: 600.0,
+                    total_s: 700.0
+                },
+                GpuFinding::UtilizationUnknown { mig: true },
+                GpuFinding::OtherProcesses,
+                GpuFinding::HardwareThrottled {
+                    reasons: vec!["hw_slowdown".into()]
+                },
+            ]
+        );
+    }
+
+    /// The top-level keys of a JSON object, in the order written.
+    fn json_keys(json: &str) -> Vec<String> {
+        struct Keys(Vec<String>);
+        impl<'de> serde::Deserialize<'de> for Keys {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                struct V;
+                impl<'de> serde::de::Visitor<'de> for V {
+                    type Value = Keys;
+                    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                        f.write_str("an object")
+                    }
+                    fn visit_map<A: serde::de::MapAccess<'de>>(
+                        self,
+                        mut m: A,
+                    ) -> Result<Keys, A::Error> {
+                        let mut v = Vec::new();
+                        while let Some(k) = m.next_key::<String>()? {
+                            m.next_value::<serde::de::IgnoredAny>()?;
+                            v.push(k);
+                        }
+                        Ok(Keys(v))
+                    }
+                }
+                d.deserialize_map(V)
+            }
+        }
+        serde_json::from_str::<Keys>(json).unwrap().0
+    }
+
+    /// The identity is held once, flattened: the JSON of a summary keeps its published keys in
+    /// their published order (archived documents, the report's consumers).
+    #[test]
+    fn summary_json_keys_keep_their_order() {
+        let s = series(vec![nv(0)], 2, |_| {
+            vec![(Some(90), GIB, Some(1), 300_000, None)]
+        });
+        let g = summarize_gpus(&s, 120.0).remove(0);
+        assert_eq!(
+            json_keys(&serde_json::to_string(&g).unwrap()),
+            [
+                "node",
+                "slot",
+                "kind",
+                "index",
+                "gres_index",
+                "minor",
+                "uuid",
+                "pci_bus_id",
+                "name",
+                "parent_uuid",
+                "samples",
+                "util_mean_pct",
+                "util_max_pct",
+                "mem_util_mean_pct",
+                "util_source",
+                "util_coverage_share",
+                "job_util_mean_pct",
+                "job_util_max_pct",
+                "job_mem_util_mean_pct",
+                "utilization_unknown",
+                "mem_peak_bytes",
+                "mem_total_bytes",
+                "job_mem_peak_bytes",
+                "job_processes_max",
+                "other_processes_seen",
+                "power_mean_w",
+                "power_max_w",
+                "energy_kwh",
+                "energy_estimated",
+                "idle_periods",
+                "idle_s",
+                "observed_s",
+                "never_used",
+                "idle_after_s",
+                "idle_tail_s",
+                "gpu_hours_allocated",
+                "gpu_hours_wasted",
+                "classification",
+                "throttle_reasons",
+                "lost",
+                "findings",
+            ]
+        );
+        // A device of `gpu.jsc` keeps its keys too, and one without any still decodes.
+        assert_eq!(
+            json_keys(&serde_json::to_string(&nv(0)).unwrap()),
+            [
+                "kind",
+                "index",
+                "gres_index",
+                "minor",
+                "uuid",
+                "pci_bus_id",
+                "name",
+                "parent_uuid",
+                "mem_total_bytes",
+            ]
+        );
+        let d: GpuDevice =
+            serde_json::from_str(r#"{"uuid":"GPU-1","mem_total_bytes":8,"future":1}"#).unwrap();
+        assert_eq!(d.identity.uuid.as_deref(), Some("GPU-1"));
+        assert_eq!(d.mem_total_bytes, Some(8));
     }
 }

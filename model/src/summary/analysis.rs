@@ -1311,7 +1311,6 @@ mod tests {
             node: name.into(),
             job_id: 1,
             uid: 1000,
-            start_unix_ms: 0,
             end_unix_ms: (elapsed * 1000.0) as u64,
             elapsed_s: elapsed,
             alloc_cores: Some(2),
@@ -1326,11 +1325,7 @@ mod tests {
                 limit_bytes: Some(4 << 30),
                 ..Default::default()
             },
-            io: IoTotals::default(),
             tasks_max: Some(1),
-            threads_max: None,
-            cpu_efficiency_pct: None,
-            steps: vec![],
             timeline,
             quality: Quality {
                 samples: 60,
@@ -1338,12 +1333,7 @@ mod tests {
                 final_counters: true,
                 ..Default::default()
             },
-            user_options: Default::default(),
-            gpus: Vec::new(),
-            pressure: None,
-            kernel: None,
-            script_sha256: None,
-            steps_not_recorded: None,
+            ..Default::default()
         }
     }
 

@@ -119,151 +119,15 @@ pub fn assemble(
         .filter(|e| !nodes.iter().any(|n| &n.node == *e))
         .cloned()
         .collect();
-
-    // A node whose spool gave nothing (unreadable, or never written) has no start of its own: its
-    // zero must not become the job's start, or a job of minutes reads as decades.
-    let measured = || {
-        nodes
-            .iter()
-            .filter(|n| n.quality.samples > 0 || !n.steps.is_empty())
-    };
-    let measured_start_ms = measured().map(|n| n.start_unix_ms).min();
-    let scheduler_start_s = this_runs_start_s(facts.start_unix_s, measured_start_ms);
-    let slurm_start_ms = scheduler_start_s.map(|t| t.saturating_mul(1000));
-    let start_unix_ms = best_start_ms(slurm_start_ms, measured_start_ms)
-        .or_else(|| nodes.iter().map(|n| n.start_unix_ms).max())
-        .unwrap_or(0);
-    let nodes_end_ms = nodes.iter().map(|n| n.end_unix_ms).max();
-    // A batch job ends when its batch script does (SLURM takes its end time then): the batch step's
-    // exit on its node. The other nodes' ends (their extern step's, once SLURM tells them) come a
-    // round trip later. Without a batch step (salloc, srun alone) the last node's end is the job's.
-    let batch_end_ms = nodes
-        .iter()
-        .flat_map(|n| n.steps.iter())
-        .filter(|st| st.step == "batch")
-        .filter_map(|st| st.end_unix_ms)
-        .max()
-        .filter(|&t| t >= start_unix_ms && nodes_end_ms.is_some_and(|e| t <= e));
-    let end_unix_ms = batch_end_ms
-        .or(nodes_end_ms)
-        .unwrap_or(start_unix_ms)
-        .max(start_unix_ms);
-    let elapsed_s = end_unix_ms.saturating_sub(start_unix_ms) as f64 / 1000.0;
-
-    let cpu = CpuTotals {
-        usage_s: sum_opt(nodes.iter().map(|n| n.cpu.usage_s)),
-        user_s: sum_opt(nodes.iter().map(|n| n.cpu.user_s)),
-        system_s: sum_opt(nodes.iter().map(|n| n.cpu.system_s)),
-        throttled_s: sum_opt(nodes.iter().map(|n| n.cpu.throttled_s)),
-        throttled_periods: sum_opt(nodes.iter().map(|n| n.cpu.throttled_periods)),
-    };
-    let mem = MemTotals {
-        peak_bytes: max_opt(nodes.iter().map(|n| n.mem.peak_bytes)),
-        limit_bytes: max_opt(nodes.iter().map(|n| n.mem.limit_bytes)),
-        rss_peak_bytes: max_opt(nodes.iter().map(|n| n.mem.rss_peak_bytes)),
-        cache_peak_bytes: max_opt(nodes.iter().map(|n| n.mem.cache_peak_bytes)),
-        shmem_peak_bytes: max_opt(nodes.iter().map(|n| n.mem.shmem_peak_bytes)),
-        swap_peak_bytes: max_opt(nodes.iter().map(|n| n.mem.swap_peak_bytes)),
-        failcnt: sum_opt(nodes.iter().map(|n| n.mem.failcnt)),
-        oom_events: sum_opt(nodes.iter().map(|n| n.mem.oom_events)),
-        oom_kill_events: sum_opt(nodes.iter().map(|n| n.mem.oom_kill_events)),
-    };
-    let io = IoTotals {
-        read_bytes: sum_opt(nodes.iter().map(|n| n.io.read_bytes)),
-        write_bytes: sum_opt(nodes.iter().map(|n| n.io.write_bytes)),
-        read_ops: sum_opt(nodes.iter().map(|n| n.io.read_ops)),
-        write_ops: sum_opt(nodes.iter().map(|n| n.io.write_ops)),
-        // Nodes' peaks need not coincide; the sum is an upper bound, the max a lower one. Report the max.
-        peak_bytes_per_s: max_opt(nodes.iter().map(|n| n.io.peak_bytes_per_s)),
-        source: nodes.iter().find_map(|n| n.io.source.clone()),
-    };
-
+    let span = job_span(facts, &nodes);
+    let cpu = job_cpu(&nodes);
+    let mem = job_mem(&nodes);
+    let io = job_io(&nodes);
     let pressure = job_pressure(&nodes);
-
-    // The allocation has at least the nodes expected and the nodes that reported.
-    let n_nodes = facts
-        .node_count
-        .unwrap_or(0)
-        .max(nodes.len() as u32)
-        .max(expected_nodes.len() as u32);
-    // Cores: the scheduler's count for the whole job; else the per-node allocations seen, with
-    // missing nodes assumed like the others, so a missing node does not inflate efficiency.
-    let cores = facts.cpus.or_else(|| {
-        let seen: Vec<u32> = nodes.iter().filter_map(|n| n.alloc_cores).collect();
-        (!seen.is_empty()).then(|| {
-            let per = seen.iter().map(|&c| f64::from(c)).sum::<f64>() / seen.len() as f64;
-            (per * n_nodes as f64).round() as u32
-        })
-    });
-    let mem_per_node_bytes = max_opt(nodes.iter().map(|n| n.alloc_mem_bytes))
-        .or(facts.mem_per_node_bytes)
-        .or(mem.limit_bytes);
-    let alloc = Allocation {
-        nodes: n_nodes,
-        cores,
-        mem_per_node_bytes,
-        gpus: facts.gpus.clone(),
-        time_limit_s: facts.time_limit_s,
-    };
-    let efficiency = Efficiency {
-        cpu_pct: match (cpu.usage_s, cores) {
-            (Some(u), Some(c)) if c > 0 && elapsed_s > 0.0 => {
-                Some(100.0 * u / (c as f64 * elapsed_s))
-            }
-            _ => None,
-        },
-        mem_pct: match (mem.peak_bytes, mem_per_node_bytes) {
-            (Some(p), Some(a)) if a > 0 => Some(100.0 * p as f64 / a as f64),
-            _ => None,
-        },
-        time_pct: alloc
-            .time_limit_s
-            .filter(|&l| l > 0)
-            .map(|l| 100.0 * elapsed_s / l as f64),
-    };
-
-    let evidence = EndEvidence {
-        oom_kills: nodes.iter().filter_map(|n| n.mem.oom_kill_events).sum(),
-        failed_step: nodes
-            .iter()
-            .flat_map(|n| n.steps.iter())
-            .find(|st| st.exit_status.is_some_and(|e| e != 0) && st.step != "extern")
-            .map(|st| st.step.clone()),
-        // The time limit is SLURM's, enforced from its own start second: judge it against that.
-        elapsed_s: slurm_start_ms
-            .map_or(elapsed_s, |s| end_unix_ms.saturating_sub(s) as f64 / 1000.0),
-        steps_without_end: {
-            let mut names: Vec<String> = unended_steps(&nodes, facts)
-                .map(|(_, st)| st.step.clone())
-                .collect();
-            names.sort();
-            names.dedup();
-            names
-        },
-    };
-    let end = decide(facts, &evidence);
-    let mut partial_reasons = Vec::new();
-    for m in &missing_nodes {
-        partial_reasons.push(format!(
-            "node {m}: no data arrived (node failure or epilog not run)"
-        ));
-    }
-    for n in &nodes {
-        if n.quality.samples == 0 {
-            partial_reasons.push(format!("node {}: no samples", n.node));
-        } else if !n.quality.final_counters && !n.quality.sampler_ended_cleanly {
-            partial_reasons.push(format!("node {}: sampling stopped early (crash, reboot or killed); counters are a lower bound", n.node));
-        }
-        if n.quality.torn_records {
-            partial_reasons.push(format!("node {}: a torn spool record was dropped", n.node));
-        }
-    }
-    for (n, st) in unended_steps(&nodes, facts) {
-        partial_reasons.push(format!(
-            "node {}: step {} was not seen to end (its slurmstepd died or was killed): its exit status and its last figures are missing",
-            n.node, st.step
-        ));
-    }
+    let alloc = job_allocation(facts, &nodes, expected_nodes, mem.limit_bytes);
+    let efficiency = job_efficiency(&cpu, &mem, &alloc, span.elapsed_s);
+    let end = decide(facts, &end_evidence(facts, &nodes, &span));
+    let partial_reasons = partial_reasons(facts, &nodes, &missing_nodes);
     let samples = nodes.iter().map(|n| n.quality.samples).sum();
     let user_options = nodes
         .iter()
@@ -290,10 +154,10 @@ pub fn assemble(
         state: end.state,
         end_reason: end.reason,
         exit_code: facts.exit_code,
-        start_unix_ms,
-        end_unix_ms,
-        elapsed_s,
-        scheduler_start_unix_s: scheduler_start_s,
+        start_unix_ms: span.start_unix_ms,
+        end_unix_ms: span.end_unix_ms,
+        elapsed_s: span.elapsed_s,
+        scheduler_start_unix_s: span.scheduler_start_s,
         alloc,
         cpu,
         mem,
@@ -309,6 +173,214 @@ pub fn assemble(
         user_options,
         analysis: None,
     }
+}
+
+/// When the job ran, from the scheduler's facts and the nodes' records.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct JobSpan {
+    /// SLURM's start second when it is this run's ([`this_runs_start_s`]).
+    scheduler_start_s: Option<u64>,
+    start_unix_ms: u64,
+    end_unix_ms: u64,
+    elapsed_s: f64,
+}
+
+impl JobSpan {
+    /// SLURM's start, in milliseconds.
+    fn scheduler_start_ms(&self) -> Option<u64> {
+        self.scheduler_start_s.map(|t| t.saturating_mul(1000))
+    }
+}
+
+/// The job's start ([`best_start_ms`]) and end: a batch job ends when its batch script does (SLURM
+/// takes its end time then): the batch step's exit on its node. The other nodes' ends (their
+/// extern step's, once SLURM tells them) come a round trip later. Without a batch step (salloc,
+/// srun alone) the last node's end is the job's.
+fn job_span(facts: &JobFacts, nodes: &[NodeSummary]) -> JobSpan {
+    // A node whose spool gave nothing (unreadable, or never written) has no start of its own: its
+    // zero must not become the job's start, or a job of minutes reads as decades.
+    let measured_start_ms = nodes
+        .iter()
+        .filter(|n| n.quality.samples > 0 || !n.steps.is_empty())
+        .map(|n| n.start_unix_ms)
+        .min();
+    let scheduler_start_s = this_runs_start_s(facts.start_unix_s, measured_start_ms);
+    let slurm_start_ms = scheduler_start_s.map(|t| t.saturating_mul(1000));
+    let start_unix_ms = best_start_ms(slurm_start_ms, measured_start_ms)
+        .or_else(|| nodes.iter().map(|n| n.start_unix_ms).max())
+        .unwrap_or(0);
+    let nodes_end_ms = nodes.iter().map(|n| n.end_unix_ms).max();
+    let batch_end_ms = nodes
+        .iter()
+        .flat_map(|n| n.steps.iter())
+        .filter(|st| st.step == "batch")
+        .filter_map(|st| st.end_unix_ms)
+        .max()
+        .filter(|&t| t >= start_unix_ms && nodes_end_ms.is_some_and(|e| t <= e));
+    let end_unix_ms = batch_end_ms
+        .or(nodes_end_ms)
+        .unwrap_or(start_unix_ms)
+        .max(start_unix_ms);
+    JobSpan {
+        scheduler_start_s,
+        start_unix_ms,
+        end_unix_ms,
+        elapsed_s: end_unix_ms.saturating_sub(start_unix_ms) as f64 / 1000.0,
+    }
+}
+
+/// CPU times sum over nodes.
+fn job_cpu(nodes: &[NodeSummary]) -> CpuTotals {
+    CpuTotals {
+        usage_s: sum_opt(nodes.iter().map(|n| n.cpu.usage_s)),
+        user_s: sum_opt(nodes.iter().map(|n| n.cpu.user_s)),
+        system_s: sum_opt(nodes.iter().map(|n| n.cpu.system_s)),
+        throttled_s: sum_opt(nodes.iter().map(|n| n.cpu.throttled_s)),
+        throttled_periods: sum_opt(nodes.iter().map(|n| n.cpu.throttled_periods)),
+    }
+}
+
+/// Memory peaks and limits are the largest node's (each node has its own limit); event counts sum.
+fn job_mem(nodes: &[NodeSummary]) -> MemTotals {
+    MemTotals {
+        peak_bytes: max_opt(nodes.iter().map(|n| n.mem.peak_bytes)),
+        limit_bytes: max_opt(nodes.iter().map(|n| n.mem.limit_bytes)),
+        rss_peak_bytes: max_opt(nodes.iter().map(|n| n.mem.rss_peak_bytes)),
+        cache_peak_bytes: max_opt(nodes.iter().map(|n| n.mem.cache_peak_bytes)),
+        shmem_peak_bytes: max_opt(nodes.iter().map(|n| n.mem.shmem_peak_bytes)),
+        swap_peak_bytes: max_opt(nodes.iter().map(|n| n.mem.swap_peak_bytes)),
+        failcnt: sum_opt(nodes.iter().map(|n| n.mem.failcnt)),
+        oom_events: sum_opt(nodes.iter().map(|n| n.mem.oom_events)),
+        oom_kill_events: sum_opt(nodes.iter().map(|n| n.mem.oom_kill_events)),
+    }
+}
+
+/// I/O sums over nodes, but for its peak rate.
+fn job_io(nodes: &[NodeSummary]) -> IoTotals {
+    IoTotals {
+        read_bytes: sum_opt(nodes.iter().map(|n| n.io.read_bytes)),
+        write_bytes: sum_opt(nodes.iter().map(|n| n.io.write_bytes)),
+        read_ops: sum_opt(nodes.iter().map(|n| n.io.read_ops)),
+        write_ops: sum_opt(nodes.iter().map(|n| n.io.write_ops)),
+        // Nodes' peaks need not coincide; the sum is an upper bound, the max a lower one. Report the max.
+        peak_bytes_per_s: max_opt(nodes.iter().map(|n| n.io.peak_bytes_per_s)),
+        source: nodes.iter().find_map(|n| n.io.source.clone()),
+    }
+}
+
+/// The allocation: at least the nodes expected and the nodes that reported. `mem_limit_bytes`
+/// (the largest cgroup limit seen) stands in for the memory per node when nothing else says it.
+fn job_allocation(
+    facts: &JobFacts,
+    nodes: &[NodeSummary],
+    expected_nodes: &[String],
+    mem_limit_bytes: Option<u64>,
+) -> Allocation {
+    let n_nodes = facts
+        .node_count
+        .unwrap_or(0)
+        .max(nodes.len() as u32)
+        .max(expected_nodes.len() as u32);
+    // Cores: the scheduler's count for the whole job; else the per-node allocations seen, with
+    // missing nodes assumed like the others, so a missing node does not inflate efficiency.
+    let cores = facts.cpus.or_else(|| {
+        let seen: Vec<u32> = nodes.iter().filter_map(|n| n.alloc_cores).collect();
+        (!seen.is_empty()).then(|| {
+            let per = seen.iter().map(|&c| f64::from(c)).sum::<f64>() / seen.len() as f64;
+            (per * n_nodes as f64).round() as u32
+        })
+    });
+    Allocation {
+        nodes: n_nodes,
+        cores,
+        mem_per_node_bytes: max_opt(nodes.iter().map(|n| n.alloc_mem_bytes))
+            .or(facts.mem_per_node_bytes)
+            .or(mem_limit_bytes),
+        gpus: facts.gpus.clone(),
+        time_limit_s: facts.time_limit_s,
+    }
+}
+
+/// CPU time ÷ (the whole allocation's cores × elapsed); the memory peak ÷ the memory per node;
+/// elapsed ÷ the time limit.
+fn job_efficiency(
+    cpu: &CpuTotals,
+    mem: &MemTotals,
+    alloc: &Allocation,
+    elapsed_s: f64,
+) -> Efficiency {
+    Efficiency {
+        cpu_pct: match (cpu.usage_s, alloc.cores) {
+            (Some(u), Some(c)) if c > 0 && elapsed_s > 0.0 => {
+                Some(100.0 * u / (c as f64 * elapsed_s))
+            }
+            _ => None,
+        },
+        mem_pct: match (mem.peak_bytes, alloc.mem_per_node_bytes) {
+            (Some(p), Some(a)) if a > 0 => Some(100.0 * p as f64 / a as f64),
+            _ => None,
+        },
+        time_pct: alloc
+            .time_limit_s
+            .filter(|&l| l > 0)
+            .map(|l| 100.0 * elapsed_s / l as f64),
+    }
+}
+
+/// What the scheduler's adapter decides the job's end from.
+fn end_evidence(facts: &JobFacts, nodes: &[NodeSummary], span: &JobSpan) -> EndEvidence {
+    EndEvidence {
+        oom_kills: nodes.iter().filter_map(|n| n.mem.oom_kill_events).sum(),
+        failed_step: nodes
+            .iter()
+            .flat_map(|n| n.steps.iter())
+            .find(|st| st.exit_status.is_some_and(|e| e != 0) && st.step != "extern")
+            .map(|st| st.step.clone()),
+        // The time limit is SLURM's, enforced from its own start second: judge it against that.
+        elapsed_s: span.scheduler_start_ms().map_or(span.elapsed_s, |s| {
+            span.end_unix_ms.saturating_sub(s) as f64 / 1000.0
+        }),
+        steps_without_end: {
+            let mut names: Vec<String> = unended_steps(nodes, facts)
+                .map(|(_, st)| st.step.clone())
+                .collect();
+            names.sort();
+            names.dedup();
+            names
+        },
+    }
+}
+
+/// Why the summary is partial: nodes without data, nodes whose sampling stopped early or lost a
+/// record, steps not seen to end. Empty when it is whole.
+fn partial_reasons(
+    facts: &JobFacts,
+    nodes: &[NodeSummary],
+    missing_nodes: &[String],
+) -> Vec<String> {
+    let mut partial_reasons = Vec::new();
+    for m in missing_nodes {
+        partial_reasons.push(format!(
+            "node {m}: no data arrived (node failure or epilog not run)"
+        ));
+    }
+    for n in nodes {
+        if n.quality.samples == 0 {
+            partial_reasons.push(format!("node {}: no samples", n.node));
+        } else if !n.quality.final_counters && !n.quality.sampler_ended_cleanly {
+            partial_reasons.push(format!("node {}: sampling stopped early (crash, reboot or killed); counters are a lower bound", n.node));
+        }
+        if n.quality.torn_records {
+            partial_reasons.push(format!("node {}: a torn spool record was dropped", n.node));
+        }
+    }
+    for (n, st) in unended_steps(nodes, facts) {
+        partial_reasons.push(format!(
+            "node {}: step {} was not seen to end (its slurmstepd died or was killed): its exit status and its last figures are missing",
+            n.node, st.step
+        ));
+    }
+    partial_reasons
 }
 
 /// The steps (not `extern`) jobscope saw start on each node and never saw end, for a job the
@@ -343,7 +415,6 @@ mod tests {
             elapsed_s: 100.0,
             alloc_cores: Some(4),
             alloc_mem_bytes: Some(4 << 30),
-            cgroup_version: None,
             cpu: CpuTotals {
                 usage_s: Some(cpu_s),
                 ..Default::default()
@@ -352,24 +423,13 @@ mod tests {
                 peak_bytes: Some(peak),
                 ..Default::default()
             },
-            io: IoTotals::default(),
-            tasks_max: None,
-            threads_max: None,
-            cpu_efficiency_pct: None,
-            steps: vec![],
-            timeline: vec![],
             quality: Quality {
                 samples: 5,
                 sampler_ended_cleanly: true,
                 final_counters: true,
                 ..Default::default()
             },
-            user_options: Default::default(),
-            gpus: Vec::new(),
-            pressure: None,
-            kernel: None,
-            script_sha256: None,
-            steps_not_recorded: None,
+            ..Default::default()
         }
     }
 
@@ -626,5 +686,66 @@ mod tests {
         assert_eq!((e.oom_kills, e.elapsed_s), (3, 100.0));
         assert_eq!(s.state, JobState::OutOfMemory);
         assert_eq!(s.end_reason, Some(EndReason::OomKills { kills: 3 }));
+    }
+
+    /// Efficiency: CPU time over the whole allocation's core-seconds, the peak over the memory
+    /// per node, elapsed over the limit; nothing divides by zero.
+    #[test]
+    fn efficiency_is_use_over_allocation() {
+        let cpu = CpuTotals {
+            usage_s: Some(200.0),
+            ..Default::default()
+        };
+        let mem = MemTotals {
+            peak_bytes: Some(1 << 30),
+            ..Default::default()
+        };
+        let alloc = Allocation {
+            nodes: 2,
+            cores: Some(8),
+            mem_per_node_bytes: Some(4 << 30),
+            gpus: None,
+            time_limit_s: Some(400),
+        };
+        let e = job_efficiency(&cpu, &mem, &alloc, 100.0);
+        assert_eq!(e.cpu_pct, Some(25.0));
+        assert_eq!(e.mem_pct, Some(25.0));
+        assert_eq!(e.time_pct, Some(25.0));
+        let none = Allocation {
+            cores: Some(0),
+            mem_per_node_bytes: Some(0),
+            time_limit_s: Some(0),
+            ..alloc
+        };
+        let e = job_efficiency(&cpu, &mem, &none, 100.0);
+        assert_eq!((e.cpu_pct, e.mem_pct, e.time_pct), (None, None, None));
+    }
+
+    /// Without the scheduler's core count, missing nodes are assumed like the seen ones; the
+    /// memory limit stands in for the memory per node only when nothing else gives it.
+    #[test]
+    fn the_allocation_extrapolates_cores_to_missing_nodes() {
+        let mut a = node("a", 1.0, 1);
+        a.alloc_mem_bytes = None;
+        let expected = ["a".to_string(), "b".to_string(), "c".to_string()];
+        let alloc = job_allocation(&facts(), &[a], &expected, Some(7));
+        assert_eq!(alloc.nodes, 3);
+        assert_eq!(alloc.cores, Some(12));
+        assert_eq!(alloc.mem_per_node_bytes, Some(7));
+    }
+
+    /// Each reason names its node; a whole job has none.
+    #[test]
+    fn partial_reasons_name_the_node() {
+        assert!(partial_reasons(&facts(), &[node("a", 1.0, 1)], &[]).is_empty());
+        let mut torn = node("b", 1.0, 1);
+        torn.quality.torn_records = true;
+        let mut empty = node("c", 0.0, 0);
+        empty.quality.samples = 0;
+        let r = partial_reasons(&facts(), &[torn, empty], &["d".to_string()]);
+        assert_eq!(r.len(), 3, "{r:?}");
+        assert!(r[0].starts_with("node d: no data arrived"), "{r:?}");
+        assert!(r[1].starts_with("node b: a torn spool record"), "{r:?}");
+        assert_eq!(r[2], "node c: no samples");
     }
 }

@@ -129,6 +129,8 @@ pub struct IoTotals {
     pub source: Option<String>,
 }
 
+// The class enum is `crate::kernel_abi::SysClass`; the doc line below is published as the
+// schema's description (docs/schema/job-summary.schema.json), so it keeps its words.
 /// System calls by class (`crate::kernel::SysClass`), counted by the collector's BPF program.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct SyscallCounts {
@@ -154,8 +156,8 @@ impl SyscallCounts {
         .fold(0u64, |a, b| a.saturating_add(*b))
     }
     /// Each class with its count, in `SysClass` order.
-    pub fn by_class(&self) -> [(crate::kernel::SysClass, u64); 6] {
-        use crate::kernel::SysClass as C;
+    pub fn by_class(&self) -> [(crate::kernel_abi::SysClass, u64); 6] {
+        use crate::kernel_abi::SysClass as C;
         [
             (C::File, self.file),
             (C::Net, self.network),
@@ -281,7 +283,10 @@ pub struct Quality {
     pub notes: Vec<String>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+// `Default`: an empty node (no name, job and uid 0, no time), a base to build one from field by
+// field; each measurement in it is unknown (`None`) or empty. (A `//` comment: a doc comment
+// would become the schema's description.)
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct NodeSummary {
     pub node: String,
     pub job_id: u32,

@@ -308,47 +308,122 @@ pub fn summarize_node(
         .unwrap_or(bound_ms);
     let first = headers.first();
     let rs = job_readings(series, steps);
+    let cpu = cpu_totals(&rs);
+    let mem = mem_totals(series, &rs);
+    let krs = kernel_readings(&rs, steps);
+    let (timeline, io_peak) = match series {
+        Some(s) => node_timeline(s, &rs, &krs, start_unix_ms),
+        None => (Vec::new(), None),
+    };
+    let timeline = downsample_timeline(timeline, MAX_TIMELINE_POINTS);
+    let io_source = first.and_then(|h| io_source_of(h));
+    // Summed from `/proc/<pid>/io` (v1, or v2 without the io controller): see `final_io` for how
+    // the steps' reaped counters complete the sampler's figure. `io.stat` is left alone.
+    let per_process = io_source == Some(IoSource::Proc);
+    let io = io_totals(&rs, steps, io_source, io_peak);
+    let kernel = kernel_totals(&krs);
+    let step_summaries = step_summaries(steps);
+    let v2 = first.and_then(|h| h.cgroup_version) == Some(crate::sample::CgroupVersion::V2);
+    let quality = node_quality(series, steps, per_process && v2);
 
-    // Counters are cumulative and monotone: the largest value seen is the final one, whichever
-    // process (sampler or a step's exit) read it last.
-    let cpu = CpuTotals {
-        usage_s: secs(max_of(&rs, |r| r.cpu_usage_ns)),
-        user_s: secs(max_of(&rs, |r| r.cpu_user_ns)),
-        system_s: secs(max_of(&rs, |r| r.cpu_system_ns)),
-        throttled_s: max_of(&rs, |r| r.cpu_throttled_usec).map(|u| u as f64 / 1e6),
-        throttled_periods: max_of(&rs, |r| r.cpu_nr_throttled),
+    let elapsed_s = end_unix_ms.saturating_sub(start_unix_ms) as f64 / 1000.0;
+    let alloc_cores = first.and_then(|h| h.alloc_cores);
+    let cpu_efficiency_pct = match (cpu.usage_s, alloc_cores) {
+        (Some(u), Some(c)) if c > 0 && elapsed_s > 0.0 => Some(100.0 * u / (c as f64 * elapsed_s)),
+        _ => None,
     };
-    let gauge_max = |g: GaugeId| {
-        series.and_then(|s| {
-            s.buckets
-                .iter()
-                .filter_map(|b| b.gauge(g))
-                .map(|g| g.max)
-                .max()
-        })
-    };
-    let mem = MemTotals {
-        peak_bytes: [
-            max_of(&rs, |r| r.mem_peak_bytes),
-            gauge_max(GaugeId::MemCurrentBytes),
-            max_of(&rs, |r| r.mem_current_bytes),
+    NodeSummary {
+        node: first
+            .map(|h| h.node.clone())
+            .unwrap_or_else(|| node.to_string()),
+        job_id: first.map(|h| h.job_id).unwrap_or(0),
+        uid: first.map(|h| h.uid).unwrap_or(u32::MAX),
+        start_unix_ms,
+        end_unix_ms,
+        elapsed_s,
+        alloc_cores,
+        alloc_mem_bytes: first.and_then(|h| h.alloc_mem_bytes),
+        cgroup_version: first.and_then(|h| h.cgroup_version),
+        tasks_max: [
+            series_gauge_max(series, GaugeId::Tasks),
+            max_of(&rs, |r| r.tasks),
         ]
         .into_iter()
         .flatten()
         .max(),
-        limit_bytes: last_of(&rs, |r| r.mem_limit_bytes),
-        rss_peak_bytes: max_of(&rs, |r| r.mem_rss_bytes),
-        cache_peak_bytes: max_of(&rs, |r| r.mem_cache_bytes),
-        shmem_peak_bytes: max_of(&rs, |r| r.mem_shmem_bytes),
-        swap_peak_bytes: max_of(&rs, |r| r.mem_swap_bytes),
-        failcnt: max_of(&rs, |r| r.mem_failcnt),
-        oom_events: max_of(&rs, |r| r.mem_oom_events),
-        oom_kill_events: max_of(&rs, |r| r.mem_oom_kill_events),
-    };
+        threads_max: max_of(&rs, |r| r.threads),
+        cpu,
+        mem,
+        io,
+        cpu_efficiency_pct,
+        steps: step_summaries,
+        timeline,
+        quality,
+        user_options: headers
+            .iter()
+            .find_map(|h| h.handover.as_ref().map(|x| x.options.clone()))
+            .unwrap_or_default(),
+        gpus: Vec::new(),
+        pressure: pressure(&rs),
+        script_sha256: script_sha256(steps),
+        kernel,
+        steps_not_recorded: None,
+    }
+}
 
-    // The steps put the job's kernel counters on their own readings (`plugin/src/steps.rs`:
-    // at exit the job's cgroup may be gone, the step reading is made anyway).
-    let mut krs = rs.clone();
+/// The largest value of a gauge over the sampler's buckets.
+fn series_gauge_max(series: Option<&SpoolFile>, g: GaugeId) -> Option<u64> {
+    series.and_then(|s| {
+        s.buckets
+            .iter()
+            .filter_map(|b| b.gauge(g))
+            .map(|g| g.max)
+            .max()
+    })
+}
+
+/// The node's CPU counters. Counters are cumulative and monotone: the largest value seen is the
+/// final one, whichever process (sampler or a step's exit) read it last.
+fn cpu_totals(rs: &[(u64, &Reading)]) -> CpuTotals {
+    CpuTotals {
+        usage_s: secs(max_of(rs, |r| r.cpu_usage_ns)),
+        user_s: secs(max_of(rs, |r| r.cpu_user_ns)),
+        system_s: secs(max_of(rs, |r| r.cpu_system_ns)),
+        throttled_s: max_of(rs, |r| r.cpu_throttled_usec).map(|u| u as f64 / 1e6),
+        throttled_periods: max_of(rs, |r| r.cpu_nr_throttled),
+    }
+}
+
+/// The node's memory: peaks over every reading and the sampler's gauge, the last limit.
+fn mem_totals(series: Option<&SpoolFile>, rs: &[(u64, &Reading)]) -> MemTotals {
+    MemTotals {
+        peak_bytes: [
+            max_of(rs, |r| r.mem_peak_bytes),
+            series_gauge_max(series, GaugeId::MemCurrentBytes),
+            max_of(rs, |r| r.mem_current_bytes),
+        ]
+        .into_iter()
+        .flatten()
+        .max(),
+        limit_bytes: last_of(rs, |r| r.mem_limit_bytes),
+        rss_peak_bytes: max_of(rs, |r| r.mem_rss_bytes),
+        cache_peak_bytes: max_of(rs, |r| r.mem_cache_bytes),
+        shmem_peak_bytes: max_of(rs, |r| r.mem_shmem_bytes),
+        swap_peak_bytes: max_of(rs, |r| r.mem_swap_bytes),
+        failcnt: max_of(rs, |r| r.mem_failcnt),
+        oom_events: max_of(rs, |r| r.mem_oom_events),
+        oom_kill_events: max_of(rs, |r| r.mem_oom_kill_events),
+    }
+}
+
+/// The job's readings with the steps' own readings added, in time order: the steps put the job's
+/// kernel counters on their own readings (`plugin/src/steps.rs`: at exit the job's cgroup may be
+/// gone, the step reading is made anyway).
+fn kernel_readings<'a>(
+    rs: &[(u64, &'a Reading)],
+    steps: &'a [SpoolFile],
+) -> Vec<(u64, &'a Reading)> {
+    let mut krs = rs.to_vec();
     for f in steps {
         krs.extend(
             f.events
@@ -357,102 +432,117 @@ pub fn summarize_node(
         );
     }
     krs.sort_by_key(|(t, _)| *t);
+    krs
+}
 
-    // Timeline: one point per bucket; mean busy cores from consecutive counter pairs.
+/// The node's timeline, one point per bucket of the sampler's series (mean busy cores from
+/// consecutive counter pairs), closed by the final step reading; and the peak I/O rate seen.
+fn node_timeline(
+    s: &SpoolFile,
+    rs: &[(u64, &Reading)],
+    krs: &[(u64, &Reading)],
+    start_unix_ms: u64,
+) -> (Vec<Point>, Option<f64>) {
     let mut timeline = Vec::new();
     let mut io_peak: Option<f64> = None;
-    if let Some(s) = series {
-        let mut prev: Option<(u64, &Reading)> = None;
-        for b in &s.buckets {
-            let (busy, io_rate, (cpu_wait_pct, runnable_threads)) = match prev {
-                Some((t0, r0)) => {
-                    let dt = b.t_last_ms.saturating_sub(t0);
-                    let io = match (
-                        rate_per_sec(r0.io_read_bytes, b.last.io_read_bytes, dt),
-                        rate_per_sec(r0.io_write_bytes, b.last.io_write_bytes, dt),
-                    ) {
-                        (Some(a), Some(w)) => Some(a + w),
-                        (a, w) => a.or(w),
-                    };
-                    (
-                        busy_cores(r0.cpu_usage_ns, b.last.cpu_usage_ns, dt),
-                        io,
-                        cpu_wait_between(r0, &b.last, dt),
-                    )
-                }
-                None => (None, None, (None, None)),
-            };
-            let io_max = b
-                .gauge(GaugeId::IoBytesPerSec)
-                .map(|g| g.max as f64)
-                .or(io_rate);
-            if let Some(v) = io_max {
-                io_peak = Some(io_peak.map_or(v, |p: f64| p.max(v)));
+    let mut prev: Option<(u64, &Reading)> = None;
+    for b in &s.buckets {
+        let (busy, io_rate, (cpu_wait_pct, runnable_threads)) = match prev {
+            Some((t0, r0)) => {
+                let dt = b.t_last_ms.saturating_sub(t0);
+                let io = match (
+                    rate_per_sec(r0.io_read_bytes, b.last.io_read_bytes, dt),
+                    rate_per_sec(r0.io_write_bytes, b.last.io_write_bytes, dt),
+                ) {
+                    (Some(a), Some(w)) => Some(a + w),
+                    (a, w) => a.or(w),
+                };
+                (
+                    busy_cores(r0.cpu_usage_ns, b.last.cpu_usage_ns, dt),
+                    io,
+                    cpu_wait_between(r0, &b.last, dt),
+                )
             }
+            None => (None, None, (None, None)),
+        };
+        let io_max = b
+            .gauge(GaugeId::IoBytesPerSec)
+            .map(|g| g.max as f64)
+            .or(io_rate);
+        if let Some(v) = io_max {
+            io_peak = Some(io_peak.map_or(v, |p: f64| p.max(v)));
+        }
+        timeline.push(Point {
+            t_s: b.t_last_ms.saturating_sub(start_unix_ms) as f64 / 1000.0,
+            busy_cores: busy,
+            busy_cores_max: b
+                .gauge(GaugeId::BusyMilliCores)
+                .map(|g| g.max as f64 / 1000.0)
+                .or(busy),
+            mem_bytes: b
+                .gauge(GaugeId::MemCurrentBytes)
+                .map(|g| g.mean() as u64)
+                .or(b.last.mem_current_bytes),
+            mem_bytes_max: b
+                .gauge(GaugeId::MemCurrentBytes)
+                .map(|g| g.max)
+                .or(b.last.mem_current_bytes),
+            io_bytes_per_s: io_rate,
+            tasks: b.gauge(GaugeId::Tasks).map(|g| g.max).or(b.last.tasks),
+            cpu_wait_pct,
+            runnable_threads,
+        });
+        prev = Some((b.t_last_ms, &b.last));
+    }
+    // The final step reading closes the timeline (the sampler may be up to one cadence behind).
+    if let (Some((t0, r0)), Some((t1, r1))) = (prev, rs.last().copied()) {
+        if t1 > t0 {
+            let busy = busy_cores(r0.cpu_usage_ns, r1.cpu_usage_ns, t1 - t0);
+            // The kernel counters of the end ride on the step readings (above), taken with
+            // the job's reading at a step's exit: the latest one after the last bucket, over
+            // its own interval (the same as this point's when it comes from that exit).
+            let (cpu_wait_pct, runnable_threads) = krs
+                .iter()
+                .rev()
+                .take_while(|(t, _)| *t > t0)
+                .find(|(t, r)| *t <= t1 && r.kernel_run_ns.is_some())
+                .map_or((None, None), |(t, r)| cpu_wait_between(r0, r, t - t0));
             timeline.push(Point {
-                t_s: b.t_last_ms.saturating_sub(start_unix_ms) as f64 / 1000.0,
+                t_s: t1.saturating_sub(start_unix_ms) as f64 / 1000.0,
                 busy_cores: busy,
-                busy_cores_max: b
-                    .gauge(GaugeId::BusyMilliCores)
-                    .map(|g| g.max as f64 / 1000.0)
-                    .or(busy),
-                mem_bytes: b
-                    .gauge(GaugeId::MemCurrentBytes)
-                    .map(|g| g.mean() as u64)
-                    .or(b.last.mem_current_bytes),
-                mem_bytes_max: b
-                    .gauge(GaugeId::MemCurrentBytes)
-                    .map(|g| g.max)
-                    .or(b.last.mem_current_bytes),
-                io_bytes_per_s: io_rate,
-                tasks: b.gauge(GaugeId::Tasks).map(|g| g.max).or(b.last.tasks),
+                busy_cores_max: busy,
+                // Memory at step exit is what is left once the processes are gone: not a sample of the
+                // job's use (it would fake a drop at the end and spoil trend detection).
+                mem_bytes: None,
+                mem_bytes_max: None,
+                io_bytes_per_s: None,
+                tasks: r1.tasks,
                 cpu_wait_pct,
                 runnable_threads,
             });
-            prev = Some((b.t_last_ms, &b.last));
-        }
-        // The final step reading closes the timeline (the sampler may be up to one cadence behind).
-        if let (Some((t0, r0)), Some((t1, r1))) = (prev, rs.last().copied()) {
-            if t1 > t0 {
-                let busy = busy_cores(r0.cpu_usage_ns, r1.cpu_usage_ns, t1 - t0);
-                // The kernel counters of the end ride on the step readings (above), taken with
-                // the job's reading at a step's exit: the latest one after the last bucket, over
-                // its own interval (the same as this point's when it comes from that exit).
-                let (cpu_wait_pct, runnable_threads) = krs
-                    .iter()
-                    .rev()
-                    .take_while(|(t, _)| *t > t0)
-                    .find(|(t, r)| *t <= t1 && r.kernel_run_ns.is_some())
-                    .map_or((None, None), |(t, r)| cpu_wait_between(r0, r, t - t0));
-                timeline.push(Point {
-                    t_s: t1.saturating_sub(start_unix_ms) as f64 / 1000.0,
-                    busy_cores: busy,
-                    busy_cores_max: busy,
-                    // Memory at step exit is what is left once the processes are gone: not a sample of the
-                    // job's use (it would fake a drop at the end and spoil trend detection).
-                    mem_bytes: None,
-                    mem_bytes_max: None,
-                    io_bytes_per_s: None,
-                    tasks: r1.tasks,
-                    cpu_wait_pct,
-                    runnable_threads,
-                });
-            }
         }
     }
+    (timeline, io_peak)
+}
 
-    let timeline = downsample_timeline(timeline, MAX_TIMELINE_POINTS);
-    // Where the sampler took the job's I/O from (its header says; spools from writers before it
-    // did: v2 meant io.stat, v1 /proc).
-    let io_source = first.and_then(|h| {
-        h.io_source.or(match h.cgroup_version {
-            Some(crate::sample::CgroupVersion::V2) => Some(IoSource::IoStat),
-            Some(crate::sample::CgroupVersion::V1) => Some(IoSource::Proc),
-            None => None,
-        })
-    });
-    // Summed from `/proc/<pid>/io` (v1, or v2 without the io controller): see `final_io` for how
-    // the steps' reaped counters complete the sampler's figure. `io.stat` is left alone.
+/// Where the sampler took the job's I/O from: its header says; spools from writers before it
+/// did not (v2 meant io.stat, v1 /proc).
+fn io_source_of(h: &crate::spool::Header) -> Option<IoSource> {
+    h.io_source.or(match h.cgroup_version {
+        Some(crate::sample::CgroupVersion::V2) => Some(IoSource::IoStat),
+        Some(crate::sample::CgroupVersion::V1) => Some(IoSource::Proc),
+        None => None,
+    })
+}
+
+/// The node's I/O: per-process figures (`/proc`) are completed by the steps' reaped counters
+/// ([`final_io`]); `io.stat` figures are taken as read.
+fn io_totals(
+    rs: &[(u64, &Reading)],
+    steps: &[SpoolFile],
+    io_source: Option<IoSource>,
+    io_peak: Option<f64>,
+) -> IoTotals {
     let per_process = io_source == Some(IoSource::Proc);
     let reaped = reaped_step_io(steps);
     let final_io = |sampled: Option<u64>, reaped: Option<u64>| {
@@ -462,58 +552,69 @@ pub fn summarize_node(
             sampled
         }
     };
-    let io = IoTotals {
-        read_bytes: final_io(max_of(&rs, |r| r.io_read_bytes), reaped[0]),
-        write_bytes: final_io(max_of(&rs, |r| r.io_write_bytes), reaped[1]),
-        read_ops: final_io(max_of(&rs, |r| r.io_read_ops), reaped[2]),
-        write_ops: final_io(max_of(&rs, |r| r.io_write_ops), reaped[3]),
+    IoTotals {
+        read_bytes: final_io(max_of(rs, |r| r.io_read_bytes), reaped[0]),
+        write_bytes: final_io(max_of(rs, |r| r.io_write_bytes), reaped[1]),
+        read_ops: final_io(max_of(rs, |r| r.io_read_ops), reaped[2]),
+        write_ops: final_io(max_of(rs, |r| r.io_write_ops), reaped[3]),
         peak_bytes_per_s: io_peak,
         source: io_source.map(|s| s.name().to_string()),
-    };
+    }
+}
 
-    let kernel = kernel_totals(&krs);
-
-    let mut step_summaries: Vec<StepSummary> = steps
+/// One step from its file: start and exit from its events (start falls back to the header), CPU
+/// and memory from its own cgroup, read when its last task exits (it is gone by `exit`).
+fn step_summary(f: &SpoolFile) -> StepSummary {
+    let exit = f
+        .events
         .iter()
-        .map(|f| {
-            let exit = f
-                .events
-                .iter()
-                .rev()
-                .find(|e| e.kind == EventKind::StepExit);
-            let start = f.events.iter().find(|e| e.kind == EventKind::StepStart);
-            let start_ms = start.map(|e| e.t_ms).unwrap_or(f.header.start_unix_ms);
-            let end_ms = exit.map(|e| e.t_ms);
-            let cpu_start = start
-                .and_then(|e| e.step_reading.as_ref())
-                .and_then(|r| r.cpu_usage_ns)
-                .unwrap_or(0);
-            // The step's own cgroup is read when its last task exits (it is gone by `exit`).
-            let last_step_reading = f
-                .events
-                .iter()
-                .rev()
-                .filter(|e| e.kind != EventKind::StepStart)
-                .find_map(|e| e.step_reading.as_ref().filter(|r| r.cpu_usage_ns.is_some()));
-            StepSummary {
-                step: f.header.series.clone(),
-                start_unix_ms: Some(start_ms),
-                end_unix_ms: end_ms,
-                elapsed_s: end_ms.map(|e| e.saturating_sub(start_ms) as f64 / 1000.0),
-                cpu_s: last_step_reading
-                    .and_then(|r| r.cpu_usage_ns)
-                    .map(|c| c.saturating_sub(cpu_start) as f64 / 1e9),
-                mem_peak_bytes: last_step_reading.and_then(|r| r.mem_peak_bytes),
-                exit_status: exit.and_then(|e| e.exit_status),
-            }
-        })
-        .collect();
-    step_summaries.sort_by(|a, b| {
+        .rev()
+        .find(|e| e.kind == EventKind::StepExit);
+    let start = f.events.iter().find(|e| e.kind == EventKind::StepStart);
+    let start_ms = start.map(|e| e.t_ms).unwrap_or(f.header.start_unix_ms);
+    let end_ms = exit.map(|e| e.t_ms);
+    let cpu_start = start
+        .and_then(|e| e.step_reading.as_ref())
+        .and_then(|r| r.cpu_usage_ns)
+        .unwrap_or(0);
+    let last_step_reading = f
+        .events
+        .iter()
+        .rev()
+        .filter(|e| e.kind != EventKind::StepStart)
+        .find_map(|e| e.step_reading.as_ref().filter(|r| r.cpu_usage_ns.is_some()));
+    StepSummary {
+        step: f.header.series.clone(),
+        start_unix_ms: Some(start_ms),
+        end_unix_ms: end_ms,
+        elapsed_s: end_ms.map(|e| e.saturating_sub(start_ms) as f64 / 1000.0),
+        cpu_s: last_step_reading
+            .and_then(|r| r.cpu_usage_ns)
+            .map(|c| c.saturating_sub(cpu_start) as f64 / 1e9),
+        mem_peak_bytes: last_step_reading.and_then(|r| r.mem_peak_bytes),
+        exit_status: exit.and_then(|e| e.exit_status),
+    }
+}
+
+/// The node's steps, by start time then name.
+fn step_summaries(steps: &[SpoolFile]) -> Vec<StepSummary> {
+    let mut v: Vec<StepSummary> = steps.iter().map(step_summary).collect();
+    v.sort_by(|a, b| {
         a.start_unix_ms
             .cmp(&b.start_unix_ms)
             .then(a.step.cmp(&b.step))
     });
+    v
+}
 
+/// How well the node was observed: samples taken, whether the sampler ended cleanly and the final
+/// counters were read, and the notes that explain gaps. `io_per_process_on_v2`: the I/O was summed
+/// per process on a cgroup v2 node (see [`IO_PER_PROCESS_ON_V2_NOTE`]).
+fn node_quality(
+    series: Option<&SpoolFile>,
+    steps: &[SpoolFile],
+    io_per_process_on_v2: bool,
+) -> Quality {
     let samples_series: u64 = series
         .map(|s| s.buckets.iter().map(|b| b.n as u64).sum())
         .unwrap_or(0);
@@ -546,58 +647,16 @@ pub fn summarize_node(
             }
         }
     }
-    if per_process && first.and_then(|h| h.cgroup_version) == Some(crate::sample::CgroupVersion::V2)
-    {
+    if io_per_process_on_v2 {
         notes.push(IO_PER_PROCESS_ON_V2_NOTE.to_string());
     }
-    let quality = Quality {
+    Quality {
         samples: samples_series + final_readings,
         sampler_ended_cleanly: series.is_some_and(|s| s.end.is_some()),
         torn_records: series.is_some_and(|s| s.torn) || steps.iter().any(|s| s.torn),
         final_counters: final_readings > 0,
         thinned: series.is_some_and(|s| s.buckets.iter().any(|b| b.n > 1)),
         notes,
-    };
-
-    let elapsed_s = end_unix_ms.saturating_sub(start_unix_ms) as f64 / 1000.0;
-    let alloc_cores = first.and_then(|h| h.alloc_cores);
-    let cpu_efficiency_pct = match (cpu.usage_s, alloc_cores) {
-        (Some(u), Some(c)) if c > 0 && elapsed_s > 0.0 => Some(100.0 * u / (c as f64 * elapsed_s)),
-        _ => None,
-    };
-    NodeSummary {
-        node: first
-            .map(|h| h.node.clone())
-            .unwrap_or_else(|| node.to_string()),
-        job_id: first.map(|h| h.job_id).unwrap_or(0),
-        uid: first.map(|h| h.uid).unwrap_or(u32::MAX),
-        start_unix_ms,
-        end_unix_ms,
-        elapsed_s,
-        alloc_cores,
-        alloc_mem_bytes: first.and_then(|h| h.alloc_mem_bytes),
-        cgroup_version: first.and_then(|h| h.cgroup_version),
-        tasks_max: [gauge_max(GaugeId::Tasks), max_of(&rs, |r| r.tasks)]
-            .into_iter()
-            .flatten()
-            .max(),
-        threads_max: max_of(&rs, |r| r.threads),
-        cpu,
-        mem,
-        io,
-        cpu_efficiency_pct,
-        steps: step_summaries,
-        timeline,
-        quality,
-        user_options: headers
-            .iter()
-            .find_map(|h| h.handover.as_ref().map(|x| x.options.clone()))
-            .unwrap_or_default(),
-        gpus: Vec::new(),
-        pressure: pressure(&rs),
-        script_sha256: script_sha256(steps),
-        kernel,
-        steps_not_recorded: None,
     }
 }
 
@@ -774,6 +833,172 @@ mod tests {
             exit_status: None,
             message: None,
         }
+    }
+
+    fn step_file(series: &str, events: Vec<Event>) -> SpoolFile {
+        SpoolFile {
+            header: header(series, 5),
+            buckets: vec![],
+            events,
+            end: None,
+            torn: false,
+            valid_bytes: 0,
+        }
+    }
+
+    fn with_step_cpu(mut e: Event, cpu_ns: u64, mem: Option<u64>) -> Event {
+        e.step_reading = Some(Reading {
+            cpu_usage_ns: Some(cpu_ns),
+            mem_peak_bytes: mem,
+            ..Default::default()
+        });
+        e
+    }
+
+    /// A step's CPU is its own cgroup's growth from start to its last reading; its elapsed time
+    /// from its start event to its exit event; without a start event the header's start counts.
+    #[test]
+    fn a_step_is_summarized_from_its_start_and_exit_events() {
+        let f = step_file(
+            "0",
+            vec![
+                with_step_cpu(step_event(1_000, EventKind::StepStart), 2_000_000_000, None),
+                with_step_cpu(
+                    step_event(4_500, EventKind::StepExit),
+                    5_000_000_000,
+                    Some(77),
+                ),
+            ],
+        );
+        let mut exited = f.events[1].clone();
+        exited.exit_status = Some(3);
+        let f = SpoolFile {
+            events: vec![f.events[0].clone(), exited],
+            ..f
+        };
+        let s = step_summary(&f);
+        assert_eq!(s.step, "0");
+        assert_eq!(s.start_unix_ms, Some(1_000));
+        assert_eq!(s.end_unix_ms, Some(4_500));
+        assert_eq!(s.elapsed_s, Some(3.5));
+        assert_eq!(s.cpu_s, Some(3.0));
+        assert_eq!(s.mem_peak_bytes, Some(77));
+        assert_eq!(s.exit_status, Some(3));
+
+        let running = step_summary(&step_file("1", vec![]));
+        assert_eq!(running.start_unix_ms, Some(5));
+        assert_eq!((running.end_unix_ms, running.elapsed_s), (None, None));
+        assert_eq!(running.cpu_s, None);
+    }
+
+    #[test]
+    fn steps_are_ordered_by_start_then_name() {
+        let at = |name: &str, t| step_file(name, vec![step_event(t, EventKind::StepStart)]);
+        let v = step_summaries(&[at("b", 20), at("z", 10), at("a", 20)]);
+        let names: Vec<&str> = v.iter().map(|s| s.step.as_str()).collect();
+        assert_eq!(names, ["z", "a", "b"]);
+    }
+
+    /// Old spools name no I/O source: v2 meant io.stat, v1 the per-process counters.
+    #[test]
+    fn the_io_source_falls_back_on_the_cgroup_version() {
+        let mut h = header("job", 0);
+        assert_eq!(io_source_of(&h), Some(IoSource::Proc));
+        h.cgroup_version = Some(CgroupVersion::V2);
+        assert_eq!(io_source_of(&h), Some(IoSource::IoStat));
+        h.io_source = Some(IoSource::Proc);
+        assert_eq!(io_source_of(&h), Some(IoSource::Proc));
+        h.io_source = None;
+        h.cgroup_version = None;
+        assert_eq!(io_source_of(&h), None);
+    }
+
+    /// The steps' reaped I/O completes the per-process figure, never the io.stat one.
+    #[test]
+    fn reaped_io_counts_only_for_per_process_sources() {
+        let reading = |read| Reading {
+            reaped_read_bytes: Some(read),
+            ..Default::default()
+        };
+        let mut start = step_event(10, EventKind::StepStart);
+        start.step_reading = Some(reading(100));
+        let mut exit = step_event(20, EventKind::StepExit);
+        exit.step_reading = Some(reading(900));
+        let steps = [step_file("batch", vec![start, exit])];
+        let sampled = Reading {
+            io_read_bytes: Some(500),
+            ..Default::default()
+        };
+        let rs = [(15, &sampled)];
+        let proc_io = io_totals(&rs, &steps, Some(IoSource::Proc), Some(4.0));
+        assert_eq!(proc_io.read_bytes, Some(800));
+        assert_eq!(proc_io.peak_bytes_per_s, Some(4.0));
+        assert_eq!(proc_io.source.as_deref(), Some(IoSource::Proc.name()));
+        let stat_io = io_totals(&rs, &steps, Some(IoSource::IoStat), None);
+        assert_eq!(stat_io.read_bytes, Some(500));
+    }
+
+    /// The memory peak is the largest of the peak counter, the sampler's gauge and any current
+    /// reading; the limit is the last one read.
+    #[test]
+    fn the_memory_peak_is_the_largest_of_every_source() {
+        let a = Reading {
+            mem_peak_bytes: Some(300),
+            mem_limit_bytes: Some(1_000),
+            ..Default::default()
+        };
+        let b = Reading {
+            mem_current_bytes: Some(400),
+            mem_limit_bytes: Some(2_000),
+            ..Default::default()
+        };
+        let rs = [(1, &a), (2, &b)];
+        let m = mem_totals(None, &rs);
+        assert_eq!(m.peak_bytes, Some(400));
+        assert_eq!(m.limit_bytes, Some(2_000));
+        let series = SpoolFile {
+            buckets: vec![bucket(0, 0, 900)],
+            ..step_file("job", vec![])
+        };
+        assert_eq!(mem_totals(Some(&series), &rs).peak_bytes, Some(900));
+    }
+
+    /// Without a series the node says so; a sampler error and a kernel-view message become notes
+    /// (the latter as written); a step's exit reading is a final counter.
+    #[test]
+    fn quality_notes_say_what_was_missing() {
+        let mut exit = step_event(20, EventKind::StepExit);
+        exit.job = Some(Reading {
+            cpu_usage_ns: Some(1),
+            ..Default::default()
+        });
+        let steps = [step_file("batch", vec![exit])];
+        let q = node_quality(None, &steps, false);
+        assert_eq!(q.samples, 1);
+        assert!(q.final_counters);
+        assert!(!q.sampler_ended_cleanly);
+        assert_eq!(q.notes.len(), 1);
+        assert!(q.notes[0].starts_with("no sampler series"), "{:?}", q.notes);
+
+        let mut err = step_event(1, EventKind::SamplerError);
+        err.message = Some("read failed".into());
+        let mut kv = step_event(2, EventKind::KernelView);
+        kv.message = Some("kernel view off".into());
+        let series = SpoolFile {
+            buckets: vec![bucket(0, 0, 1)],
+            ..step_file("job", vec![err, kv])
+        };
+        let q = node_quality(Some(&series), &[], true);
+        assert_eq!(q.samples, 1);
+        assert!(!q.final_counters);
+        assert_eq!(
+            q.notes,
+            [
+                "sampler: read failed".to_string(),
+                "kernel view off".to_string(),
+                IO_PER_PROCESS_ON_V2_NOTE.to_string()
+            ]
+        );
     }
 
     #[test]
@@ -1403,17 +1628,17 @@ mod tests {
     fn the_kernel_view_is_the_largest_reading_the_steps_exit_included_and_absent_without_one() {
         let counters = |run_s: u64, wait_s: u64, syscalls: bool| {
             let mut r = Reading::default();
-            let mut c = crate::kernel::Counters {
+            let mut c = crate::kernel_abi::Counters {
                 run_ns: run_s * 1_000_000_000,
                 runq_wait_ns: wait_s * 1_000_000_000,
                 small_reads: 5,
                 ..Default::default()
             };
-            c.syscalls[crate::kernel::SysClass::Sync as usize] = 60;
-            c.syscalls[crate::kernel::SysClass::File as usize] = 40;
-            let flags = crate::kernel::STATE_SMALL_IO
+            c.syscalls[crate::kernel_abi::SysClass::Sync as usize] = 60;
+            c.syscalls[crate::kernel_abi::SysClass::File as usize] = 40;
+            let flags = crate::kernel_abi::STATE_SMALL_IO
                 | if syscalls {
-                    crate::kernel::STATE_SYSCALLS
+                    crate::kernel_abi::STATE_SYSCALLS
                 } else {
                     0
                 };

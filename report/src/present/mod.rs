@@ -410,17 +410,7 @@ fn report(s: &JobSummary) -> Report {
         nodes_count: s.alloc.nodes,
         cores: or_na(s.alloc.cores.map(|c| c.to_string())),
         mem_alloc: fmt_bytes(s.alloc.mem_per_node_bytes),
-        // SLURM_JOB_GPUS lists gres indices ("0,1"): say how many, then which.
-        gpus_alloc: s
-            .alloc
-            .gpus
-            .as_deref()
-            .filter(|g| !g.is_empty())
-            .map(|g| match jobscope_model::slurm::cpulist_count(g) {
-                Some(n) => format!("{n} (gres index {})", clean(g, 64)),
-                None => clean(g, 64),
-            })
-            .unwrap_or_else(|| "none".into()),
+        gpus_alloc: gpus_alloc(s.alloc.gpus.as_deref()),
         cpu_time: fmt_secs(s.cpu.usage_s),
         // Scaled to the total: no part reads larger than the whole (`CpuTotals::split_s`).
         cpu_user: fmt_secs(s.cpu.split_s().0),
@@ -459,65 +449,12 @@ fn report(s: &JobSummary) -> Report {
             a.classification.class,
             &a.classification.evidence,
         ),
-        waste: WasteView {
-            core_hours: hours(a.waste.core_hours_wasted, a.waste.core_hours_allocated),
-            gb_hours: hours(a.waste.mem_gb_hours_wasted, a.waste.mem_gb_hours_allocated),
-            gpu_hours: a
-                .waste
-                .gpu_hours_allocated
-                .is_some()
-                .then(|| hours(a.waste.gpu_hours_wasted, a.waste.gpu_hours_allocated)),
-        },
-        scalability: a.scalability.as_ref().map(|sc| ScalabilityView {
-            verdict: words::verdict(sc.verdict).into(),
-            statement: words::verdict_statement(sc),
-            p50: fmt_cores(sc.busy_cores_p50),
-            p95: fmt_cores(sc.busy_cores_p95),
-            max: fmt_cores(sc.busy_cores_max),
-            mean: fmt_cores(sc.busy_cores_mean),
-            one_core_share: fmt_pct0(Some(sc.share_time_at_most_one_core_pct)),
-            amdahl: sc
-                .amdahl_speedup_ceiling
-                .map(|c| format!("{c:.1}×"))
-                .unwrap_or_else(|| "unbounded (no serial phase seen)".into()),
-            timeline: sparkline(
-                &sc.busy_cores_timeline
-                    .iter()
-                    .map(|v| Some(*v))
-                    .collect::<Vec<_>>(),
-                sc.allocated_cores
-                    .map(|c| c as f64)
-                    .unwrap_or(sc.busy_cores_max),
-                SPARK_WIDTH,
-            ),
-            imbalance: words::imbalance(sc).unwrap_or_default(),
-        }),
+        waste: waste_view(&a.waste),
+        scalability: a.scalability.as_ref().map(scalability_view),
         memory_accounting: words::memory_accounting(s.nodes.first().and_then(|n| n.cgroup_version))
             .into(),
-        findings: a
-            .anomalies
-            .iter()
-            .take(50)
-            .map(|f| FindingView {
-                severity: words::severity(f.severity).into(),
-                message: clean(&words::finding(s, &f.what), 400),
-            })
-            .collect(),
-        advice: a
-            .advice
-            .iter()
-            .take(20)
-            .map(|x| AdviceView {
-                line: match (&x.request, &x.reason) {
-                    (Some(r), _) => r.sbatch_line(),
-                    (None, jobscope_model::summary::analysis::AdviceReason::Gpu { advice }) => {
-                        format!("# {}", words::gpu_advice_line(advice))
-                    }
-                    (None, _) => String::new(),
-                },
-                reason: clean(&words::advice_reason(&a, &x.reason), 400),
-            })
-            .collect(),
+        findings: finding_views(s, &a),
+        advice: advice_views(&a),
         no_advice: words::no_advice(&a),
         advice_note: words::advice_note(&a).unwrap_or_default(),
         peers: a
@@ -541,23 +478,107 @@ fn report(s: &JobSummary) -> Report {
             .flat_map(|n| n.gpus.iter())
             .map(gpu_view)
             .collect(),
-        // Data-quality notes (a waste figure that was not measured, a GPU that could not be
-        // identified, NVML timeouts, unreadable files).
-        notes: words::unmeasured_waste(&a.waste)
-            .into_iter()
-            .map(String::from)
-            .chain(s.nodes.iter().flat_map(|n| {
-                n.quality
-                    .notes
-                    .iter()
-                    .filter(|x| !x.contains("No such file"))
-                    .take(10)
-                    .map(move |x| clean(&format!("{}: {x}", n.node), 300))
-            }))
-            .collect(),
+        notes: quality_notes(s, &a),
         nodes: s.nodes.iter().map(node_view).collect(),
         multi_node: s.nodes.len() > 1,
     }
+}
+
+/// The GPUs allocated: SLURM_JOB_GPUS lists gres indices ("0,1"): say how many, then which.
+fn gpus_alloc(gpus: Option<&str>) -> String {
+    gpus.filter(|g| !g.is_empty())
+        .map(|g| match jobscope_model::slurm::cpulist_count(g) {
+            Some(n) => format!("{n} (gres index {})", clean(g, 64)),
+            None => clean(g, 64),
+        })
+        .unwrap_or_else(|| "none".into())
+}
+
+/// Hours unused of hours allocated, per resource (GPUs only when the job had some).
+fn waste_view(w: &jobscope_model::summary::analysis::Waste) -> WasteView {
+    WasteView {
+        core_hours: hours(w.core_hours_wasted, w.core_hours_allocated),
+        gb_hours: hours(w.mem_gb_hours_wasted, w.mem_gb_hours_allocated),
+        gpu_hours: w
+            .gpu_hours_allocated
+            .is_some()
+            .then(|| hours(w.gpu_hours_wasted, w.gpu_hours_allocated)),
+    }
+}
+
+/// How the job's parallelism went: the verdict, the busy-core figures and their timeline.
+fn scalability_view(sc: &jobscope_model::summary::analysis::Scalability) -> ScalabilityView {
+    ScalabilityView {
+        verdict: words::verdict(sc.verdict).into(),
+        statement: words::verdict_statement(sc),
+        p50: fmt_cores(sc.busy_cores_p50),
+        p95: fmt_cores(sc.busy_cores_p95),
+        max: fmt_cores(sc.busy_cores_max),
+        mean: fmt_cores(sc.busy_cores_mean),
+        one_core_share: fmt_pct0(Some(sc.share_time_at_most_one_core_pct)),
+        amdahl: sc
+            .amdahl_speedup_ceiling
+            .map(|c| format!("{c:.1}×"))
+            .unwrap_or_else(|| "unbounded (no serial phase seen)".into()),
+        timeline: sparkline(
+            &sc.busy_cores_timeline
+                .iter()
+                .map(|v| Some(*v))
+                .collect::<Vec<_>>(),
+            sc.allocated_cores
+                .map(|c| c as f64)
+                .unwrap_or(sc.busy_cores_max),
+            SPARK_WIDTH,
+        ),
+        imbalance: words::imbalance(sc).unwrap_or_default(),
+    }
+}
+
+/// The analysis's findings, 50 at most.
+fn finding_views(s: &JobSummary, a: &Analysis) -> Vec<FindingView> {
+    a.anomalies
+        .iter()
+        .take(50)
+        .map(|f| FindingView {
+            severity: words::severity(f.severity).into(),
+            message: clean(&words::finding(s, &f.what), 400),
+        })
+        .collect()
+}
+
+/// The advice, 20 at most: an `#SBATCH` line (or a GPU advice comment) and why.
+fn advice_views(a: &Analysis) -> Vec<AdviceView> {
+    a.advice
+        .iter()
+        .take(20)
+        .map(|x| AdviceView {
+            line: match (&x.request, &x.reason) {
+                (Some(r), _) => r.sbatch_line(),
+                (None, jobscope_model::summary::analysis::AdviceReason::Gpu { advice }) => {
+                    format!("# {}", words::gpu_advice_line(advice))
+                }
+                (None, _) => String::new(),
+            },
+            reason: clean(&words::advice_reason(a, &x.reason), 400),
+        })
+        .collect()
+}
+
+/// Data-quality notes: a waste figure that was not measured, then each node's notes (a GPU that
+/// could not be identified, NVML timeouts, unreadable files), 10 per node, named by node.
+fn quality_notes(s: &JobSummary, a: &Analysis) -> Vec<String> {
+    words::unmeasured_waste(&a.waste)
+        .into_iter()
+        .map(String::from)
+        .chain(s.nodes.iter().flat_map(|n| {
+            n.quality
+                .notes
+                .iter()
+                .filter(|x| !x.contains("No such file"))
+                .take(10)
+                .map(move |x| clean(&format!("{}: {x}", n.node), 300))
+        }))
+        .collect()
 }
 
 /// The view of one job's report.
@@ -668,4 +689,29 @@ fn colorize(text: &str) -> String {
         .collect::<Vec<_>>()
         .join("\n")
         + "\n"
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A gres index list is counted, then listed; what is not one is shown as given.
+    #[test]
+    fn allocated_gpus_are_counted_then_named() {
+        assert_eq!(gpus_alloc(Some("0,2-3")), "3 (gres index 0,2-3)");
+        assert_eq!(gpus_alloc(None), "none");
+        assert_eq!(gpus_alloc(Some("")), "none");
+    }
+
+    /// The GPU line of the waste appears only for a job that had GPUs.
+    #[test]
+    fn gpu_waste_only_with_gpus() {
+        let w = jobscope_model::summary::analysis::Waste::default();
+        assert!(waste_view(&w).gpu_hours.is_none());
+        let w = jobscope_model::summary::analysis::Waste {
+            gpu_hours_allocated: Some(4.0),
+            ..Default::default()
+        };
+        assert!(waste_view(&w).gpu_hours.is_some());
+    }
 }

@@ -67,7 +67,7 @@ handlebars_helper!(plural: |v: Json, noun: str| {
 
 /// A registry as every jobscope template is rendered with: strict (a name the view lacks is an
 /// error, not an empty string), HTML-escaping every value when `escape` (plain text otherwise), with
-/// the padding helpers and `plural`. The cluster report (audit/src/cluster/page.rs) renders with it too.
+/// the padding helpers and `plural`. The cluster report (admin/src/cluster/page.rs) renders with it too.
 pub fn registry(escape: bool) -> Handlebars<'static> {
     let mut h = Handlebars::new();
     h.set_strict_mode(true);

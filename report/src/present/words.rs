@@ -236,26 +236,7 @@ pub fn evidence(class: JobClass, e: &Evidence) -> String {
 
 /// `GPU 1 (NVIDIA A100, GPU-5c3e…)` of a GPU summary.
 pub fn gpu_label(g: &GpuSummary) -> String {
-    let n = g
-        .gres_index
-        .or(g.index)
-        .map_or_else(|| "?".to_string(), |i| i.to_string());
-    let kind = match g.kind {
-        Some(jobscope_model::gpu::GpuKind::Mig) => "MIG",
-        _ => "GPU",
-    };
-    let id = g
-        .uuid
-        .as_deref()
-        .or(g.pci_bus_id.as_deref())
-        .unwrap_or("unknown id");
-    clean(
-        &match &g.name {
-            Some(name) => format!("{kind} {n} ({name}, {id})"),
-            None => format!("{kind} {n} ({id})"),
-        },
-        160,
-    )
+    clean(&g.identity.label(), 160)
 }
 
 /// A GPU's utilization in words: the device's figures, where they come from when they are point
@@ -327,7 +308,7 @@ fn find_gpu<'a>(s: &'a JobSummary, r: &GpuRef) -> Option<&'a GpuSummary> {
     s.nodes
         .iter()
         .flat_map(|n| n.gpus.iter())
-        .find(|g| g.node == r.node && g.gres_index.or(g.index) == r.index)
+        .find(|g| GpuRef::of(g) == *r)
 }
 
 pub fn finding(s: &JobSummary, f: &FindingKind) -> String {

@@ -720,7 +720,7 @@ fn read_v1_captured_job() {
         reaped_write_bytes: None,
         reaped_read_ops: None,
         reaped_write_ops: None,
-        ..Reading::default() // the kernel_* fields: not from the cgroup (sampler/src/kernel.rs)
+        ..Reading::default() // the kernel_* fields: not from the cgroup (sampler/src/kernel_view.rs)
     };
     assert_eq!(snap.reading, expected);
     assert_eq!(snap.percpu_ns, Some(vec![17730021, 3310141141])); // C/cpuacct.usage_percpu
@@ -810,7 +810,7 @@ fn read_v2_fixture_job() {
         reaped_write_bytes: None,
         reaped_read_ops: None,
         reaped_write_ops: None,
-        ..Reading::default() // the kernel_* fields: not from the cgroup (sampler/src/kernel.rs)
+        ..Reading::default() // the kernel_* fields: not from the cgroup (sampler/src/kernel_view.rs)
     };
     assert_eq!(snap.reading, expected);
 }

@@ -20,7 +20,9 @@
 //! available from sysfs: `job_processes` is `None` (unknown) for AMD devices.
 
 use super::assign::{resolve, InventoryDevice, Wanted};
-use super::{BackendSample, DeviceSample, GpuBackend, GpuEvent, GpuIdentity, GpuKind, OpenResult};
+use super::{
+    BackendSample, DeviceSample, GpuBackend, GpuDevice, GpuEvent, GpuIdentity, GpuKind, OpenResult,
+};
 use crate::cgroup::Error;
 use crate::spool::EventKind;
 use std::collections::HashSet;
@@ -170,23 +172,25 @@ pub fn discover(sysfs_root: &Path) -> Result<Vec<AmdCard>, Error> {
 }
 
 impl AmdCard {
-    pub fn identity(&self) -> GpuIdentity {
-        GpuIdentity {
-            kind: Some(GpuKind::Amd),
-            index: Some(self.card),
-            gres_index: None,
-            minor: self.render_minor,
-            uuid: self.unique_id.as_ref().map(|u| format!("GPU-{u}")),
-            pci_bus_id: self.pci_bus_id.clone(),
-            name: self.name.clone(),
-            parent_uuid: None,
+    pub fn device(&self) -> GpuDevice {
+        GpuDevice {
+            identity: GpuIdentity {
+                kind: Some(GpuKind::Amd),
+                index: Some(self.card),
+                gres_index: None,
+                minor: self.render_minor,
+                uuid: self.unique_id.as_ref().map(|u| format!("GPU-{u}")),
+                pci_bus_id: self.pci_bus_id.clone(),
+                name: self.name.clone(),
+                parent_uuid: None,
+            },
             mem_total_bytes: self.mem_total_bytes,
         }
     }
 
     fn inventory(&self) -> InventoryDevice {
         InventoryDevice {
-            identity: self.identity(),
+            device: self.device(),
             drm_minors: std::iter::once(self.card)
                 .chain(self.render_minor)
                 .collect(),
@@ -293,8 +297,8 @@ impl GpuBackend for AmdBackend {
         let r = resolve(wanted, &inv);
         let mut out = OpenResult::default();
         for (wi, ii) in r.matches {
-            let mut id = inv[ii].identity.clone();
-            id.gres_index = wanted[wi].gres_index;
+            let mut id = inv[ii].device.clone();
+            id.identity.gres_index = wanted[wi].gres_index;
             out.devices.push((wi, id));
             self.cards.push(all[ii].clone());
         }
@@ -353,7 +357,7 @@ mod tests {
         assert_eq!(cards[0].pci_bus_id.as_deref(), Some("0000:c1:00.0")); // uevent PCI_SLOT_NAME
         assert_eq!(cards[0].name.as_deref(), Some("AMD Instinct MI250X")); // product_name
         assert_eq!(cards[0].mem_total_bytes, Some(68_702_699_520)); // mem_info_vram_total
-        let id = cards[0].identity();
+        let id = cards[0].device().identity;
         assert_eq!(id.uuid.as_deref(), Some("GPU-f2a0c3b1e4d5a697")); // unique_id
         assert_eq!(id.minor, Some(129));
         assert_eq!(cards[1].card, 2);
@@ -372,8 +376,11 @@ mod tests {
         }];
         let o = b.open(&wanted, Instant::now());
         assert_eq!(o.devices.len(), 1);
-        assert_eq!(o.devices[0].1.pci_bus_id.as_deref(), Some("0000:c6:00.0"));
-        assert_eq!(o.devices[0].1.gres_index, Some(1));
+        assert_eq!(
+            o.devices[0].1.identity.pci_bus_id.as_deref(),
+            Some("0000:c6:00.0")
+        );
+        assert_eq!(o.devices[0].1.identity.gres_index, Some(1));
         let s = b.sample(&[], Instant::now());
         let d = s.devices[0].clone().unwrap();
         assert_eq!(d.util_gpu_pct, Some(0));

@@ -353,38 +353,93 @@ pub struct SelectInputs<'a> {
     pub stat_device_nodes: bool,
 }
 
-/// Chooses the job's GPUs (see the module doc for the order). Pure unless
-/// `stat_device_nodes` is set.
-pub fn select(env: &JobGpuEnv, inputs: &SelectInputs<'_>) -> GpuSelection {
-    let mut notes = Vec::new();
-    let to_ref = |p: &Path| {
-        if inputs.stat_device_nodes {
+impl SelectInputs<'_> {
+    /// The GPU a gres.conf device file names.
+    fn device_ref(&self, p: &Path) -> Option<GpuRef> {
+        if self.stat_device_nodes {
             device_ref_from_node(p)
         } else {
             device_ref_from_path(p)
         }
-    };
-    // gres index of each reference, for reports (reverse of the gres.conf mapping).
-    let gres_of = |r: &GpuRef| -> Option<u32> {
-        let files = inputs.gres_files?;
-        files
+    }
+
+    /// The gres index of a GPU, for reports (the reverse of the gres.conf mapping).
+    fn gres_index_of(&self, r: &GpuRef) -> Option<u32> {
+        self.gres_files?
             .iter()
-            .position(|f| to_ref(f).as_ref() == Some(r))
+            .position(|f| self.device_ref(f).as_ref() == Some(r))
             .map(|i| i as u32)
+    }
+}
+
+/// Chooses the job's GPUs (see the module doc for the order): each way is tried in turn, the
+/// first that identifies them wins, and each may leave notes on why it did not. Pure unless
+/// `stat_device_nodes` is set.
+pub fn select(env: &JobGpuEnv, inputs: &SelectInputs<'_>) -> GpuSelection {
+    let mut notes = Vec::new();
+    let indices = job_gres_indices(env, &mut notes);
+    let chosen = |wanted, source, notes| GpuSelection {
+        wanted,
+        source,
+        notes,
     };
-    let job_gpus = env
+    let uuids = uuids_in_env(env);
+    if !uuids.is_empty() {
+        return chosen(
+            by_uuid(uuids, indices.as_deref()),
+            SelectionSource::Uuid,
+            notes,
+        );
+    }
+    match (&indices, inputs.gres_files) {
+        (Some(idx), Some(files)) => {
+            if let Some(w) = by_gres_conf(idx, files, inputs, &mut notes) {
+                return chosen(w, SelectionSource::GresConf, notes);
+            }
+        }
+        (Some(idx), None) if !idx.is_empty() => {
+            notes.push("no gres.conf File= mapping for this node's GPUs".to_string());
+        }
+        _ => {}
+    }
+    if let Some(w) = by_devices_list(inputs, &mut notes) {
+        return chosen(w, SelectionSource::DevicesCgroup, notes);
+    }
+    // The devices cgroup enforces the set: take what can be opened.
+    let has_gpus = indices.as_ref().is_some_and(|i| !i.is_empty());
+    if inputs.constrained_sampler && has_gpus {
+        let all = vec![Wanted {
+            reference: GpuRef::AllAccessible,
+            gres_index: None,
+        }];
+        return chosen(all, SelectionSource::Accessible, notes);
+    }
+    if has_gpus {
+        notes.push(
+            "the job has GPUs but none could be identified: not sampled (ordinals are not identities)"
+                .to_string(),
+        );
+    }
+    chosen(vec![], SelectionSource::None, notes)
+}
+
+/// The job's gres indices (`SLURM_JOB_GPUS`); `None` when unset, empty, or not an index list
+/// (noted).
+fn job_gres_indices(env: &JobGpuEnv, notes: &mut Vec<String>) -> Option<Vec<u32>> {
+    let s = env
         .slurm_job_gpus
         .as_deref()
-        .filter(|s| !s.trim().is_empty());
-    let indices = job_gpus.and_then(|s| {
-        let v = parse_index_list(s);
-        if v.is_none() {
-            notes.push(format!("SLURM_JOB_GPUS={s:?} is not an index list"));
-        }
-        v
-    });
+        .filter(|s| !s.trim().is_empty())?;
+    let v = parse_index_list(s);
+    if v.is_none() {
+        notes.push(format!("SLURM_JOB_GPUS={s:?} is not an index list"));
+    }
+    v
+}
 
-    // 1. UUIDs.
+/// The UUIDs in the job's visibility variables (CUDA, then GPU_DEVICE_ORDINAL, then ROCr), each
+/// once, in order; ordinals are skipped (they are not identities).
+fn uuids_in_env(env: &JobGpuEnv) -> Vec<String> {
     let mut uuids: Vec<String> = Vec::new();
     for v in [
         &env.cuda_visible_devices,
@@ -402,116 +457,88 @@ pub fn select(env: &JobGpuEnv, inputs: &SelectInputs<'_>) -> GpuSelection {
             }
         }
     }
-    if !uuids.is_empty() {
-        // With as many gres indices as UUIDs, in order, SLURM listed them side by side.
-        let idx = indices.as_ref().filter(|i| i.len() == uuids.len());
-        return GpuSelection {
-            wanted: uuids
-                .into_iter()
-                .enumerate()
-                .map(|(i, u)| Wanted {
-                    reference: GpuRef::Uuid(u),
-                    gres_index: idx.map(|v| v[i]),
+    uuids
+}
+
+/// Way 1: the UUIDs. With as many gres indices as UUIDs, SLURM listed them side by side, in order.
+fn by_uuid(uuids: Vec<String>, indices: Option<&[u32]>) -> Vec<Wanted> {
+    let idx = indices.filter(|i| i.len() == uuids.len());
+    uuids
+        .into_iter()
+        .enumerate()
+        .map(|(i, u)| Wanted {
+            reference: GpuRef::Uuid(u),
+            gres_index: idx.map(|v| v[i]),
+        })
+        .collect()
+}
+
+/// Way 2: the gres indices through gres.conf's device files. `None` (with a note per index) when
+/// an index has no file or its file is no GPU: a partial mapping identifies nothing. A GPU that
+/// the job's devices.list does not allow is kept but noted.
+fn by_gres_conf(
+    idx: &[u32],
+    files: &[PathBuf],
+    inputs: &SelectInputs<'_>,
+    notes: &mut Vec<String>,
+) -> Option<Vec<Wanted>> {
+    let mut wanted = Vec::new();
+    let mut complete = !files.is_empty();
+    for &i in idx {
+        let file = files.get(i as usize);
+        match file.and_then(|f| inputs.device_ref(f)) {
+            Some(r) => wanted.push(Wanted {
+                reference: r,
+                gres_index: Some(i),
+            }),
+            None => {
+                complete = false;
+                notes.push(match file {
+                    Some(f) => format!("gres index {i}: {} is not a GPU device node", f.display()),
+                    None => format!(
+                        "gres index {i}: gres.conf lists only {} GPU file(s) for this node",
+                        files.len()
+                    ),
+                });
+            }
+        }
+    }
+    if !complete || wanted.is_empty() {
+        return None;
+    }
+    if let Some(DeviceAccess::Only(allowed)) = inputs.devices {
+        for w in wanted.iter().filter(|w| !allowed.contains(&w.reference)) {
+            notes.push(format!(
+                "{} (gres index {}) is not in the job's devices.list",
+                w.reference,
+                w.gres_index.unwrap_or(0)
+            ));
+        }
+    }
+    Some(wanted)
+}
+
+/// Way 3: a real allow-list in the job's devices cgroup (v1). `allow all` identifies nothing
+/// (noted: SLURM's denials are not listed by the kernel).
+fn by_devices_list(inputs: &SelectInputs<'_>, notes: &mut Vec<String>) -> Option<Vec<Wanted>> {
+    match inputs.devices {
+        Some(DeviceAccess::Only(allowed)) if !allowed.is_empty() => Some(
+            allowed
+                .iter()
+                .map(|r| Wanted {
+                    reference: r.clone(),
+                    gres_index: inputs.gres_index_of(r),
                 })
                 .collect(),
-            source: SelectionSource::Uuid,
-            notes,
-        };
-    }
-
-    // 2. gres indices through gres.conf.
-    if let (Some(idx), Some(files)) = (&indices, inputs.gres_files) {
-        let mut wanted = Vec::new();
-        let mut complete = !files.is_empty();
-        for &i in idx {
-            match files
-                .get(i as usize)
-                .and_then(|f| to_ref(f).map(|r| (f, r)))
-            {
-                Some((_, r)) => wanted.push(Wanted {
-                    reference: r,
-                    gres_index: Some(i),
-                }),
-                None => {
-                    complete = false;
-                    notes.push(match files.get(i as usize) {
-                        Some(f) => {
-                            format!("gres index {i}: {} is not a GPU device node", f.display())
-                        }
-                        None => format!(
-                            "gres index {i}: gres.conf lists only {} GPU file(s) for this node",
-                            files.len()
-                        ),
-                    });
-                }
-            }
-        }
-        if complete && !wanted.is_empty() {
-            if let Some(DeviceAccess::Only(allowed)) = inputs.devices {
-                for w in &wanted {
-                    if !allowed.contains(&w.reference) {
-                        notes.push(format!(
-                            "{} (gres index {}) is not in the job's devices.list",
-                            w.reference,
-                            w.gres_index.unwrap_or(0)
-                        ));
-                    }
-                }
-            }
-            return GpuSelection {
-                wanted,
-                source: SelectionSource::GresConf,
-                notes,
-            };
-        }
-    } else if indices.as_ref().is_some_and(|i| !i.is_empty()) {
-        notes.push("no gres.conf File= mapping for this node's GPUs".to_string());
-    }
-
-    // 3. A real allow-list.
-    match inputs.devices {
-        Some(DeviceAccess::Only(allowed)) if !allowed.is_empty() => {
-            return GpuSelection {
-                wanted: allowed
-                    .iter()
-                    .map(|r| Wanted {
-                        reference: r.clone(),
-                        gres_index: gres_of(r),
-                    })
-                    .collect(),
-                source: SelectionSource::DevicesCgroup,
-                notes,
-            };
-        }
-        Some(DeviceAccess::AllowAll) => notes.push(
-            "devices.list shows `a *:* rwm` (SLURM's denials are not listed by the kernel)"
-                .to_string(),
         ),
-        _ => {}
-    }
-
-    // 4. The devices cgroup enforces the set: take what can be opened.
-    let has_gpus = indices.as_ref().is_some_and(|i| !i.is_empty());
-    if inputs.constrained_sampler && has_gpus {
-        return GpuSelection {
-            wanted: vec![Wanted {
-                reference: GpuRef::AllAccessible,
-                gres_index: None,
-            }],
-            source: SelectionSource::Accessible,
-            notes,
-        };
-    }
-    if has_gpus {
-        notes.push(
-            "the job has GPUs but none could be identified: not sampled (ordinals are not identities)"
-                .to_string(),
-        );
-    }
-    GpuSelection {
-        wanted: vec![],
-        source: SelectionSource::None,
-        notes,
+        Some(DeviceAccess::AllowAll) => {
+            notes.push(
+                "devices.list shows `a *:* rwm` (SLURM's denials are not listed by the kernel)"
+                    .to_string(),
+            );
+            None
+        }
+        _ => None,
     }
 }
 
@@ -557,7 +584,7 @@ pub fn select_for_job(
 /// One device a backend can see, described by what identifies it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct InventoryDevice {
-    pub identity: crate::gpu::GpuIdentity,
+    pub device: crate::gpu::GpuDevice,
     /// DRM minors of an AMD card (card and render node).
     pub drm_minors: Vec<u32>,
     /// Index of the physical GPU in the same inventory, for a MIG instance.
@@ -602,18 +629,22 @@ pub fn resolve(wanted: &[Wanted], inv: &[InventoryDevice]) -> Resolution {
             GpuRef::NvidiaMinor(m) => inv
                 .iter()
                 .position(|d| {
-                    d.identity.kind == Some(GpuKind::Nvidia) && d.identity.minor == Some(*m)
+                    d.device.identity.kind == Some(GpuKind::Nvidia)
+                        && d.device.identity.minor == Some(*m)
                 })
                 .into_iter()
                 .collect(),
             GpuRef::DrmMinor(m) => inv
                 .iter()
-                .position(|d| d.identity.kind == Some(GpuKind::Amd) && d.drm_minors.contains(m))
+                .position(|d| {
+                    d.device.identity.kind == Some(GpuKind::Amd) && d.drm_minors.contains(m)
+                })
                 .into_iter()
                 .collect(),
             GpuRef::Uuid(u) => {
                 let direct = inv.iter().position(|d| {
-                    d.identity
+                    d.device
+                        .identity
                         .uuid
                         .as_deref()
                         .is_some_and(|x| x.eq_ignore_ascii_case(u))
@@ -627,7 +658,8 @@ pub fn resolve(wanted: &[Wanted], inv: &[InventoryDevice]) -> Resolution {
                 .iter()
                 .position(|d| {
                     d.parent.is_none()
-                        && d.identity
+                        && d.device
+                            .identity
                             .pci_bus_id
                             .as_deref()
                             .is_some_and(|x| norm_pci(x) == norm_pci(p))
@@ -665,7 +697,8 @@ fn legacy_mig(u: &str, inv: &[InventoryDevice]) -> Option<usize> {
     }
     let parent = inv.iter().position(|d| {
         d.parent.is_none()
-            && d.identity
+            && d.device
+                .identity
                 .uuid
                 .as_deref()
                 .is_some_and(|x| x.eq_ignore_ascii_case(parent_uuid))
@@ -682,15 +715,18 @@ fn legacy_mig(u: &str, inv: &[InventoryDevice]) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gpu::{GpuIdentity, GpuKind};
+    use crate::gpu::{GpuDevice, GpuIdentity, GpuKind};
 
     fn nv(minor: u32, uuid: &str, pci: &str) -> InventoryDevice {
         InventoryDevice {
-            identity: GpuIdentity {
-                kind: Some(GpuKind::Nvidia),
-                minor: Some(minor),
-                uuid: Some(uuid.into()),
-                pci_bus_id: Some(pci.into()),
+            device: GpuDevice {
+                identity: GpuIdentity {
+                    kind: Some(GpuKind::Nvidia),
+                    minor: Some(minor),
+                    uuid: Some(uuid.into()),
+                    pci_bus_id: Some(pci.into()),
+                    ..Default::default()
+                },
                 ..Default::default()
             },
             drm_minors: vec![],
@@ -855,12 +891,15 @@ NodeName=amd01 Name=gpu File=/dev/dri/renderD[128-129]
     #[test]
     fn uuids_win_and_mig_uuids_resolve() {
         let mut parent = nv(0, "GPU-pppp", "00000000:01:00.0");
-        parent.identity.name = Some("A100".into());
+        parent.device.identity.name = Some("A100".into());
         let mig = |u: &str| InventoryDevice {
-            identity: GpuIdentity {
-                kind: Some(GpuKind::Mig),
-                uuid: Some(u.into()),
-                parent_uuid: Some("GPU-pppp".into()),
+            device: GpuDevice {
+                identity: GpuIdentity {
+                    kind: Some(GpuKind::Mig),
+                    uuid: Some(u.into()),
+                    parent_uuid: Some("GPU-pppp".into()),
+                    ..Default::default()
+                },
                 ..Default::default()
             },
             drm_minors: vec![],
@@ -933,15 +972,18 @@ NodeName=amd01 Name=gpu File=/dev/dri/renderD[128-129]
     #[test]
     fn resolve_by_pci_and_drm_and_all() {
         let mut amd = InventoryDevice {
-            identity: GpuIdentity {
-                kind: Some(GpuKind::Amd),
-                pci_bus_id: Some("0000:c1:00.0".into()),
+            device: GpuDevice {
+                identity: GpuIdentity {
+                    kind: Some(GpuKind::Amd),
+                    pci_bus_id: Some("0000:c1:00.0".into()),
+                    ..Default::default()
+                },
                 ..Default::default()
             },
             drm_minors: vec![1, 129],
             parent: None,
         };
-        amd.identity.minor = Some(129);
+        amd.device.identity.minor = Some(129);
         let inv = vec![nv(0, "GPU-a", "00000000:3B:00.0"), amd];
         let w = |r| Wanted {
             reference: r,
@@ -982,5 +1024,112 @@ NodeName=amd01 Name=gpu File=/dev/dri/renderD[128-129]
             false,
         );
         assert!(sel.is_empty());
+    }
+
+    // The phases of `select`, one by one.
+
+    #[test]
+    fn gres_indices_unset_empty_or_not_a_list() {
+        let mut notes = Vec::new();
+        assert_eq!(
+            job_gres_indices(&env("0,2-3", ""), &mut notes),
+            Some(vec![0, 2, 3])
+        );
+        assert_eq!(job_gres_indices(&env("  ", ""), &mut notes), None);
+        assert_eq!(job_gres_indices(&JobGpuEnv::default(), &mut notes), None);
+        assert!(notes.is_empty(), "{notes:?}");
+        assert_eq!(job_gres_indices(&env("gpu:a100", ""), &mut notes), None);
+        assert_eq!(notes.len(), 1, "{notes:?}");
+        assert!(notes[0].contains("not an index list"), "{notes:?}");
+    }
+
+    #[test]
+    fn uuids_are_taken_once_from_every_variable_and_ordinals_skipped() {
+        let e = JobGpuEnv {
+            cuda_visible_devices: Some("GPU-a,1,GPU-b".into()),
+            gpu_device_ordinal: Some("GPU-b,0".into()),
+            rocr_visible_devices: Some("GPU-c".into()),
+            ..Default::default()
+        };
+        assert_eq!(uuids_in_env(&e), ["GPU-a", "GPU-b", "GPU-c"]);
+        assert!(uuids_in_env(&env("0", "0,1")).is_empty());
+    }
+
+    #[test]
+    fn uuids_get_gres_indices_only_when_the_counts_match() {
+        let u = || vec!["GPU-a".to_string(), "GPU-b".to_string()];
+        let gres = |w: Vec<Wanted>| w.iter().map(|w| w.gres_index).collect::<Vec<_>>();
+        assert_eq!(gres(by_uuid(u(), Some(&[4, 7]))), [Some(4), Some(7)]);
+        assert_eq!(gres(by_uuid(u(), Some(&[4]))), [None, None]);
+        assert_eq!(gres(by_uuid(u(), None)), [None, None]);
+    }
+
+    #[test]
+    fn gres_conf_mapping_must_be_complete() {
+        let files: Vec<PathBuf> = ["/dev/nvidia2", "/dev/null"]
+            .iter()
+            .map(PathBuf::from)
+            .collect();
+        let inputs = SelectInputs {
+            gres_files: Some(&files),
+            ..Default::default()
+        };
+        let mut notes = Vec::new();
+        let w = by_gres_conf(&[0], &files, &inputs, &mut notes).unwrap();
+        assert_eq!(
+            w,
+            [Wanted {
+                reference: GpuRef::NvidiaMinor(2),
+                gres_index: Some(0),
+            }]
+        );
+        assert!(notes.is_empty(), "{notes:?}");
+        // Index 1 is no GPU, index 5 has no file: nothing, and a note for each.
+        assert_eq!(by_gres_conf(&[0, 1, 5], &files, &inputs, &mut notes), None);
+        assert_eq!(notes.len(), 2, "{notes:?}");
+        assert!(notes[0].contains("/dev/null is not a GPU device node"));
+        assert!(notes[1].contains("lists only 2 GPU file(s)"));
+        // A GPU outside the job's devices.list is kept, and noted.
+        let only = DeviceAccess::Only(vec![GpuRef::NvidiaMinor(3)]);
+        let inputs = SelectInputs {
+            devices: Some(&only),
+            ..inputs
+        };
+        let mut notes = Vec::new();
+        assert!(by_gres_conf(&[0], &files, &inputs, &mut notes).is_some());
+        assert_eq!(
+            notes,
+            ["/dev/nvidia2 (gres index 0) is not in the job's devices.list"]
+        );
+    }
+
+    #[test]
+    fn devices_list_identifies_only_with_a_real_allow_list() {
+        let files = vec![PathBuf::from("/dev/nvidia5"), PathBuf::from("/dev/nvidia1")];
+        let only = DeviceAccess::Only(vec![GpuRef::NvidiaMinor(1), GpuRef::NvidiaMinor(9)]);
+        let inputs = SelectInputs {
+            gres_files: Some(&files),
+            devices: Some(&only),
+            ..Default::default()
+        };
+        let mut notes = Vec::new();
+        let w = by_devices_list(&inputs, &mut notes).unwrap();
+        let gres: Vec<_> = w.iter().map(|w| w.gres_index).collect();
+        assert_eq!(gres, [Some(1), None], "gres index from gres.conf's order");
+        assert!(notes.is_empty());
+        let all = DeviceAccess::AllowAll;
+        let inputs = SelectInputs {
+            devices: Some(&all),
+            ..Default::default()
+        };
+        assert_eq!(by_devices_list(&inputs, &mut notes), None);
+        assert_eq!(notes.len(), 1, "allow-all is noted: {notes:?}");
+        let empty = DeviceAccess::Only(vec![]);
+        let inputs = SelectInputs {
+            devices: Some(&empty),
+            ..Default::default()
+        };
+        assert_eq!(by_devices_list(&inputs, &mut notes), None);
+        assert_eq!(notes.len(), 1);
     }
 }

@@ -156,7 +156,7 @@ fn gpu_ordinal_mismatch_attribution_follows_identity() {
     assert_eq!(sel.source, SelectionSource::GresConf);
     let mut b = f.backend(Duration::from_secs(60));
     let o = b.open(&sel.wanted, soon());
-    let id = &o.devices[0].1;
+    let (id, mem_total_bytes) = (&o.devices[0].1.identity, o.devices[0].1.mem_total_bytes);
     assert_eq!(id.uuid.as_deref(), Some(UUID_A));
     assert_eq!(id.index, Some(0), "NVML index");
     assert_eq!(id.gres_index, Some(1), "SLURM index");
@@ -164,7 +164,7 @@ fn gpu_ordinal_mismatch_attribution_follows_identity() {
     assert_eq!(id.kind, Some(GpuKind::Nvidia));
     assert_eq!(id.pci_bus_id.as_deref(), Some("00000000:3B:00.0"));
     assert_eq!(id.name.as_deref(), Some("NVIDIA A100-SXM4-80GB"));
-    assert_eq!(id.mem_total_bytes, Some(80 * GIB));
+    assert_eq!(mem_total_bytes, Some(80 * GIB));
     let s = b.sample(&[1, 4242, 7000], soon());
     let d = s.devices[0].clone().unwrap();
     assert_eq!(d.util_gpu_pct, Some(90));
@@ -192,8 +192,8 @@ fn gpu_ordinal_mismatch_attribution_follows_identity() {
         ],
         soon(),
     );
-    assert_eq!(o.devices[0].1.uuid.as_deref(), Some(UUID_B));
-    assert_eq!(o.devices[1].1.uuid.as_deref(), Some(UUID_A));
+    assert_eq!(o.devices[0].1.identity.uuid.as_deref(), Some(UUID_B));
+    assert_eq!(o.devices[1].1.identity.uuid.as_deref(), Some(UUID_A));
 }
 
 #[test]
@@ -221,11 +221,11 @@ fn gpu_mig_instance_utilization_not_supported_is_none() {
     let mut b = f.backend(Duration::from_secs(60));
     let o = b.open(&sel.wanted, soon());
     assert_eq!(o.devices.len(), 1);
-    let id = &o.devices[0].1;
+    let (id, mem_total_bytes) = (&o.devices[0].1.identity, o.devices[0].1.mem_total_bytes);
     assert_eq!(id.kind, Some(GpuKind::Mig));
     assert_eq!(id.uuid.as_deref(), Some(MIG_UUID));
     assert_eq!(id.parent_uuid.as_deref(), Some(UUID_A));
-    assert_eq!(id.mem_total_bytes, Some(5 * GIB));
+    assert_eq!(mem_total_bytes, Some(5 * GIB));
     let s = b.sample(&[4242], soon());
     let d = s.devices[0].clone().unwrap();
     assert_eq!(d.util_gpu_pct, None, "NOT_SUPPORTED is None, not 0");
@@ -493,7 +493,7 @@ fn gpu_monitor_against_fake_nvml_keeps_cadence_through_a_slow_call() {
     assert!(s.end.is_some() && !s.torn);
     assert_eq!(s.end.as_ref().unwrap().reason, "stopped");
     assert_eq!(s.devices().len(), 1);
-    assert_eq!(s.devices()[0].uuid.as_deref(), Some(UUID_A));
+    assert_eq!(s.devices()[0].identity.uuid.as_deref(), Some(UUID_A));
     let utils: Vec<u64> = s
         .buckets
         .iter()

@@ -7,7 +7,7 @@
 //! the buffer) are computed alongside, to show the shapes are ones they get wrong.
 
 use super::spool::{DeviceBucket, GpuBucket, GpuInfo, GpuSeries};
-use super::{DeviceDrain, GpuIdentity, GpuKind, IntervalFold, ProcessUtil};
+use super::{DeviceDrain, GpuDevice, GpuIdentity, GpuKind, IntervalFold, ProcessUtil};
 use crate::spool::{Gauge, Header};
 use fake_nvml::buffer::{process_samples_since, samples_since, Pattern};
 use jobscope_model::gpu::fold::UTIL_FROM_POINT_READS;
@@ -97,9 +97,12 @@ fn series(buckets: Vec<GpuBucket>) -> GpuSeries {
     GpuSeries {
         header: header(),
         info: Some(GpuInfo {
-            devices: vec![GpuIdentity {
-                kind: Some(GpuKind::Nvidia),
-                uuid: Some("GPU-sim".into()),
+            devices: vec![GpuDevice {
+                identity: GpuIdentity {
+                    kind: Some(GpuKind::Nvidia),
+                    uuid: Some("GPU-sim".into()),
+                    ..Default::default()
+                },
                 ..Default::default()
             }],
             ..Default::default()

@@ -39,7 +39,7 @@ pub use monitor::{BackendConfig, GpuMonitor, LogLevel};
 pub(crate) use jobscope_model::gpu::fold::{DeviceDrain, IntervalFold, ProcessUtil, UtilSource};
 #[cfg(test)]
 use jobscope_model::gpu::{summarize_gpus, summary, SelectionSource};
-pub(crate) use jobscope_model::gpu::{GpuIdentity, GpuKind};
+pub(crate) use jobscope_model::gpu::{GpuDevice, GpuIdentity, GpuKind};
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -85,7 +85,7 @@ pub struct GpuEvent {
 pub struct OpenResult {
     /// The devices this backend will sample, in slot order, each with the index of the
     /// [`Wanted`] entry it answers.
-    pub devices: Vec<(usize, GpuIdentity)>,
+    pub devices: Vec<(usize, GpuDevice)>,
     /// Why the backend cannot sample at all (no driver, no library, init failed).
     pub unavailable: Option<String>,
     /// True when `unavailable` is the normal state of a node without this vendor's driver

@@ -48,7 +48,8 @@
 use super::assign::{resolve, InventoryDevice, Wanted};
 use super::{BackendDrain, DeviceDrain, ProcessUtil, UtilSource};
 use super::{
-    BackendSample, Cutoff, DeviceSample, GpuBackend, GpuEvent, GpuIdentity, GpuKind, OpenResult,
+    BackendSample, Cutoff, DeviceSample, GpuBackend, GpuDevice, GpuEvent, GpuIdentity, GpuKind,
+    OpenResult,
 };
 use crate::spool::EventKind;
 use nvml_wrapper::enum_wrappers::device::Sampling;
@@ -443,23 +444,25 @@ fn discover<'n>(nvml: &'n Nvml, wanted: &[Wanted]) -> (Vec<Device<'n>>, OpenResu
             pci_bus_id: d.pci_info().ok().map(|p| p.bus_id),
             name: d.name().ok(),
             parent_uuid: None,
-            mem_total_bytes: d.memory_info().ok().map(|m| m.total),
         };
+        let mem_total_bytes = d.memory_info().ok().map(|m| m.total);
         let mut migs = Vec::new();
         if matches!(d.mig_mode(), Ok(m) if m.current == 1) {
             for j in 0..d.mig_device_count().unwrap_or(0) {
                 let Ok(m) = d.mig_device_by_index(j) else {
                     continue; // empty slot
                 };
-                let mid = GpuIdentity {
-                    kind: Some(GpuKind::Mig),
-                    index: Some(i),
-                    gres_index: None,
-                    minor: None,
-                    uuid: m.uuid().ok(),
-                    pci_bus_id: id.pci_bus_id.clone(),
-                    name: m.name().ok(),
-                    parent_uuid: id.uuid.clone(),
+                let mid = GpuDevice {
+                    identity: GpuIdentity {
+                        kind: Some(GpuKind::Mig),
+                        index: Some(i),
+                        gres_index: None,
+                        minor: None,
+                        uuid: m.uuid().ok(),
+                        pci_bus_id: id.pci_bus_id.clone(),
+                        name: m.name().ok(),
+                        parent_uuid: id.uuid.clone(),
+                    },
                     mem_total_bytes: m.memory_info().ok().map(|x| x.total),
                 };
                 migs.push((mid, m));
@@ -467,14 +470,17 @@ fn discover<'n>(nvml: &'n Nvml, wanted: &[Wanted]) -> (Vec<Device<'n>>, OpenResu
         }
         let parent = inv.len();
         inv.push(InventoryDevice {
-            identity: id,
+            device: GpuDevice {
+                identity: id,
+                mem_total_bytes,
+            },
             drm_minors: vec![],
             parent: None,
         });
         handles.push(Some(d));
         for (mid, m) in migs {
             inv.push(InventoryDevice {
-                identity: mid,
+                device: mid,
                 drm_minors: vec![],
                 parent: Some(parent),
             });
@@ -486,8 +492,8 @@ fn discover<'n>(nvml: &'n Nvml, wanted: &[Wanted]) -> (Vec<Device<'n>>, OpenResu
     let mut out = OpenResult::default();
     for (wi, ii) in r.matches {
         if let Some(h) = handles[ii].take() {
-            let mut id = inv[ii].identity.clone();
-            id.gres_index = wanted[wi].gres_index;
+            let mut id = inv[ii].device.clone();
+            id.identity.gres_index = wanted[wi].gres_index;
             out.devices.push((wi, id));
             devices.push(h);
         }
@@ -663,15 +669,21 @@ fn drain_device(
     }
     st.buffers[slot] = b;
     if lost {
-        st.lost[slot] = true;
-        events.push(GpuEvent {
-            kind: EventKind::GpuLost,
-            slot: Some(slot),
-            message: "NVML: GPU is lost (fell off the bus or is otherwise inaccessible)".into(),
-        });
+        mark_lost(st, slot, events);
         return None;
     }
     Some(out)
+}
+
+/// Records that the device in `slot` fell off the bus: it is not read again, and the report
+/// says so (one `GpuLost` event).
+fn mark_lost(st: &mut WorkerState, slot: usize, events: &mut Vec<GpuEvent>) {
+    st.lost[slot] = true;
+    events.push(GpuEvent {
+        kind: EventKind::GpuLost,
+        slot: Some(slot),
+        message: "NVML: GPU is lost (fell off the bus or is otherwise inaccessible)".into(),
+    });
 }
 
 /// `Ok` → `Some`; `NOT_SUPPORTED` → `None`; `GPU_IS_LOST` → `None` and `lost`; anything else →
@@ -768,12 +780,7 @@ fn sample_device(
         s.other_processes = Some(others);
     }
     if lost {
-        st.lost[slot] = true;
-        events.push(GpuEvent {
-            kind: EventKind::GpuLost,
-            slot: Some(slot),
-            message: "NVML: GPU is lost (fell off the bus or is otherwise inaccessible)".into(),
-        });
+        mark_lost(st, slot, events);
         return None;
     }
     Some(s)

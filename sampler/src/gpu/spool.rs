@@ -93,7 +93,7 @@ impl GpuWriter {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gpu::{GpuIdentity, SelectionSource};
+    use crate::gpu::{GpuDevice, GpuIdentity, SelectionSource};
     use crate::spool::codec::file_start;
     use crate::spool::codec::put_varint;
     use crate::spool::EventKind;
@@ -158,9 +158,12 @@ mod tests {
             t_ms: T0 + 1_100,
             backends: vec!["nvml".into()],
             selection_source: Some(SelectionSource::GresConf),
-            devices: vec![GpuIdentity {
-                kind: Some(super::super::GpuKind::Nvidia),
-                uuid: Some("GPU-x".into()),
+            devices: vec![GpuDevice {
+                identity: GpuIdentity {
+                    kind: Some(super::super::GpuKind::Nvidia),
+                    uuid: Some("GPU-x".into()),
+                    ..Default::default()
+                },
                 ..Default::default()
             }],
             unresolved: vec![],

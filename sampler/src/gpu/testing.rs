@@ -3,19 +3,22 @@
 //! `tests/fake-nvml` and `sampler/src/gpu/fake_nvml_tests.rs`.
 
 use super::assign::{resolve, InventoryDevice, Wanted};
-use super::{BackendSample, Cutoff, DeviceSample, GpuBackend, GpuIdentity, GpuKind, OpenResult};
+use super::{BackendSample, Cutoff, DeviceSample, GpuBackend, GpuDevice, GpuKind, OpenResult};
 use std::time::{Duration, Instant};
 
 /// `(sample number from 0, sorted job pids)` → one entry per opened device.
 pub type ScriptFn = Box<dyn FnMut(u64, &[u32]) -> Vec<Option<DeviceSample>> + Send>;
 
 pub struct ScriptedBackend {
-    inventory: Vec<GpuIdentity>,
+    inventory: Vec<GpuDevice>,
     script: ScriptFn,
     n: u64,
     opened: usize,
     /// Sleep this long in every `sample` (bounded by the deadline), to test cadence.
     pub sample_delay: Option<Duration>,
+    /// The first this many samples answer at once, without `sample_delay` (a driver that turns
+    /// slow later).
+    pub fast_samples: u64,
     /// Answer `open` with this "unavailable" reason (quiet).
     pub unavailable: Option<String>,
     /// Sleep through the monitor's cutoff (a backend stuck where it cannot look at it).
@@ -26,7 +29,7 @@ pub struct ScriptedBackend {
 impl ScriptedBackend {
     /// `inventory`: the devices it pretends to have (matched by identity like a real backend).
     pub fn new(
-        inventory: Vec<GpuIdentity>,
+        inventory: Vec<GpuDevice>,
         script: impl FnMut(u64, &[u32]) -> Vec<Option<DeviceSample>> + Send + 'static,
     ) -> Self {
         ScriptedBackend {
@@ -35,6 +38,7 @@ impl ScriptedBackend {
             n: 0,
             opened: 0,
             sample_delay: None,
+            fast_samples: 0,
             unavailable: None,
             ignore_cutoff: false,
             cutoff: Cutoff::default(),
@@ -59,9 +63,9 @@ impl GpuBackend for ScriptedBackend {
             .inventory
             .iter()
             .map(|id| InventoryDevice {
-                identity: id.clone(),
-                drm_minors: match id.kind {
-                    Some(GpuKind::Amd) => id.minor.into_iter().collect(),
+                device: id.clone(),
+                drm_minors: match id.identity.kind {
+                    Some(GpuKind::Amd) => id.identity.minor.into_iter().collect(),
                     _ => vec![],
                 },
                 parent: None,
@@ -71,7 +75,7 @@ impl GpuBackend for ScriptedBackend {
         let mut out = OpenResult::default();
         for (wi, ii) in r.matches {
             let mut id = self.inventory[ii].clone();
-            id.gres_index = wanted[wi].gres_index;
+            id.identity.gres_index = wanted[wi].gres_index;
             out.devices.push((wi, id));
         }
         self.opened = out.devices.len();
@@ -83,7 +87,7 @@ impl GpuBackend for ScriptedBackend {
     }
 
     fn sample(&mut self, job_pids: &[u32], deadline: Instant) -> BackendSample {
-        if let Some(d) = self.sample_delay {
+        if let Some(d) = self.sample_delay.filter(|_| self.n >= self.fast_samples) {
             // Like a driver thread waited on: the deadline or the cutoff ends the wait.
             let until = (Instant::now() + d).min(deadline);
             if self.ignore_cutoff {

@@ -127,6 +127,13 @@ impl ReadBuf {
     /// Reads all of `file` from offset 0 and returns it as text. Loops until `pread` returns 0:
     /// on kernfs a short read is not end of file (a seq_file hands out whole records only).
     pub fn read_all(&mut self, file: &File, path: &Path) -> Result<&str, Error> {
+        let bytes = self.read_all_bytes(file, path)?;
+        std::str::from_utf8(bytes).map_err(|_| Error::malformed(path, "<not UTF-8>"))
+    }
+
+    /// [`ReadBuf::read_all`] as bytes: for files that hold what a user wrote (a process's `comm`
+    /// in `/proc/<pid>/stat`), which need not be UTF-8.
+    pub fn read_all_bytes(&mut self, file: &File, path: &Path) -> Result<&[u8], Error> {
         if self.bytes.len() < INITIAL_BUFFER {
             self.bytes.resize(INITIAL_BUFFER, 0);
         }
@@ -146,9 +153,7 @@ impl ReadBuf {
                 Err(e) => return Err(Error::from_io(path, e)),
             }
         }
-        let text = std::str::from_utf8(&self.bytes[..filled])
-            .map_err(|_| Error::malformed(path, "<not UTF-8>"));
-        text
+        Ok(&self.bytes[..filled])
     }
 
     /// Gives back memory a huge file made the buffer take.

@@ -245,8 +245,10 @@ fn two_node_imbalance_names_the_idle_node() -> Result<()> {
     );
     let text = report_text(id)?;
     ensure!(
-        text.lines().any(|l| l
-            .starts_with(&format!("  Imbalance          node {} did almost no work", idle[0]))),
+        text.lines().any(|l| l.starts_with(&format!(
+            "  Imbalance          node {} did almost no work",
+            idle[0]
+        ))),
         "{text}"
     );
     ensure!(

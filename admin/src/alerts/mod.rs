@@ -23,13 +23,13 @@ pub mod words;
 #[cfg(test)]
 mod tests;
 
-use crate::index::ParquetEngine;
-use crate::query::{Engine, Query, Report, Window};
-use crate::table::Value;
 use anyhow::{Context, Result};
 use arrow_array::{Array, Float64Array, Int64Array, RecordBatch, StringArray};
 use jobscope_archive::history::{advice_for, read_user, Run, UserHistory};
 use jobscope_archive::{cluster_label, Key, Store};
+use jobscope_audit::index::ParquetEngine;
+use jobscope_audit::query::{Engine, Query, Report, Window};
+use jobscope_audit::table::Value;
 use jobscope_config::{Config, MailPolicy};
 use jobscope_model::job::JobState;
 use jobscope_model::summary::analysis::HistoryBasis;
@@ -427,7 +427,7 @@ type RunId = (Option<String>, i64, i64);
 fn report_runs(
     eng: &dyn Engine,
     q: &Query,
-    keep: impl Fn(&crate::table::Table, &[Value]) -> bool,
+    keep: impl Fn(&jobscope_audit::table::Table, &[Value]) -> bool,
 ) -> Result<HashMap<RunId, Vec<Value>>> {
     let t = eng.run(q)?;
     let col = |n: &str| t.column(n).with_context(|| format!("report without {n}"));
@@ -672,14 +672,14 @@ fn advice_blocks(cfg: &Config, h: &UserHistory, findings: &[Finding]) -> Vec<Adv
 }
 
 /// Evaluates the enabled rules over the index as of `src.now_unix_s`, leaving out what `sent`
-/// says was reported, and decides for each user with a finding.
+/// says was reported, and decides for each user with a finding. Phases: the enabled rules; what
+/// the audit's own reports decide ([`ReportRuns::ask`]); each job against each rule
+/// ([`passing_jobs`]); then per user, the opt-outs taken away ([`OptOuts::drop_from`]), the rules
+/// still met ([`findings_of`]) and the decision ([`decide`]).
 pub fn evaluate(src: &Sources, sent: &dyn Reported) -> Result<Evaluation> {
     let cfg = src.cfg;
     let now = src.now_unix_s;
-    let rules: Vec<(Rule, u32)> = Rule::ALL
-        .iter()
-        .filter_map(|r| r.enabled_in(cfg).map(|d| (*r, d)))
-        .collect();
+    let rules = enabled_rules(cfg);
     let mut ev = Evaluation {
         now_unix_s: now,
         period_days: cfg.alerts.period_days,
@@ -696,68 +696,18 @@ pub fn evaluate(src: &Sources, sent: &dyn Reported) -> Result<Evaluation> {
             .push("no alert rule is enabled (`enabled = true` in an [alerts.<rule>] table)".into());
         return Ok(ev);
     }
-    let window = |days: u32| Window {
-        since_unix_s: Some(now - i64::from(days) * 86_400),
-        until_unix_s: Some(now),
-    };
     let longest = rules.iter().map(|r| r.1).max().unwrap_or(1);
-    let jobs = scan_jobs(src.engine, &window(longest))?;
-    // What the audit's own reports decide, over each rule's window: the jobs `audit gpu-idle`
-    // lists, and those `audit cpu-on-gpu` marks busy, with the partition's busy share.
-    let mut gpu_idle = HashMap::new();
-    let mut busy = HashMap::new();
-    for (rule, days) in &rules {
-        let mut q = Query::new(match rule {
-            Rule::GpuIdle => Report::GpuIdle,
-            Rule::CpuOnGpu => Report::CpuOnlyOnGpu {
-                busy_pct: cfg.audit.busy_pct,
-            },
-            _ => continue,
-        });
-        q.window = window(*days);
-        if *rule == Rule::GpuIdle {
-            gpu_idle = report_runs(src.engine, &q, |_, _| true)?;
-        } else {
-            busy = report_runs(src.engine, &q, |t, r| {
-                t.column("busy").is_some_and(|b| r[b] == Value::Bool(true))
-            })?
-            .into_iter()
-            .map(|(k, r)| {
-                let pct = q
-                    .columns()
-                    .iter()
-                    .position(|c| c.name == "partition_busy_pct")
-                    .map_or(Value::Null, |i| r[i].clone());
-                (k, pct)
-            })
-            .collect();
-        }
-    }
+    let jobs = scan_jobs(src.engine, &rule_window(now, longest))?;
+    let reports = ReportRuns::ask(src, &rules)?;
     let mut hist = Histories {
         dir: src.index_dir,
         read: HashMap::new(),
     };
-    // uid → rule → the jobs that passed the rule's test, not reported before.
-    let mut by_user: BTreeMap<u32, BTreeMap<Rule, Vec<AlertJob>>> = BTreeMap::new();
-    for j in &jobs {
-        for (rule, days) in &rules {
-            if !window(*days).contains_end_ms(j.end_unix_ms as i64)
-                || sent.was_reported(j.uid, *rule, &j.key())
-            {
-                continue;
-            }
-            let mut j = j.clone();
-            if passes(cfg, *rule, &mut j, &gpu_idle, &busy, &mut hist) {
-                by_user
-                    .entry(j.uid)
-                    .or_default()
-                    .entry(*rule)
-                    .or_default()
-                    .push(j);
-            }
-        }
-    }
-    let mut wishes: HashMap<String, Result<bool, String>> = HashMap::new();
+    let by_user = passing_jobs(src, sent, &rules, &jobs, &reports, &mut hist);
+    let mut opt_outs = OptOuts {
+        store: src.store,
+        wishes: HashMap::new(),
+    };
     for (uid, mut per_rule) in by_user {
         per_rule.retain(|rule, jobs| meets(cfg, *rule, jobs));
         if per_rule.is_empty() {
@@ -770,82 +720,19 @@ pub fn evaluate(src: &Sources, sent: &dyn Reported) -> Result<Evaluation> {
             .map(|j| j.user.clone())
             .unwrap_or_default();
         // Only the jobs of rules that fired: the user's wish can only take jobs away.
-        let mut notes = Vec::new();
-        let mut opted = BTreeSet::new();
-        for jobs in per_rule.values_mut() {
-            jobs.retain(|j| {
-                let w = wishes
-                    .entry(j.key())
-                    .or_insert_with(|| opted_out(src.store, j));
-                match w {
-                    Ok(false) => true,
-                    Ok(true) => {
-                        opted.insert(j.key());
-                        false
-                    }
-                    Err(e) => {
-                        let n = format!("{e}: left out (its mail opt-out cannot be checked)");
-                        if !notes.contains(&n) {
-                            notes.push(n);
-                        }
-                        false
-                    }
-                }
-            });
-        }
-        match opted.len() {
-            0 => {}
-            1 => notes.push("1 job left out: run with --jobscope-mail=never".into()),
-            n => notes.push(format!("{n} jobs left out: run with --jobscope-mail=never")),
-        }
-        let findings: Vec<Finding> = per_rule
-            .into_iter()
-            .filter(|(rule, jobs)| meets(cfg, *rule, jobs))
-            .map(|(rule, mut jobs)| {
-                jobs.sort_by(|a, b| {
-                    b.waste_hours
-                        .total_cmp(&a.waste_hours)
-                        .then(a.end_unix_ms.cmp(&b.end_unix_ms))
-                        .then(a.job_id.cmp(&b.job_id))
-                });
-                Finding {
-                    rule,
-                    window_days: rules.iter().find(|r| r.0 == rule).map_or(0, |r| r.1),
-                    waste_hours: jobs.iter().map(|j| j.waste_hours).sum(),
-                    waste_unit: rule.unit(),
-                    jobs,
-                }
-            })
-            .collect();
+        let notes = opt_outs.drop_from(&mut per_rule);
+        let findings = findings_of(cfg, &rules, per_rule);
         let to = jobscope_deliver::mail::message::choose_recipient(
             None,
             Some(&user),
             cfg.mail.domain.as_deref(),
         );
-        let (decision, reason) = if findings.is_empty() {
-            (
-                Decision::OptedOut,
-                "every job that made a rule fire was run with --jobscope-mail=never (or could not be checked)".to_string(),
-            )
-        } else if let Err(e) = &to {
-            (Decision::NoAddress, format!("no address: {e}"))
-        } else if let Some(p) = sent.mailed_in(uid).filter(|p| *p == ev.period_start_unix_s) {
-            (
-                Decision::AlreadyMailed,
-                format!(
-                    "already mailed in this period (from {}); these wait for the next one",
-                    jobscope_model::time::utc_time(p.max(0) as u64)
-                ),
-            )
-        } else {
-            (
-                Decision::Mail,
-                match findings.len() {
-                    1 => "1 rule fired over jobs not reported before".to_string(),
-                    n => format!("{n} rules fired over jobs not reported before"),
-                },
-            )
-        };
+        let (decision, reason) = decide(
+            &findings,
+            to.as_ref().err().map(|e| e.to_string()),
+            sent.mailed_in(uid),
+            ev.period_start_unix_s,
+        );
         let advice = match hist.of(uid) {
             Some(h) if !findings.is_empty() => advice_blocks(cfg, h, &findings),
             _ => Vec::new(),
@@ -862,4 +749,223 @@ pub fn evaluate(src: &Sources, sent: &dyn Reported) -> Result<Evaluation> {
         });
     }
     Ok(ev)
+}
+
+/// The enabled rules with their windows (days), in [`Rule::ALL`] order.
+fn enabled_rules(cfg: &Config) -> Vec<(Rule, u32)> {
+    Rule::ALL
+        .iter()
+        .filter_map(|r| r.enabled_in(cfg).map(|d| (*r, d)))
+        .collect()
+}
+
+/// A rule's window: the `days` before `now_s`.
+fn rule_window(now_s: i64, days: u32) -> Window {
+    Window {
+        since_unix_s: Some(now_s - i64::from(days) * 86_400),
+        until_unix_s: Some(now_s),
+    }
+}
+
+/// What the audit's own reports decide, over each rule's window: the jobs `audit gpu-idle` lists,
+/// and those `audit cpu-on-gpu` marks busy, with the partition's busy share.
+struct ReportRuns {
+    gpu_idle: HashMap<RunId, Vec<Value>>,
+    busy: HashMap<RunId, Value>,
+}
+
+impl ReportRuns {
+    /// Asks the reports the enabled `rules` rest on (none for the others).
+    fn ask(src: &Sources, rules: &[(Rule, u32)]) -> Result<ReportRuns> {
+        let mut out = ReportRuns {
+            gpu_idle: HashMap::new(),
+            busy: HashMap::new(),
+        };
+        for (rule, days) in rules {
+            let mut q = Query::new(match rule {
+                Rule::GpuIdle => Report::GpuIdle,
+                Rule::CpuOnGpu => Report::CpuOnlyOnGpu {
+                    busy_pct: src.cfg.audit.busy_pct,
+                },
+                _ => continue,
+            });
+            q.window = rule_window(src.now_unix_s, *days);
+            if *rule == Rule::GpuIdle {
+                out.gpu_idle = report_runs(src.engine, &q, |_, _| true)?;
+            } else {
+                out.busy = report_runs(src.engine, &q, |t, r| {
+                    t.column("busy").is_some_and(|b| r[b] == Value::Bool(true))
+                })?
+                .into_iter()
+                .map(|(k, r)| {
+                    let pct = q
+                        .columns()
+                        .iter()
+                        .position(|c| c.name == "partition_busy_pct")
+                        .map_or(Value::Null, |i| r[i].clone());
+                    (k, pct)
+                })
+                .collect();
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// uid → rule → the jobs that passed the rule's test, not reported before.
+type PerUser = BTreeMap<u32, BTreeMap<Rule, Vec<AlertJob>>>;
+
+/// Each job of `jobs` against each rule whose window holds its end: the ones that pass and were
+/// not reported to their user for that rule, by user and rule.
+fn passing_jobs(
+    src: &Sources,
+    sent: &dyn Reported,
+    rules: &[(Rule, u32)],
+    jobs: &[AlertJob],
+    reports: &ReportRuns,
+    hist: &mut Histories,
+) -> PerUser {
+    let mut by_user = PerUser::new();
+    for j in jobs {
+        for (rule, days) in rules {
+            if !rule_window(src.now_unix_s, *days).contains_end_ms(j.end_unix_ms as i64)
+                || sent.was_reported(j.uid, *rule, &j.key())
+            {
+                continue;
+            }
+            let mut j = j.clone();
+            if passes(
+                src.cfg,
+                *rule,
+                &mut j,
+                &reports.gpu_idle,
+                &reports.busy,
+                hist,
+            ) {
+                by_user
+                    .entry(j.uid)
+                    .or_default()
+                    .entry(*rule)
+                    .or_default()
+                    .push(j);
+            }
+        }
+    }
+    by_user
+}
+
+/// Each run's mail wish, read once from its archived record (`Err`: it cannot be checked).
+struct OptOuts<'a> {
+    store: &'a Store,
+    wishes: HashMap<String, Result<bool, String>>,
+}
+
+impl OptOuts<'_> {
+    /// Takes out of `per_rule` the jobs run with `--jobscope-mail=never` and those whose wish
+    /// cannot be checked; returns the notes that say so.
+    fn drop_from(&mut self, per_rule: &mut BTreeMap<Rule, Vec<AlertJob>>) -> Vec<String> {
+        let store = self.store;
+        let wishes = &mut self.wishes;
+        drop_opted_out(per_rule, |j| {
+            wishes
+                .entry(j.key())
+                .or_insert_with(|| opted_out(store, j))
+                .clone()
+        })
+    }
+}
+
+/// Takes out of `per_rule` the jobs `wish` says opted out (`Ok(true)`) or cannot tell
+/// (`Err`), and says so: each unreadable job once, then how many jobs opted out.
+fn drop_opted_out(
+    per_rule: &mut BTreeMap<Rule, Vec<AlertJob>>,
+    mut wish: impl FnMut(&AlertJob) -> Result<bool, String>,
+) -> Vec<String> {
+    let mut notes = Vec::new();
+    let mut opted = BTreeSet::new();
+    for jobs in per_rule.values_mut() {
+        jobs.retain(|j| match wish(j) {
+            Ok(false) => true,
+            Ok(true) => {
+                opted.insert(j.key());
+                false
+            }
+            Err(e) => {
+                let n = format!("{e}: left out (its mail opt-out cannot be checked)");
+                if !notes.contains(&n) {
+                    notes.push(n);
+                }
+                false
+            }
+        });
+    }
+    match opted.len() {
+        0 => {}
+        1 => notes.push("1 job left out: run with --jobscope-mail=never".into()),
+        n => notes.push(format!("{n} jobs left out: run with --jobscope-mail=never")),
+    }
+    notes
+}
+
+/// The findings of the rules still met by the jobs left, each's jobs most wasteful first (then by
+/// end time, then job id).
+fn findings_of(
+    cfg: &Config,
+    rules: &[(Rule, u32)],
+    per_rule: BTreeMap<Rule, Vec<AlertJob>>,
+) -> Vec<Finding> {
+    per_rule
+        .into_iter()
+        .filter(|(rule, jobs)| meets(cfg, *rule, jobs))
+        .map(|(rule, mut jobs)| {
+            jobs.sort_by(|a, b| {
+                b.waste_hours
+                    .total_cmp(&a.waste_hours)
+                    .then(a.end_unix_ms.cmp(&b.end_unix_ms))
+                    .then(a.job_id.cmp(&b.job_id))
+            });
+            Finding {
+                rule,
+                window_days: rules.iter().find(|r| r.0 == rule).map_or(0, |r| r.1),
+                waste_hours: jobs.iter().map(|j| j.waste_hours).sum(),
+                waste_unit: rule.unit(),
+                jobs,
+            }
+        })
+        .collect()
+}
+
+/// What is done for a user with a rule that fired, and why: nothing left after the opt-outs, no
+/// address (`no_address`: why), mailed already in the period that starts at `period_start_s`
+/// (`mailed_in`: the period of the last mail), else a mail. In that order.
+fn decide(
+    findings: &[Finding],
+    no_address: Option<String>,
+    mailed_in: Option<i64>,
+    period_start_s: i64,
+) -> (Decision, String) {
+    if findings.is_empty() {
+        (
+            Decision::OptedOut,
+            "every job that made a rule fire was run with --jobscope-mail=never (or could not be checked)".to_string(),
+        )
+    } else if let Some(e) = no_address {
+        (Decision::NoAddress, format!("no address: {e}"))
+    } else if let Some(p) = mailed_in.filter(|p| *p == period_start_s) {
+        (
+            Decision::AlreadyMailed,
+            format!(
+                "already mailed in this period (from {}); these wait for the next one",
+                jobscope_model::time::utc_time(p.max(0) as u64)
+            ),
+        )
+    } else {
+        (
+            Decision::Mail,
+            match findings.len() {
+                1 => "1 rule fired over jobs not reported before".to_string(),
+                n => format!("{n} rules fired over jobs not reported before"),
+            },
+        )
+    }
 }

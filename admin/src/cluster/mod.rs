@@ -20,15 +20,15 @@ mod browser;
 #[cfg(test)]
 mod tests;
 
-use crate::eval;
-use crate::index::ParquetEngine;
-use crate::metrics::EFF_BUCKETS;
-use crate::query::{
-    Engine, Filters, GroupKey, Query, Report, WasteMetric, Window, Zone, MAX_TIME_S, MIN_TIME_S,
-};
-use crate::table::Table;
 use anyhow::{ensure, Context, Result};
 use arrow_array::{Array, Float64Array};
+use jobscope_audit::eval;
+use jobscope_audit::index::ParquetEngine;
+use jobscope_audit::metrics::EFF_BUCKETS;
+use jobscope_audit::query::{
+    Engine, Filters, GroupKey, Query, Report, WasteMetric, Window, Zone, MAX_TIME_S, MIN_TIME_S,
+};
+use jobscope_audit::table::Table;
 
 /// What the report covers and how much of it it lists.
 #[derive(Debug, Clone)]

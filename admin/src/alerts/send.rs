@@ -11,8 +11,8 @@
 use super::state::{self, Sent};
 use super::words;
 use super::{evaluate, Decision, Evaluation, Sources, UserAlert};
-use crate::query::Zone;
 use anyhow::{Context, Result};
+use jobscope_audit::query::Zone;
 use jobscope_deliver::mail::message::{parse_address, text_and_html_mail};
 use jobscope_deliver::mail::queue::{Enqueued, Queue};
 use jobscope_report::present::templates::render_text_as_html;

@@ -4,7 +4,7 @@
 
 use super::page::{mail_id, Page};
 use super::*;
-use crate::index::tests::{fixture, spec, summary, Fixture, Spec, DAY_MS, T0_MS};
+use jobscope_audit::testing::{fixture, spec, summary, Fixture, Spec, DAY_MS, T0_MS};
 use mail_parser::{MessageParser, MimeHeaders};
 
 /// The hostile names: markup that would run or fetch if it reached the page unescaped, bidi
@@ -175,7 +175,10 @@ fn the_summary_says_the_trend_against_the_week_before() {
     let (jobs, eff) = cpu_eff(&specs, 7, 14);
     let (jobs_before, eff_before) = cpu_eff(&specs, 0, 7);
     assert!(jobs > 50 && jobs_before > 50, "{jobs} {jobs_before}");
-    assert_eq!(d.totals.rows[0][0], crate::table::Value::Int(jobs as i64));
+    assert_eq!(
+        d.totals.rows[0][0],
+        jobscope_audit::table::Value::Int(jobs as i64)
+    );
     let text = page.text().unwrap();
     let want = format!(
         "CPU efficiency {eff:.1} % ({:+.1} points)",
@@ -240,7 +243,7 @@ fn the_text_part_has_every_section_and_no_hostile_characters() {
         );
     }
     assert!(
-        text.contains(&crate::render::heatmap(&d.heatmap, Zone::Utc)),
+        text.contains(&jobscope_audit::render::heatmap(&d.heatmap, Zone::Utc)),
         "{text}"
     );
     assert!(
@@ -348,7 +351,7 @@ fn an_account_scope_counts_only_its_jobs() {
         .count();
     assert_eq!(
         d.totals.rows[0][0],
-        crate::table::Value::Int(physics as i64)
+        jobscope_audit::table::Value::Int(physics as i64)
     );
     let page = Page::new(&d).unwrap();
     assert!(page
@@ -484,7 +487,7 @@ fn headers(page: &Page) -> Vec<String> {
 #[test]
 fn one_job_reads_right() {
     let (_fx, d, page) = report_of(1);
-    assert_eq!(d.totals.rows[0][0], crate::table::Value::Int(1));
+    assert_eq!(d.totals.rows[0][0], jobscope_audit::table::Value::Int(1));
     let text = page.text().unwrap();
     assert!(
         text.contains("1 job ended; 0 in the 7 days before"),
@@ -548,4 +551,82 @@ fn write_small_and_large_reports_for_a_look() {
             std::fs::write(out.join(format!("{}.png", c.key)), &c.png).unwrap();
         }
     }
+}
+
+// The daily chart's phases, each on its own (over tables written here, not gathered).
+
+fn day_table(rows: &[(&str, Option<&str>, f64, f64, f64)]) -> Table {
+    use jobscope_audit::table::{ColType, Column, Unit, Value};
+    let mut t = Table::new(vec![
+        Column::new("day", ColType::Text, Unit::None),
+        Column::new("partition", ColType::Text, Unit::None),
+        Column::new("core_hours_alloc", ColType::Float, Unit::Hours),
+        Column::new("core_hours_used", ColType::Float, Unit::Hours),
+        Column::new("core_hours_wasted", ColType::Float, Unit::Hours),
+    ]);
+    for (day, part, alloc, used, wasted) in rows {
+        t.rows.push(vec![
+            Value::Text(day.to_string()),
+            part.map_or(Value::Null, |p| Value::Text(p.into())),
+            Value::Float(*alloc),
+            Value::Float(*used),
+            Value::Float(*wasted),
+        ]);
+    }
+    t
+}
+
+#[test]
+fn the_daily_columns_put_jobs_started_before_the_window_in_front() {
+    use super::page::Slots;
+    let cats = vec!["2026-03-09".to_string(), "2026-03-10".to_string()];
+    let by_day = day_table(&[
+        ("2026-03-07", None, 1.0, 1.0, 0.0),
+        ("2026-03-10", None, 1.0, 1.0, 0.0),
+    ]);
+    let s = Slots::new(cats.clone(), &by_day, "day");
+    assert!(s.earlier);
+    assert_eq!(s.labels(false), ["earlier", "03-09", "03-10"]);
+    assert_eq!(s.of("2026-03-01"), Some(0));
+    assert_eq!(s.of("2026-03-09"), Some(1));
+    assert_eq!(s.of("2026-03-10"), Some(2));
+    assert_eq!(s.of("2026-03-11"), None);
+    // No job before the first day: no "earlier" column; months keep their year.
+    let s = Slots::new(
+        cats,
+        &day_table(&[("2026-03-09", None, 1.0, 1.0, 0.0)]),
+        "day",
+    );
+    assert!(!s.earlier);
+    assert_eq!(s.of("2026-03-09"), Some(0));
+    assert_eq!(s.labels(true), ["2026-03-09", "2026-03-10"]);
+}
+
+#[test]
+fn the_daily_series_are_the_largest_partitions_then_other() {
+    use super::page::{Series, Slots};
+    // Nine partitions: p1..p9 allocated 1..9 core-hours; p8 and p9 tie with a and b at the top.
+    let names = [
+        "p1", "p2", "p3", "p4", "p5", "p6", "p7", "p8", "p9", "b", "a",
+    ];
+    let allocs = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 9.0, 9.0, 9.0, 9.0];
+    let rows: Vec<(&str, Option<&str>, f64, f64, f64)> = names
+        .iter()
+        .zip(allocs)
+        .map(|(n, a)| ("2026-03-09", Some(*n), a, a / 2.0, a / 2.0))
+        .collect();
+    let s = Series::of(&day_table(&rows));
+    let shown: Vec<&str> = s.shown.iter().map(|p| p.as_deref().unwrap()).collect();
+    assert_eq!(shown, ["a", "b", "p8", "p9", "p7", "p6", "p5"]);
+    assert!(s.other);
+    let slots = Slots::new(vec!["2026-03-09".into()], &day_table(&[]), "day");
+    let segs = s.stack(&day_table(&rows), "day", &slots);
+    // A solid (used) and a pale (unused) segment per series, "other" last with p1..p4's figures.
+    assert_eq!(segs.len(), 16);
+    assert_eq!(segs[0].label.as_deref(), Some("a"));
+    assert_eq!(segs[0].values, [4.5]);
+    assert!(segs[1].label.is_none() && segs[1].shade.pale);
+    assert_eq!(segs[14].label.as_deref(), Some("other"));
+    assert_eq!(segs[14].values, [(1.0 + 2.0 + 3.0 + 4.0) / 2.0]);
+    assert_eq!(segs[15].values, [5.0]);
 }

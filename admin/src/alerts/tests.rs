@@ -1,13 +1,13 @@
 //! The alert rules over a real archive and its index (the index tests' job builder,
-//! `crate::index::tests::summary`, through `Store::write` and `Index::update`), and the mails
+//! `jobscope_audit::testing::summary`, through `Store::write` and `Index::update`), and the mails
 //! through the real queue. Expected figures come from the fixtures' own numbers, worked out in
 //! the comments (a job of `spec` runs 7200 s on 4 cores: 8 core-hours allocated), never from the
 //! code under test.
 
 use super::state::Sent;
 use super::*;
-use crate::index::tests::{spec, summary, Spec};
-use crate::index::{Index, Settings};
+use jobscope_audit::index::{Index, Settings};
+use jobscope_audit::testing::{spec, summary, Spec};
 use jobscope_model::summary::analysis::analyze;
 use jobscope_model::summary::JobSummary;
 
@@ -80,7 +80,7 @@ impl Site {
         }
         let idx = Index::new(&self.store, self.settings.clone());
         idx.update(false).unwrap();
-        crate::history::write_history(&idx).unwrap();
+        jobscope_audit::history::write_history(&idx).unwrap();
     }
 
     fn evaluate_at(&self, now: i64, sent: &Sent) -> Evaluation {
@@ -125,7 +125,7 @@ impl Site {
     }
 }
 
-use crate::query::Zone;
+use jobscope_audit::query::Zone;
 
 fn user<'a>(ev: &'a Evaluation, name: &str) -> Option<&'a UserAlert> {
     ev.users.iter().find(|u| u.user == name)
@@ -772,4 +772,166 @@ fn a_send_is_delivered_through_smtp() {
     let text = m.body_text(0).unwrap();
     assert!(text.contains("160") && text.contains("161"), "{text}");
     let _ = &site.dir;
+}
+
+// The phases of `evaluate`, each on its own.
+
+/// A job of a finding with only what the phases read: its key, end and waste.
+fn alert_job(job_id: u32, end_unix_ms: u64, waste_hours: f64) -> AlertJob {
+    AlertJob {
+        cluster: Some("c1".into()),
+        job_id,
+        start_unix_s: 1000 + u64::from(job_id),
+        end_unix_s: (end_unix_ms / 1000) as i64,
+        name: None,
+        partition: None,
+        state: "COMPLETED".into(),
+        elapsed_s: 60.0,
+        alloc_cores: None,
+        alloc_gpus: None,
+        alloc_mem_per_node_bytes: None,
+        mem_peak_bytes: None,
+        cpu_eff_pct: None,
+        core_hours_alloc: None,
+        core_hours_wasted: None,
+        mem_gb_hours_wasted: None,
+        gpu_hours_wasted: None,
+        gpus_idle: None,
+        gpus_never_used: None,
+        mem_peak_p95_bytes: None,
+        partition_busy_pct: None,
+        waste_hours,
+        uid: 1001,
+        user: "alice".into(),
+        script_sha256: None,
+        start_unix_ms: (1000 + u64::from(job_id)) * 1000,
+        end_unix_ms,
+        cpu_usage_s: None,
+    }
+}
+
+fn finding(rule: Rule, jobs: Vec<AlertJob>) -> Finding {
+    Finding {
+        rule,
+        window_days: 7,
+        waste_hours: 1.0,
+        waste_unit: rule.unit(),
+        jobs,
+    }
+}
+
+#[test]
+fn the_decision_is_opted_out_then_no_address_then_already_mailed_then_mail() {
+    let one = vec![finding(Rule::Timeouts, vec![alert_job(1, 5_000, 1.0)])];
+    let two = vec![
+        finding(Rule::Timeouts, vec![alert_job(1, 5_000, 1.0)]),
+        finding(Rule::CpuEfficiency, vec![alert_job(2, 5_000, 1.0)]),
+    ];
+    let period = 1_772_409_600;
+    // Nothing left: opted out, whatever else holds.
+    let (d, why) = decide(&[], Some("no domain".into()), Some(period), period);
+    assert_eq!(d, Decision::OptedOut);
+    assert!(why.contains("--jobscope-mail=never"), "{why}");
+    // No address before "mailed already".
+    let (d, why) = decide(&one, Some("no domain".into()), Some(period), period);
+    assert_eq!(
+        (d, why.as_str()),
+        (Decision::NoAddress, "no address: no domain")
+    );
+    let (d, why) = decide(&one, None, Some(period), period);
+    assert_eq!(d, Decision::AlreadyMailed);
+    assert!(
+        why.contains("2026-03-02"),
+        "the period's start in UTC: {why}"
+    );
+    // A mail in an earlier period does not hold this one back.
+    let (d, why) = decide(&one, None, Some(period - 7 * 86_400), period);
+    assert_eq!(
+        (d, why.as_str()),
+        (Decision::Mail, "1 rule fired over jobs not reported before")
+    );
+    let (d, why) = decide(&two, None, None, period);
+    assert_eq!(
+        (d, why.as_str()),
+        (
+            Decision::Mail,
+            "2 rules fired over jobs not reported before"
+        )
+    );
+}
+
+#[test]
+fn opted_out_and_unreadable_jobs_are_taken_away_and_said_once() {
+    let mut per_rule = BTreeMap::new();
+    per_rule.insert(
+        Rule::Timeouts,
+        vec![
+            alert_job(1, 1, 1.0),
+            alert_job(2, 1, 1.0),
+            alert_job(3, 1, 1.0),
+        ],
+    );
+    // Job 2 is in two rules: opted out once, counted once.
+    per_rule.insert(
+        Rule::CpuEfficiency,
+        vec![
+            alert_job(2, 1, 1.0),
+            alert_job(4, 1, 1.0),
+            alert_job(5, 1, 1.0),
+        ],
+    );
+    let notes = drop_opted_out(&mut per_rule, |j| match j.job_id {
+        2 | 4 => Ok(true),
+        3 | 5 => Err("job ?: its archived record is gone".into()),
+        _ => Ok(false),
+    });
+    let left: Vec<(Rule, Vec<u32>)> = per_rule
+        .iter()
+        .map(|(r, js)| (*r, js.iter().map(|j| j.job_id).collect()))
+        .collect();
+    assert_eq!(
+        left,
+        [(Rule::CpuEfficiency, vec![]), (Rule::Timeouts, vec![1])]
+    );
+    assert_eq!(
+        notes,
+        [
+            "job ?: its archived record is gone: left out (its mail opt-out cannot be checked)",
+            "2 jobs left out: run with --jobscope-mail=never",
+        ]
+    );
+    let mut one = BTreeMap::from([(Rule::Timeouts, vec![alert_job(7, 1, 1.0)])]);
+    assert_eq!(
+        drop_opted_out(&mut one, |_| Ok(true)),
+        ["1 job left out: run with --jobscope-mail=never"]
+    );
+}
+
+#[test]
+fn findings_keep_the_rules_still_met_with_the_most_wasteful_jobs_first() {
+    let mut cfg = Config::default();
+    cfg.alerts.timeouts.min_jobs = 3;
+    cfg.alerts.cpu_efficiency.min_jobs = 2;
+    let rules = [(Rule::CpuEfficiency, 14), (Rule::Timeouts, 7)];
+    let per_rule = BTreeMap::from([
+        // 3 jobs: met. Equal waste: the earlier end first, then the lower id.
+        (
+            Rule::Timeouts,
+            vec![
+                alert_job(9, 2_000, 1.0),
+                alert_job(3, 9_000, 5.0),
+                alert_job(8, 1_000, 1.0),
+                alert_job(7, 1_000, 1.0),
+            ],
+        ),
+        // 1 job of the 2 needed (the others opted out): no longer met.
+        (Rule::CpuEfficiency, vec![alert_job(4, 1_000, 9.0)]),
+    ]);
+    let f = findings_of(&cfg, &rules, per_rule);
+    assert_eq!(f.len(), 1);
+    assert_eq!(f[0].rule, Rule::Timeouts);
+    assert_eq!(f[0].window_days, 7);
+    let order: Vec<u32> = f[0].jobs.iter().map(|j| j.job_id).collect();
+    assert_eq!(order, [3, 7, 8, 9]);
+    assert!(close(f[0].waste_hours, 8.0), "{}", f[0].waste_hours);
 }

@@ -1,13 +1,13 @@
 //! What an alert says: the dry run's blocks for the admin, the user's mail (the same text is its
 //! HTML part, escaped by the presenter), and the admins' summary. Tables are the audit's own
-//! ([`crate::render::text`]: aligned, units from the column names, times in the zone the header
+//! ([`jobscope_audit::render::text`]: aligned, units from the columns, times in the zone the header
 //! names, job names and other text cleaned); every other user-supplied string goes through
 //! [`clean_line`].
 
 use super::{Decision, Evaluation, Finding, Rule, UserAlert, WasteUnit};
-use crate::query::Zone;
-use crate::render::{self, wrap};
-use crate::table::{ColType, Column, Table, Value};
+use jobscope_audit::query::Zone;
+use jobscope_audit::render::{self, wrap};
+use jobscope_audit::table::{ColType, Column, Table, Unit, Value};
 use jobscope_config::Config;
 use jobscope_report::present::{clean_line, fmt_hours};
 
@@ -78,47 +78,51 @@ pub fn sentence(cfg: &Config, f: &Finding) -> String {
 /// rests on.
 pub fn table(f: &Finding, max: usize) -> Table {
     let mut cols = vec![
-        ("job_id", ColType::Int),
-        ("name", ColType::Text),
-        ("partition", ColType::Text),
-        ("end_unix_s", ColType::Int),
-        ("elapsed_s", ColType::Float),
+        ("job_id", ColType::Int, Unit::None),
+        ("name", ColType::Text, Unit::None),
+        ("partition", ColType::Text, Unit::None),
+        ("end_unix_s", ColType::Int, Unit::UnixS),
+        ("elapsed_s", ColType::Float, Unit::DurationS),
     ];
     cols.extend_from_slice(match f.rule {
         Rule::GpuIdle => &[
-            ("alloc_gpus", ColType::Int),
-            ("gpus_idle", ColType::Int),
-            ("gpu_hours_wasted", ColType::Float),
+            ("alloc_gpus", ColType::Int, Unit::None),
+            ("gpus_idle", ColType::Int, Unit::None),
+            ("gpu_hours_wasted", ColType::Float, Unit::Hours),
         ][..],
         Rule::CpuEfficiency => &[
-            ("alloc_cores", ColType::Int),
-            ("cpu_eff_pct", ColType::Float),
-            ("core_hours_alloc", ColType::Float),
-            ("core_hours_wasted", ColType::Float),
+            ("alloc_cores", ColType::Int, Unit::None),
+            ("cpu_eff_pct", ColType::Float, Unit::Pct),
+            ("core_hours_alloc", ColType::Float, Unit::Hours),
+            ("core_hours_wasted", ColType::Float, Unit::Hours),
         ][..],
         Rule::MemRequest => &[
-            ("alloc_mem_per_node_bytes", ColType::Int),
-            ("mem_peak_p95_bytes", ColType::Int),
-            ("mem_gb_hours_wasted", ColType::Float),
+            ("alloc_mem_per_node_bytes", ColType::Int, Unit::Bytes),
+            ("mem_peak_p95_bytes", ColType::Int, Unit::Bytes),
+            ("mem_gb_hours_wasted", ColType::Float, Unit::Hours),
         ][..],
         Rule::Timeouts => &[
-            ("alloc_cores", ColType::Int),
-            ("core_hours_alloc", ColType::Float),
+            ("alloc_cores", ColType::Int, Unit::None),
+            ("core_hours_alloc", ColType::Float, Unit::Hours),
         ][..],
         Rule::CpuOnGpu => &[
-            ("alloc_cores", ColType::Int),
-            ("partition_busy_pct", ColType::Float),
-            ("core_hours_alloc", ColType::Float),
+            ("alloc_cores", ColType::Int, Unit::None),
+            ("partition_busy_pct", ColType::Float, Unit::Pct),
+            ("core_hours_alloc", ColType::Float, Unit::Hours),
         ][..],
     });
-    let mut t = Table::new(cols.iter().map(|(n, k)| Column::new(n, *k)).collect());
+    let mut t = Table::new(
+        cols.iter()
+            .map(|(n, k, u)| Column::new(n, *k, *u))
+            .collect(),
+    );
     let int = |v: Option<u64>| v.map_or(Value::Null, |x| Value::Int(x as i64));
     let float = |v: Option<f64>| v.map_or(Value::Null, Value::Float);
     let text = |v: &Option<String>| v.clone().map_or(Value::Null, Value::Text);
     for j in f.jobs.iter().take(max) {
         let row = cols
             .iter()
-            .map(|(n, _)| match *n {
+            .map(|(n, _, _)| match *n {
                 "job_id" => Value::Int(i64::from(j.job_id)),
                 "name" => text(&j.name),
                 "partition" => text(&j.partition),
@@ -351,15 +355,19 @@ pub fn mail_text(cfg: &Config, u: &UserAlert, zone: Zone) -> String {
 /// The admins' summary of one send: one row per user mailed (rules, jobs, waste by unit).
 pub fn summary_table(mailed: &[&UserAlert]) -> Table {
     let cols = [
-        ("user", ColType::Text),
-        ("uid", ColType::Int),
-        ("rules", ColType::Text),
-        ("jobs", ColType::Int),
-        ("gpu_hours_wasted", ColType::Float),
-        ("core_hours_wasted", ColType::Float),
-        ("mem_gb_hours_wasted", ColType::Float),
+        ("user", ColType::Text, Unit::None),
+        ("uid", ColType::Int, Unit::None),
+        ("rules", ColType::Text, Unit::None),
+        ("jobs", ColType::Int, Unit::None),
+        ("gpu_hours_wasted", ColType::Float, Unit::Hours),
+        ("core_hours_wasted", ColType::Float, Unit::Hours),
+        ("mem_gb_hours_wasted", ColType::Float, Unit::Hours),
     ];
-    let mut t = Table::new(cols.iter().map(|(n, k)| Column::new(n, *k)).collect());
+    let mut t = Table::new(
+        cols.iter()
+            .map(|(n, k, u)| Column::new(n, *k, *u))
+            .collect(),
+    );
     for u in mailed {
         let w = u.waste();
         let h = |unit| w.get(&unit).map_or(Value::Null, |x| Value::Float(*x));

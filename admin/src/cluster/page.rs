@@ -12,11 +12,11 @@
 //! `{{{triple}}}`), as the job report's mail does.
 
 use super::{Data, Distribution, METRICS};
-use crate::query::{GroupKey, Zone};
-use crate::render::{self, wrap};
-use crate::table::{ColType, Column, Table, Value};
 use anyhow::{Context, Result};
 use base64::Engine as _;
+use jobscope_audit::query::{GroupKey, Zone};
+use jobscope_audit::render::{self, wrap};
+use jobscope_audit::table::{ColType, Column, Table, Unit, Value};
 use jobscope_deliver::mail::message::{assemble, InlineImage, Mail, Mailbox};
 use jobscope_report::plots::{self, Bars, Grid, Segment, Shade};
 use jobscope_report::present::templates::{registry, SUBJECT_MAX_CHARS};
@@ -149,7 +149,7 @@ fn table_view(caption: String, t: &Table, zone: Zone) -> TableView {
                 r.iter()
                     .zip(&t.columns)
                     .map(|(v, c)| Cell {
-                        text: render::human(&c.name, v, zone),
+                        text: render::human(c.unit, v, zone),
                         num: num(c),
                     })
                     .collect()
@@ -208,13 +208,172 @@ fn join(parts: &[&str]) -> String {
 
 /// The instant `unix_s` on the report's wall clock (the audit's one format).
 fn when(unix_s: i64, zone: Zone) -> String {
-    render::human("start_unix_s", &Value::Int(unix_s), zone)
+    render::human(Unit::UnixS, &Value::Int(unix_s), zone)
 }
 
 /// The day (days since 1970-01-01) of instant `unix_s` on `zone`'s wall clock.
 fn local_day(unix_s: i64, zone: Zone) -> i64 {
     let off = i64::from(zone.offset_s(unix_s).unwrap_or(0));
     unix_s.saturating_add(off).div_euclid(86_400)
+}
+
+/// The daily chart's categories: every day of the window on the report's wall clock (months as
+/// the index has them, for a monthly report), in order.
+fn day_categories(d: &Data, key: &str) -> Vec<String> {
+    if d.monthly {
+        let mut m: Vec<String> = (0..d.by_day.rows.len())
+            .filter_map(|r| text_of(&d.by_day, r, key))
+            .collect();
+        m.sort();
+        m.dedup();
+        m
+    } else {
+        let zone = d.opts.zone;
+        let (since, until) = (
+            d.opts.window.since_unix_s.unwrap_or(0),
+            d.opts.window.until_unix_s.unwrap_or(0),
+        );
+        let (first, last) = (
+            local_day(since, zone),
+            local_day(until.saturating_sub(1), zone),
+        );
+        // Bounded whatever the window: `gather` makes one longer than MAX_DAYS monthly, and
+        // MAX_DAYS days touch at most MAX_DAYS + 2 days of a wall clock (part days at each
+        // end, an hour's offset change); a window it did not check (issue 29 §4: its length
+        // overflowed) cannot make a column per day of 10^16 years.
+        let days = last.saturating_sub(first).clamp(0, super::MAX_DAYS + 1);
+        (first..=first + days)
+            .map(jobscope_audit::query::day_text)
+            .collect()
+    }
+}
+
+/// The daily chart's columns: the categories, and in front of them one "earlier" column for the
+/// jobs that started before the first (they ended in the window) when there are any.
+pub(super) struct Slots {
+    pub(super) cats: Vec<String>,
+    pub(super) earlier: bool,
+}
+
+impl Slots {
+    /// The columns for `cats`, with "earlier" when a row of `by_day` starts before the first.
+    pub(super) fn new(cats: Vec<String>, by_day: &Table, key: &str) -> Slots {
+        let first = cats.first().cloned().unwrap_or_default();
+        let earlier = (0..by_day.rows.len())
+            .filter_map(|r| text_of(by_day, r, key))
+            .any(|k| k < first);
+        Slots { cats, earlier }
+    }
+
+    /// The column of day (or month) `k`; `None`: not in the chart.
+    pub(super) fn of(&self, k: &str) -> Option<usize> {
+        let first = self.cats.first().map_or("", String::as_str);
+        if self.earlier && k < first {
+            Some(0)
+        } else {
+            self.cats
+                .iter()
+                .position(|c| c == k)
+                .map(|i| i + self.earlier as usize)
+        }
+    }
+
+    /// The columns' labels: days as `11-18` (the year is in the window above), months whole.
+    pub(super) fn labels(&self, monthly: bool) -> Vec<String> {
+        let mut l: Vec<String> = Vec::new();
+        if self.earlier {
+            l.push("earlier".into());
+        }
+        l.extend(self.cats.iter().map(|c| {
+            if monthly {
+                c.clone()
+            } else {
+                c.get(5..).unwrap_or(c).to_string()
+            }
+        }));
+        l
+    }
+
+    fn len(&self) -> usize {
+        self.cats.len() + self.earlier as usize
+    }
+}
+
+/// The daily chart's series: partitions by core-hours allocated, the largest first (then by name);
+/// past the palette's colours, one "other".
+pub(super) struct Series {
+    pub(super) shown: Vec<Option<String>>,
+    pub(super) other: bool,
+}
+
+impl Series {
+    const MAX_PARTS: usize = 7;
+
+    pub(super) fn of(by_partition: &Table) -> Series {
+        let bp = by_partition;
+        let mut parts: Vec<(Option<String>, f64)> = (0..bp.rows.len())
+            .map(|r| {
+                (
+                    text_of(bp, r, "partition"),
+                    num(bp, r, "core_hours_alloc").unwrap_or(0.0),
+                )
+            })
+            .collect();
+        parts.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        Series {
+            shown: parts
+                .iter()
+                .take(Self::MAX_PARTS)
+                .map(|p| p.0.clone())
+                .collect(),
+            other: parts.len() > Self::MAX_PARTS,
+        }
+    }
+
+    /// Each series' used and unused core-hours per column of `slots`, from the rows of
+    /// `by_day_partition` (a partition not shown adds to "other"), as a solid and a pale segment.
+    pub(super) fn stack(&self, by_day_partition: &Table, key: &str, slots: &Slots) -> Vec<Segment> {
+        let series = self.shown.len() + self.other as usize;
+        let n = slots.len();
+        let mut used = vec![vec![0.0; n]; series];
+        let mut unused = vec![vec![0.0; n]; series];
+        let dp = by_day_partition;
+        for r in 0..dp.rows.len() {
+            let Some(k) = text_of(dp, r, key) else {
+                continue;
+            };
+            let Some(c) = slots.of(&k) else { continue };
+            let part = text_of(dp, r, "partition");
+            let i = self
+                .shown
+                .iter()
+                .position(|p| *p == part)
+                .unwrap_or(series.saturating_sub(1));
+            used[i][c] += num(dp, r, "core_hours_used").unwrap_or(0.0);
+            unused[i][c] += num(dp, r, "core_hours_wasted").unwrap_or(0.0);
+        }
+        let mut segments = Vec::new();
+        for i in 0..series {
+            let label = match self.shown.get(i) {
+                Some(p) => name(p.as_deref()),
+                None => "other".into(),
+            };
+            segments.push(Segment {
+                label: Some(label),
+                shade: Shade {
+                    hue: i,
+                    pale: false,
+                },
+                values: std::mem::take(&mut used[i]),
+            });
+            segments.push(Segment {
+                label: None,
+                shade: Shade { hue: i, pale: true },
+                values: std::mem::take(&mut unused[i]),
+            });
+        }
+        segments
+    }
 }
 
 impl Page {
@@ -396,6 +555,8 @@ impl Page {
         self.view.summary = s;
     }
 
+    /// The section "usage and waste per day (or month), by partition": its words, the stacked
+    /// columns ([`day_categories`], [`Slots`], [`Series::of`], [`Series::stack`]) and two tables.
     fn daily(&mut self, d: &Data) {
         let zone = d.opts.zone;
         let key = if d.monthly { "month" } else { "day" };
@@ -406,118 +567,13 @@ impl Page {
              it. A job counts in the window by its end and on the {per} it started ({}).",
             zone.label()
         ));
-        // The categories: every day of the window (months as the index has them), and jobs that
-        // started before its first day together in front.
-        let cats: Vec<String> = if d.monthly {
-            let mut m: Vec<String> = (0..d.by_day.rows.len())
-                .filter_map(|r| text_of(&d.by_day, r, key))
-                .collect();
-            m.sort();
-            m.dedup();
-            m
-        } else {
-            let (since, until) = (
-                d.opts.window.since_unix_s.unwrap_or(0),
-                d.opts.window.until_unix_s.unwrap_or(0),
-            );
-            let (first, last) = (
-                local_day(since, zone),
-                local_day(until.saturating_sub(1), zone),
-            );
-            // Bounded whatever the window: `gather` makes one longer than MAX_DAYS monthly, and
-            // MAX_DAYS days touch at most MAX_DAYS + 2 days of a wall clock (part days at each
-            // end, an hour's offset change); a window it did not check (issue 29 §4: its length
-            // overflowed) cannot make a column per day of 10^16 years.
-            let days = last.saturating_sub(first).clamp(0, super::MAX_DAYS + 1);
-            (first..=first + days).map(crate::query::day_text).collect()
-        };
-        let first = cats.first().cloned().unwrap_or_default();
-        let earlier = (0..d.by_day.rows.len())
-            .filter_map(|r| text_of(&d.by_day, r, key))
-            .any(|k| k < first);
-        let slot = |k: &str, cats: &[String]| -> Option<usize> {
-            if earlier && k < first.as_str() {
-                Some(0)
-            } else {
-                cats.iter()
-                    .position(|c| c == k)
-                    .map(|i| i + earlier as usize)
-            }
-        };
-        let labels: Vec<String> = {
-            let mut l: Vec<String> = Vec::new();
-            if earlier {
-                l.push("earlier".into());
-            }
-            l.extend(cats.iter().map(|c| {
-                if d.monthly {
-                    c.clone()
-                } else {
-                    // `11-18`: the year is in the window above.
-                    c.get(5..).unwrap_or(c).to_string()
-                }
-            }));
-            l
-        };
-        // Partitions by core-hours allocated, the largest first; past the palette's colours,
-        // one "other".
-        const MAX_PARTS: usize = 7;
-        let bp = &d.by_partition;
-        let mut parts: Vec<(Option<String>, f64)> = (0..bp.rows.len())
-            .map(|r| {
-                (
-                    text_of(bp, r, "partition"),
-                    num(bp, r, "core_hours_alloc").unwrap_or(0.0),
-                )
-            })
-            .collect();
-        parts.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
-        let shown: Vec<Option<String>> =
-            parts.iter().take(MAX_PARTS).map(|p| p.0.clone()).collect();
-        let other = parts.len() > MAX_PARTS;
-        let series = shown.len() + other as usize;
-        let n = labels.len();
-        let mut used = vec![vec![0.0; n]; series];
-        let mut unused = vec![vec![0.0; n]; series];
-        let dp = &d.by_day_partition;
-        for r in 0..dp.rows.len() {
-            let Some(k) = text_of(dp, r, key) else {
-                continue;
-            };
-            let Some(c) = slot(&k, &cats) else { continue };
-            let part = text_of(dp, r, "partition");
-            let i = shown
-                .iter()
-                .position(|p| *p == part)
-                .unwrap_or(series.saturating_sub(1));
-            used[i][c] += num(dp, r, "core_hours_used").unwrap_or(0.0);
-            unused[i][c] += num(dp, r, "core_hours_wasted").unwrap_or(0.0);
-        }
-        let mut segments = Vec::new();
-        for i in 0..series {
-            let label = match shown.get(i) {
-                Some(p) => name(p.as_deref()),
-                None => "other".into(),
-            };
-            segments.push(Segment {
-                label: Some(label),
-                shade: Shade {
-                    hue: i,
-                    pale: false,
-                },
-                values: std::mem::take(&mut used[i]),
-            });
-            segments.push(Segment {
-                label: None,
-                shade: Shade { hue: i, pale: true },
-                values: std::mem::take(&mut unused[i]),
-            });
-        }
+        let slots = Slots::new(day_categories(d, key), &d.by_day, key);
+        let series = Series::of(&d.by_partition);
         let bars = Bars {
             title: format!("core-hours per {per} by partition: used (solid), unused (pale)"),
             unit: "core-hours".into(),
-            categories: labels,
-            segments,
+            categories: slots.labels(d.monthly),
+            segments: series.stack(&d.by_day_partition, key, &slots),
             counts: false,
         };
         self.chart(
@@ -707,9 +763,9 @@ impl Page {
             |w, h| plots::columns_png(&panels, w, h),
         );
         let mut table = Table::new(vec![
-            Column::new("efficiency", ColType::Text),
-            Column::new("jobs_by_cpu_eff", ColType::Int),
-            Column::new("jobs_by_mem_eff", ColType::Int),
+            Column::new("efficiency", ColType::Text, Unit::None),
+            Column::new("jobs_by_cpu_eff", ColType::Int, Unit::None),
+            Column::new("jobs_by_mem_eff", ColType::Int, Unit::None),
         ]);
         for (i, l) in labels.iter().enumerate() {
             table.rows.push(vec![
@@ -736,10 +792,14 @@ impl Page {
         let s = self.section("heatmap", "When the cluster is used: hour of week");
         let mut busiest: Option<(usize, usize, f64)> = None;
         let mut table = Table::new(vec![
-            Column::new("day_of_week", ColType::Int),
-            Column::new("core_hours_alloc", ColType::Float),
-            Column::new("busiest_hour", ColType::Text),
-            Column::new("core_hours_alloc_in_busiest_hour", ColType::Float),
+            Column::new("day_of_week", ColType::Int, Unit::Weekday),
+            Column::new("core_hours_alloc", ColType::Float, Unit::Hours),
+            Column::new("busiest_hour", ColType::Text, Unit::None),
+            Column::new(
+                "core_hours_alloc_in_busiest_hour",
+                ColType::Float,
+                Unit::Hours,
+            ),
         ]);
         let mut week = 0.0;
         let mut weekend = 0.0;
@@ -883,9 +943,10 @@ impl Page {
             ],
         );
         table.rows = ranked.iter().map(|&r| table.rows[r].clone()).collect();
-        table
-            .columns
-            .insert(1, Column::new("jobs_with_idle_gpus", ColType::Int));
+        table.columns.insert(
+            1,
+            Column::new("jobs_with_idle_gpus", ColType::Int, Unit::None),
+        );
         for (row, u) in table.rows.iter_mut().zip(&users) {
             let n = (0..jobs.rows.len())
                 .filter(|&r| text_of(jobs, r, "user") == *u)

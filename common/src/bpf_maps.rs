@@ -1,14 +1,17 @@
-//! The kernel view's reader and tagger: what runs in slurmstepd (and in `jobscope run`) against the
-//! maps the collector `jobscope-kernel` pins (layout: `jobscope_model::kernel`).
+//! The kernel collector's pinned maps through plain `bpf(2)` calls: the one implementation of
+//! the map operations of jobscope's user space — the SPANK plugin's tagger and the job's sampler
+//! (inside slurmstepd), `jobscope run`, the collector's own sweep and status, and the collector's
+//! tests. Layout of the values: `jobscope_model::kernel_abi`; the collector that loads the
+//! programs and pins the maps is `jobscope-kernel`.
 //!
-//! Plain `bpf(2)` calls, not libbpf: the plugin runs inside slurmstepd on every job, and all it
-//! needs is to open four pinned maps and look up, update or delete one entry — a few hundred
-//! lines of libbpf and libelf linked into slurmstepd would buy nothing here. Every call is one
-//! non-blocking system call; nothing here waits, spawns or allocates per sample beyond the
-//! buffer kept in [`KernelMaps`]. A sample makes one: the job's entry (the collector's state
-//! is read through a read-only mapping of its one page).
+//! Not libbpf: the plugin runs inside slurmstepd on every job, and all it needs is to open four
+//! pinned maps and look up, update or delete one entry — a few hundred lines of libbpf and libelf
+//! linked into slurmstepd would buy nothing here. Every call is one non-blocking system call;
+//! nothing here waits, spawns or allocates per sample beyond the buffer kept in [`KernelMaps`].
+//! A sample makes one: the job's entry (the collector's state is read through a read-only
+//! mapping of its one page).
 
-use jobscope_model::kernel::{self as abi, Counters, Pod, State, Task};
+use jobscope_model::kernel_abi::{self as abi, Counters, Pod, State, Task};
 use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -17,6 +20,7 @@ use std::path::{Path, PathBuf};
 const BPF_MAP_LOOKUP_ELEM: libc::c_long = 1;
 const BPF_MAP_UPDATE_ELEM: libc::c_long = 2;
 const BPF_MAP_DELETE_ELEM: libc::c_long = 3;
+const BPF_MAP_GET_NEXT_KEY: libc::c_long = 4;
 const BPF_OBJ_GET: libc::c_long = 7;
 const BPF_ANY: u64 = 0;
 const BPF_NOEXIST: u64 = 1;
@@ -107,7 +111,7 @@ fn possible_cpus(sys_root: &Path) -> io::Result<usize> {
 }
 
 /// A descriptor of process `pid`: the key of the task storage map from user space.
-fn pidfd_open(pid: libc::pid_t) -> io::Result<OwnedFd> {
+pub fn pidfd_open(pid: libc::pid_t) -> io::Result<OwnedFd> {
     // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
     let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
     if fd < 0 {
@@ -224,9 +228,27 @@ impl std::fmt::Display for Unavailable {
 }
 
 impl KernelMaps {
-    /// Opens the maps pinned under `pin_dir` (`jobscope_model::kernel::PIN_DIR`); `sys_root` is
-    /// `/sys` (for the number of possible CPUs).
+    /// Opens the maps pinned under `pin_dir` (`jobscope_model::kernel_abi::PIN_DIR`); `sys_root`
+    /// is `/sys` (for the number of possible CPUs). Maps of another ABI version are refused.
     pub fn open(pin_dir: &Path, sys_root: &Path) -> Result<KernelMaps, Unavailable> {
+        let m = Self::open_any_abi(pin_dir, sys_root)?;
+        let st = m
+            .state()
+            .map_err(|e| Unavailable::Broken(format!("{}/state: {e}", pin_dir.display())))?;
+        if st.abi_version != abi::ABI_VERSION {
+            return Err(Unavailable::Broken(format!(
+                "the collector speaks version {} of the map layout, this build {}",
+                st.abi_version,
+                abi::ABI_VERSION
+            )));
+        }
+        Ok(m)
+    }
+
+    /// [`KernelMaps::open`] whatever ABI version the state says: for the collector's `status`,
+    /// which reports the version it finds. Only [`KernelMaps::state`] and
+    /// [`KernelMaps::job_keys`] mean anything on maps of another version.
+    pub fn open_any_abi(pin_dir: &Path, sys_root: &Path) -> Result<KernelMaps, Unavailable> {
         let get = |name: &str| {
             let p = pin_dir.join(name);
             obj_get(&p).map_err(|e| match e.kind() {
@@ -243,25 +265,14 @@ impl KernelMaps {
         let tasks = get("tasks")?;
         let ncpus = possible_cpus(sys_root).map_err(|e| Unavailable::Broken(e.to_string()))?;
         let state_mem = StateMapping::new(&state);
-        let m = KernelMaps {
+        Ok(KernelMaps {
             jobs,
             tasks,
             state,
             state_mem,
             ncpus,
             buf: vec![0; ncpus * std::mem::size_of::<Counters>()],
-        };
-        let st = m
-            .state()
-            .map_err(|e| Unavailable::Broken(format!("{}/state: {e}", pin_dir.display())))?;
-        if st.abi_version != abi::ABI_VERSION {
-            return Err(Unavailable::Broken(format!(
-                "the collector speaks version {} of the map layout, this build {}",
-                st.abi_version,
-                abi::ABI_VERSION
-            )));
-        }
-        Ok(m)
+        })
     }
 
     /// The collector's state entry (from the mapping when there is one).
@@ -357,20 +368,24 @@ impl KernelMaps {
         }
     }
 
-    /// Adds the job's counters to `r` if the collector is alive (the one read of a sample: the
-    /// state, then the job's entry).
-    pub fn fill(&mut self, job_key: u64, r: &mut jobscope_model::sample::Reading) -> Fill {
-        let st = match self.state() {
-            Ok(s) if alive(&s, monotonic_ns()) => s,
-            _ => return Fill::Stopped,
-        };
-        match self.read(job_key) {
-            Ok(Some(c)) => {
-                r.set_kernel(&c, st.flags);
-                Fill::Filled
+    /// Replaces `out` with the keys of `jobs` (the collector's sweep and status): a walk with
+    /// `BPF_MAP_GET_NEXT_KEY`, at most `max_keys` long however the map changes meanwhile.
+    pub fn job_keys(&self, out: &mut Vec<u64>, max_keys: usize) -> io::Result<()> {
+        out.clear();
+        // a null key starts the walk at the first key
+        let mut prev: Option<[u8; 8]> = None;
+        while out.len() < max_keys {
+            let mut next = [0u8; 8];
+            let key = prev.as_ref().map_or(std::ptr::null(), |k| k.as_ptr());
+            match elem(BPF_MAP_GET_NEXT_KEY, &self.jobs, key, next.as_mut_ptr(), 0) {
+                Ok(()) => {}
+                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => break,
+                Err(e) => return Err(e),
             }
-            Ok(None) | Err(_) => Fill::Lost,
+            out.push(u64::from_ne_bytes(next));
+            prev = Some(next);
         }
+        Ok(())
     }
 
     /// Removes the job's entry (its end); false when there was none.
@@ -390,19 +405,6 @@ impl KernelMaps {
     }
 }
 
-/// What [`KernelMaps::fill`] found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Fill {
-    Filled,
-    /// No heartbeat for [`HEARTBEAT_STALE_NS`], or the state unreadable.
-    Stopped,
-    /// The job's entry is gone (the collector restarted with new maps, or swept it).
-    Lost,
-}
-
-/// How long without a heartbeat before the collector counts as stopped (it beats every second).
-pub const HEARTBEAT_STALE_NS: u64 = 10_000_000_000;
-
 /// `CLOCK_MONOTONIC` now, in ns: the clock of [`State::heartbeat_ns`].
 pub fn monotonic_ns() -> u64 {
     let mut ts = libc::timespec {
@@ -412,116 +414,4 @@ pub fn monotonic_ns() -> u64 {
     // SAFETY: clock_gettime writes the timespec it is given.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     (ts.tv_sec as u64).saturating_mul(1_000_000_000) + ts.tv_nsec as u64
-}
-
-/// Whether a state read at `now_ns` shows a collector that is alive. Pure.
-pub fn alive(st: &State, now_ns: u64) -> bool {
-    st.heartbeat_ns != 0 && now_ns.saturating_sub(st.heartbeat_ns) <= HEARTBEAT_STALE_NS
-}
-
-/// What a job's sampler says about its kernel view, as it goes: each at most once per job, as
-/// an event in the spool (`EventKind::KernelView`) that the report turns into a data note.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ViewNote {
-    Unavailable(String),
-    Full { max_jobs: u64 },
-    SyscallsOff,
-    Stopped,
-    Lost,
-}
-
-impl ViewNote {
-    /// The sentence the report shows.
-    pub fn message(&self) -> String {
-        match self {
-            ViewNote::Unavailable(why) => format!("kernel view off: {why}"),
-            ViewNote::Full { max_jobs } => format!(
-                "kernel view off for this job: the collector's job table was full ({max_jobs} jobs; kernel.max_jobs)"
-            ),
-            ViewNote::SyscallsOff => "system calls not counted: the collector runs without system-call counting".into(),
-            ViewNote::Stopped => "the kernel collector stopped during the job: the kernel figures end at its last heartbeat".into(),
-            ViewNote::Lost => "the job's kernel counters disappeared during the job (collector restarted): the kernel figures end there".into(),
-        }
-    }
-}
-
-/// One job's kernel view for its sampler: the maps, the key, and what was already said.
-pub struct JobView {
-    maps: KernelMaps,
-    key: u64,
-    dead: bool,
-}
-
-impl JobView {
-    /// Opens the maps and registers the job. `Err` carries the note to record (no view).
-    pub fn start(
-        pin_dir: &Path,
-        sys_root: &Path,
-        key: u64,
-    ) -> Result<(JobView, Vec<ViewNote>), ViewNote> {
-        let maps = KernelMaps::open(pin_dir, sys_root)
-            .map_err(|u| ViewNote::Unavailable(u.to_string()))?;
-        let st = maps
-            .state()
-            .map_err(|e| ViewNote::Unavailable(e.to_string()))?;
-        if !alive(&st, monotonic_ns()) {
-            return Err(ViewNote::Unavailable(
-                "the kernel collector is not running (its heartbeat is stale)".into(),
-            ));
-        }
-        match maps.register(key) {
-            Ok(Registered::Full) => {
-                return Err(ViewNote::Full {
-                    max_jobs: st.max_jobs,
-                })
-            }
-            Ok(_) => {}
-            Err(e) => {
-                return Err(ViewNote::Unavailable(format!(
-                    "cannot register the job: {e}"
-                )))
-            }
-        }
-        let mut notes = Vec::new();
-        if st.flags & abi::STATE_SYSCALLS == 0 {
-            notes.push(ViewNote::SyscallsOff);
-        }
-        Ok((
-            JobView {
-                maps,
-                key,
-                dead: false,
-            },
-            notes,
-        ))
-    }
-
-    /// Adds the job's kernel counters to `r` (nothing once the collector stopped or the entry is
-    /// gone, with the note to record the first time).
-    pub fn fill(&mut self, r: &mut jobscope_model::sample::Reading) -> Option<ViewNote> {
-        if self.dead {
-            return None;
-        }
-        let note = match self.maps.fill(self.key, r) {
-            Fill::Filled => return None,
-            Fill::Stopped => ViewNote::Stopped,
-            Fill::Lost => ViewNote::Lost,
-        };
-        self.dead = true;
-        Some(note)
-    }
-
-    /// The job's end on this node: its entry is removed.
-    pub fn finish(self) {
-        let _ = self.maps.forget(self.key);
-    }
-
-    /// The maps, for a read outside [`JobView::fill`] (the benchmark's parts of a read).
-    pub fn maps_mut(&mut self) -> &mut KernelMaps {
-        &mut self.maps
-    }
-
-    pub fn maps(&self) -> &KernelMaps {
-        &self.maps
-    }
 }
