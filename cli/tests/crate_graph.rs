@@ -200,7 +200,7 @@ fn the_audit_engine_depends_on_no_delivery_and_its_products_do() {
 const SAMPLING: &[&str] = &["jobscope-sampler", "nvml-wrapper", "procfs"];
 
 #[test]
-fn the_report_archive_delivery_and_audit_link_nothing_of_sampling() {
+fn the_stages_after_sampling_link_nothing_of_it() {
     let meta = metadata();
     for stage in [
         "jobscope-common",
@@ -210,6 +210,9 @@ fn the_report_archive_delivery_and_audit_link_nothing_of_sampling() {
         "jobscope-deliver",
         "jobscope-audit",
         "jobscope-admin",
+        // The Epilog summarises spools and removes the live snapshot (jobscope_common::live): it
+        // samples nothing, so a compute node's Epilog loads no NVML.
+        "jobscope-epilog",
     ] {
         let linked = linked_closure(&meta, stage);
         assert!(linked.contains("jobscope-model"), "{stage}: {linked:?}");

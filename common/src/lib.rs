@@ -15,6 +15,7 @@ pub mod bpf_maps;
 pub mod child;
 pub mod digest;
 pub mod fsutil;
+pub mod live;
 pub mod spool;
 pub mod users;
 

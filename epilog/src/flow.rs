@@ -265,7 +265,7 @@ pub fn run_epilog(
     let dir = job_dir(&cfg.paths.spool_dir, env.job_id, &env.node);
     // The job is over on this node: its live view too (the extern step removes it at its exit;
     // this covers an extern step that died first). sampler/src/snapshot.rs.
-    jobscope_sampler::snapshot::remove(&cfg.paths.live_dir, env.job_id, &env.node);
+    jobscope_common::live::remove(&cfg.paths.live_dir, env.job_id, &env.node);
     if is_archived(cfg, env.job_id) && !set_aside_earlier_run(cfg, env.job_id, &dir, log) {
         remove_spool(cfg, env.job_id, &env.node, log);
         return Ok(Outcome::AlreadyArchived);

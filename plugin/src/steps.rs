@@ -232,8 +232,8 @@ impl JobCtx {
             }
             let clock = std::time::Instant::now();
             let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                let snap = jobscope_sampler::snapshot::from_spool(&dir, job_id, &node, uid, &gpu);
-                jobscope_sampler::snapshot::write(&live_dir, &snap, gid)
+                let snap = jobscope_common::live::from_spool(&dir, job_id, &node, uid, &gpu);
+                jobscope_common::live::write(&live_dir, &snap, gid)
             }));
             pace.done(started, clock.elapsed().as_millis() as u64);
             let problem = match r {
@@ -252,7 +252,7 @@ impl JobCtx {
 
     /// Removes this node's live snapshot (the job ended here).
     pub fn remove_live_snapshot(&self) {
-        jobscope_sampler::snapshot::remove(&self.cfg.paths.live_dir, self.job_id, self.node());
+        jobscope_common::live::remove(&self.cfg.paths.live_dir, self.job_id, self.node());
     }
 
     /// Starts the job's GPU monitor (its own thread and `gpu.jsc`, so a slow driver never stalls the

@@ -11,7 +11,7 @@
 //! - [`gpu`]: which GPUs are the job's, NVML/amdgpu sampling in its own thread, the `gpu.jsc` writer.
 //! - [`kernel_view`]: the job's view of the kernel collector's pinned maps (the map operations
 //!   are `jobscope_common::bpf_maps`).
-//! - [`snapshot`]: the live snapshot `jobscope top` reads.
+//! - [`snapshot`]: how often the live snapshot (`jobscope_common::live`) is rewritten.
 //!
 //! The pure stages (spool format, summaries, analysis) are in `jobscope-model`; the site
 //! configuration is `jobscope-config`; file-system, child-process and user-database helpers are

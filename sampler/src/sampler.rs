@@ -65,7 +65,7 @@ pub enum Source {
     ProcTree(crate::proctree::ProcTreeReader),
 }
 
-/// Called after each sample once its bucket is written (the live snapshot, `crate::snapshot`).
+/// Called after each sample once its bucket is written (the live snapshot, `jobscope_common::live`).
 /// The spool writer writes each frame straight to the file (no user-space buffer), so a reader
 /// sees it without a sync; syncing stays on its own schedule (every 4th sample).
 pub type AfterSample = Box<dyn FnMut() + Send>;

@@ -12,6 +12,7 @@
 pub mod top;
 
 use anyhow::{bail, Result};
+use jobscope_common::live::{self as snapshot, ReadError};
 use jobscope_config::Config;
 use jobscope_model::job::{JobFacts, JobState};
 use jobscope_model::spool::job_dir;
@@ -19,7 +20,6 @@ use jobscope_model::summary::{JobSummary, NodeSummary};
 use jobscope_report::pipeline::{self, NodeEnd};
 use jobscope_report::slurm::Slurm;
 use jobscope_report::GENERATOR;
-use jobscope_sampler::snapshot::{self, ReadError};
 
 /// One node's data as reached from here.
 #[derive(Debug)]
