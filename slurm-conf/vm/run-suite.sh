@@ -100,7 +100,7 @@ install -m 0755 "$rel_dir/release/libfake_nvml.so" "$share/files/"
 # the fault-injection plugin of this release, where it was built (the inject= tests need it)
 [ -f "$tdir/release/jobscope_spank_faults.so" ] && install -m 0755 "$tdir/release/jobscope_spank_faults.so" "$share/files/"
 install -m 0644 "$out/tests.txt" "$whl" "$share/files/"
-bash "$HERE/vm.sh" run "$suite" --timeout 300 bash /mnt/jobscope/guest/suite.sh install || die "install in the guest failed"
+bash "$HERE/vm.sh" run "$suite" --timeout 450 bash /mnt/jobscope/guest/suite.sh install || die "install in the guest failed"
 rc=0
 bash "$HERE/vm.sh" run "$suite" --timeout 3600 bash /mnt/jobscope/guest/suite.sh test /mnt/jobscope/files/tests.txt || rc=1
 cp -r "$share/out/suite/." "$out/" 2>/dev/null || true

@@ -30,6 +30,13 @@ cmd_install() {
   # with --no-download looks for them in its cache, "Pathname to install is not absolute": they are
   # copied to local files; nothing is downloaded when every dependency is installed.)
   rm -rf /root/debs; mkdir -p /root/debs; cp "${debs[@]}" /root/debs/
+  # The package's postinst starts its timers and restarts the collector through systemctl, whose
+  # jobs wait behind the boot's own start jobs: the guest answers once slurmd is up, which can be
+  # before its boot is done (one install under emulation hung there past its 300 s). Wait for the
+  # boot, bounded, and say what was still queued if it did not end.
+  log "boot: $(timeout 150 systemctl is-system-running --wait 2>&1)"
+  jobs=$(systemctl list-jobs --no-legend 2>/dev/null | head -n 5 | tr -s ' \n' ' ')
+  [ -z "$jobs" ] || log "systemd jobs still queued before the install: $jobs"
   DEBIAN_FRONTEND=noninteractive apt-get install -y -q -o Dpkg::Options::=--force-confdef \
     -o Dpkg::Options::=--force-confold /root/debs/*.deb || die "apt-get install ${debs[*]} failed"
   for f in /usr/lib/x86_64-linux-gnu/slurm-wlm/jobscope_spank.so /usr/bin/jobscope /usr/sbin/jobscope-epilog; do
