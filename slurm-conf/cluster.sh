@@ -1,9 +1,16 @@
 #!/bin/bash
 # The jobscope TEST cluster: a real SLURM 22.05 on this Debian 12 host, loopback only, as root.
 #
-#   slurm-conf/cluster.sh up [--nodes 1|2] [--clean]   (re)start munged, slurmctld, slurmd(s)
+#   slurm-conf/cluster.sh up [--nodes 1|2|4] [--clean] (re)start munged, slurmctld, slurmd(s)
 #   slurm-conf/cluster.sh down                         stop them, clean up
 #   slurm-conf/cluster.sh status                       mode, daemons, nodes, installed bits
+#   slurm-conf/cluster.sh node-exec NODE CMD...        run CMD (as root, cwd /) in NODE's mount
+#                                                      namespace, i.e. with NODE's private jobscope
+#                                                      dirs (nsenter -t <slurmd pid> -m); CMD's exit
+#                                                      status. NODE: a node of the running mode, or
+#                                                      n1..n4 for <host>n1..<host>n4
+#   slurm-conf/cluster.sh node-dir NODE                print the host directory backing NODE's
+#                                                      private dirs in 4-node mode (works while down)
 #   slurm-conf/cluster.sh install                      install target/release/* + config + plugstack line
 #                                                      (+ the fake NVML library, test cluster only)
 #   slurm-conf/cluster.sh install --packages DIR       the same from the .debs in DIR (apt install; the
@@ -15,12 +22,25 @@
 #   (/etc/slurm, /run/slurmctld.pid, /run/slurmd.pid, /var/lib/slurm/{slurmctld,slurmd}).
 # up --nodes 2: two slurmd on 127.0.0.1 (`slurmd -N <host>n1|<host>n2`, ports 6821/6822),
 #   per-node paths with %n (/run/slurmd-%n.pid, /var/lib/slurm/slurmd-%n, slurmd-%n.log).
+#   Both share the host's jobscope directories.
+# up --nodes 4: four slurmd on 127.0.0.1 (<host>n1..<host>n4, ports 6821..6824, paths as in 2-node
+#   mode), each in its OWN MOUNT NAMESPACE, as on a real cluster where nodes share nothing but
+#   SLURM: node N sees private, writable /var/lib/jobscope, /var/spool/jobscope, /var/log/jobscope,
+#   /run/jobscope and /run/jobscope-live, bind mounts of the host directories
+#   /var/lib/jobscope-nodes/<node>/{lib,spool,log,run,live} (`node-dir NODE` prints the first
+#   part). slurmd's slurmstepds, the SPANK plugin in them and the Epilog inherit the namespace;
+#   srun/sbatch and the jobscope CLI run on this host are the "service host" with the host's own
+#   directories, which the nodes do not see. `up` empties the per-node directories (jobs start
+#   clean); `down` leaves them for inspection. /run (pid files), /var/lib/slurm and /var/log/slurm
+#   are shared as in the other modes.
+# The kernel collector (jobscope-kernel) runs in 1-node mode only.
 # Only one mode runs at a time: `up` first stops whatever runs (it is idempotent: a second
 # `up` restarts cleanly). --clean also wipes slurmctld's saved state (job ids restart at 1);
 # without it job ids keep increasing across restarts (node states are always reset).
 # The config is generated from slurm-conf/test-cluster/*.in into /etc/slurm.
 # Daemons run with a clean environment (env -i) so nothing leaks into job output.
 # Logs: /var/log/slurm/{slurmctld,slurmd,slurmd-<node>,jobcomp,mailprog}.log (previous run: *.log.1)
+#   4-node mode: each node's jobscope logs (epilog.log ...) are in $(node-dir NODE)/log.
 #
 # Env: JOBSCOPE_CLUSTER_UP_TIMEOUT (s, default 60): how long `up` waits for idle nodes.
 #      CARGO_TARGET_DIR: where `install` looks for release/ (default: <repo>/target).
@@ -75,11 +95,24 @@ die()  { echo "cluster: ERROR: $*" >&2; exit 1; }
 
 need_root() { [ "$(id -u)" = 0 ] || die "must run as root"; }
 
-# node names / slurmd pid files of a mode (1 or 2)
-node_names() { if [ "$1" = 2 ]; then echo "${HOST}n1 ${HOST}n2"; else echo "$HOST"; fi; }
-slurmd_pidfile() { if [ "$1" = 2 ]; then echo "/run/slurmd-$2.pid"; else echo /run/slurmd.pid; fi; }
-slurmd_logfile() { if [ "$1" = 2 ]; then echo "$LOGDIR/slurmd-$2.log"; else echo "$LOGDIR/slurmd.log"; fi; }
-all_our_node_names() { echo "$HOST ${HOST}n1 ${HOST}n2"; }
+# node names / slurmd pid files of a mode (1, 2 or 4)
+node_names() {
+  case "$1" in
+    2) echo "${HOST}n1 ${HOST}n2" ;;
+    4) echo "${HOST}n1 ${HOST}n2 ${HOST}n3 ${HOST}n4" ;;
+    *) echo "$HOST" ;;
+  esac
+}
+multi_node() { [ "$1" = 2 ] || [ "$1" = 4 ]; }   # the modes with slurmd -N <node> and %n paths
+slurmd_pidfile() { if multi_node "$1"; then echo "/run/slurmd-$2.pid"; else echo /run/slurmd.pid; fi; }
+slurmd_logfile() { if multi_node "$1"; then echo "$LOGDIR/slurmd-$2.log"; else echo "$LOGDIR/slurmd.log"; fi; }
+all_our_node_names() { echo "$HOST ${HOST}n1 ${HOST}n2 ${HOST}n3 ${HOST}n4"; }
+
+# 4-node mode: each slurmd's private jobscope directories, "<subdir of the node's dir>:<mount point>"
+NODE_DIRS_ROOT=/var/lib/jobscope-nodes
+NODE_MOUNTS=(lib:/var/lib/jobscope spool:/var/spool/jobscope log:/var/log/jobscope
+             run:/run/jobscope live:/run/jobscope-live)
+node_dir() { echo "$NODE_DIRS_ROOT/$1"; }
 
 current_mode() { [ -s "$RUNDIR/mode" ] && cat "$RUNDIR/mode" || true; }
 
@@ -191,9 +224,9 @@ write_slurm_conf() {
   local mode=$1 cpus realmem memtotal tmp
   memtotal=$(awk '/^MemTotal:/ { print int($2 / 1024) }' /proc/meminfo)
   realmem=$(( memtotal - 512 ))
-  if [ "$mode" = 2 ]; then
+  if multi_node "$mode"; then
     cpus=$(nproc); [ "$cpus" -ge 2 ] && cpus=2
-    realmem=$(( realmem / 2 ))
+    realmem=$(( realmem / mode ))
   else
     cpus=$(nproc)
   fi
@@ -271,6 +304,62 @@ show_failure() {
     echo "---- tail $(slurmd_logfile "$mode" "$n")" >&2
     tail -n 25 "$(slurmd_logfile "$mode" "$n")" >&2 2>/dev/null || true
   done
+  if [ "$mode" = 4 ]; then
+    for n in $(node_names "$mode"); do
+      [ -s "$(node_dir "$n")/log/epilog.log" ] || continue
+      echo "---- tail $(node_dir "$n")/log/epilog.log (the node's private /var/log/jobscope)" >&2
+      tail -n 10 "$(node_dir "$n")/log/epilog.log" >&2 2>/dev/null || true
+    done
+  fi
+}
+
+# ---------------------------------------------------------------- 4-node mode: private node dirs
+# (Re)create the directories backing NODE's private jobscope dirs (root, 0755; jobscope tightens
+# the modes it wants itself, as on a fresh node), emptied, and the host's mount points.
+prepare_node_dirs() {
+  local node=$1 m d
+  install -d -o root -g root -m 0755 "$NODE_DIRS_ROOT" "$(node_dir "$node")"
+  for m in "${NODE_MOUNTS[@]}"; do
+    d=$(node_dir "$node")/${m%%:*}
+    install -d -o root -g root -m 0755 "$d"
+    find "$d" -mindepth 1 -delete || die "could not empty $d"
+    [ -d "${m#*:}" ] || install -d -o root -g root -m 0755 "${m#*:}"
+  done
+}
+
+# Start `slurmd -N NODE` in a new mount namespace (private propagation: nothing leaks back to the
+# host) with NODE's dirs bind-mounted over the jobscope paths. slurmd daemonizes; the namespace
+# lives as long as slurmd and what it starts (slurmstepd, Prolog, Epilog) run.
+start_slurmd_private() {
+  local node=$1 m args=()
+  for m in "${NODE_MOUNTS[@]}"; do args+=("$(node_dir "$node")/${m%%:*}" "${m#*:}"); done
+  # shellcheck disable=SC2016  # $1.. are the inner shell's
+  "${DENV[@]}" unshare --mount --propagation private -- /bin/sh -ec '
+    node=$1; shift
+    while [ $# -gt 0 ]; do mount --bind "$1" "$2"; shift 2; done
+    exec /usr/sbin/slurmd -N "$node"' sh "$node" "${args[@]}"
+}
+
+# Check that slurmd PID of NODE runs in its own mount namespace and sees NODE's dirs; prints why not.
+check_node_ns() {
+  local node=$1 pid=$2 m want got
+  [ "$(readlink "/proc/$pid/ns/mnt")" != "$(readlink /proc/self/ns/mnt)" ] \
+    || { echo "slurmd $node (pid $pid) runs in the host's mount namespace"; return 1; }
+  for m in "${NODE_MOUNTS[@]}"; do
+    want=$(stat -c %d:%i "$(node_dir "$node")/${m%%:*}")
+    got=$(nsenter -t "$pid" -m -- stat -c %d:%i "${m#*:}" 2>&1) || true
+    [ "$want" = "$got" ] \
+      || { echo "slurmd $node (pid $pid): ${m#*:} is not $(node_dir "$node")/${m%%:*} in its namespace"; return 1; }
+  done
+}
+
+# NODE as given (a node name, or n1..n4 for <host>n1..) -> the node name of MODE; dies if none
+resolve_node() {
+  local mode=$1 want=$2 n
+  for n in $(node_names "$mode"); do
+    if [ "$n" = "$want" ] || [ "$n" = "$HOST$want" ]; then echo "$n"; return 0; fi
+  done
+  die "'$want' is not a node of the ${mode}-node cluster ($(node_names "$mode"))"
 }
 
 ctld_up() { local o; o=$(timeout 5 scontrol ping 2>/dev/null) || true; [[ $o == *'is UP'* ]]; }
@@ -292,19 +381,24 @@ nodes_idle() {
 
 cmd_up() {
   need_root
-  local mode=1 clean=0 t0 n pid names foreign
+  local mode=1 clean=0 t0 n pid names foreign why
   while [ $# -gt 0 ]; do
     case "$1" in
       --nodes) mode=${2:-}; shift 2 || die "--nodes needs a value" ;;
       --nodes=*) mode=${1#--nodes=}; shift ;;
       --clean) clean=1; shift ;;
-      *) die "up: unknown argument '$1' (usage: up [--nodes 1|2] [--clean])" ;;
+      *) die "up: unknown argument '$1' (usage: up [--nodes 1|2|4] [--clean])" ;;
     esac
   done
-  [ "$mode" = 1 ] || [ "$mode" = 2 ] || die "--nodes must be 1 or 2 (got '$mode')"
+  [ "$mode" = 1 ] || [ "$mode" = 2 ] || [ "$mode" = 4 ] || die "--nodes must be 1, 2 or 4 (got '$mode')"
   for b in /usr/sbin/slurmctld /usr/sbin/slurmd /usr/sbin/munged /usr/bin/sinfo; do
     [ -x "$b" ] || die "$b not found: run slurm-conf/install-deps.sh first"
   done
+  if [ "$mode" = 4 ]; then
+    for b in unshare nsenter mount; do
+      command -v "$b" >/dev/null || die "$b not found (util-linux/mount): needed for the 4-node mode"
+    done
+  fi
   cgroup_v1_ok || die "the cgroup v1 controllers cpuset, memory, freezer and cpuacct must be mounted under /sys/fs/cgroup (this test cluster uses CgroupPlugin=cgroup/v1; a pure cgroup v2 host is not supported)"
   id slurm >/dev/null 2>&1 || die "user 'slurm' missing (the slurm packages create it; run slurm-conf/install-deps.sh)"
   names=$(node_names "$mode")
@@ -327,7 +421,8 @@ cmd_up() {
   check_installed
   install -d -o slurm -g slurm -m 0755 /var/lib/slurm "$STATE_SAVE"
   for n in $names; do
-    if [ "$mode" = 2 ]; then install -d -m 0755 "/var/lib/slurm/slurmd-$n"; else install -d -m 0755 /var/lib/slurm/slurmd; fi
+    if multi_node "$mode"; then install -d -m 0755 "/var/lib/slurm/slurmd-$n"; else install -d -m 0755 /var/lib/slurm/slurmd; fi
+    if [ "$mode" = 4 ]; then prepare_node_dirs "$n"; fi
   done
   if [ -s "$STATE_SAVE/clustername" ] && [ "$(cat "$STATE_SAVE/clustername")" != "$CLUSTER_NAME" ]; then
     log "state in $STATE_SAVE is from cluster '$(cat "$STATE_SAVE/clustername")': wiping it"
@@ -350,7 +445,9 @@ cmd_up() {
   "${DENV[@]}" /usr/sbin/slurmctld || { show_failure "$mode"; die "slurmctld failed to start"; }
   wait_until 30 ctld_up || { show_failure "$mode"; die "slurmctld did not answer 'scontrol ping' within 30 s"; }
   for n in $names; do
-    if [ "$mode" = 2 ]; then
+    if [ "$mode" = 4 ]; then
+      start_slurmd_private "$n" || { show_failure "$mode"; die "slurmd -N $n (own mount namespace) failed to start"; }
+    elif [ "$mode" = 2 ]; then
       "${DENV[@]}" /usr/sbin/slurmd -N "$n" || { show_failure "$mode"; die "slurmd -N $n failed to start"; }
     else
       "${DENV[@]}" /usr/sbin/slurmd || { show_failure "$mode"; die "slurmd failed to start"; }
@@ -364,6 +461,9 @@ cmd_up() {
   for n in $names; do
     pid=$(live_pid "$(slurmd_pidfile "$mode" "$n")" slurmd)
     [ -n "$pid" ] || { show_failure "$mode"; die "slurmd for $n is not running (no live pid in $(slurmd_pidfile "$mode" "$n"))"; }
+    if [ "$mode" = 4 ]; then
+      why=$(check_node_ns "$n" "$pid") || die "$why (daemons left running for inspection; stop with: $0 down)"
+    fi
   done
   # slurmctld's main scheduler runs its first cycle ~3 s after start; jobs submitted before
   # that wait for it. Wait here so that `up` means "ready to run jobs at once".
@@ -373,13 +473,16 @@ cmd_up() {
   grep -qE "^Epilog +=  *$EPILOG_BIN\$" <<<"$conf" \
     || die "scontrol show config does not show Epilog=$EPILOG_BIN"
   log "up: $mode node(s) idle: $names ($(since "$t0") s)"
+  if [ "$mode" = 4 ]; then
+    log "each node has private jobscope dirs (own mount namespace), backed by $NODE_DIRS_ROOT/<node>/{lib,spool,log,run,live}"
+  fi
 }
 
 # ---------------------------------------------------------------- status
 pid_or_not() { if [ -n "$1" ]; then echo "pid $1"; else echo "NOT RUNNING"; fi; }
 
 cmd_status() {
-  local mode pid n rc=0 ctld
+  local mode pid n rc=0 ctld why
   mode=$(current_mode)
   ctld=$(live_pid "$CTLD_PID" slurmctld)
   if [ -z "$mode" ] && [ -z "$ctld" ]; then
@@ -395,6 +498,13 @@ cmd_status() {
     for n in $(node_names "${mode:-1}"); do
       pid=$(live_pid "$(slurmd_pidfile "${mode:-1}" "$n")" slurmd)
       echo "  slurmd $n: $(pid_or_not "$pid")"; [ -n "$pid" ] || rc=1
+      if [ "$mode" = 4 ] && [ -n "$pid" ] && [ "$(id -u)" = 0 ]; then
+        if why=$(check_node_ns "$n" "$pid"); then
+          echo "    own mount namespace, private jobscope dirs in $(node_dir "$n")"
+        else
+          echo "    NOT ISOLATED: $why"; rc=1
+        fi
+      fi
     done
     pid=$(live_pid /run/munge/munged.pid munged)
     echo "  munged: $(pid_or_not "$pid")"
@@ -511,12 +621,36 @@ cmd_install() {
   fi
 }
 
-usage() { sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; }
+# ---------------------------------------------------------------- node-exec, node-dir
+cmd_node_exec() {
+  need_root
+  [ $# -ge 2 ] || die "usage: $0 node-exec NODE CMD..."
+  local mode node pid
+  mode=$(current_mode)
+  [ -n "$mode" ] || die "node-exec: the cluster is down"
+  node=$(resolve_node "$mode" "$1")
+  shift
+  pid=$(live_pid "$(slurmd_pidfile "$mode" "$node")" slurmd)
+  [ -n "$pid" ] || die "node-exec: slurmd for $node is not running"
+  exec nsenter -t "$pid" -m -- "$@"
+}
+
+cmd_node_dir() {
+  [ $# -eq 1 ] || die "usage: $0 node-dir NODE"
+  local node
+  node=$(resolve_node 4 "$1")
+  node_dir "$node"
+}
+
+# the header comment, up to the first line that is not a comment
+usage() { awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; }
 
 case "${1:-}" in
   up) shift; cmd_up "$@" ;;
   down) shift; [ $# -eq 0 ] || die "down takes no arguments"; cmd_down ;;
   status) shift; cmd_status ;;
+  node-exec) shift; cmd_node_exec "$@" ;;
+  node-dir) shift; cmd_node_dir "$@" ;;
   install) shift; cmd_install "$@" ;;
   -h|--help|help) usage ;;
   *) usage >&2; exit 2 ;;

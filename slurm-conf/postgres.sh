@@ -19,6 +19,8 @@
 #        server.pid       the postmaster PID this script started (root 0644)
 #        server.log       the server's log
 #      JOBSCOPE_PG_PORT (default 55432)
+#      JOBSCOPE_PG_MAX_CONNECTIONS (default 50; written at initdb): the transport's test of a
+#        cluster's jobs ending together runs a server with 10
 # Authentication: scram-sha-256 over TCP on 127.0.0.1 only (pg_hba.conf has nothing else), so the
 # row-level-security tests log in as real roles with real passwords.
 set -euo pipefail
@@ -31,6 +33,7 @@ done
 
 DIR=${JOBSCOPE_PG_DIR:-/var/lib/jobscope-pg-test}
 PORT=${JOBSCOPE_PG_PORT:-55432}
+MAX_CONN=${JOBSCOPE_PG_MAX_CONNECTIONS:-50}
 DATA=$DIR/data
 SOCK=$DIR/sock
 PASSFILE=$DIR/admin.password
@@ -46,6 +49,7 @@ log() { echo "postgres.sh: $*"; }
 [ "$(id -u)" = 0 ] || die "must run as root"
 case "$DIR" in /*) ;; *) die "JOBSCOPE_PG_DIR must be an absolute path: $DIR" ;; esac
 case "$PORT" in ''|*[!0-9]*) die "JOBSCOPE_PG_PORT must be a number: $PORT" ;; esac
+case "$MAX_CONN" in ''|*[!0-9]*) die "JOBSCOPE_PG_MAX_CONNECTIONS must be a number: $MAX_CONN" ;; esac
 
 # The newest installed server binaries (Debian: /usr/lib/postgresql/<major>/bin).
 BIN=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1 || true)
@@ -125,7 +129,7 @@ port = $PORT
 unix_socket_directories = '$SOCK'
 password_encryption = 'scram-sha-256'
 # a test/demo server on a small machine
-max_connections = 50
+max_connections = $MAX_CONN
 shared_buffers = 256MB
 work_mem = 64MB
 max_parallel_workers_per_gather = 2

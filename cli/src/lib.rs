@@ -22,6 +22,7 @@ pub mod out;
 
 pub mod alerts;
 pub mod audit;
+pub mod cluster;
 pub mod live;
 pub mod pg;
 pub mod run;
@@ -171,6 +172,23 @@ enum Cmd {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true, num_args = 1..)]
         cmd: Vec<std::ffi::OsString>,
     },
+    /// The collector (transport.mode = "postgres", as root on one service host; the
+    /// jobscope-collector service): makes every job's one report from the node summaries in
+    /// PostgreSQL, archives it here and mails it (docs/cluster.md).
+    Collect {
+        /// One pass, then exit (default: a pass every transport.collect_interval_s, forever).
+        #[arg(long)]
+        once: bool,
+        /// With --once: print what was done as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// The configuration: `check` says which transport mode this node is in and whether it can
+    /// work here.
+    Config {
+        #[command(subcommand)]
+        cmd: crate::cluster::ConfigCmd,
+    },
     /// A running job's figures per node, refreshed in place on a terminal (your own jobs; root:
     /// any). One screen when not on a terminal, or with --once.
     Top {
@@ -319,6 +337,14 @@ fn real_main() -> Result<()> {
         Cmd::Index { cmd } => crate::audit::index_cmd(&cfg, cmd),
         Cmd::Audit { cmd } => crate::audit::audit_cmd(&cfg, *cmd),
         Cmd::Pg { cmd } => crate::pg::run(cmd, &cfg),
+        Cmd::Collect { once, json } => crate::cluster::collect_cmd(&cfg, once, json),
+        Cmd::Config { cmd } => crate::cluster::config_cmd(
+            &cfg,
+            cli.config
+                .as_deref()
+                .unwrap_or(std::path::Path::new(jobscope_config::DEFAULT_CONFIG_PATH)),
+            cmd,
+        ),
         Cmd::Alerts(a) => crate::alerts::run(&cfg, a),
         Cmd::Summarize { dir, json } => summarize(&cfg, &dir, json),
     }

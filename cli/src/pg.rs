@@ -24,6 +24,14 @@ pub enum PgCmd {
         #[arg(long)]
         json: bool,
     },
+    /// Create (or re-password) ROLE, the login of the compute nodes (transport.mode = "postgres"):
+    /// it may insert node summaries and nothing else (docs/cluster.md).
+    NodeRole {
+        role: String,
+        /// A file holding the role's password (first line; root only, mode 0600).
+        #[arg(long)]
+        password_file: PathBuf,
+    },
     /// Let database role ROLE see the jobs of UID on CLUSTER (and only those): row-level security.
     MapRole {
         role: String,
@@ -49,6 +57,7 @@ pub fn run(cmd: PgCmd, cfg: &Config) -> Result<()> {
     match cmd {
         PgCmd::Init => {
             schema::ensure(&mut client)?;
+            jobscope_transport::schema::ensure(&mut client)?;
             println!("jobscope schema ready (version {})", schema::SCHEMA_VERSION);
         }
         PgCmd::Sync { json } => {
@@ -98,6 +107,10 @@ pub fn run(cmd: PgCmd, cfg: &Config) -> Result<()> {
                 );
             }
         }
+        PgCmd::NodeRole {
+            role,
+            password_file,
+        } => crate::cluster::node_role(&mut client, &role, &password_file)?,
         PgCmd::MapRole { role, uid, cluster } => {
             schema::ensure(&mut client)?;
             schema::map_role(&mut client, &role, &cluster, uid)?;

@@ -1,5 +1,5 @@
 //! The crate graph follows the data flow (docs/architecture.md): each stage depends only on the
-//! stages before it, the Epilog links nothing of the audit, the stages after the plugin link
+//! stages before it, the Epilog links nothing of the audit (its PostgreSQL client is the transport's), the stages after the plugin link
 //! nothing of sampling, the audit engine links nothing of delivery (its admin products do), and no
 //! crate above the model re-exports it. Read from `cargo metadata`,
 //! so a new dependency that points back up fails here, not in review.
@@ -21,6 +21,9 @@ const STAGES: &[&str] = &[
     "jobscope-report",
     "jobscope-archive",
     "jobscope-deliver",
+    // how node summaries reach the one host that makes the report (outbox, PostgreSQL); the
+    // audit's PostgreSQL connection is its
+    "jobscope-transport",
     "jobscope-audit",
     // the admin products made of the audit engine: the cluster report and the alerts (their mail
     // goes through the deliver crate, which the engine does not link)
@@ -139,22 +142,31 @@ fn linked_closure(meta: &Value, root: &str) -> BTreeSet<String> {
     seen
 }
 
+/// The Epilog sends node summaries through PostgreSQL (transport.mode = "postgres"), so it links
+/// the client; it links nothing of the audit's columnar engine.
 #[test]
-fn the_epilog_links_no_arrow_parquet_or_postgres_and_the_cli_does() {
+fn the_epilog_links_no_arrow_or_parquet_and_the_cli_does() {
     let meta = metadata();
     let heavy = |set: &BTreeSet<String>| -> Vec<String> {
         set.iter()
-            .filter(|n| n.starts_with("arrow") || *n == "parquet" || n.starts_with("postgres"))
+            .filter(|n| {
+                n.starts_with("arrow") || *n == "parquet" || n.starts_with("jobscope-audit")
+            })
             .cloned()
             .collect()
     };
     let epilog = linked_closure(&meta, "jobscope-epilog");
     assert!(epilog.contains("jobscope-deliver"), "{epilog:?}");
+    assert!(epilog.contains("jobscope-transport"), "{epilog:?}");
+    assert!(epilog.contains("postgres"), "{epilog:?}");
     assert_eq!(heavy(&epilog), Vec::<String>::new());
     // The same walk finds them where they are linked: the check can fail.
     let cli = linked_closure(&meta, "jobscope-cli");
     assert!(heavy(&cli).contains(&"parquet".to_string()), "{cli:?}");
-    assert!(heavy(&cli).contains(&"postgres".to_string()), "{cli:?}");
+    assert!(
+        heavy(&cli).contains(&"jobscope-audit".to_string()),
+        "{cli:?}"
+    );
     // The plugin, inside slurmstepd, links neither the report nor anything after it.
     let plugin = linked_closure(&meta, "jobscope-plugin");
     let after_plugin = STAGES.iter().position(|s| *s == "jobscope-plugin").unwrap() + 1;
@@ -208,6 +220,7 @@ fn the_stages_after_sampling_link_nothing_of_it() {
         "jobscope-report",
         "jobscope-archive",
         "jobscope-deliver",
+        "jobscope-transport",
         "jobscope-audit",
         "jobscope-admin",
         // The Epilog summarises spools and removes the live snapshot (jobscope_common::live): it

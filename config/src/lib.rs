@@ -153,7 +153,74 @@ pub struct Config {
     pub mail: Mail,
     pub gpu: Gpu,
     pub postgres: Postgres,
+    pub transport: Transport,
     pub run: Run,
+}
+
+/// How a multi-node job's node summaries reach the one place that makes its report
+/// (docs/cluster.md: the three modes and which one to choose).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TransportMode {
+    /// Nothing is shared between nodes: a one-node job is reported by its node; a multi-node job
+    /// by its first node alone, with that node's figures and a note naming the nodes it could not
+    /// see. Never one report per node.
+    #[default]
+    None,
+    /// Every node of a job writes its summary into `paths.state_dir`, which all nodes share and
+    /// whose root may write there (one host, or a small site's export without root squash); the
+    /// last node makes the report.
+    SharedDir,
+    /// Each node inserts its summary into PostgreSQL (a role that may only insert); the
+    /// collector service on one host makes every report (`jobscope collect`).
+    Postgres,
+}
+
+impl TransportMode {
+    /// The mode's name as the configuration spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TransportMode::None => "none",
+            TransportMode::SharedDir => "shared_dir",
+            TransportMode::Postgres => "postgres",
+        }
+    }
+}
+
+/// `[transport]`: how node summaries travel (docs/cluster.md).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Transport {
+    pub mode: TransportMode,
+    /// Node-local: summaries the transport has not confirmed yet; `jobscope reap` retries them.
+    #[serde(deserialize_with = "abs_path::required")]
+    pub outbox_dir: PathBuf,
+    /// The most seconds an Epilog spends sending its summary (then it leaves it in the outbox).
+    pub send_budget_s: u64,
+    /// `jobscope reap` waits a random 0 to this many seconds before it retries the outbox, so
+    /// that the nodes of a cluster whose database was down do not all reconnect at once.
+    pub retry_jitter_s: u64,
+    /// Seconds between the collector's passes (`jobscope collect`).
+    pub collect_interval_s: u64,
+    /// The node's connection (mode `postgres`): a role that may only insert node summaries
+    /// (`jobscope pg node-role`). The collector connects with `[postgres]`.
+    pub postgres: Postgres,
+}
+
+impl Default for Transport {
+    fn default() -> Self {
+        Transport {
+            mode: TransportMode::None,
+            outbox_dir: "/var/lib/jobscope/outbox".into(),
+            send_budget_s: 5,
+            retry_jitter_s: 30,
+            collect_interval_s: 5,
+            postgres: Postgres {
+                connect_timeout_s: 3,
+                ..Postgres::default()
+            },
+        }
+    }
 }
 
 /// `[postgres]`: the optional PostgreSQL sink and engine (`jobscope pg sync`, `jobscope audit
@@ -396,8 +463,9 @@ pub struct Paths {
     /// Node-local hand-over from job_prolog to the extern step (tmpfs), root only.
     #[serde(deserialize_with = "abs_path::required")]
     pub handover_dir: PathBuf,
-    /// Node summaries waiting for the job's other nodes. Must be shared by all nodes of a job for
-    /// multi-node jobs to get one report (same filesystem as the archive is typical).
+    /// Per-job state: the node summaries waiting for the job's other nodes and the markers of
+    /// archived runs. Node-local, except in `transport.mode = "shared_dir"`, where every node of
+    /// a job must share it (docs/cluster.md).
     #[serde(deserialize_with = "abs_path::required")]
     pub state_dir: PathBuf,
     /// The JSON archive.
@@ -1031,6 +1099,11 @@ impl Config {
         self.check_floats()?;
         check_group_name(&self.archive.admin_group)?;
         Label::source(&self.postgres.source).map_err(|e| format!("postgres.source {e}"))?;
+        if self.transport.mode == TransportMode::Postgres
+            && self.transport.postgres.conninfo.is_none()
+        {
+            return Err("transport.mode = \"postgres\" needs transport.postgres.conninfo (the node role's connection)".into());
+        }
         check_report_to(&self.audit.report_to)?;
         self.alerts.validate()?;
         Ok(())
@@ -1043,7 +1116,7 @@ impl Config {
         const MANY_CALLS: u64 = 1_000_000_000_000;
         let c = self;
         // (key, value, least, most).
-        let ints: [(&str, u64, u64, u64); 32] = [
+        let ints: [(&str, u64, u64, u64); 36] = [
             int!(c.sampler.cadence_s, cadence_s_u64()),
             int!(c.sampler.max_spool_bytes, 16 * 1024..=64 * 1024 * 1024),
             // A floor above the filesystem's size turns spooling off (a test of the floor does).
@@ -1076,6 +1149,10 @@ impl Config {
             int!(c.gpu.sample_timeout_s, 1..=60),
             int!(c.gpu.idle_min_s, 0..=YEAR),
             int!(c.postgres.connect_timeout_s, 1..=300),
+            int!(c.transport.send_budget_s, 1..=60),
+            int!(c.transport.retry_jitter_s, 0..=3600),
+            int!(c.transport.collect_interval_s, 1..=3600),
+            int!(c.transport.postgres.connect_timeout_s, 1..=60),
             // Above SLURM's largest MaxJobId (67,108,863), with room below u32::MAX to count.
             int!(c.run.first_job_id, 67_108_864..=4_000_000_000),
             (
@@ -1370,6 +1447,14 @@ mod tests {
         ("gpu.idle_util_pct", Some("-0.5"), Some("100.5")),
         ("gpu.idle_min_s", None, Some("31536001")),
         ("postgres.connect_timeout_s", Some("0"), Some("301")),
+        ("transport.send_budget_s", Some("0"), Some("61")),
+        ("transport.retry_jitter_s", None, Some("3601")),
+        ("transport.collect_interval_s", Some("0"), Some("3601")),
+        (
+            "transport.postgres.connect_timeout_s",
+            Some("0"),
+            Some("61"),
+        ),
         ("run.first_job_id", Some("67108863"), Some("4000000001")),
         ("alerts.period_days", Some("0"), Some("367")),
         ("alerts.max_jobs_listed", Some("0"), Some("10001")),
@@ -1423,6 +1508,8 @@ mod tests {
         "gpu.nvml_lib_path",
         "gpu.gres_conf",
         "postgres.password_file",
+        "transport.outbox_dir",
+        "transport.postgres.password_file",
     ];
 
     /// `key = value` as a config file: `[mail.smtp]` and `port = 0` for `mail.smtp.port`.

@@ -1,26 +1,37 @@
-//! The epilog flow, and how one report per job comes out of several nodes' epilogs.
+//! The epilog flow, and how one report per job comes out of several nodes' epilogs. Each node's
+//! Epilog reads its spool (`<spool_dir>/<job>.<node>/`) and builds its [`NodeSummary`]; what
+//! happens next is the node's `transport.mode` (docs/cluster.md):
 //!
-//! Each node's epilog:
-//! 1. reads its spool (`<spool_dir>/<job>.<node>/`) and builds its [`NodeSummary`];
-//! 2. stores it in `<state_dir>/<job>/<node>.json` (state_dir must be shared by a job's nodes);
-//! 3. if every node of the job has reported, claims the job (`O_EXCL` on `<state_dir>/<job>/claim`) and
-//!    assembles, archives and renders the one job summary; otherwise it leaves that to the last node;
-//! 4. removes its spool only once the job is archived (marker `<state_dir>/<job>/archived`).
+//! - `none` (the default: nodes share nothing): a one-node job is reported by its node. A
+//!   multi-node job is reported by its first node alone, with that node's figures and a reason
+//!   naming the nodes it could not see; its other nodes remove their spools. Never one report per
+//!   node.
+//! - `shared_dir`: the summary is stored in `<state_dir>/<job>/<node>.json` (state_dir shared by
+//!   the job's nodes); if every node of the job has reported, the node claims the job (`O_EXCL` on
+//!   `<state_dir>/<job>/claim`) and assembles, archives and mails the one report; otherwise it
+//!   leaves that to the last node. It removes its spool only once the job is archived (marker
+//!   `<state_dir>/<job>/archived`).
+//! - `postgres`: the summary goes into the node-local outbox and then to PostgreSQL
+//!   (jobscope-transport); the collector (`jobscope collect`, [`crate::collect`]) makes the report.
 //!
 //! `jobscope reap` (cron) finishes jobs whose missing nodes never reported within `archive.node_wait_s`
-//! (a partial report naming those nodes), and turns spools orphaned by a crash or reboot into reports.
+//! (a partial report naming those nodes), turns spools orphaned by a crash or reboot into summaries,
+//! and sends what the outbox still holds.
 
 use anyhow::{Context, Result};
 use jobscope_archive as archive;
 use jobscope_common::fsutil::{create_new, ensure_dir, is_safe_name, read_limited, write_atomic};
 use jobscope_common::now_unix_ms;
-use jobscope_config::Config;
+use jobscope_config::{Config, TransportMode};
 use jobscope_model::job::JobFacts;
 use jobscope_model::spool::job_dir;
 use jobscope_model::summary::{JobSummary, NodeSummary};
 use jobscope_report::pipeline::{self, NodeEnd};
 use jobscope_report::slurm::{EpilogEnv, Slurm};
+use jobscope_transport::outbox::Outbox;
+use jobscope_transport::{send, Envelope};
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 pub use jobscope_report::pipeline::GENERATOR;
 
@@ -155,7 +166,8 @@ fn finish_claimed(
     slurm: &dyn Slurm,
     log: &mut dyn FnMut(&str),
 ) -> Result<(JobSummary, PathBuf)> {
-    let r = finish_job(cfg, facts, expected, slurm);
+    let nodes = stored_nodes(cfg, facts.job_id);
+    let r = finish_job(cfg, facts, nodes, expected, slurm);
     if r.is_err() {
         if let Err(e) = release_claim(cfg, facts.job_id) {
             log(&format!(
@@ -167,32 +179,56 @@ fn finish_claimed(
     r
 }
 
-/// Assembles, archives and returns the job summary. The archive is written before anything is removed.
-pub fn finish_job(
+/// The job's summary from its nodes' summaries, as every mode makes it: assembled, analysed, the
+/// group named where SLURM did not, enriched from the user's history; in mode `none` the nodes
+/// the first node could not see are named as unseen, not as failed.
+pub fn assemble(
     cfg: &Config,
     facts: &JobFacts,
+    nodes: Vec<NodeSummary>,
     expected: &[String],
     slurm: &dyn Slurm,
-) -> Result<(JobSummary, PathBuf)> {
-    let nodes = stored_nodes(cfg, facts.job_id);
-    let nodes_end_ms = nodes.iter().map(|n| n.end_unix_ms).max();
+) -> JobSummary {
     let mut s = pipeline::job(facts, nodes, expected, cfg, GENERATOR, &|f, e| {
         slurm.decide_end(f, e)
     });
-    // The group's name as this node knows it, when SLURM did not say.
+    if cfg.transport.mode == TransportMode::None {
+        jobscope_model::summary::job::unseen_without_transport(&mut s);
+    }
+    // The group's name as this host knows it, when SLURM did not say.
     if s.group.is_none() {
         s.group = s.gid.and_then(jobscope_common::users::group_name);
     }
     // The peer percentile and advice from the user's earlier runs: two small files of the audit
     // index (archive/src/history.rs), nothing when there is no index.
     jobscope_archive::history::enrich(cfg, &mut s);
+    s
+}
+
+/// Archives `s` (the record first; the manifest line and the owner's copy are not the record:
+/// their failures are logged, it stands) and returns the record's path.
+pub fn archive_summary(cfg: &Config, s: &JobSummary) -> Result<PathBuf> {
     let written = archive::Store::new(&cfg.paths.archive_dir, &cfg.archive.admin_group)
-        .write(&s)
+        .write(s)
         .context("archive write failed")?;
-    // The manifest line and the owner's copy are not the record: failures are logged, it stands.
     for p in &written.problems {
         append_log(&cfg.paths.log_file, &format!("job {}: {p}", s.job_id));
     }
+    Ok(written.path)
+}
+
+/// Assembles, archives and returns the job summary from `nodes` (modes `none` and `shared_dir`:
+/// the state directory's markers follow). The archive is written before anything is removed.
+pub fn finish_job(
+    cfg: &Config,
+    facts: &JobFacts,
+    nodes: Vec<NodeSummary>,
+    expected: &[String],
+    slurm: &dyn Slurm,
+) -> Result<(JobSummary, PathBuf)> {
+    let nodes_end_ms = nodes.iter().map(|n| n.end_unix_ms).max();
+    let s = assemble(cfg, facts, nodes, expected, slurm);
+    let written_path = archive_summary(cfg, &s)?;
 
     let dir = job_state_dir(cfg, facts.job_id);
     // Written before the marker: a marker is never without the end that tells a later run's
@@ -214,7 +250,7 @@ pub fn finish_job(
     write_atomic(
         &dir,
         "archived",
-        written.path.display().to_string().as_bytes(),
+        written_path.display().to_string().as_bytes(),
         0o600,
         None,
     )?;
@@ -226,16 +262,30 @@ pub fn finish_job(
             }
         }
     }
-    Ok((s, written.path))
+    Ok((s, written_path))
 }
 
 /// What one Epilog run did.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[serde(tag = "outcome", rename_all = "snake_case")]
 pub enum Outcome {
-    Archived { path: PathBuf },
-    WaitingForNodes { missing: Vec<String> },
+    Archived {
+        path: PathBuf,
+    },
+    WaitingForNodes {
+        missing: Vec<String>,
+    },
     AlreadyArchived,
+    /// Mode `postgres`: the database has this node's summary.
+    Sent,
+    /// Mode `postgres`: the summary waits in the outbox (`jobscope reap` retries).
+    Queued {
+        why: String,
+    },
+    /// Mode `none`, a node of a multi-node job other than its first: the first node reports.
+    LeftToFirstNode {
+        first: String,
+    },
 }
 
 impl Outcome {
@@ -251,39 +301,45 @@ impl Outcome {
             Outcome::AlreadyArchived => {
                 "already archived (or being archived by another node)".to_string()
             }
+            Outcome::Sent => "this node's summary is in the database".to_string(),
+            Outcome::Queued { why } => {
+                format!("this node's summary waits in the outbox (jobscope reap retries): {why}")
+            }
+            Outcome::LeftToFirstNode { first } => {
+                format!("no transport is configured: the job's first node {first} reports it")
+            }
         }
     }
 }
 
-/// The Epilog: steps 1–4 of the module doc.
+/// The Epilog, by the node's `transport.mode` (the module doc).
 pub fn run_epilog(
     cfg: &Config,
     env: &EpilogEnv,
     slurm: &dyn Slurm,
     log: &mut dyn FnMut(&str),
 ) -> Result<Outcome> {
-    let dir = job_dir(&cfg.paths.spool_dir, env.job_id, &env.node);
     // The job is over on this node: its live view too (the extern step removes it at its exit;
-    // this covers an extern step that died first). sampler/src/snapshot.rs.
+    // this covers an extern step that died first). common/src/live.rs.
     jobscope_common::live::remove(&cfg.paths.live_dir, env.job_id, &env.node);
+    let expected = env.expected_nodes();
+    match cfg.transport.mode {
+        TransportMode::Postgres => return send_node(cfg, env, expected, log),
+        TransportMode::None if expected.first().is_some_and(|f| f != &env.node) => {
+            discard_spool(cfg, env.job_id, &env.node, log);
+            return Ok(Outcome::LeftToFirstNode {
+                first: expected[0].clone(),
+            });
+        }
+        TransportMode::None | TransportMode::SharedDir => {}
+    }
+    let dir = job_dir(&cfg.paths.spool_dir, env.job_id, &env.node);
     if is_archived(cfg, env.job_id) && !set_aside_earlier_run(cfg, env.job_id, &dir, log) {
         remove_spool(cfg, env.job_id, &env.node, log);
         return Ok(Outcome::AlreadyArchived);
     }
-    let out = pipeline::node(
-        &pipeline::read_node_dir(&dir),
-        &env.node,
-        env.job_id,
-        NodeEnd::At(now_unix_ms()),
-        env.uid,
-        cfg,
-    );
-    // A node without a spool (the plugin off, or no step ran here) is normal, not worth a line.
-    for p in out.problems.iter().filter(|p| !p.contains("No such file")) {
-        log(&format!("job {}: {p}", env.job_id));
-    }
-    store_node(cfg, &out.summary)?;
-    let expected = env.expected_nodes();
+    let summary = summarize_node(cfg, env, log);
+    store_node(cfg, &summary)?;
     // Remember which nodes the job had, for `reap` when SLURM has forgotten the job.
     let dir = job_state_dir(cfg, env.job_id);
     if !dir.join("expected").exists() {
@@ -304,7 +360,9 @@ pub fn run_epilog(
         .filter(|e| !have.contains(e))
         .cloned()
         .collect();
-    if !missing.is_empty() {
+    // With no transport the first node reports what it alone saw; with a shared directory the
+    // last node to arrive reports.
+    if !missing.is_empty() && cfg.transport.mode == TransportMode::SharedDir {
         return Ok(Outcome::WaitingForNodes { missing });
     }
     if !claim(cfg, env.job_id) {
@@ -327,6 +385,51 @@ pub fn run_epilog(
     // Archive first (done above), mail second.
     jobscope_deliver::notify::notify(cfg, &s, Some(&facts), slurm, log);
     Ok(Outcome::Archived { path })
+}
+
+/// This node's summary of the job from its spool (problems logged; a node without a spool, the
+/// plugin off or no step run here, is normal and not worth a line).
+fn summarize_node(cfg: &Config, env: &EpilogEnv, log: &mut dyn FnMut(&str)) -> NodeSummary {
+    let dir = job_dir(&cfg.paths.spool_dir, env.job_id, &env.node);
+    let out = pipeline::node(
+        &pipeline::read_node_dir(&dir),
+        &env.node,
+        env.job_id,
+        NodeEnd::At(now_unix_ms()),
+        env.uid,
+        cfg,
+    );
+    for p in out.problems.iter().filter(|p| !p.contains("No such file")) {
+        log(&format!("job {}: {p}", env.job_id));
+    }
+    out.summary
+}
+
+/// Mode `postgres`: the node's summary into the outbox (durably), the spool removed (the outbox
+/// holds all of it that the report needs), then sent within `transport.send_budget_s`.
+fn send_node(
+    cfg: &Config,
+    env: &EpilogEnv,
+    expected: Vec<String>,
+    log: &mut dyn FnMut(&str),
+) -> Result<Outcome> {
+    let summary = summarize_node(cfg, env, log);
+    let outbox = Outbox::new(&cfg.transport.outbox_dir);
+    let path = outbox.put(&Envelope::new(summary, env.clone(), expected))?;
+    discard_spool(cfg, env.job_id, &env.node, log);
+    let d = send::deliver(
+        &cfg.transport,
+        &outbox,
+        Some(&path),
+        Duration::from_secs(cfg.transport.send_budget_s),
+    );
+    Ok(if d.left == 0 {
+        Outcome::Sent
+    } else {
+        Outcome::Queued {
+            why: d.last_error.unwrap_or_else(|| "not sent".into()),
+        }
+    })
 }
 
 /// Removes this node's spools of jobs that have since been archived (a node that did not assemble
@@ -352,10 +455,14 @@ pub fn sweep_archived_spools(cfg: &Config, node: &str, log: &mut dyn FnMut(&str)
 
 /// Removes this node's spool of a job, once archived.
 pub fn remove_spool(cfg: &Config, job_id: u32, node: &str, log: &mut dyn FnMut(&str)) {
-    let dir = job_dir(&cfg.paths.spool_dir, job_id, node);
-    if !is_archived(cfg, job_id) {
-        return;
+    if is_archived(cfg, job_id) {
+        discard_spool(cfg, job_id, node, log);
     }
+}
+
+/// Removes this node's spool of a job (a copy kept first where `archive.keep_spools_dir` says).
+fn discard_spool(cfg: &Config, job_id: u32, node: &str, log: &mut dyn FnMut(&str)) {
+    let dir = job_dir(&cfg.paths.spool_dir, job_id, node);
     if let Some(keep) = &cfg.archive.keep_spools_dir {
         copy_spool(&dir, &keep.join(format!("{job_id}.{node}")), log);
     }
@@ -375,6 +482,36 @@ pub struct ReapReport {
     pub partial: Vec<ReapedJob>,
     /// Local spools turned into node summaries because no epilog ever ran for them (crash, reboot).
     pub orphans: Vec<u32>,
+    /// Mode `postgres`: what the outbox's retry did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub outbox: Option<send::Delivery>,
+}
+
+/// How long `reap` may spend sending the outbox (it runs every few minutes).
+const REAP_SEND_BUDGET: Duration = Duration::from_secs(60);
+
+/// Sends what the outbox holds, after a random wait of up to `transport.retry_jitter_s` (every
+/// node's reap runs at the same minute: after an outage they must not all connect at once).
+fn retry_outbox(cfg: &Config, log: &mut dyn FnMut(&str)) -> send::Delivery {
+    let outbox = Outbox::new(&cfg.transport.outbox_dir);
+    if outbox.is_empty() {
+        return send::Delivery::default();
+    }
+    let jitter_ms = cfg.transport.retry_jitter_s.saturating_mul(1000);
+    std::thread::sleep(Duration::from_millis(fastrand::u64(0..=jitter_ms)));
+    let d = send::deliver(&cfg.transport, &outbox, None, REAP_SEND_BUDGET);
+    if d.left > 0 {
+        log(&format!(
+            "reap: {} node summar{} still in the outbox: {}",
+            d.left,
+            if d.left == 1 { "y" } else { "ies" },
+            d.last_error.as_deref().unwrap_or("not sent")
+        ));
+    }
+    for u in &d.unreadable {
+        log(&format!("reap: outbox: {u} (left there)"));
+    }
+    d
 }
 
 /// A job `reap` archived, and the nodes whose data never arrived.
@@ -387,10 +524,21 @@ pub struct ReapedJob {
 impl ReapReport {
     /// Sentences for people (`jobscope reap`).
     pub fn describe(&self) -> String {
-        if self.partial.is_empty() && self.orphans.is_empty() {
+        let outbox_idle = self
+            .outbox
+            .as_ref()
+            .is_none_or(|d| d.sent == 0 && d.left == 0 && d.unreadable.is_empty());
+        if self.partial.is_empty() && self.orphans.is_empty() && outbox_idle {
             return "nothing to reap\n".into();
         }
         let mut t = String::new();
+        if let Some(d) = self.outbox.as_ref().filter(|_| !outbox_idle) {
+            t += &format!("outbox: {} node summaries sent, {} left", d.sent, d.left);
+            if let Some(e) = &d.last_error {
+                t += &format!(" ({e})");
+            }
+            t += "\n";
+        }
         for j in &self.orphans {
             t += &format!("job {j}: this node's spool collected (no epilog ran for it here)\n");
         }
@@ -413,7 +561,7 @@ impl ReapReport {
 /// or still completes it (its epilogs may not have run yet: 24.11 and later say COMPLETED with a
 /// COMPLETING flag then, and collecting the spool there left the Epilog no data, seen in the VM
 /// suite under software emulation).
-fn is_active(facts: Option<&JobFacts>) -> bool {
+pub(crate) fn is_active(facts: Option<&JobFacts>) -> bool {
     facts.is_some_and(|f| f.completing || f.scheduler_state.is_some_and(|s| s.is_active()))
 }
 
@@ -495,9 +643,42 @@ pub fn reap(
         }
         let mut ns = out.summary;
         ns.quality.notes.push("collected by `jobscope reap`: no epilog ran for this job on this node (crash or reboot?)".into());
-        store_node(cfg, &ns)?;
+        let ctl = slurm.job_facts(job);
+        let expected = ctl
+            .as_ref()
+            .map(|f| f.nodes.clone())
+            .filter(|n| !n.is_empty())
+            .unwrap_or_else(|| vec![node.to_string()]);
+        match cfg.transport.mode {
+            TransportMode::SharedDir => store_node(cfg, &ns)?,
+            // Not this node's to report: its first node reports alone (nothing else may).
+            TransportMode::None if expected[0] != node => {
+                log(&format!(
+                    "reap: job {job}: spool dropped: no transport is configured and the job's first node {} reports it",
+                    expected[0]
+                ));
+                let _ = std::fs::remove_dir_all(&dir);
+                continue;
+            }
+            TransportMode::None => store_node(cfg, &ns)?,
+            TransportMode::Postgres => {
+                // The Epilog's environment is gone: what SLURM still says stands in for it.
+                let env = EpilogEnv {
+                    job_id: job,
+                    node: node.to_string(),
+                    uid: Some(ns.uid),
+                    cluster: ctl.as_ref().and_then(|f| f.cluster.clone()),
+                    ..Default::default()
+                };
+                Outbox::new(&cfg.transport.outbox_dir).put(&Envelope::new(ns, env, expected))?;
+            }
+        }
         rep.orphans.push(job);
         let _ = std::fs::remove_dir_all(&dir);
+    }
+    if cfg.transport.mode == TransportMode::Postgres {
+        rep.outbox = Some(retry_outbox(cfg, log));
+        return Ok(rep);
     }
     // 2. Jobs waiting too long for their other nodes.
     let wait_ms = cfg.archive.node_wait_s.saturating_mul(1000);
@@ -663,6 +844,8 @@ mod tests {
         c.paths.archive_dir = root.join("archive");
         c.paths.log_file = root.join("log");
         c.archive.node_wait_s = 60;
+        // The tests of several nodes on one file system share their state directory.
+        c.transport.mode = TransportMode::SharedDir;
         c
     }
 
@@ -758,6 +941,86 @@ mod tests {
                     && !job_dir(&c.paths.spool_dir, 77, "b").exists()
             );
         }
+    }
+
+    /// With no transport (the default), each node sees only its own state: exactly one report,
+    /// by the job's first node, whatever order the Epilogs run in, naming the unseen nodes.
+    #[test]
+    fn without_a_transport_the_first_node_alone_reports_once() {
+        for order in [["a", "b", "c"], ["c", "b", "a"], ["b", "a", "c"]] {
+            let d = tempfile::tempdir().unwrap();
+            let mut c = cfg(d.path());
+            c.transport.mode = TransportMode::None;
+            let mut reports = 0;
+            for node in order {
+                // Nodes share nothing: each has its own spool and state directories.
+                let mut own = c.clone();
+                own.paths.spool_dir = d.path().join(node).join("spool");
+                own.paths.state_dir = d.path().join(node).join("state");
+                make_spool(&own, 79, node, false);
+                let mut log = |_: &str| {};
+                let o = run_epilog(&own, &env(79, node, "a,b,c"), &down(), &mut log).unwrap();
+                match (node, &o) {
+                    ("a", Outcome::Archived { .. }) => reports += 1,
+                    (_, Outcome::LeftToFirstNode { first }) => assert_eq!(first, "a"),
+                    _ => panic!("node {node}: {o:?}"),
+                }
+                assert!(!job_dir(&own.paths.spool_dir, 79, node).exists(), "{node}");
+                // A second Epilog run on a node (SLURM retrying) adds nothing.
+                let again = run_epilog(&own, &env(79, node, "a,b,c"), &down(), &mut log).unwrap();
+                assert!(
+                    !matches!(again, Outcome::Archived { .. }),
+                    "{node}: {again:?}"
+                );
+            }
+            assert_eq!(reports, 1);
+            let s: JobSummary =
+                serde_json::from_slice(&archive::find(&c.paths.archive_dir, 79, 0).unwrap())
+                    .unwrap();
+            assert_eq!(s.nodes.len(), 1);
+            assert_eq!(s.nodes[0].node, "a");
+            assert_eq!(s.missing_nodes, ["b", "c"]);
+            assert!(s.partial);
+            assert!(
+                s.partial_reasons[0].contains("no transport is configured")
+                    && s.partial_reasons[0].contains("b, c were not seen"),
+                "{:?}",
+                s.partial_reasons
+            );
+            // 140 CPU-s from node a's batch exit reading: its figures are all there.
+            assert_eq!(s.cpu.usage_s, Some(140.0));
+        }
+    }
+
+    /// Mode `postgres` with the database away: the Epilog keeps the summary in the outbox,
+    /// removes the spool (the outbox holds what the report needs), writes nothing shared and
+    /// ends within its send budget.
+    #[test]
+    fn with_the_database_away_the_summary_waits_in_the_outbox() {
+        let d = tempfile::tempdir().unwrap();
+        let mut c = cfg(d.path());
+        c.transport.mode = TransportMode::Postgres;
+        c.transport.outbox_dir = d.path().join("outbox");
+        c.transport.send_budget_s = 1;
+        c.transport.postgres.conninfo = Some("host=127.0.0.1 port=9 user=n dbname=j".into());
+        make_spool(&c, 80, "b", false);
+        let mut log = |_: &str| {};
+        let t0 = std::time::Instant::now();
+        let o = run_epilog(&c, &env(80, "b", "a,b"), &down(), &mut log).unwrap();
+        assert!(t0.elapsed() < std::time::Duration::from_secs(10));
+        assert!(
+            matches!(&o, Outcome::Queued { why } if why.contains("127.0.0.1")),
+            "{o:?}"
+        );
+        let ob = Outbox::new(&c.transport.outbox_dir);
+        let p = ob.pending(10);
+        assert_eq!(p.len(), 1);
+        let e = p[0].envelope.as_ref().unwrap();
+        assert_eq!((e.summary.job_id, e.summary.node.as_str()), (80, "b"));
+        assert_eq!(e.expected_nodes, ["a", "b"]);
+        assert_eq!(e.summary.cpu.usage_s, Some(140.0));
+        assert!(!job_dir(&c.paths.spool_dir, 80, "b").exists());
+        assert!(!c.paths.state_dir.exists() && !c.paths.archive_dir.exists());
     }
 
     #[test]
@@ -922,6 +1185,7 @@ mod tests {
                 missing_nodes: vec!["n2".into()],
             }],
             orphans: vec![9],
+            outbox: None,
         };
         assert_eq!(
             r.describe(),

@@ -1,6 +1,8 @@
 //! `jobscope-epilog`, SLURM's `Epilog=` program: on every node of every job, as root, it turns the
-//! node's spool into the job's report ([`flow`]), archives it and then mails it. It links the stages
-//! up to delivery and nothing of the audit (no arrow, parquet or postgres).
+//! node's spool into the job's report ([`flow`]), archives it and then mails it, or hands the
+//! node's summary to the transport, whose collector ([`collect`]) makes the report on one host.
+//! It links the stages up to the transport and nothing of the audit (no arrow or parquet).
+pub mod collect;
 pub mod flow;
 
 use anyhow::Result;

@@ -162,9 +162,9 @@ fn table_view(caption: String, t: &Table, zone: Zone) -> TableView {
 /// `7 days`, `1 day`, `36 hours`, else minutes.
 fn span_words(s: i64) -> String {
     let s = s.max(0) as u64;
-    if s % 86_400 == 0 {
+    if s.is_multiple_of(86_400) {
         plural(s / 86_400, "day")
-    } else if s % 3600 == 0 {
+    } else if s.is_multiple_of(3600) {
         plural(s / 3600, "hour")
     } else {
         plural(s / 60, "minute")

@@ -351,6 +351,31 @@ fn end_evidence(facts: &JobFacts, nodes: &[NodeSummary], span: &JobSpan) -> EndE
     }
 }
 
+/// Why a node that had a part in the job has none in its summary.
+fn missing_reason(node: &str) -> String {
+    format!("node {node}: no data arrived (node failure or epilog not run)")
+}
+
+/// With no transport between nodes (`transport.mode = "none"`, docs/cluster.md), a multi-node
+/// job is reported by its first node alone: its other nodes did not fail, they were not seen.
+/// One reason says so, names them, and says how to see them, in place of "no data arrived".
+pub fn unseen_without_transport(s: &mut JobSummary) {
+    if s.missing_nodes.is_empty() {
+        return;
+    }
+    let missing: Vec<String> = s.missing_nodes.iter().map(|m| missing_reason(m)).collect();
+    s.partial_reasons.retain(|r| !missing.contains(r));
+    s.partial_reasons.insert(
+        0,
+        format!(
+            "only node {}'s figures: no transport is configured, so the job's first node reports alone and {} {} not seen (set [transport] in jobscope.toml: docs/cluster.md)",
+            s.nodes.first().map_or("?", |n| n.node.as_str()),
+            s.missing_nodes.join(", "),
+            if s.missing_nodes.len() == 1 { "was" } else { "were" }
+        ),
+    );
+}
+
 /// Why the summary is partial: nodes without data, nodes whose sampling stopped early or lost a
 /// record, steps not seen to end. Empty when it is whole.
 fn partial_reasons(
@@ -360,9 +385,7 @@ fn partial_reasons(
 ) -> Vec<String> {
     let mut partial_reasons = Vec::new();
     for m in missing_nodes {
-        partial_reasons.push(format!(
-            "node {m}: no data arrived (node failure or epilog not run)"
-        ));
+        partial_reasons.push(missing_reason(m));
     }
     for n in nodes {
         if n.quality.samples == 0 {
@@ -735,6 +758,24 @@ mod tests {
     }
 
     /// Each reason names its node; a whole job has none.
+    #[test]
+    fn without_a_transport_the_unseen_nodes_get_one_reason_naming_them_and_the_fix() {
+        let f = facts();
+        let nodes = vec![node("a", 1.0, 1)];
+        let expected = ["a".to_string(), "b".to_string(), "c".to_string()];
+        let mut s = assemble(&f, nodes, &expected, "t", &|_, _| JobEnd {
+            state: crate::job::JobState::Completed,
+            reason: None,
+        });
+        assert_eq!(s.partial_reasons.len(), 2, "{:?}", s.partial_reasons);
+        unseen_without_transport(&mut s);
+        assert_eq!(s.missing_nodes, ["b", "c"]);
+        assert_eq!(
+            s.partial_reasons,
+            ["only node a's figures: no transport is configured, so the job's first node reports alone and b, c were not seen (set [transport] in jobscope.toml: docs/cluster.md)"]
+        );
+    }
+
     #[test]
     fn partial_reasons_name_the_node() {
         assert!(partial_reasons(&facts(), &[node("a", 1.0, 1)], &[]).is_empty());

@@ -29,6 +29,22 @@ pub struct ArrayTask {
 
 /// What jobscope asks the scheduler. Every call is bounded in time; `None`/`false` means the
 /// scheduler could not be asked or did not know, never "the answer is empty".
+/// A partition as `jobscope config check` needs it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Partition {
+    pub name: String,
+    /// The most nodes one job may have there; `None`: unlimited.
+    pub max_nodes: Option<u32>,
+    pub total_nodes: u32,
+}
+
+impl Partition {
+    /// Whether a job there can span nodes.
+    pub fn multi_node(&self) -> bool {
+        self.total_nodes > 1 && self.max_nodes.is_none_or(|m| m > 1)
+    }
+}
+
 pub trait Slurm {
     /// What the controller knows about the job (name, owner, limits, allocation, mail settings…).
     fn job_facts(&self, job_id: u32) -> Option<JobFacts>;
@@ -36,6 +52,11 @@ pub trait Slurm {
     fn array_tasks(&self, array_id: u32) -> Option<Vec<ArrayTask>>;
     /// Whether the controller answers.
     fn ping(&self) -> bool;
+    /// The cluster's partitions (`jobscope config check` warns where multi-node jobs can run
+    /// without a transport); `None` when the controller did not say.
+    fn partitions(&self) -> Option<Vec<Partition>> {
+        None
+    }
     /// How the job ended (see [`decide_end`]); a release with other semantics overrides it.
     fn decide_end(&self, facts: &JobFacts, evidence: &EndEvidence) -> JobEnd {
         decide_end(facts, evidence)

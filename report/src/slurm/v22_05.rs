@@ -33,7 +33,9 @@ const COMMAND_LIMIT: Duration = Duration::from_secs(5);
 pub const SIG_OOM_IN_EXIT_CODE2: i32 = 125;
 
 /// The Epilog's environment (see docs/architecture.md: no PATH, no HOME, no job name or state).
-#[derive(Debug, Clone, Default)]
+/// Serializable: with the PostgreSQL transport a node sends it beside its summary, so the
+/// collector decodes the job's facts from it exactly as the Epilog would (`facts_with`).
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct EpilogEnv {
     pub job_id: u32,
     pub node: String,
@@ -766,6 +768,26 @@ impl Slurm for Slurm2205 {
     fn ping(&self) -> bool {
         run_bounded(&self.scontrol, &["ping"], COMMAND_LIMIT).is_some_and(|o| o.contains("UP"))
     }
+
+    fn partitions(&self) -> Option<Vec<super::Partition>> {
+        run_bounded(&self.scontrol, &["show", "partition", "-o"], COMMAND_LIMIT)
+            .map(|o| parse_partitions(&o))
+    }
+}
+
+/// `scontrol show partition -o`: one line per partition, `Key=Value` fields; a partition
+/// name has no spaces (slurm.conf's syntax), so splitting on spaces is exact for the fields read.
+pub fn parse_partitions(text: &str) -> Vec<super::Partition> {
+    text.lines()
+        .filter_map(|l| {
+            let f: HashMap<&str, &str> = l.split(' ').filter_map(|kv| kv.split_once('=')).collect();
+            Some(super::Partition {
+                name: f.get("PartitionName")?.to_string(),
+                max_nodes: f.get("MaxNodes").and_then(|v| v.parse().ok()),
+                total_nodes: f.get("TotalNodes")?.parse().ok()?,
+            })
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -151,6 +151,12 @@ impl Slurm for Slurm2411 {
         run_bounded(&self.scontrol, &["ping"], COMMAND_LIMIT).is_some_and(|o| o.contains("UP"))
     }
 
+    /// The one-line text form has not changed since 22.05.
+    fn partitions(&self) -> Option<Vec<super::Partition>> {
+        run_bounded(&self.scontrol, &["show", "partition", "-o"], COMMAND_LIMIT)
+            .map(|o| super::v22_05::parse_partitions(&o))
+    }
+
     fn decide_end(&self, facts: &JobFacts, evidence: &EndEvidence) -> JobEnd {
         decide_end_2411(facts, evidence)
     }

@@ -1,0 +1,200 @@
+//! A cluster, not one host (docs/cluster.md): `jobscope collect`, the collector that makes every
+//! report when nodes send their summaries through PostgreSQL, and `jobscope config check`, which
+//! says which mode a node is in and refuses one that cannot work.
+
+use anyhow::{bail, Context, Result};
+use clap::Subcommand;
+use jobscope_config::{Config, TransportMode};
+use jobscope_epilog::collect;
+use jobscope_transport::{pg, schema};
+use std::path::Path;
+use std::time::Duration;
+
+#[derive(Subcommand, Debug)]
+pub enum ConfigCmd {
+    /// Check the configuration: which transport mode this node is in, whether that mode can work
+    /// here (a shared directory that root cannot write is refused), and warnings (multi-node
+    /// partitions with no transport). Exit 1 on an error.
+    Check {
+        /// Print the result as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn require_root(what: &str) -> Result<()> {
+    // SAFETY: geteuid cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        bail!("jobscope {what}: only root may run it");
+    }
+    Ok(())
+}
+
+/// `jobscope collect [--once]`: passes every `transport.collect_interval_s`, forever (the
+/// jobscope-collector service), or one pass. A database that is away is waited for, not fatal.
+pub fn collect_cmd(cfg: &Config, once: bool, json: bool) -> Result<()> {
+    require_root("collect")?;
+    if cfg.postgres.conninfo.is_none() {
+        bail!("jobscope collect: no [postgres] conninfo: the collector reads the node summaries from PostgreSQL (docs/cluster.md)");
+    }
+    let slurm = jobscope_report::slurm::detect();
+    let mut log = |m: &str| eprintln!("jobscope: {m}");
+    let mut client: Option<pg::Client> = None;
+    let mut failures = 0u32;
+    loop {
+        let pass = (|| -> Result<collect::CollectReport> {
+            let c = match client.as_mut() {
+                Some(c) if !c.is_closed() => c,
+                _ => {
+                    let mut c = pg::connect(&cfg.postgres)?;
+                    schema::ensure(&mut c)?;
+                    client.insert(c)
+                }
+            };
+            collect::collect_once(cfg, c, &*slurm, &mut log)
+        })();
+        match pass {
+            Ok(rep) => {
+                failures = 0;
+                if once {
+                    if json {
+                        println!("{}", serde_json::to_string_pretty(&rep)?);
+                    } else {
+                        print!("{}", rep.describe());
+                    }
+                    return Ok(());
+                }
+            }
+            Err(e) if once => return Err(e),
+            Err(e) => {
+                failures += 1;
+                client = None;
+                log(&format!("collect: {e:#} (retrying)"));
+            }
+        }
+        let wait = Duration::from_secs(cfg.transport.collect_interval_s);
+        std::thread::sleep(if failures > 0 {
+            wait.max(jobscope_transport::send::backoff(failures))
+        } else {
+            wait
+        });
+    }
+}
+
+/// What `jobscope config check` found.
+#[derive(Debug, serde::Serialize)]
+struct Check {
+    config: String,
+    mode: &'static str,
+    description: String,
+    warnings: Vec<String>,
+    errors: Vec<String>,
+}
+
+/// `jobscope config check`.
+pub fn config_cmd(cfg: &Config, path: &Path, cmd: ConfigCmd) -> Result<()> {
+    let ConfigCmd::Check { json } = cmd;
+    let mut c = Check {
+        config: path.display().to_string(),
+        mode: cfg.transport.mode.as_str(),
+        description: describe_mode(cfg),
+        warnings: Vec::new(),
+        errors: Vec::new(),
+    };
+    match cfg.transport.mode {
+        TransportMode::SharedDir => {
+            if let Err(e) = root_may_write(&cfg.paths.state_dir) {
+                c.errors.push(e);
+            }
+        }
+        TransportMode::Postgres => {
+            let t = &cfg.transport.postgres;
+            if let Err(e) = pg::connect_within(t, Duration::from_secs(t.connect_timeout_s), None) {
+                c.warnings.push(format!(
+                    "the database does not answer now ({e:#}): node summaries wait in {} until it does",
+                    cfg.transport.outbox_dir.display()
+                ));
+            }
+        }
+        TransportMode::None => {
+            let multi: Vec<String> = jobscope_report::slurm::detect()
+                .partitions()
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|p| p.multi_node())
+                .map(|p| p.name)
+                .collect();
+            if !multi.is_empty() {
+                c.warnings.push(format!(
+                    "partition(s) {} let a job span nodes and no transport is configured: such a job is reported by its first node alone, with that node's figures (set [transport]: docs/cluster.md)",
+                    multi.join(", ")
+                ));
+            }
+        }
+    }
+    if json {
+        println!("{}", serde_json::to_string_pretty(&c)?);
+    } else {
+        println!("{}: valid", c.config);
+        println!("transport: {}: {}", c.mode, c.description);
+        for w in &c.warnings {
+            println!("warning: {w}");
+        }
+    }
+    if let Some(e) = c.errors.first() {
+        bail!("{e}");
+    }
+    Ok(())
+}
+
+/// One sentence on how this node's job summaries become reports.
+fn describe_mode(cfg: &Config) -> String {
+    match cfg.transport.mode {
+        TransportMode::None => "nodes share nothing: a one-node job is reported by its node, a multi-node job by its first node alone".into(),
+        TransportMode::SharedDir => format!(
+            "every node of a job writes its summary into {} (shared by the job's nodes); the last node makes the report",
+            cfg.paths.state_dir.display()
+        ),
+        TransportMode::Postgres => format!(
+            "each node inserts its summaries into PostgreSQL ({}), keeping them in {} until the database has them; the collector (jobscope collect) makes the reports",
+            cfg.transport.postgres.conninfo.as_deref().unwrap_or("?"),
+            cfg.transport.outbox_dir.display()
+        ),
+    }
+}
+
+/// Shared-directory mode writes as root: a file root creates in `dir` must be root's. On an
+/// export with root squash (the default) it belongs to `nobody`, and the mode cannot work.
+fn root_may_write(dir: &Path) -> std::result::Result<(), String> {
+    use std::os::unix::fs::MetadataExt;
+    let probe = dir.join(format!(".jobscope-probe.{}", std::process::id()));
+    let made = jobscope_common::fsutil::ensure_dir(dir, 0o700, 0, 0)
+        .map_err(|e| e.to_string())
+        .and_then(|()| {
+            jobscope_common::fsutil::create_new(&probe, 0o600).map_err(|e| e.to_string())
+        })
+        .and_then(|f| f.metadata().map_err(|e| e.to_string()));
+    let _ = std::fs::remove_file(&probe);
+    match made {
+        Ok(m) if m.uid() == 0 => Ok(()),
+        Ok(m) => Err(format!(
+            "transport.mode = \"shared_dir\" cannot work here: a file root creates in paths.state_dir {} belongs to uid {} (a root-squashed export); use transport.mode = \"postgres\" (docs/cluster.md)",
+            dir.display(),
+            m.uid()
+        )),
+        Err(e) => Err(format!(
+            "transport.mode = \"shared_dir\" cannot work here: root cannot write in paths.state_dir {} ({e}); use transport.mode = \"postgres\" (docs/cluster.md)",
+            dir.display()
+        )),
+    }
+}
+
+/// `jobscope pg node-role ROLE --password-file F`: the login every compute node connects as.
+pub fn node_role(c: &mut pg::Client, role: &str, password_file: &Path) -> Result<()> {
+    let password = pg::read_password(password_file)?;
+    schema::node_login(c, role, &password).context("jobscope pg node-role")?;
+    println!(
+        "role {role} may now insert node summaries, and nothing else (put it in [transport.postgres] on the compute nodes)"
+    );
+    Ok(())
+}
