@@ -133,8 +133,8 @@ run_tests() {
   case "$1:$NEXTEST" in
     unit:1) cargo nextest run --workspace --release --no-tests=warn -E "not package($CLUSTER_PKG)" ;;
     unit:0) cargo test --workspace --exclude "$CLUSTER_PKG" --release ;;
-    pg:1) cargo nextest run --workspace --release --run-ignored only -E 'package(jobscope-audit) and binary(pg)' ;;
-    pg:0) cargo test -p jobscope-audit --release --test pg -- --ignored ;;
+    pg:1) cargo nextest run --workspace --release --run-ignored only -E '(package(jobscope-audit) | package(jobscope-epilog)) and binary(pg)' ;;
+    pg:0) cargo test -p jobscope-audit --release --test pg -- --ignored && cargo test -p jobscope-epilog --release --test pg -- --ignored ;;
     one-node:1) cargo nextest run --workspace --release --test-threads 1 -E "package($CLUSTER_PKG) and not test(/(^|::)(two_node|v2)_/)" ;;
     one-node:0) cargo test -p "$CLUSTER_PKG" --release -- --test-threads 1 --skip two_node_ --skip v2_ ;;
     two-node:1) cargo nextest run --workspace --release --test-threads 1 -E "package($CLUSTER_PKG) and test(/(^|::)two_node_/)" ;;
@@ -175,8 +175,10 @@ stop_after unit
 
 # A real PostgreSQL (Debian's package) on 127.0.0.1:55432, started and stopped by the project's
 # script (the outage test runs a second one on 55433 itself): the sink, resume after an outage,
-# row-level security with real roles, the SQL engine equal to the Parquet engine. ~40 s.
-phase "PostgreSQL tests (slurm-conf/postgres.sh; audit/tests/pg.rs --ignored)"
+# row-level security with real roles, the SQL engine equal to the Parquet engine; the transport
+# of node summaries (epilog/tests/pg.rs: the node role's real login, the collector's one report
+# per job, 200 Epilogs through 10 connections, an outage; servers of its own on 55434/55435). ~60 s.
+phase "PostgreSQL tests (slurm-conf/postgres.sh; audit/tests/pg.rs and epilog/tests/pg.rs --ignored)"
 if bash slurm-conf/postgres.sh up; then
   run_tests pg; pg_rc=$?
   bash slurm-conf/postgres.sh down || pg_rc=1
