@@ -19,6 +19,7 @@ for f in /usr/bin/jobscope /usr/sbin/jobscope-epilog /etc/jobscope/jobscope.toml
   /lib/systemd/system/jobscope-mail-flush.timer /lib/systemd/system/jobscope-mail-flush.service \
   /lib/systemd/system/jobscope-index.timer /lib/systemd/system/jobscope-index.service \
   /lib/systemd/system/jobscope-pg-sync.timer /lib/systemd/system/jobscope-pg-sync.service \
+  /lib/systemd/system/jobscope-collector.service \
   /lib/systemd/system/jobscope-audit-report.timer /lib/systemd/system/jobscope-audit-report.service \
   /usr/share/man/man1/jobscope.1.gz /usr/share/man/man8/jobscope-epilog.8.gz \
   /usr/share/man/man8/jobscope-kernel.8.gz /usr/sbin/jobscope-kernel \
@@ -97,6 +98,11 @@ done
 for t in jobscope-index.timer jobscope-pg-sync.timer; do
   [ -L "$wants/$t" ] && bad "$t enabled by the package" || ok "$t left disabled"
 done
+# The collector runs on one service host only: the admin enables it there (docs/cluster.md).
+[ -L /etc/systemd/system/multi-user.target.wants/jobscope-collector.service ] \
+  && bad "jobscope-collector.service enabled by the package" || ok "jobscope-collector.service left disabled"
+[ -d /var/lib/jobscope/outbox ] && [ "$(stat -c %a:%U /var/lib/jobscope/outbox)" = 700:root ] \
+  && ok "/var/lib/jobscope/outbox 0700 root" || bad "/var/lib/jobscope/outbox missing or not 0700 root"
 # The weekly report's service without audit.report_to: nothing mailed, success (its ExecStart,
 # with a configuration of defaults).
 exec_start=$(sed -n 's/^ExecStart=//p' /lib/systemd/system/jobscope-audit-report.service)

@@ -124,7 +124,7 @@ stop_after() { [ "$until" != "$1" ] || { echo "run-all: --until $1: the later ph
 . tests/cluster/suites.sh
 if cargo nextest --version >/dev/null 2>&1; then NEXTEST=1; else NEXTEST=0; echo "run-all: cargo-nextest not found, using cargo test"; fi
 
-# run_tests <what>: unit | pg | one-node | two-node
+# run_tests <what>: unit | pg | one-node | two-node | four-node
 # With nextest every phase selects the whole workspace and filters by expression: one package
 # selection means one feature resolution, so the test binaries are compiled once (in the unit phase)
 # and the PostgreSQL and cluster phases reuse them. (`-p <pkg>` resolves features for that package
@@ -135,10 +135,12 @@ run_tests() {
     unit:0) cargo test --workspace --exclude "$CLUSTER_PKG" --release ;;
     pg:1) cargo nextest run --workspace --release --run-ignored only -E '(package(jobscope-audit) | package(jobscope-epilog)) and binary(pg)' ;;
     pg:0) cargo test -p jobscope-audit --release --test pg -- --ignored && cargo test -p jobscope-epilog --release --test pg -- --ignored ;;
-    one-node:1) cargo nextest run --workspace --release --test-threads 1 -E "package($CLUSTER_PKG) and not test(/(^|::)(two_node|v2)_/)" ;;
-    one-node:0) cargo test -p "$CLUSTER_PKG" --release -- --test-threads 1 --skip two_node_ --skip v2_ ;;
+    one-node:1) cargo nextest run --workspace --release --test-threads 1 -E "package($CLUSTER_PKG) and not test(/(^|::)(two_node|four_node|v2)_/)" ;;
+    one-node:0) cargo test -p "$CLUSTER_PKG" --release -- --test-threads 1 --skip two_node_ --skip four_node_ --skip v2_ ;;
     two-node:1) cargo nextest run --workspace --release --test-threads 1 -E "package($CLUSTER_PKG) and test(/(^|::)two_node_/)" ;;
     two-node:0) cargo test -p "$CLUSTER_PKG" --release -- --test-threads 1 two_node_ ;;
+    four-node:1) cargo nextest run --workspace --release --test-threads 1 -E "package($CLUSTER_PKG) and test(/(^|::)four_node_/)" ;;
+    four-node:0) cargo test -p "$CLUSTER_PKG" --release -- --test-threads 1 four_node_ ;;
   esac
 }
 
@@ -222,6 +224,17 @@ phase "cluster up --nodes 2"
 if bash "$CLUSTER" up --nodes 2; end_phase $?; then
   phase "cluster tests, 2 nodes (two_node_*)"
   run_tests two-node; end_phase $?
+fi
+
+# A cluster, not one host (docs/cluster.md): four slurmd, each in its own mount namespace with
+# private jobscope directories, the host's namespace the service host running the collector,
+# against the real PostgreSQL of slurm-conf/postgres.sh (the tests start it; it is stopped after).
+phase "cluster up --nodes 4 (private nodes)"
+if bash "$CLUSTER" up --nodes 4; end_phase $?; then
+  phase "cluster tests, 4 private nodes (four_node_*: transport modes, PostgreSQL)"
+  run_tests four-node; fn_rc=$?
+  bash slurm-conf/postgres.sh down || fn_rc=1
+  end_phase $fn_rc
 fi
 stop_after host
 

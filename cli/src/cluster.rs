@@ -135,7 +135,7 @@ pub fn config_cmd(cfg: &Config, path: &Path, cmd: ConfigCmd) -> Result<()> {
     if json {
         println!("{}", serde_json::to_string_pretty(&c)?);
     } else {
-        println!("{}: valid", c.config);
+        println!("{}: read", c.config);
         println!("transport: {}: {}", c.mode, c.description);
         for w in &c.warnings {
             println!("warning: {w}");
@@ -173,14 +173,22 @@ fn root_may_write(dir: &Path) -> std::result::Result<(), String> {
         .and_then(|()| {
             jobscope_common::fsutil::create_new(&probe, 0o600).map_err(|e| e.to_string())
         })
-        .and_then(|f| f.metadata().map_err(|e| e.to_string()));
+        .and_then(|f| f.metadata().map(|m| m.uid()).map_err(|e| e.to_string()));
     let _ = std::fs::remove_file(&probe);
-    match made {
-        Ok(m) if m.uid() == 0 => Ok(()),
-        Ok(m) => Err(format!(
-            "transport.mode = \"shared_dir\" cannot work here: a file root creates in paths.state_dir {} belongs to uid {} (a root-squashed export); use transport.mode = \"postgres\" (docs/cluster.md)",
-            dir.display(),
-            m.uid()
+    shared_dir_verdict(dir, made)
+}
+
+/// Whether shared-directory mode can work in `dir`, from the owner of the file root created
+/// there (or why it could not create one).
+fn shared_dir_verdict(
+    dir: &Path,
+    probe_owner: std::result::Result<u32, String>,
+) -> std::result::Result<(), String> {
+    match probe_owner {
+        Ok(0) => Ok(()),
+        Ok(uid) => Err(format!(
+            "transport.mode = \"shared_dir\" cannot work here: a file root creates in paths.state_dir {} belongs to uid {uid} (a root-squashed export); use transport.mode = \"postgres\" (docs/cluster.md)",
+            dir.display()
         )),
         Err(e) => Err(format!(
             "transport.mode = \"shared_dir\" cannot work here: root cannot write in paths.state_dir {} ({e}); use transport.mode = \"postgres\" (docs/cluster.md)",
@@ -197,4 +205,35 @@ pub fn node_role(c: &mut pg::Client, role: &str, password_file: &Path) -> Result
         "role {role} may now insert node summaries, and nothing else (put it in [transport.postgres] on the compute nodes)"
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_shared_directory_is_refused_in_one_line_unless_root_owns_what_it_writes() {
+        let d = tempfile::tempdir().unwrap();
+        // Root here (the test command runs as root): its probe is its own, and is removed.
+        if unsafe { libc::geteuid() } == 0 {
+            assert_eq!(root_may_write(&d.path().join("state")), Ok(()));
+            assert_eq!(
+                std::fs::read_dir(d.path().join("state")).unwrap().count(),
+                0
+            );
+        }
+        // A state directory that cannot be made (a file is in the way).
+        std::fs::write(d.path().join("file"), b"x").unwrap();
+        let e = root_may_write(&d.path().join("file/state")).unwrap_err();
+        assert!(
+            e.contains("root cannot write in paths.state_dir") && !e.contains('\n'),
+            "{e}"
+        );
+        // What a root-squashed export gives root's files: nobody's uid.
+        let e = shared_dir_verdict(Path::new("/shared/state"), Ok(65534)).unwrap_err();
+        assert_eq!(
+            e,
+            "transport.mode = \"shared_dir\" cannot work here: a file root creates in paths.state_dir /shared/state belongs to uid 65534 (a root-squashed export); use transport.mode = \"postgres\" (docs/cluster.md)"
+        );
+    }
 }

@@ -424,10 +424,15 @@ fn epilog(
     json: bool,
 ) -> Result<()> {
     let vars = epilog_vars(jobscope_epilog::env_vars_lossy(), job, node, nodelist);
-    let env = EpilogEnv::from_vars(&vars).map_err(anyhow::Error::msg)?;
-    let outcome = flow::run_epilog(cfg, &env, &*jobscope_report::slurm::detect(), &mut |m| {
-        eprintln!("jobscope: {m}")
-    })?;
+    let mut env = EpilogEnv::from_vars(&vars).map_err(anyhow::Error::msg)?;
+    let slurm = jobscope_report::slurm::detect();
+    // SLURM's Epilog always has SLURM_CLUSTER_NAME; by hand it may be missing, and a node
+    // summary sent under no cluster would not meet its job's other nodes' (transport.mode =
+    // "postgres" keys them by cluster).
+    if env.cluster.is_none() {
+        env.cluster = slurm.job_facts(env.job_id).and_then(|f| f.cluster);
+    }
+    let outcome = flow::run_epilog(cfg, &env, &*slurm, &mut |m| eprintln!("jobscope: {m}"))?;
     if json {
         println!("{}", serde_json::to_string_pretty(&outcome)?);
     } else {

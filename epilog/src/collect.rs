@@ -9,7 +9,7 @@
 //! A row of a run already archived (a node that reported after its job's partial report) is
 //! marked `late` and makes no second record: the archived run names that node as missing.
 
-use crate::flow::{archive_summary, assemble, is_active};
+use crate::flow::{archive_summary, assemble};
 use anyhow::Result;
 use jobscope_archive::Key;
 use jobscope_config::Config;
@@ -158,13 +158,12 @@ fn collect_job(
         rep.waiting += 1;
         return tx.commit();
     }
-    // SLURM once per job. The environment of the job's first node (its batch host, whose exit
-    // status is the job's) when it sent, else of any node.
+    // SLURM once per job. What it says of the job's state does not hold the report back: a row
+    // exists only once its node's Epilog ran, so the run is over; a node whose slurmd died
+    // keeps the job COMPLETING for SlurmdTimeout, and a requeued job already runs again. The
+    // environment of the job's first node (its batch host, whose exit status is the job's) when
+    // it sent, else of any node.
     let ctl = slurm.job_facts(job.job_id);
-    if !complete && is_active(ctl.as_ref()) {
-        rep.waiting += 1;
-        return tx.commit();
-    }
     let env = rows
         .iter()
         .map(|(_, e)| &e.env)

@@ -561,7 +561,7 @@ impl ReapReport {
 /// or still completes it (its epilogs may not have run yet: 24.11 and later say COMPLETED with a
 /// COMPLETING flag then, and collecting the spool there left the Epilog no data, seen in the VM
 /// suite under software emulation).
-pub(crate) fn is_active(facts: Option<&JobFacts>) -> bool {
+fn is_active(facts: Option<&JobFacts>) -> bool {
     facts.is_some_and(|f| f.completing || f.scheduler_state.is_some_and(|s| s.is_active()))
 }
 

@@ -118,15 +118,12 @@ pub fn assemble(cfg: &Config, facts: &JobFacts, views: Vec<(String, NodeView)>) 
         }
     }
     if nodes.is_empty() {
+        let names: Vec<&str> = sources.iter().map(|(n, _)| n.as_str()).collect();
         bail!(
-            "job {} is running, but no live data of its node(s) {} is reachable from this host \
-             (each node keeps its own; run this on a node of the job, or wait for its first sample)",
-            facts.job_id,
-            sources
-                .iter()
-                .map(|(n, _)| n.as_str())
-                .collect::<Vec<_>>()
-                .join(",")
+            "job {id} is running on {}; each node keeps its own live figures and none is reachable from this host: see a node's with `srun --jobid={id} --overlap -w {} jobscope show {id}` (or wait for its first sample)",
+            names.join(","),
+            names.first().copied().unwrap_or("NODE"),
+            id = facts.job_id,
         );
     }
     let expected: Vec<String> = sources.iter().map(|(n, _)| n.clone()).collect();
@@ -291,6 +288,14 @@ mod tests {
         let e = live(&cfg, &running(&["n3"]), JOB, 0)
             .unwrap_err()
             .to_string();
-        assert!(e.contains("no live data of its node(s) n3"), "{e}");
+        // One line: where the job runs, and the command that shows a node's figures.
+        assert!(!e.contains('\n'), "{e}");
+        assert!(
+            e.contains("running on n3;")
+                && e.contains(&format!(
+                    "srun --jobid={JOB} --overlap -w n3 jobscope show {JOB}"
+                )),
+            "{e}"
+        );
     }
 }

@@ -802,6 +802,29 @@ mod tests {
     }
 
     #[test]
+    fn parses_the_partitions_and_tells_which_let_a_job_span_nodes() {
+        let p = parse_partitions(&testdata("scontrol-22.05-partitions.txt"));
+        let names: Vec<(&str, Option<u32>, u32)> = p
+            .iter()
+            .map(|p| (p.name.as_str(), p.max_nodes, p.total_nodes))
+            .collect();
+        assert_eq!(names, [("debug", None, 4), ("high", None, 4)]);
+        assert!(p.iter().all(|p| p.multi_node()));
+        let one = super::super::Partition {
+            name: "serial".into(),
+            max_nodes: Some(1),
+            total_nodes: 100,
+        };
+        let single = super::super::Partition {
+            name: "login".into(),
+            max_nodes: None,
+            total_nodes: 1,
+        };
+        assert!(!one.multi_node() && !single.multi_node());
+        assert_eq!(parse_partitions("garbage\n\n"), []);
+    }
+
+    #[test]
     fn parses_squeue_2205_json() {
         let text = testdata("squeue-22.05-job.json");
         let j = parse_squeue_json(&text, 7).unwrap();

@@ -79,7 +79,7 @@ impl CmdOut {
         self.code == Some(0)
     }
 
-    fn from_output(out: Output) -> Self {
+    pub fn from_output(out: Output) -> Self {
         CmdOut {
             code: out.status.code(),
             stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -242,6 +242,9 @@ pub enum ClusterMode {
     OneNode,
     /// `cluster.sh up --nodes 2`: nodes `<host>n1` and `<host>n2` on one machine.
     TwoNode,
+    /// `cluster.sh up --nodes 4`: nodes `<host>n1`..`n4`, each slurmd in its own mount namespace
+    /// with private jobscope directories (nodes that share nothing but SLURM).
+    FourNode,
 }
 
 /// Fails with a clear message unless we are root, slurmctld answers and every node is usable
@@ -318,8 +321,9 @@ pub fn cluster_mode() -> Result<ClusterMode> {
     match n.len() {
         1 => Ok(ClusterMode::OneNode),
         2 => Ok(ClusterMode::TwoNode),
+        4 => Ok(ClusterMode::FourNode),
         k => bail!(
-            "unexpected cluster with {k} nodes ({}); expected `cluster.sh up` or `up --nodes 2`",
+            "unexpected cluster with {k} nodes ({}); expected `cluster.sh up` or `up --nodes 2|4`",
             n.join(",")
         ),
     }
@@ -329,9 +333,21 @@ pub fn cluster_mode() -> Result<ClusterMode> {
 pub fn require_two_nodes() -> Result<Vec<String>> {
     match cluster_mode()? {
         ClusterMode::TwoNode => nodes(),
-        ClusterMode::OneNode => bail!(
-            "this test needs the 2-node cluster (`slurm-conf/cluster.sh up --nodes 2`), but the 1-node \
+        m => bail!(
+            "this test needs the 2-node cluster (`slurm-conf/cluster.sh up --nodes 2`), but the {m:?} \
              cluster is up; tests named two_node_* run only there (tests/run-all.sh does that)"
+        ),
+    }
+}
+
+/// For `four_node_*` tests: fails unless the 4-node cluster of private nodes is up; returns its
+/// node names.
+pub fn require_four_nodes() -> Result<Vec<String>> {
+    match cluster_mode()? {
+        ClusterMode::FourNode => nodes(),
+        m => bail!(
+            "this test needs the 4-node cluster (`slurm-conf/cluster.sh up --nodes 4`), but the {m:?} \
+             cluster is up; tests named four_node_* run only there (tests/run-all.sh does that)"
         ),
     }
 }
@@ -340,8 +356,8 @@ pub fn require_two_nodes() -> Result<Vec<String>> {
 pub fn require_one_node() -> Result<String> {
     match cluster_mode()? {
         ClusterMode::OneNode => Ok(nodes()?.remove(0)),
-        ClusterMode::TwoNode => bail!(
-            "this test needs the 1-node cluster (`slurm-conf/cluster.sh up`), but the 2-node cluster is up"
+        m => bail!(
+            "this test needs the 1-node cluster (`slurm-conf/cluster.sh up`), but the {m:?} cluster is up"
         ),
     }
 }
