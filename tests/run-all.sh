@@ -12,7 +12,8 @@
 # (cargo build --release --workspace) -> unit tests (whole workspace except the cluster tests)
 # -> the spool mutation test with overflow checks (dev profile) -> .deb packages (packaging/build-debs.sh,
 # lintian) -> install them (slurm-conf/cluster.sh install --packages) -> 1-node cluster + cluster tests (all but
-# two_node_*) -> 2-node cluster + two_node_* tests -> the same on SLURM 24.11 (slurm-conf/trixie/: its rootfs,
+# two_node_*) -> 2-node cluster + two_node_* tests -> 4 private nodes (own mount namespaces) +
+# four_node_* tests (transport modes, PostgreSQL) -> the same on SLURM 24.11 (slurm-conf/trixie/: its rootfs,
 # the plugin package for 24.11 installed in it; --skip-24.11 leaves it out, for developers) ->
 # cgroup v2 in a VM (slurm-conf/vm/): SLURM 24.11 and SLURM 26.05, the core cluster tests against
 # the installed packages (--skip-vm leaves them out, for developers) -> cluster down (always,

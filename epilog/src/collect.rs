@@ -2,7 +2,8 @@
 //! `jobscope collect` (the jobscope-collector service) takes the jobs whose node summaries wait in
 //! PostgreSQL and makes each job's one report: assembled when every node of the job has sent,
 //! or after `archive.node_wait_s` as a partial report naming the nodes that did not. It asks
-//! SLURM once per job, writes the archive on its own disk (the one writer of that archive, so
+//! SLURM once per pass (every job listed at once, where the release's adapter can) or once per
+//! job, writes the archive on its own disk (the one writer of that archive, so
 //! its MANIFEST chain is one history), records the run and marks the rows in the transaction
 //! that locked them, and then mails through its own queue: compute nodes need no MTA.
 //!
@@ -82,8 +83,16 @@ pub fn collect_once(
     log: &mut dyn FnMut(&str),
 ) -> Result<CollectReport> {
     let mut rep = CollectReport::default();
-    for job in store::waiting_jobs(c, JOBS_PER_PASS)? {
-        if let Err(e) = collect_job(cfg, c, &job, slurm, &mut rep, log) {
+    let jobs = store::waiting_jobs(c, JOBS_PER_PASS)?;
+    // SLURM once per pass where the adapter can list every job at once, else once per job.
+    let ids: Vec<u32> = jobs.iter().map(|j| j.job_id).collect();
+    let listed = slurm.jobs_facts(&ids);
+    let facts_of = |id: u32| match &listed {
+        Some(m) => m.get(&id).cloned(),
+        None => slurm.job_facts(id),
+    };
+    for job in jobs {
+        if let Err(e) = collect_job(cfg, c, &job, &facts_of, slurm, &mut rep, log) {
             let line = format!("job {}: not archived yet: {e:#}", job.job_id);
             log(&format!("collect: {line}"));
             rep.failed.push(line);
@@ -112,6 +121,7 @@ fn collect_job(
     cfg: &Config,
     c: &mut Client,
     job: &WaitingJob,
+    facts_of: &dyn Fn(u32) -> Option<jobscope_model::job::JobFacts>,
     slurm: &dyn Slurm,
     rep: &mut CollectReport,
     log: &mut dyn FnMut(&str),
@@ -158,12 +168,13 @@ fn collect_job(
         rep.waiting += 1;
         return tx.commit();
     }
-    // SLURM once per job. What it says of the job's state does not hold the report back: a row
+    // What SLURM says of the job (asked once per pass or per job: `facts_of`). Its state does
+    // not hold the report back: a row
     // exists only once its node's Epilog ran, so the run is over; a node whose slurmd died
     // keeps the job COMPLETING for SlurmdTimeout, and a requeued job already runs again. The
     // environment of the job's first node (its batch host, whose exit status is the job's) when
     // it sent, else of any node.
-    let ctl = slurm.job_facts(job.job_id);
+    let ctl = facts_of(job.job_id);
     let env = rows
         .iter()
         .map(|(_, e)| &e.env)

@@ -19,6 +19,11 @@ use std::time::{Duration, Instant};
 
 /// Inserts one envelope; `Ok(false)` when the database had it already (a second send).
 pub fn insert(c: &mut Client, e: &Envelope) -> Result<bool> {
+    insert_in(c, e)
+}
+
+/// [`insert`] on any connection or transaction.
+pub fn insert_in(c: &mut impl postgres::GenericClient, e: &Envelope) -> Result<bool> {
     let mut doc = serde_json::to_value(e)?;
     // PostgreSQL refuses U+0000 in jsonb; names and options may carry one.
     pg_json(&mut doc);

@@ -52,6 +52,11 @@ pub trait Slurm {
     fn array_tasks(&self, array_id: u32) -> Option<Vec<ArrayTask>>;
     /// Whether the controller answers.
     fn ping(&self) -> bool;
+    /// What the controller knows about many jobs at once (the collector's pass), by job id; a job
+    /// it does not know is absent. `None`: this adapter asks per job ([`Slurm::job_facts`]).
+    fn jobs_facts(&self, _job_ids: &[u32]) -> Option<HashMap<u32, JobFacts>> {
+        None
+    }
     /// The cluster's partitions (`jobscope config check` warns where multi-node jobs can run
     /// without a transport); `None` when the controller did not say.
     fn partitions(&self) -> Option<Vec<Partition>> {

@@ -773,6 +773,84 @@ impl Slurm for Slurm2205 {
         run_bounded(&self.scontrol, &["show", "partition", "-o"], COMMAND_LIMIT)
             .map(|o| parse_partitions(&o))
     }
+
+    /// Two requests whatever the number of jobs, from [`BATCH_MIN_JOBS`] on (fewer are asked one
+    /// by one): every job's record (`scontrol show job -o`) and every job id
+    /// (`squeue -t all -o %A`), which no job name can forge (see [`records_by_id`]).
+    fn jobs_facts(&self, job_ids: &[u32]) -> Option<HashMap<u32, JobFacts>> {
+        if job_ids.len() < BATCH_MIN_JOBS {
+            return None;
+        }
+        let ids = run_bounded(
+            &self.squeue,
+            &["-h", "-t", "all", "-o", "%A"],
+            COMMAND_LIMIT,
+        )?;
+        let text = run_bounded_env(
+            &self.scontrol,
+            &["show", "job", "-o"],
+            &[("SLURM_TIME_FORMAT", "%s")],
+            COMMAND_LIMIT,
+        )?;
+        let cluster = self.cluster_name();
+        Some(facts_of_listing(&text, &ids, job_ids, cluster))
+    }
+}
+
+/// From this many jobs on, [`Slurm2205::jobs_facts`] lists every job instead of asking per job.
+pub const BATCH_MIN_JOBS: usize = 8;
+
+/// The records of `scontrol show job -o` (every job) by job id. A record starts at a line that
+/// begins `JobId=`; a job name or comment holding a line break can fake such a line, so a record
+/// is kept only for an id that `squeue` lists (`known_ids`, one id per line) and that heads one
+/// record only (as [`own_record`] refuses an ambiguous one).
+pub fn records_by_id<'a>(text: &'a str, known_ids: &str) -> HashMap<u32, &'a str> {
+    let known: std::collections::HashSet<u32> = known_ids
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect();
+    let mut starts: Vec<usize> = text.match_indices("\nJobId=").map(|(i, _)| i + 1).collect();
+    if text.starts_with("JobId=") {
+        starts.insert(0, 0);
+    }
+    let mut seen: HashMap<u32, Option<&str>> = HashMap::new();
+    for (k, &at) in starts.iter().enumerate() {
+        let end = starts.get(k + 1).map_or(text.len(), |&n| n - 1);
+        let rec = &text[at..end];
+        let Some(id) = rec["JobId=".len()..]
+            .split(' ')
+            .next()
+            .and_then(|v| v.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        seen.entry(id)
+            .and_modify(|r| *r = None)
+            .or_insert(Some(rec.trim_end_matches(['\n', ' '])));
+    }
+    seen.into_iter()
+        .filter(|(id, _)| known.contains(id))
+        .filter_map(|(id, r)| Some((id, r?)))
+        .collect()
+}
+
+/// The facts of `wanted` jobs from one listing ([`records_by_id`]), each parsed as a single
+/// job's record is.
+pub fn facts_of_listing(
+    text: &str,
+    known_ids: &str,
+    wanted: &[u32],
+    cluster: Option<String>,
+) -> HashMap<u32, JobFacts> {
+    let recs = records_by_id(text, known_ids);
+    wanted
+        .iter()
+        .filter_map(|id| {
+            let mut f = parse_scontrol_job(recs.get(id)?, *id)?;
+            f.cluster.clone_from(&cluster);
+            Some((*id, f))
+        })
+        .collect()
 }
 
 /// `scontrol show partition -o`: one line per partition, `Key=Value` fields; a partition
@@ -799,6 +877,35 @@ mod tests {
             .join("testdata")
             .join(name);
         std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+    }
+
+    /// One listing of every job gives each job the facts its own request gives, and a job name
+    /// that fakes another job's record (job 24's name holds `\nJobId=1 …`) gives job 1 nothing.
+    #[test]
+    fn one_listing_of_all_jobs_gives_each_the_facts_of_its_own_record() {
+        let text = testdata("scontrol-22.05-all-jobs.txt");
+        let ids = testdata("squeue-22.05-all-ids.txt");
+        let got = facts_of_listing(&text, &ids, &[21, 22, 23, 24, 1, 999], Some("c".into()));
+        let mut keys: Vec<u32> = got.keys().copied().collect();
+        keys.sort();
+        assert_eq!(keys, [21, 22, 23, 24]);
+        for id in [21, 22, 23, 24] {
+            let mut one = parse_scontrol_job(&text, id).unwrap();
+            one.cluster = Some("c".into());
+            assert_eq!(got[&id], one, "job {id}");
+        }
+        assert_eq!(got[&22].name.as_deref(), Some("batch-a"));
+        assert_eq!(got[&22].nodes.len(), 2);
+        // Job 24's name cut its record short: nothing after it is believed, as for its own request.
+        assert_eq!(got[&24].user, None);
+        // Had squeue listed an id 1, the forged record would still be refused only if it is
+        // ambiguous; a real job 1 next to the forgery makes it so.
+        let with_real_1 = format!(
+            "{text}JobId=1 JobName=real UserId=alice(1001) GroupId=alice(1001) MCS_label=N/A\n"
+        );
+        let r = records_by_id(&with_real_1, "1\n21\n");
+        assert!(!r.contains_key(&1));
+        assert!(r.contains_key(&21));
     }
 
     #[test]
