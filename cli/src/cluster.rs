@@ -164,12 +164,21 @@ fn describe_mode(cfg: &Config) -> String {
 }
 
 /// Shared-directory mode writes as root: a file root creates in `dir` must be root's. On an
-/// export with root squash (the default) it belongs to `nobody`, and the mode cannot work.
+/// export with root squash (the default) it belongs to `nobody`, and the mode cannot work. The
+/// check changes nothing of the directory (it runs from the package's postinst): it must exist
+/// (a share is mounted, not made), and only its probe file comes and goes.
 fn root_may_write(dir: &Path) -> std::result::Result<(), String> {
     use std::os::unix::fs::MetadataExt;
     let probe = dir.join(format!(".jobscope-probe.{}", std::process::id()));
-    let made = jobscope_common::fsutil::ensure_dir(dir, 0o700, 0, 0)
-        .map_err(|e| e.to_string())
+    let made = std::fs::metadata(dir)
+        .map_err(|e| format!("{e} (mount the shared directory first)"))
+        .and_then(|m| {
+            if m.is_dir() {
+                Ok(())
+            } else {
+                Err("not a directory".into())
+            }
+        })
         .and_then(|()| {
             jobscope_common::fsutil::create_new(&probe, 0o600).map_err(|e| e.to_string())
         })
@@ -214,17 +223,28 @@ mod tests {
     #[test]
     fn a_shared_directory_is_refused_in_one_line_unless_root_owns_what_it_writes() {
         let d = tempfile::tempdir().unwrap();
-        // Root here (the test command runs as root): its probe is its own, and is removed.
+        // Root here (the test command runs as root): its probe is its own, and is removed; the
+        // directory's mode is left as the admin set it.
+        use std::os::unix::fs::PermissionsExt;
+        let state = d.path().join("state");
+        std::fs::create_dir(&state).unwrap();
+        std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o711)).unwrap();
         if unsafe { libc::geteuid() } == 0 {
-            assert_eq!(root_may_write(&d.path().join("state")), Ok(()));
-            assert_eq!(
-                std::fs::read_dir(d.path().join("state")).unwrap().count(),
-                0
-            );
+            assert_eq!(root_may_write(&state), Ok(()));
+            assert_eq!(std::fs::read_dir(&state).unwrap().count(), 0);
         }
-        // A state directory that cannot be made (a file is in the way).
+        let mode = std::fs::metadata(&state).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o711);
+        // A shared directory that is not there (not mounted) is not made: it is refused.
+        let e = root_may_write(&d.path().join("absent")).unwrap_err();
+        assert!(
+            e.contains("mount the shared directory first") && !e.contains('\n'),
+            "{e}"
+        );
+        assert!(!d.path().join("absent").exists());
+        // A file in the way.
         std::fs::write(d.path().join("file"), b"x").unwrap();
-        let e = root_may_write(&d.path().join("file/state")).unwrap_err();
+        let e = root_may_write(&d.path().join("file")).unwrap_err();
         assert!(
             e.contains("root cannot write in paths.state_dir") && !e.contains('\n'),
             "{e}"
