@@ -36,7 +36,8 @@
 # The kernel collector (jobscope-kernel) runs in 1-node mode only.
 # Only one mode runs at a time: `up` first stops whatever runs (it is idempotent: a second
 # `up` restarts cleanly). --clean also wipes slurmctld's saved state (job ids restart at 1, so
-# the host's /var/lib/jobscope/{archive,state} of earlier jobs is moved to .set-aside/<time>/);
+# the host's /var/lib/jobscope/{archive,state} and mail queue of earlier jobs are moved to
+# /var/lib/jobscope/.set-aside/<time>/);
 # without it job ids keep increasing across restarts (node states are always reset).
 # The config is generated from slurm-conf/test-cluster/*.in into /etc/slurm.
 # Daemons run with a clean environment (env -i) so nothing leaks into job output.
@@ -431,17 +432,19 @@ cmd_up() {
   fi
   if [ "$clean" = 1 ]; then
     find "$STATE_SAVE" -mindepth 1 -delete
-    # Job ids start again at 1: the archive's records and state of earlier jobs with those ids
-    # would read as the new jobs' (a second record, an `archived` marker). Set them aside.
+    # Job ids start again at 1: the archive's records, the state and the mail queue's markers of
+    # earlier jobs with those ids would read as the new jobs' (a second record, an `archived`
+    # marker, a second `sent` marker). Set them aside; the mail queue is made again, 0700.
     local aside d
     aside=/var/lib/jobscope/.set-aside/$(date +%Y%m%d-%H%M%S)
-    for d in archive state; do
-      if [ -d "/var/lib/jobscope/$d" ] && [ -n "$(ls -A "/var/lib/jobscope/$d" 2>/dev/null)" ]; then
+    for d in /var/lib/jobscope/archive /var/lib/jobscope/state /var/spool/jobscope/mail; do
+      if [ -d "$d" ] && [ -n "$(ls -A "$d" 2>/dev/null)" ]; then
         install -d -m 0700 "$aside"
-        mv "/var/lib/jobscope/$d" "$aside/$d"
-        log "--clean: job ids restart at 1; the earlier /var/lib/jobscope/$d is set aside in $aside"
+        mv "$d" "$aside/${d//\//_}"
+        log "--clean: job ids restart at 1; the earlier $d is set aside in $aside"
       fi
     done
+    install -d -m 0700 /var/spool/jobscope/mail
   else
     # keep the job id sequence, but not node states (a node drained by an earlier test stays
     # drained across restarts otherwise)
