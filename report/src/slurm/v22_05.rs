@@ -273,23 +273,27 @@ fn set(v: Option<&str>) -> Option<String> {
 /// break, so records are cut only where a line starts with `JobId=`, and the job's record must be
 /// the only one that starts `JobId=<job_id> ` (a name forging one makes it ambiguous: `None`).
 pub fn own_record(text: &str, job_id: u32) -> Option<&str> {
+    let head = format!("JobId={job_id} ");
+    let mut mine = records(text).filter(|r| r.starts_with(&head));
+    let one = mine.next();
+    match mine.next() {
+        Some(_) => None,
+        None => one,
+    }
+}
+
+/// The records of `scontrol show job -o` output, cut where a line starts with `JobId=` (the one
+/// place a record can start; a job name holding a line break can fake one, which callers
+/// handle), each without its trailing line break and spaces.
+fn records(text: &str) -> impl Iterator<Item = &str> {
     let mut starts: Vec<usize> = text.match_indices("\nJobId=").map(|(i, _)| i + 1).collect();
     if text.starts_with("JobId=") {
         starts.insert(0, 0);
     }
-    let head = format!("JobId={job_id} ");
-    let mut mine = None;
-    for (k, &at) in starts.iter().enumerate() {
+    (0..starts.len()).map(move |k| {
         let end = starts.get(k + 1).map_or(text.len(), |&n| n - 1);
-        let rec = &text[at..end];
-        if rec.starts_with(&head) {
-            if mine.is_some() {
-                return None;
-            }
-            mine = Some(rec.trim_end_matches(['\n', ' ']));
-        }
-    }
-    mine
+        text[starts[k]..end].trim_end_matches(['\n', ' '])
+    })
 }
 
 /// The owner and group run, `UserId=<name>(<uid>) GroupId=<name>(<gid>) MCS_label=`, right after
@@ -809,14 +813,8 @@ pub fn records_by_id<'a>(text: &'a str, known_ids: &str) -> HashMap<u32, &'a str
         .lines()
         .filter_map(|l| l.trim().parse().ok())
         .collect();
-    let mut starts: Vec<usize> = text.match_indices("\nJobId=").map(|(i, _)| i + 1).collect();
-    if text.starts_with("JobId=") {
-        starts.insert(0, 0);
-    }
     let mut seen: HashMap<u32, Option<&str>> = HashMap::new();
-    for (k, &at) in starts.iter().enumerate() {
-        let end = starts.get(k + 1).map_or(text.len(), |&n| n - 1);
-        let rec = &text[at..end];
+    for rec in records(text) {
         let Some(id) = rec["JobId=".len()..]
             .split(' ')
             .next()
@@ -826,7 +824,7 @@ pub fn records_by_id<'a>(text: &'a str, known_ids: &str) -> HashMap<u32, &'a str
         };
         seen.entry(id)
             .and_modify(|r| *r = None)
-            .or_insert(Some(rec.trim_end_matches(['\n', ' '])));
+            .or_insert(Some(rec));
     }
     seen.into_iter()
         .filter(|(id, _)| known.contains(id))

@@ -297,6 +297,39 @@ fn four_node_script(tail_s: u32) -> String {
     )
 }
 
+/// The work directory of job `id`, once the task on each of `nodes` has left its marker
+/// `<prefix>.<node>` there (`cg`: started, `done`: its work is done; [`four_node_script`]).
+fn wait_markers(id: u32, nodes: &[String], prefix: &str) -> Result<PathBuf> {
+    let workdir = PathBuf::from(wait_for("WorkDir", T, || job_field(id, "WorkDir").ok())?);
+    wait_for(&format!("every task's {prefix} marker"), T, || {
+        nodes
+            .iter()
+            .all(|n| workdir.join(format!("{prefix}.{n}")).exists())
+            .then_some(())
+    })?;
+    Ok(workdir)
+}
+
+/// `sh -c SCRIPT` as root in a new private mount namespace (a node or a login node of the test:
+/// its mounts go nowhere else), with a clean environment.
+fn in_own_namespace(script: &str) -> Result<CmdOut> {
+    let out = Command::new("unshare")
+        .args([
+            "--mount",
+            "--propagation",
+            "private",
+            "--",
+            "sh",
+            "-c",
+            script,
+        ])
+        .env_clear()
+        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+        .current_dir("/")
+        .output()?;
+    Ok(CmdOut::from_output(out))
+}
+
 /// The Epilog's log lines about `job` in `node`'s private log.
 fn epilog_lines(node: &str, job: u32) -> Vec<String> {
     std::fs::read_to_string(node_dir(node).join("log/epilog.log"))
@@ -394,13 +427,7 @@ fn four_node_through_postgres_one_record_of_four_nodes_and_one_mail() -> Result<
     test_start_s();
     let _g = postgres_mode(600)?;
     let id = submit("alice", &[], &four_node_script(4))?;
-    let workdir = PathBuf::from(wait_for("WorkDir", T, || job_field(id, "WorkDir").ok())?);
-    wait_for("every task's work-done marker", T, || {
-        nodes
-            .iter()
-            .all(|n| workdir.join(format!("done.{n}")).exists())
-            .then_some(())
-    })?;
+    let workdir = wait_markers(id, &nodes, "done")?;
     // Each node's job cgroup, read while the job still runs (its directory goes at the end).
     let mut kernel_s = Vec::new();
     for n in &nodes {
@@ -470,11 +497,9 @@ fn four_node_a_node_whose_slurmd_dies_is_named_in_one_partial_report() -> Result
     test_start_s();
     let _g = postgres_mode(5)?;
     let id = submit("alice", &[], &four_node_script(6))?;
-    let workdir = PathBuf::from(wait_for("WorkDir", T, || job_field(id, "WorkDir").ok())?);
     let victim = nodes[3].clone();
-    wait_for("the last node's task to start", T, || {
-        workdir.join(format!("cg.{victim}")).exists().then_some(())
-    })?;
+    // The last node's task has started.
+    wait_markers(id, &nodes[3..], "cg")?;
     let pidfile = format!("/run/slurmd-{victim}.pid");
     let pid: i32 = std::fs::read_to_string(&pidfile)?.trim().parse()?;
     // SAFETY: a plain kill(2) of the slurmd this cluster started (its pid file).
@@ -510,21 +535,7 @@ fn four_node_a_node_whose_slurmd_dies_is_named_in_one_partial_report() -> Result
             log = d.join("log").display(),
             list = nodes.join(","),
         );
-        let out = Command::new("unshare")
-            .args([
-                "--mount",
-                "--propagation",
-                "private",
-                "--",
-                "sh",
-                "-c",
-                &script,
-            ])
-            .env_clear()
-            .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
-            .current_dir("/")
-            .output()?;
-        let o = CmdOut::from_output(out);
+        let o = in_own_namespace(&script)?;
         ensure!(
             o.success() && o.stdout.contains("\"sent\""),
             "late epilog on {victim}: {}{}",
@@ -568,13 +579,7 @@ fn four_node_database_down_during_the_epilogs_delays_the_report_and_loses_nothin
     test_start_s();
     let _g = postgres_mode(600)?;
     let id = submit("alice", &[], &four_node_script(2))?;
-    let workdir = PathBuf::from(wait_for("WorkDir", T, || job_field(id, "WorkDir").ok())?);
-    wait_for("every task's work-done marker", T, || {
-        nodes
-            .iter()
-            .all(|n| workdir.join(format!("done.{n}")).exists())
-            .then_some(())
-    })?;
+    wait_markers(id, &nodes, "done")?;
     postgres_sh("down")?;
     let stopped = Instant::now();
     let result = (|| -> Result<()> {
@@ -641,15 +646,7 @@ fn four_node_a_login_node_reads_the_archive_read_only_and_is_told_where_a_runnin
         .context("record")?;
     let start = started_s(Path::new(&record).file_name().unwrap().to_str().unwrap());
     let running = submit("alice", &[], &four_node_script(60))?;
-    let workdir = PathBuf::from(wait_for("WorkDir", T, || {
-        job_field(running, "WorkDir").ok()
-    })?);
-    wait_for("every task to start", T, || {
-        nodes
-            .iter()
-            .all(|n| workdir.join(format!("cg.{n}")).exists())
-            .then_some(())
-    })?;
+    wait_markers(running, &nodes, "cg")?;
     let login = Path::new(NODE_DIRS).join("login");
     for d in ["lib", "live"] {
         std::fs::create_dir_all(login.join(d))?;
@@ -667,19 +664,7 @@ fn four_node_a_login_node_reads_the_archive_read_only_and_is_told_where_a_runnin
             lib = login.join("lib").display(),
             live = login.join("live").display(),
         );
-        let out = Command::new("unshare")
-            .args([
-                "--mount",
-                "--propagation",
-                "private",
-                "--",
-                "sh",
-                "-c",
-                &script,
-            ])
-            .current_dir("/")
-            .output()?;
-        Ok(CmdOut::from_output(out))
+        in_own_namespace(&script)
     };
     let r = (|| -> Result<()> {
         let live = ns("alice", &format!("show {running}"))?;
@@ -705,13 +690,10 @@ fn four_node_a_login_node_reads_the_archive_read_only_and_is_told_where_a_runnin
         let bob = ns("bob", &format!("show {done} --start {start}"))?;
         ensure!(!bob.success(), "bob read alice's job: {}", bob.stdout);
         // Nothing can be written there, even by root.
-        let w = Command::new("unshare")
-            .args(["--mount", "--propagation", "private", "--", "sh", "-c"])
-            .arg(format!(
-                "mount --bind -o ro {ARCHIVE} /mnt && mount -o remount,bind,ro /mnt && touch /mnt/x"
-            ))
-            .output()?;
-        ensure!(!w.status.success(), "wrote into the read-only archive");
+        let w = in_own_namespace(&format!(
+            "mount --bind -o ro {ARCHIVE} /mnt && mount -o remount,bind,ro /mnt && touch /mnt/x"
+        ))?;
+        ensure!(!w.success(), "wrote into the read-only archive");
         Ok(())
     })();
     scancel(running)?;
