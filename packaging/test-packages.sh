@@ -20,6 +20,7 @@ for f in /usr/bin/jobscope /usr/sbin/jobscope-epilog /etc/jobscope/jobscope.toml
   /lib/systemd/system/jobscope-index.timer /lib/systemd/system/jobscope-index.service \
   /lib/systemd/system/jobscope-pg-sync.timer /lib/systemd/system/jobscope-pg-sync.service \
   /lib/systemd/system/jobscope-collector.service \
+  /lib/systemd/system/jobscope-watch.service \
   /lib/systemd/system/jobscope-audit-report.timer /lib/systemd/system/jobscope-audit-report.service \
   /usr/share/man/man1/jobscope.1.gz /usr/share/man/man8/jobscope-epilog.8.gz \
   /usr/share/man/man8/jobscope-kernel.8.gz /usr/sbin/jobscope-kernel \
@@ -101,6 +102,9 @@ done
 # The collector runs on one service host only: the admin enables it there (docs/cluster.md).
 [ -L /etc/systemd/system/multi-user.target.wants/jobscope-collector.service ] \
   && bad "jobscope-collector.service enabled by the package" || ok "jobscope-collector.service left disabled"
+# Acting on running jobs is the site's decision (docs/watch.md).
+[ -L /etc/systemd/system/multi-user.target.wants/jobscope-watch.service ] \
+  && bad "jobscope-watch.service enabled by the package" || ok "jobscope-watch.service left disabled"
 [ -d /var/lib/jobscope/outbox ] && [ "$(stat -c %a:%U /var/lib/jobscope/outbox)" = 700:root ] \
   && ok "/var/lib/jobscope/outbox 0700 root" || bad "/var/lib/jobscope/outbox missing or not 0700 root"
 # The weekly report's service without audit.report_to: nothing mailed, success (its ExecStart,

@@ -3,8 +3,10 @@
 //!
 //! - [`cluster`]: the cluster report (`jobscope audit report`): charts, HTML, text and mail made of
 //!   the audit's reports;
-//! - [`alerts`]: rules over each user's jobs, and one mail per user and period (`jobscope alerts`).
+//! - [`alerts`]: rules over each user's jobs, and one mail per user and period (`jobscope alerts`);
+//! - [`watch`]: the site's rules over the jobs running on this node (`jobscope watch`).
 //!
 //! The engine knows nothing of them: it does not link the deliver crate.
 pub mod alerts;
 pub mod cluster;
+pub mod watch;

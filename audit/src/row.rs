@@ -128,6 +128,16 @@ row_table! {
         /// GPUs that were idle or never used (the analysis' count).
         gpus_idle: Option<u32>,
         gpus_never_used: Option<u32>,
+        /// SM activity (NVML GPM, docs/gpu.md) over the job's GPUs that have it, each weighted by
+        /// its GPU-hours; null where no GPU had GPM (before Hopper, MIG, older archives).
+        gpu_sm_active_mean_pct: Option<f64>,
+        /// Time the job's GPUs were held back by their power cap or a thermal limit, summed over
+        /// GPUs, seconds: the node's doing, not the job's.
+        gpu_throttle_s: Option<f64>,
+        /// XID errors NVML reported on the job's GPUs.
+        gpu_xid_errors: Option<u64>,
+        /// Uncorrected ECC errors on the job's GPUs during the job.
+        gpu_ecc_uncorrected: Option<u64>,
         core_hours_alloc: Option<f64>,
         core_hours_used: Option<f64>,
         core_hours_wasted: Option<f64>,
@@ -185,6 +195,24 @@ fn serde_name<T: serde::Serialize>(v: &T) -> Option<String> {
         Ok(serde_json::Value::String(s)) => Some(s),
         _ => None,
     }
+}
+
+/// The sum of the values present; `None` when none is (not measured is not 0).
+fn sum_some<T: std::iter::Sum<T>>(v: impl Iterator<Item = Option<T>>) -> Option<T> {
+    let mut any = false;
+    let s = v.flatten().inspect(|_| any = true).sum::<T>();
+    any.then_some(s)
+}
+
+/// Mean SM activity over the GPUs that have it, weighted by their GPU-hours (a GPU of a longer
+/// allocation counts for more); `None` when no GPU has it or they have no hours.
+fn sm_weighted(gpus: &[&jobscope_model::gpu::summary::GpuSummary]) -> Option<f64> {
+    let (sum, hours) = gpus
+        .iter()
+        .filter_map(|g| Some((g.sm_active_mean_pct?, g.gpu_hours_allocated)))
+        .filter(|(_, h)| h.is_finite() && *h > 0.0)
+        .fold((0.0, 0.0), |(s, w), (p, h)| (s + p * h, w + h));
+    (hours > 0.0).then(|| sum / hours)
 }
 
 impl JobRow {
@@ -266,6 +294,13 @@ impl JobRow {
                 .map(|a| a.classification.evidence.gpus_idle),
             gpus_never_used: (!gpus.is_empty())
                 .then(|| gpus.iter().filter(|g| g.never_used).count() as u32),
+            gpu_sm_active_mean_pct: sm_weighted(&gpus),
+            gpu_throttle_s: sum_some(
+                gpus.iter()
+                    .flat_map(|g| [g.throttle_power_s, g.throttle_thermal_s]),
+            ),
+            gpu_xid_errors: sum_some(gpus.iter().map(|g| g.xid_errors)),
+            gpu_ecc_uncorrected: sum_some(gpus.iter().map(|g| g.ecc_uncorrected)),
             core_hours_alloc: w.core_hours_allocated,
             core_hours_used: w.core_hours_used,
             core_hours_wasted: w.core_hours_wasted,
@@ -483,6 +518,44 @@ mod tests {
                 assert!(line.starts_with(&want), "{case}: {line:?} vs {want:?}");
             }
         }
+    }
+
+    /// The GPU health and SM columns: SM activity weighted by GPU-hours over the GPUs that have
+    /// it, throttle seconds, XID and uncorrected ECC errors summed; null, never 0, without them.
+    #[test]
+    fn the_gpu_sm_and_health_columns_sum_the_gpus_and_are_null_without_them() {
+        let (facts, node) = recorded_serial();
+        let mut plain = node.clone();
+        plain.gpus = vec![crate::testing::gpu("vm", 0, 1.0, true)];
+        let row = JobRow::of(&analysed(&facts, vec![plain], &["vm".into()]));
+        assert_eq!(
+            (
+                row.gpu_sm_active_mean_pct,
+                row.gpu_throttle_s,
+                row.gpu_xid_errors,
+                row.gpu_ecc_uncorrected
+            ),
+            (None, None, None, None)
+        );
+        let mut a = crate::testing::gpu("vm", 0, 3.0, true);
+        a.sm_active_mean_pct = Some(10.0);
+        a.throttle_power_s = Some(600.0);
+        a.throttle_thermal_s = Some(30.0);
+        a.xid_errors = Some(2);
+        a.ecc_uncorrected = Some(0);
+        let mut b = crate::testing::gpu("vm", 1, 1.0, true);
+        b.sm_active_mean_pct = Some(90.0);
+        b.throttle_power_s = Some(0.0);
+        // c: no GPM, no health figures (an A100): left out of the mean and the sums
+        let c = crate::testing::gpu("vm", 2, 4.0, true);
+        let mut node = node;
+        node.gpus = vec![a, b, c];
+        let row = JobRow::of(&analysed(&facts, vec![node], &["vm".into()]));
+        // (10 × 3 h + 90 × 1 h) / 4 h = 30
+        assert_eq!(row.gpu_sm_active_mean_pct, Some(30.0));
+        assert_eq!(row.gpu_throttle_s, Some(630.0));
+        assert_eq!(row.gpu_xid_errors, Some(2));
+        assert_eq!(row.gpu_ecc_uncorrected, Some(0), "measured none is 0");
     }
 
     /// The kernel view's columns are the archived figures, unit-converted where the name says

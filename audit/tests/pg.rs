@@ -882,6 +882,9 @@ fn a_version_1_schema_gets_the_new_columns_and_keeps_its_rows() {
         "syscalls",
         "net_sent_bytes",
         "flag_small_io",
+        // and what version 2 lacked (the GPUs' SM activity and health)
+        "gpu_sm_active_mean_pct",
+        "gpu_xid_errors",
     ];
     for col in added {
         c.batch_execute(&format!("ALTER TABLE jobscope.jobs DROP COLUMN {col}"))

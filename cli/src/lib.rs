@@ -19,6 +19,7 @@ macro_rules! println {
 }
 
 pub mod out;
+mod watch;
 
 pub mod alerts;
 pub mod audit;
@@ -183,6 +184,23 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// The site's rules over running jobs on this node (as root; the jobscope-watch service):
+    /// warn the users of jobs that hold GPUs idle, use few of their cores or near their memory
+    /// limit, and cancel where the site enabled it (docs/watch.md).
+    Watch {
+        /// One pass, then exit (default: a pass every watch.interval_s, forever).
+        #[arg(long)]
+        once: bool,
+        /// List what would be done; mail nothing, cancel nothing, record nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// With --once: print the pass as JSON.
+        #[arg(long)]
+        json: bool,
+        /// This node's SLURM name (default: the short host name).
+        #[arg(long)]
+        node: Option<String>,
+    },
     /// The configuration: `check` says which transport mode this node is in and whether it can
     /// work here.
     Config {
@@ -338,6 +356,12 @@ fn real_main() -> Result<()> {
         Cmd::Audit { cmd } => crate::audit::audit_cmd(&cfg, *cmd),
         Cmd::Pg { cmd } => crate::pg::run(cmd, &cfg),
         Cmd::Collect { once, json } => crate::cluster::collect_cmd(&cfg, once, json),
+        Cmd::Watch {
+            once,
+            dry_run,
+            json,
+            node,
+        } => crate::watch::watch_cmd(&cfg, once, dry_run, json, node),
         Cmd::Config { cmd } => crate::cluster::config_cmd(
             &cfg,
             cli.config

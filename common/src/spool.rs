@@ -1,5 +1,6 @@
 //! The read side of the spool on disk: one file ([`read_spool_file`]), `gpu.jsc`
-//! ([`read_gpu_file`]) and one node's directory ([`read_node_dir`]). Reading refuses symlinks and
+//! ([`read_gpu_file`]) and one node's directory ([`read_node_dir`]), and the record of what the
+//! rules over running jobs did there ([`write_interventions`]). Reading refuses symlinks and
 //! oversized files; decoding is pure (`jobscope_model::spool`, `jobscope_model::gpu::spool`). The
 //! writers are the sampler's (`jobscope_sampler::spool::writer`, `jobscope_sampler::gpu::spool`).
 
@@ -11,6 +12,7 @@ use jobscope_model::spool::{
     STEPS_NOT_RECORDED_MAX_BYTES,
 };
 use jobscope_model::summary::node::NodeSpool;
+use jobscope_model::watch::{Intervention, MAX_INTERVENTIONS, WATCH_FILE, WATCH_FILE_MAX_BYTES};
 use std::path::Path;
 
 /// Files read from one spool directory at most (a directory is per job and node: a few steps).
@@ -85,6 +87,12 @@ pub fn read_node_dir(dir: &Path) -> NodeSpool {
             Err(e) => spool.problems.push(e.to_string()),
         }
     }
+    if names.iter().any(|n| n == WATCH_FILE) {
+        match read_interventions(dir) {
+            Ok(v) => spool.interventions = v,
+            Err(e) => spool.problems.push(e),
+        }
+    }
     for name in names.iter().take(MAX_FILES) {
         if !name.ends_with(".jsc") || name.starts_with('.') {
             continue;
@@ -107,6 +115,46 @@ pub fn read_node_dir(dir: &Path) -> NodeSpool {
     spool
 }
 
+/// The interventions recorded in a job's spool directory `dir` ([`WATCH_FILE`]); none when there
+/// is no such file. An unreadable or malformed file is an error naming it (never a panic).
+pub fn read_interventions(dir: &Path) -> Result<Vec<Intervention>, String> {
+    let p = dir.join(WATCH_FILE);
+    let bytes = match crate::fsutil::read_limited(&p, WATCH_FILE_MAX_BYTES) {
+        Ok(b) => b,
+        Err(FsError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+            return Ok(Vec::new())
+        }
+        Err(e) => return Err(e.to_string()),
+    };
+    serde_json::from_slice(&bytes).map_err(|e| format!("{}: {e}", p.display()))
+}
+
+/// Records `all` (the node's whole list, oldest first, at most [`MAX_INTERVENTIONS`]) in the job's
+/// spool directory `dir`: root's file, 0600, written atomically so a reader sees the old list or
+/// the new one. The directory must be root's (the plugin made it).
+pub fn write_interventions(dir: &Path, all: &[Intervention]) -> Result<(), FsError> {
+    let keep = &all[all.len().saturating_sub(MAX_INTERVENTIONS)..];
+    let json = serde_json::to_vec_pretty(keep).map_err(|e| FsError::Unsafe {
+        path: dir.join(WATCH_FILE),
+        why: format!("cannot serialise: {e}"),
+    })?;
+    let md = std::fs::symlink_metadata(dir).map_err(|source| FsError::Io {
+        path: dir.to_path_buf(),
+        source,
+    })?;
+    {
+        use std::os::unix::fs::MetadataExt;
+        // SAFETY: geteuid cannot fail.
+        if !md.is_dir() || md.uid() != unsafe { libc::geteuid() } || md.mode() & 0o022 != 0 {
+            return Err(FsError::Unsafe {
+                path: dir.to_path_buf(),
+                why: "not this user's private directory".into(),
+            });
+        }
+    }
+    crate::fsutil::write_atomic(dir, WATCH_FILE, &json, 0o600, None).map(|_| ())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -125,6 +173,53 @@ mod tests {
             s.problems,
             vec!["not sampled on this node: /var/spool/jobscope: only 100 bytes free".to_string()]
         );
+    }
+
+    fn intervention(rule: &str, at: u64) -> Intervention {
+        use jobscope_model::watch::*;
+        Intervention {
+            rule: rule.into(),
+            action: ActionKind::Warned,
+            at_unix_ms: at,
+            node: "n1".into(),
+            finding: Finding {
+                kind: RuleKind::GpuIdle,
+                since_unix_ms: 1,
+                seen_until_unix_ms: 2,
+                subjects: vec!["GPU 1".into()],
+                value_pct: 0.0,
+                mem_bytes: None,
+                mem_limit_bytes: None,
+            },
+            mailed: true,
+            error: None,
+        }
+    }
+
+    /// Written, read back with the spool; the list is cut to its newest entries; a malformed file
+    /// is a problem of the spool, not a panic and not an empty record passed off as fine.
+    #[test]
+    fn interventions_round_trip_through_the_spool_directory() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+        assert_eq!(read_interventions(d.path()), Ok(vec![]));
+        let all: Vec<_> = (0..MAX_INTERVENTIONS as u64 + 3)
+            .map(|i| intervention("idle", i))
+            .collect();
+        write_interventions(d.path(), &all).unwrap();
+        let back = read_node_dir(d.path()).interventions;
+        assert_eq!(back.len(), MAX_INTERVENTIONS);
+        assert_eq!(back[0].at_unix_ms, 3);
+        let md = std::fs::metadata(d.path().join(WATCH_FILE)).unwrap();
+        assert_eq!(md.permissions().mode() & 0o777, 0o600);
+        std::fs::write(d.path().join(WATCH_FILE), b"[{").unwrap();
+        let s = read_node_dir(d.path());
+        assert!(s.interventions.is_empty());
+        assert!(s.problems[0].contains(WATCH_FILE), "{:?}", s.problems);
+        // A directory others may write is refused.
+        std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+        assert!(write_interventions(d.path(), &all).is_err());
     }
 
     #[test]

@@ -155,6 +155,7 @@ pub struct Config {
     pub postgres: Postgres,
     pub transport: Transport,
     pub run: Run,
+    pub watch: Watch,
 }
 
 /// How a multi-node job's node summaries reach the one place that makes its report
@@ -184,6 +185,51 @@ impl TransportMode {
             TransportMode::SharedDir => "shared_dir",
             TransportMode::Postgres => "postgres",
         }
+    }
+}
+
+/// `[watch]`: rules over running jobs (docs/watch.md), run on each node by `jobscope watch`.
+/// Off unless the site turns it on, and a dry run until it says otherwise.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Watch {
+    /// Whether `jobscope watch` acts at all (the service refuses to start without it).
+    pub enabled: bool,
+    /// List what would be done; mail nothing, cancel nothing, record nothing.
+    pub dry_run: bool,
+    /// Seconds between passes of `jobscope watch`.
+    pub interval_s: u64,
+    /// The most seconds one `scancel` or `scontrol` may take.
+    pub slurm_timeout_s: u64,
+    #[serde(rename = "rule")]
+    pub rules: Vec<jobscope_model::watch::Rule>,
+}
+
+impl Default for Watch {
+    fn default() -> Self {
+        Watch {
+            enabled: false,
+            dry_run: true,
+            interval_s: 60,
+            slurm_timeout_s: 10,
+            rules: Vec::new(),
+        }
+    }
+}
+
+impl Watch {
+    fn validate(&self) -> Result<(), String> {
+        let mut names = std::collections::BTreeSet::new();
+        for r in &self.rules {
+            r.validate()?;
+            if !names.insert(r.name.as_str()) {
+                return Err(format!("watch.rule {:?} is named twice", r.name));
+            }
+        }
+        if self.enabled && self.rules.is_empty() {
+            return Err("watch.enabled = true needs at least one [[watch.rule]]".into());
+        }
+        Ok(())
     }
 }
 
@@ -1106,6 +1152,7 @@ impl Config {
         }
         check_report_to(&self.audit.report_to)?;
         self.alerts.validate()?;
+        self.watch.validate()?;
         Ok(())
     }
 
@@ -1116,8 +1163,10 @@ impl Config {
         const MANY_CALLS: u64 = 1_000_000_000_000;
         let c = self;
         // (key, value, least, most).
-        let ints: [(&str, u64, u64, u64); 36] = [
+        let ints: [(&str, u64, u64, u64); 38] = [
             int!(c.sampler.cadence_s, cadence_s_u64()),
+            int!(c.watch.interval_s, 5..=DAY),
+            int!(c.watch.slurm_timeout_s, 1..=600),
             int!(c.sampler.max_spool_bytes, 16 * 1024..=64 * 1024 * 1024),
             // A floor above the filesystem's size turns spooling off (a test of the floor does).
             int!(c.sampler.min_free_bytes, 0..=1 << 60),
@@ -1456,6 +1505,8 @@ mod tests {
             Some("61"),
         ),
         ("run.first_job_id", Some("67108863"), Some("4000000001")),
+        ("watch.interval_s", Some("4"), Some("86401")),
+        ("watch.slurm_timeout_s", Some("0"), Some("601")),
         ("alerts.period_days", Some("0"), Some("367")),
         ("alerts.max_jobs_listed", Some("0"), Some("10001")),
         ("alerts.gpu_idle.window_days", Some("0"), Some("367")),

@@ -210,6 +210,7 @@ fn collect_job(
         }
     ));
     jobscope_deliver::notify::notify(cfg, &s, ctl_known.then_some(&facts), slurm, log);
+    crate::flow::write_admin_comment(cfg, &s, slurm, log);
     rep.archived.push(Collected {
         cluster: job.cluster.clone(),
         job_id: job.job_id,

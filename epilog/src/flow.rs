@@ -192,6 +192,12 @@ pub fn assemble(
     let mut s = pipeline::job(facts, nodes, expected, cfg, GENERATOR, &|f, e| {
         slurm.decide_end(f, e)
     });
+    // `--mem-update` exists only on some releases: the adapter says whether this one has it.
+    let mem_update =
+        jobscope_model::summary::analysis::mem_update_advice(&s, &cfg.report, slurm.features());
+    if let (Some(a), Some(x)) = (s.analysis.as_mut(), mem_update) {
+        a.advice.push(x);
+    }
     if cfg.transport.mode == TransportMode::None {
         jobscope_model::summary::job::unseen_without_transport(&mut s);
     }
@@ -215,6 +221,33 @@ pub fn archive_summary(cfg: &Config, s: &JobSummary) -> Result<PathBuf> {
         append_log(&cfg.paths.log_file, &format!("job {}: {p}", s.job_id));
     }
     Ok(written.path)
+}
+
+/// How long writing the AdminComment may take: the Epilog must not hang on SLURM.
+pub const ADMIN_COMMENT_LIMIT: Duration = Duration::from_secs(5);
+
+/// Where the site turned `[report] admin_comment` on: the job's verdict in one line
+/// (`jobscope_report::admin_comment`) into SLURM's AdminComment, by whoever archived the job,
+/// after the archive and the mail. Bounded by [`ADMIN_COMMENT_LIMIT`]; a failure (no slurmdbd,
+/// SLURM away) is logged and changes nothing else.
+pub fn write_admin_comment(
+    cfg: &Config,
+    s: &JobSummary,
+    slurm: &dyn Slurm,
+    log: &mut dyn FnMut(&str),
+) {
+    if !cfg.report.admin_comment {
+        return;
+    }
+    let line = jobscope_report::admin_comment::admin_comment(s);
+    match slurm.set_admin_comment(s.job_id, s.cluster.as_deref(), &line, ADMIN_COMMENT_LIMIT) {
+        Ok(()) => log(&format!("job {}: AdminComment written: {line}", s.job_id)),
+        // The line too: what SLURM would have shown, for the site (and the cluster test) to see.
+        Err(e) => log(&format!(
+            "job {}: AdminComment not written: {e} (the line: {line})",
+            s.job_id
+        )),
+    }
 }
 
 /// Assembles, archives and returns the job summary from `nodes` (modes `none` and `shared_dir`:
@@ -382,8 +415,9 @@ pub fn run_epilog(
     let (s, path) = finish_claimed(cfg, &facts, &expected, slurm, log)?;
     remove_spool(cfg, env.job_id, &env.node, log);
     sweep_archived_spools(cfg, &env.node, log);
-    // Archive first (done above), mail second.
+    // Archive first (done above), mail second, SLURM's AdminComment last.
     jobscope_deliver::notify::notify(cfg, &s, Some(&facts), slurm, log);
+    write_admin_comment(cfg, &s, slurm, log);
     Ok(Outcome::Archived { path })
 }
 
@@ -739,6 +773,7 @@ pub fn reap(
             .collect();
         let (s, path) = finish_claimed(cfg, &facts, &expected, slurm, log)?;
         jobscope_deliver::notify::notify(cfg, &s, ctl_known.then_some(&facts), slurm, log);
+        write_admin_comment(cfg, &s, slurm, log);
         log(&format!(
             "reap: job {job} archived at {} (missing nodes: {missing:?})",
             path.display()
@@ -940,6 +975,56 @@ mod tests {
                 !job_dir(&c.paths.spool_dir, 77, "a").exists()
                     && !job_dir(&c.paths.spool_dir, 77, "b").exists()
             );
+        }
+    }
+
+    /// `[report] admin_comment`: the node that archives writes the line once, after the archive;
+    /// a refusal is logged and the job is archived all the same; off, nothing is written.
+    #[test]
+    fn the_archiving_node_writes_the_admin_comment_and_a_refusal_changes_nothing() {
+        for (on, fails) in [(true, false), (true, true), (false, false)] {
+            let d = tempfile::tempdir().unwrap();
+            let mut c = cfg(d.path());
+            c.report.admin_comment = on;
+            make_spool(&c, 81, "a", false);
+            let slurm = FakeSlurm {
+                admin_comment_fails: fails.then(|| "sacctmgr failed (canned)".to_string()),
+                ..FakeSlurm::default()
+            };
+            let mut lines = Vec::new();
+            let o = run_epilog(&c, &env(81, "a", "a"), &slurm, &mut |l: &str| {
+                lines.push(l.to_string())
+            })
+            .unwrap();
+            assert!(matches!(o, Outcome::Archived { .. }), "{o:?}");
+            let s: JobSummary =
+                serde_json::from_slice(&archive::find(&c.paths.archive_dir, 81, 0).unwrap())
+                    .unwrap();
+            let written = slurm.admin_comments.lock().unwrap().clone();
+            let said = |w: &str| lines.iter().filter(|l| l.contains(w)).count();
+            match (on, fails) {
+                (true, false) => {
+                    assert_eq!(written.len(), 1, "{written:?}");
+                    let (job, _, text) = &written[0];
+                    assert_eq!(*job, 81);
+                    // The archived state, as the archive spells it.
+                    let state = serde_json::to_value(s.state).unwrap();
+                    assert!(
+                        text.starts_with(&format!("jobscope=1 state={} ", state.as_str().unwrap())),
+                        "{text}"
+                    );
+                    assert_eq!(said("AdminComment written"), 1, "{lines:?}");
+                }
+                (true, true) => {
+                    assert!(written.is_empty());
+                    assert_eq!(
+                        said("job 81: AdminComment not written: sacctmgr failed (canned)"),
+                        1,
+                        "{lines:?}"
+                    );
+                }
+                _ => assert!(written.is_empty() && said("AdminComment") == 0, "{lines:?}"),
+            }
         }
     }
 

@@ -179,6 +179,16 @@ pub struct EndEvidence {
     pub steps_without_end: Vec<String>,
 }
 
+/// What the installed scheduler's release offers the user, as the advice needs it. The SLURM
+/// adapter (`report/src/slurm/`) is the one place that knows the release and fills it; the
+/// analysis reads the capability, never a version.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SchedulerFeatures {
+    /// `sbatch --mem-update=<margin>@<delay>` (SLURM 26.05.0rc1 and later, docs/slurm-versions.md):
+    /// after `delay` SLURM lowers the job's memory limit, once, to its RSS then plus `margin` %.
+    pub mem_update: bool,
+}
+
 /// What the scheduler says about a job, with no scheduler-specific encoding left in it.
 ///
 /// The allocation fields (`nodes`, `cpus`, `mem_*`, `gpus`) are what a job *scope* is made of: a

@@ -9,6 +9,7 @@
 //! - [`params`]: the analysis thresholds.
 //! - [`slurm`]: SLURM's notations (hostlists, cpulists, step ids) as pure parsers.
 //! - [`vocab`]: enums written once with their one spelling (states, classes, event kinds, …).
+//! - [`watch`]: rules over a running job's live figures, and what to do about a job that breaks one.
 //! - [`text`]: the characters no view or one-line message may show, and how a message escapes them.
 //!
 //! Reading files, sampling and SLURM's commands live in `jobscope-sampler` and `jobscope-epilog`, which
@@ -24,3 +25,4 @@ pub mod summary;
 pub mod text;
 pub mod time;
 pub mod vocab;
+pub mod watch;

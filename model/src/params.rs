@@ -34,6 +34,10 @@ pub struct Report {
     pub lock_min_calls: u64,
     /// At least this many reads or writes under 4 KiB get the advice to buffer I/O.
     pub small_io_warn_calls: u64,
+    /// Not a threshold: whether whoever archives a job (the Epilog, the collector) also writes its
+    /// verdict in one line into SLURM's AdminComment (`jobscope_report::admin_comment`), where
+    /// `sacct` shows it. Needs slurmdbd (docs/slurm-versions.md). Off unless the site turns it on.
+    pub admin_comment: bool,
 }
 
 impl Default for Report {
@@ -52,6 +56,7 @@ impl Default for Report {
             lock_share_warn_pct: 50.0,
             lock_min_calls: 100_000,
             small_io_warn_calls: 1_000_000,
+            admin_comment: false,
         }
     }
 }

@@ -7,7 +7,9 @@
 //!   SLURM-free job facts; how a job ended).
 //! - [`present`]: the one presenter: all wording and number formatting, one view model rendered by
 //!   the text report, the HTML mail, the subject and the array digest (`report-templates/`).
+//! - [`admin_comment`]: the job's verdict in one line for SLURM's AdminComment.
 //! - [`charts`]: the report's PNG charts; [`plots`]: the cluster report's (bars, a shaded grid).
+pub mod admin_comment;
 pub mod charts;
 pub mod pipeline;
 pub mod plots;

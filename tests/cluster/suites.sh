@@ -8,10 +8,12 @@
 #                  cgroup, one GPU test with the fake NVML, mail through a real SMTP server matching
 #                  the archive, the archive's permissions, the audit
 #   HOST_2411      24.11 on cgroup v1 (the trixie rootfs on the host): CORE, preemption, a multi-step
-#                  job, an array's digest, the live view, the fault-injection plugin
+#                  job, an array's digest, the live view, the fault-injection plugin, the AdminComment
+#                  line (slurmctld's refusal to update an ended job; also in VM_SID for 26.05)
 #   VM_TRIXIE      24.11 on cgroup v2 (VM, SLURM's default controllers: I/O per process): CORE,
 #                  `jobscope run` in delegated scopes and in a process tree
-#   VM_SID         26.05 on cgroup v2 (VM, SLUID job directories, io.stat): CORE, a multi-step job
+#   VM_SID         26.05 on cgroup v2 (VM, SLUID job directories, io.stat): CORE, the AdminComment
+#                  line, a multi-step job
 #                  (`jobscope run` does not depend on the SLURM release: once, in VM_TRIXIE), the
 #                  kernel view (the packaged collector under systemd, with system-call counting
 #                  turned on by a drop-in as docs/kernel.md tells a site; its BPF programs on a
@@ -41,12 +43,14 @@ per_step_breakdown_matches_each_steps_own_accounting
 array_gets_one_digest_and_no_task_mails
 live_show_of_a_running_job_grows_and_only_its_owner_sees_it
 panics_in_sampler_init_and_exit_harm_nothing
+the_admin_comment_carries_the_archived_verdict_and_never_blocks_the_epilog
 "
 VM_TRIXIE="$CORE
 v2_jobscope_run_in_a_delegated_scope_counts_what_the_kernel_counts
 a_user_without_a_cgroup_is_followed_through_the_process_tree
 "
 VM_SID="$CORE
+the_admin_comment_carries_the_archived_verdict_and_never_blocks_the_epilog
 per_step_breakdown_matches_each_steps_own_accounting
 kernel_view_counts_one_byte_reads_and_writes_exactly
 kernel_view_sees_four_busy_processes_wait_on_one_core

@@ -20,14 +20,23 @@
 //!   then (format additions, after the fields above, in bit order):
 //!   bits 11, 12 (gauges: job_util_gpu_pct, job_util_mem_pct): as the gauges above
 //!   bit 13 util_flags (OR over the bucket), bit 14 util_covered_ms (sum): one varint each
+//!   bits 15..=20 (gauges: sm_active_permille, sm_occupancy_permille, tensor_active_permille,
+//!     dram_active_permille, sm_clock_mhz, mem_clock_mhz): as the gauges above
+//!   bits 21..=25 throttle_power_ms, throttle_thermal_ms, ecc_corrected, ecc_uncorrected,
+//!     xid_errors (each a sum over the bucket): one varint each
 //! ```
+//! Bits 15 to 25 are NVIDIA's health and SM figures (docs/gpu.md, "SM activity"): the GPM
+//! (Hopper and later) interval means in per mille, so a mean of 0.4 % is not rounded to 0; the
+//! clocks as point reads beside them (SM figures count cycles and so skew under power capping);
+//! the throttle time, ECC errors and XID errors are increases over the bucket. A file without
+//! them reads as `None`: not measured.
 //! Since the utilization fold ([`super::fold`]), `util_gpu_pct`/`util_mem_pct` hold one value per
 //! driver sample of the interval (200 ms apart on an H100) where the driver's sample buffer is
 //! supported, one per point read where not (`util_flags` says which); older files hold point reads
 //! and no flags.
 //! The per-device length lets a reader skip fields a newer writer added. Gauges keep min/max/sum/
 //! count, so thinning (see [`thin`]) never loses a peak or changes a mean. About 30 bytes per GPU
-//! per sample; the file is capped at [`DEFAULT_MAX_GPU_FILE_BYTES`].
+//! per sample (some 45 more with a Hopper GPU's SM and health figures: six gauges, five counts); the file is capped at [`DEFAULT_MAX_GPU_FILE_BYTES`].
 
 use super::{GpuDevice, SelectionSource};
 use crate::spool::codec::{frame, get_varint, put_varint};
@@ -96,6 +105,32 @@ pub struct DeviceBucket {
     pub util_flags: Option<u64>,
     /// Time covered by the driver's samples in the bucket, milliseconds (sum).
     pub util_covered_ms: Option<u64>,
+    /// SM activity over each sample's interval (NVML GPM `SM_UTIL`: the share of time each SM
+    /// had a warp assigned, averaged over the SMs), per mille. `None`: no GPM (before Hopper,
+    /// MIG, older files).
+    pub sm_active_permille: Option<Gauge>,
+    /// SM occupancy (GPM `SM_OCCUPANCY`: resident warps against the maximum), per mille.
+    pub sm_occupancy_permille: Option<Gauge>,
+    /// Any tensor pipe active (GPM `ANY_TENSOR_UTIL`), per mille.
+    pub tensor_active_permille: Option<Gauge>,
+    /// DRAM bandwidth used against the peak (GPM `DRAM_BW_UTIL`), per mille.
+    pub dram_active_permille: Option<Gauge>,
+    /// SM clock at each sample (point read), MHz.
+    pub sm_clock_mhz: Option<Gauge>,
+    /// Memory clock at each sample (point read), MHz.
+    pub mem_clock_mhz: Option<Gauge>,
+    /// Time the power cap held the clocks down in the bucket (NVML violation counter increase),
+    /// milliseconds.
+    pub throttle_power_ms: Option<u64>,
+    /// Time a thermal limit held the clocks down in the bucket, milliseconds.
+    pub throttle_thermal_ms: Option<u64>,
+    /// Corrected ECC errors in the bucket (volatile counter increase).
+    pub ecc_corrected: Option<u64>,
+    /// Uncorrected ECC errors in the bucket.
+    pub ecc_uncorrected: Option<u64>,
+    /// XID errors NVML reported in the bucket (all of them; the first few are also events with
+    /// their codes, `gpu_xid`).
+    pub xid_errors: Option<u64>,
 }
 
 pub const N_DEV_GAUGES: usize = 7;
@@ -105,6 +140,44 @@ const N_NEW_GAUGES: usize = 2;
 const SCALARS_BIT: usize = N_DEV_GAUGES;
 const NEW_GAUGES_BIT: usize = SCALARS_BIT + 4;
 const NEW_SCALARS_BIT: usize = NEW_GAUGES_BIT + N_NEW_GAUGES;
+/// The health and SM gauges (bits 15..=20) and scalars (bits 21..=25).
+const N_HEALTH_GAUGES: usize = 6;
+const N_HEALTH_SCALARS: usize = 5;
+const HEALTH_GAUGES_BIT: usize = NEW_SCALARS_BIT + 2;
+const HEALTH_SCALARS_BIT: usize = HEALTH_GAUGES_BIT + N_HEALTH_GAUGES;
+
+// The health gauges and scalars in their mask-bit order, written once (as `device_gauges!`).
+macro_rules! health_gauges {
+    ($b:expr) => {
+        [
+            $b.sm_active_permille,
+            $b.sm_occupancy_permille,
+            $b.tensor_active_permille,
+            $b.dram_active_permille,
+            $b.sm_clock_mhz,
+            $b.mem_clock_mhz,
+        ]
+    };
+}
+macro_rules! health_scalars {
+    ($b:expr) => {
+        [
+            $b.throttle_power_ms,
+            $b.throttle_thermal_ms,
+            $b.ecc_corrected,
+            $b.ecc_uncorrected,
+            $b.xid_errors,
+        ]
+    };
+}
+
+/// Sum of two optional counts; `None` only when neither has one.
+fn add_opt(x: Option<u64>, y: Option<u64>) -> Option<u64> {
+    match (x, y) {
+        (Some(x), Some(y)) => Some(x.saturating_add(y)),
+        (x, y) => x.or(y),
+    }
+}
 
 // The device gauges of a `DeviceBucket` in their mask-bit order, as one array expression: a value
 // in `gauges` and an assignee in `set_gauges`, so the list (the file format's bit order) is
@@ -159,6 +232,18 @@ impl DeviceBucket {
             (Some(x), Some(y)) => Some(x | y),
             (x, y) => x.or(y),
         };
+        let (mine, theirs) = (health_gauges!(self), health_gauges!(b));
+        let mut merged = [None; N_HEALTH_GAUGES];
+        for i in 0..N_HEALTH_GAUGES {
+            merged[i] = Gauge::merge(mine[i], theirs[i]);
+        }
+        health_gauges!(self) = merged;
+        let (mine, theirs) = (health_scalars!(self), health_scalars!(b));
+        let mut summed = [None; N_HEALTH_SCALARS];
+        for i in 0..N_HEALTH_SCALARS {
+            summed[i] = add_opt(mine[i], theirs[i]);
+        }
+        health_scalars!(self) = summed;
     }
 }
 
@@ -264,6 +349,16 @@ pub fn encode_gpu_bucket(b: &GpuBucket) -> Vec<u8> {
                 mask |= 1 << (NEW_SCALARS_BIT + i);
             }
         }
+        for (i, g) in health_gauges!(d).iter().enumerate() {
+            if g.is_some() {
+                mask |= 1 << (HEALTH_GAUGES_BIT + i);
+            }
+        }
+        for (i, s) in health_scalars!(d).iter().enumerate() {
+            if s.is_some() {
+                mask |= 1 << (HEALTH_SCALARS_BIT + i);
+            }
+        }
         put_varint(&mut body, mask);
         for g in gauges.iter().flatten() {
             put_gauge(&mut body, g);
@@ -275,6 +370,13 @@ pub fn encode_gpu_bucket(b: &GpuBucket) -> Vec<u8> {
             put_gauge(&mut body, g);
         }
         for s in new_scalars.iter().flatten() {
+            put_varint(&mut body, *s);
+        }
+        let (hg, hs) = (health_gauges!(d), health_scalars!(d));
+        for g in hg.iter().flatten() {
+            put_gauge(&mut body, g);
+        }
+        for s in hs.iter().flatten() {
             put_varint(&mut body, *s);
         }
         put_varint(&mut out, body.len() as u64);
@@ -338,6 +440,20 @@ pub fn decode_gpu_bucket(p: &[u8]) -> Option<GpuBucket> {
             }
         }
         [d.util_flags, d.util_covered_ms] = new_scalars;
+        let mut hg = [None; N_HEALTH_GAUGES];
+        for (i, g) in hg.iter_mut().enumerate() {
+            if mask & (1 << (HEALTH_GAUGES_BIT + i)) != 0 {
+                *g = Some(get_gauge(body, &mut q)?);
+            }
+        }
+        health_gauges!(d) = hg;
+        let mut hs = [None; N_HEALTH_SCALARS];
+        for (i, s) in hs.iter_mut().enumerate() {
+            if mask & (1 << (HEALTH_SCALARS_BIT + i)) != 0 {
+                *s = Some(get_varint(body, &mut q)?);
+            }
+        }
+        health_scalars!(d) = hs;
         // Fields of a newer writer (higher mask bits) are skipped with the rest of `body`.
         devices.push(d);
     }
@@ -401,8 +517,20 @@ pub fn gpu_bucket_ok(b: &GpuBucket) -> bool {
                     d.util_covered_ms,
                 ]
                 .into_iter()
+                .chain(health_scalars!(d))
                 .flatten()
                 .all(validate::value_ok)
+                && health_gauges!(d)
+                    .iter()
+                    .all(|g| g.as_ref().is_none_or(validate::gauge_ok))
+                && [
+                    d.sm_active_permille,
+                    d.sm_occupancy_permille,
+                    d.tensor_active_permille,
+                    d.dram_active_permille,
+                ]
+                .iter()
+                .all(|g| g.is_none_or(|g| g.max <= 1000))
         })
 }
 
@@ -463,4 +591,122 @@ pub fn decode_gpu_file(buf: &[u8], path: &Path) -> Result<GpuSeries, SpoolError>
     s.torn |= frames.torn();
     s.valid_bytes = valid as u64;
     Ok(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn g(min: u64, max: u64, sum: u64, count: u32) -> Option<Gauge> {
+        Some(Gauge {
+            min,
+            max,
+            sum,
+            count,
+        })
+    }
+
+    fn health_bucket() -> DeviceBucket {
+        DeviceBucket {
+            slot: 1,
+            samples: 2,
+            util_gpu_pct: g(90, 100, 190, 2),
+            throttle_reasons: Some(0x4),
+            sm_active_permille: g(40, 80, 120, 2),
+            sm_occupancy_permille: g(10, 30, 40, 2),
+            tensor_active_permille: g(0, 0, 0, 2),
+            dram_active_permille: g(100, 200, 300, 2),
+            sm_clock_mhz: g(1200, 1980, 3180, 2),
+            mem_clock_mhz: g(2619, 2619, 5238, 2),
+            throttle_power_ms: Some(12_000),
+            throttle_thermal_ms: Some(0),
+            ecc_corrected: Some(3),
+            ecc_uncorrected: Some(0),
+            xid_errors: Some(2),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn health_fields_round_trip() {
+        let b = GpuBucket {
+            t_first_ms: 1_000,
+            t_last_ms: 31_000,
+            n: 2,
+            devices: vec![
+                health_bucket(),
+                DeviceBucket {
+                    slot: 0,
+                    samples: 1,
+                    ..Default::default()
+                },
+            ],
+        };
+        let back = decode_gpu_bucket(&encode_gpu_bucket(&b)).unwrap();
+        assert_eq!(back, b);
+        assert!(gpu_bucket_ok(&back));
+    }
+
+    /// A bucket as written before the health fields (mask bits 0..=14 only), built byte by
+    /// byte: it still reads, and every new field is `None` (not measured), not 0.
+    #[test]
+    fn a_bucket_of_the_older_format_reads_with_the_new_fields_none() {
+        let mut body = Vec::new();
+        put_varint(&mut body, 0); // slot
+        put_varint(&mut body, 1); // samples
+        put_varint(&mut body, 1 | 1 << 10 | 1 << 14); // util_gpu_pct, throttle_reasons, covered
+        for v in [50, 0, 50, 1] {
+            put_varint(&mut body, v); // util gauge: min, max - min, sum, count
+        }
+        put_varint(&mut body, 4); // throttle reasons
+        put_varint(&mut body, 30_000); // util_covered_ms
+        let mut p = Vec::new();
+        for v in [5_000, 0, 1, 1, body.len() as u64] {
+            put_varint(&mut p, v);
+        }
+        p.extend_from_slice(&body);
+        let b = decode_gpu_bucket(&p).unwrap();
+        let d = &b.devices[0];
+        assert_eq!(d.util_gpu_pct.map(|g| g.max), Some(50));
+        assert_eq!(d.throttle_reasons, Some(4));
+        assert_eq!(d.util_covered_ms, Some(30_000));
+        assert_eq!(
+            (d.sm_active_permille, d.sm_clock_mhz),
+            (None, None),
+            "not measured, not zero"
+        );
+        assert_eq!(
+            (d.throttle_power_ms, d.ecc_uncorrected, d.xid_errors),
+            (None, None, None)
+        );
+    }
+
+    /// Merging (thinning) keeps the SM gauges' peaks and means and sums the counts; a bucket
+    /// without a figure leaves the other's.
+    #[test]
+    fn health_fields_merge_as_gauges_and_sums() {
+        let mut a = health_bucket();
+        let mut b = health_bucket();
+        b.sm_active_permille = g(500, 500, 500, 1);
+        b.xid_errors = None;
+        b.throttle_power_ms = Some(500);
+        a.absorb(&b);
+        assert_eq!(a.sm_active_permille, g(40, 500, 620, 3));
+        assert_eq!(a.throttle_power_ms, Some(12_500));
+        assert_eq!(a.xid_errors, Some(2));
+        assert_eq!(a.ecc_corrected, Some(6));
+    }
+
+    #[test]
+    fn an_sm_figure_above_100_percent_is_refused() {
+        let mut d = health_bucket();
+        d.sm_active_permille = g(0, 1001, 1001, 2);
+        let b = GpuBucket {
+            t_first_ms: 0,
+            t_last_ms: 1,
+            n: 2,
+            devices: vec![d],
+        };
+        assert!(!gpu_bucket_ok(&b));
+    }
 }

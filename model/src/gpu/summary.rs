@@ -39,6 +39,14 @@ pub struct GpuSummaryParams {
     pub small_mem_share: f64,
     /// ...and mean utilization below this.
     pub low_util_pct: f64,
+    /// A GPU whose kernels ran at least `bound_util_pct` of the time but whose mean SM activity
+    /// (NVML GPM) stayed below this is `low_sm_activity`, not `gpu_bound`: the kernels occupied
+    /// few of the SMs. Below half of the SMs busy on average, most of the GPU waited, whatever
+    /// `utilization.gpu` says.
+    pub low_sm_active_pct: f64,
+    /// Throttle time (power cap or thermal) from which a GPU's slowdown is reported to the
+    /// admins, seconds.
+    pub throttle_report_min_s: f64,
 }
 
 impl Default for GpuSummaryParams {
@@ -52,6 +60,8 @@ impl Default for GpuSummaryParams {
             idle_class_util_pct: 10.0,
             small_mem_share: 0.25,
             low_util_pct: 30.0,
+            low_sm_active_pct: 50.0,
+            throttle_report_min_s: 60.0,
         }
     }
 }
@@ -64,9 +74,20 @@ pub enum GpuClass {
     /// Allocated but (nearly) unused.
     GpuIdle,
     Mixed,
+    /// Kernels ran most of the time but kept few of the SMs busy (SM activity below
+    /// `low_sm_active_pct`): busy by `utilization.gpu`, wasted by SM activity.
+    LowSmActivity,
 }
 
-/// Where a GPU's utilization figures come from.
+/// One XID error NVML reported for a GPU during the job.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct XidEvent {
+    /// Seconds since the job started on the node (when the sampler polled it: NVML gives the
+    /// event no time of its own).
+    pub t_s: f64,
+    /// The XID code (999: NVML did not know it).
+    pub code: u32,
+}
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum GpuUtilSource {
@@ -147,6 +168,44 @@ pub struct GpuSummary {
     pub classification: Option<GpuClass>,
     /// NVML throttle reasons seen (`sw_power_cap`, `hw_thermal_slowdown`…).
     pub throttle_reasons: Vec<String>,
+    /// SM activity, mean over the job: the share of time the SMs had a warp assigned, averaged
+    /// over the SMs (NVML GPM, Hopper and later; DCGM's `PROF_SM_ACTIVE`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sm_active_mean_pct: Option<f64>,
+    /// SM occupancy, mean: resident warps against the maximum (NVML GPM).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sm_occupancy_mean_pct: Option<f64>,
+    /// Time any tensor pipe was active, mean (NVML GPM).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tensor_active_mean_pct: Option<f64>,
+    /// DRAM bandwidth used against the peak, mean (NVML GPM).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dram_active_mean_pct: Option<f64>,
+    /// SM clock, mean of the point reads (the SM figures count cycles: under a power cap they
+    /// are shares of fewer cycles).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sm_clock_mean_mhz: Option<f64>,
+    /// Memory clock, mean of the point reads.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mem_clock_mean_mhz: Option<f64>,
+    /// Time the power cap held the clocks down during the job (NVML violation counter).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub throttle_power_s: Option<f64>,
+    /// Time a thermal limit held the clocks down during the job.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub throttle_thermal_s: Option<f64>,
+    /// Corrected ECC errors during the job (volatile counter).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ecc_corrected: Option<u64>,
+    /// Uncorrected ECC errors during the job.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ecc_uncorrected: Option<u64>,
+    /// XID errors NVML reported during the job (`None`: NVML's events were not available).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub xid_errors: Option<u64>,
+    /// The first XID errors, with their codes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub xid_events: Vec<XidEvent>,
     /// The GPU fell off the bus during the job.
     pub lost: bool,
     /// Findings, most important first.
@@ -175,6 +234,22 @@ pub enum GpuFinding {
     OtherProcesses,
     /// The hardware slowed the GPU down (NVML throttle reasons, see [`THROTTLE_REASONS`]).
     HardwareThrottled { reasons: Vec<String> },
+    /// Kernels ran `util_mean_pct` of the time but kept only `sm_active_mean_pct` of the SMs
+    /// busy (NVML GPM).
+    LowSmActivity {
+        util_mean_pct: f64,
+        sm_active_mean_pct: f64,
+    },
+    /// The node's health during the job, for its admins (not the job's doing): time held back
+    /// by the power cap or a thermal limit (at least `throttle_report_min_s`), uncorrected ECC
+    /// errors, XID errors with the first codes.
+    NodeHealth {
+        throttle_power_s: Option<f64>,
+        throttle_thermal_s: Option<f64>,
+        ecc_uncorrected: Option<u64>,
+        xid_errors: Option<u64>,
+        xid_events: Vec<XidEvent>,
+    },
 }
 
 /// One GPU of a job, as advice names it: its node and its gres index (else the sampler's index).
@@ -256,6 +331,18 @@ pub fn summarize_gpus_with(
                 .events
                 .iter()
                 .any(|e| e.kind == EventKind::GpuLost && event_slot(e) == Some(slot));
+            let xids: Vec<XidEvent> = series
+                .events
+                .iter()
+                .filter(|e| e.kind == EventKind::GpuXid && event_slot(e) == Some(slot))
+                .map(|e| XidEvent {
+                    t_s: e.t_ms.saturating_sub(start_ms) as f64 / 1000.0,
+                    code: e
+                        .exit_status
+                        .and_then(|c| u32::try_from(c).ok())
+                        .unwrap_or(999),
+                })
+                .collect();
             summarize_one(
                 series,
                 slot as u32,
@@ -264,6 +351,7 @@ pub fn summarize_gpus_with(
                 end_ms,
                 job_elapsed_s,
                 lost,
+                xids,
                 p,
             )
         })
@@ -285,6 +373,7 @@ fn summarize_one(
     end_ms: u64,
     elapsed_s: f64,
     lost: bool,
+    xid_events: Vec<XidEvent>,
     p: &GpuSummaryParams,
 ) -> GpuSummary {
     let points = device_intervals(series, slot);
@@ -328,6 +417,24 @@ fn summarize_one(
     };
     // The mean that is the job's, for the classification.
     let job_mean = job_util.or(util).map(|(m, _)| m);
+    // GPM figures are per mille in the spool.
+    let permille = |f: fn(&DeviceBucket) -> Option<crate::spool::Gauge>| {
+        gauge_mean_max(&points, f).map(|(m, _)| m / 10.0)
+    };
+    let sm_active = permille(|d| d.sm_active_permille);
+    let sum_of = |f: fn(&DeviceBucket) -> Option<u64>| {
+        points
+            .iter()
+            .filter_map(|(_, _, d)| f(d))
+            .fold(None, |a: Option<u64>, x| {
+                Some(a.unwrap_or(0).saturating_add(x))
+            })
+    };
+    // Every XID is counted in the buckets; the events are the first few (a file whose last
+    // bucket was torn off may hold an event its buckets no longer count).
+    let xid_errors = sum_of(|d| d.xid_errors)
+        .map(|n| n.max(xid_events.len() as u64))
+        .or((!xid_events.is_empty()).then_some(xid_events.len() as u64));
 
     let mut g = GpuSummary {
         node: Some(series.header.node.clone()),
@@ -360,8 +467,28 @@ fn summarize_one(
         idle_tail_s,
         gpu_hours_allocated,
         gpu_hours_wasted,
-        classification: classify(idle.any_state, never_used, job_mean, idle_share, p),
+        classification: classify(idle.any_state, never_used, job_mean, idle_share, p).map(|c| {
+            // Kernels ran most of the time, yet few SMs had work: SM activity decides.
+            match sm_active {
+                Some(sm) if c == GpuClass::GpuBound && sm < p.low_sm_active_pct => {
+                    GpuClass::LowSmActivity
+                }
+                _ => c,
+            }
+        }),
         throttle_reasons: throttle_reasons(&points),
+        sm_active_mean_pct: sm_active,
+        sm_occupancy_mean_pct: permille(|d| d.sm_occupancy_permille),
+        tensor_active_mean_pct: permille(|d| d.tensor_active_permille),
+        dram_active_mean_pct: permille(|d| d.dram_active_permille),
+        sm_clock_mean_mhz: gauge_mean_max(&points, |d| d.sm_clock_mhz).map(|(m, _)| m),
+        mem_clock_mean_mhz: gauge_mean_max(&points, |d| d.mem_clock_mhz).map(|(m, _)| m),
+        throttle_power_s: sum_of(|d| d.throttle_power_ms).map(|ms| ms as f64 / 1000.0),
+        throttle_thermal_s: sum_of(|d| d.throttle_thermal_ms).map(|ms| ms as f64 / 1000.0),
+        ecc_corrected: sum_of(|d| d.ecc_corrected),
+        ecc_uncorrected: sum_of(|d| d.ecc_uncorrected),
+        xid_errors,
+        xid_events,
         lost,
         findings: Vec::new(),
     };
@@ -476,6 +603,23 @@ fn energy_kwh(points: &[Interval<'_>]) -> (Option<f64>, bool) {
 /// device's.
 fn job_gauge(d: &DeviceBucket) -> Option<crate::spool::Gauge> {
     d.job_util_gpu_pct.or(d.util_gpu_pct)
+}
+
+/// The job's utilization per interval of device `slot`, percent, as [`idle_state`] judges it:
+/// its own share on a shared GPU, else the device's; 0 where utilization is not reported but no
+/// process of the job was on the device; `None` where it is not known. What the rules over a
+/// running job judge (`crate::watch`).
+pub fn job_util_intervals(series: &GpuSeries, slot: u32) -> Vec<(u64, u64, Option<f64>)> {
+    device_intervals(series, slot)
+        .into_iter()
+        .map(|(from, to, d)| {
+            let util = match job_gauge(d) {
+                Some(g) => Some(g.mean()),
+                None => d.job_processes.filter(|g| g.max == 0).map(|_| 0.0),
+            };
+            (from, to, util)
+        })
+        .collect()
 }
 
 /// Idle state of one interval: `Some(true)` idle, `Some(false)` busy, `None` unknown. Where
@@ -641,6 +785,30 @@ fn findings_of(g: &GpuSummary, elapsed_s: f64, p: &GpuSummaryParams) -> Vec<GpuF
     {
         findings.push(GpuFinding::HardwareThrottled {
             reasons: g.throttle_reasons.clone(),
+        });
+    }
+    if g.classification == Some(GpuClass::LowSmActivity) {
+        if let (Some(u), Some(sm)) = (
+            g.job_util_mean_pct.or(g.util_mean_pct),
+            g.sm_active_mean_pct,
+        ) {
+            findings.push(GpuFinding::LowSmActivity {
+                util_mean_pct: u,
+                sm_active_mean_pct: sm,
+            });
+        }
+    }
+    let long = |t: Option<f64>| t.filter(|t| *t >= p.throttle_report_min_s);
+    let (power, thermal) = (long(g.throttle_power_s), long(g.throttle_thermal_s));
+    let ecc = g.ecc_uncorrected.filter(|n| *n > 0);
+    let xid = g.xid_errors.filter(|n| *n > 0);
+    if power.is_some() || thermal.is_some() || ecc.is_some() || xid.is_some() {
+        findings.push(GpuFinding::NodeHealth {
+            throttle_power_s: power,
+            throttle_thermal_s: thermal,
+            ecc_uncorrected: ecc,
+            xid_errors: xid,
+            xid_events: g.xid_events.clone(),
         });
     }
     findings
@@ -879,6 +1047,101 @@ mod tests {
             torn: false,
             valid_bytes: 0,
         }
+    }
+
+    /// Two GPUs busy by `utilization.gpu` (90 %) for an hour; GPU 0 with SM activity `sm0` per
+    /// mille on every sample, GPU 1 with none; GPU 0 throttled `power_ms` per sample.
+    fn sm_series(sm0: u64, power_ms: u64) -> GpuSeries {
+        let mut s = series(vec![nv(0), nv(1)], 60, |_| {
+            vec![
+                (Some(90), 10 * GIB, Some(1), 300_000, Some(1)),
+                (Some(90), 10 * GIB, Some(1), 300_000, Some(1)),
+            ]
+        });
+        for b in &mut s.buckets {
+            let d = &mut b.devices[0];
+            d.sm_active_permille = Some(Gauge::one(sm0));
+            d.throttle_power_ms = Some(power_ms);
+            d.xid_errors = Some(0);
+        }
+        s
+    }
+
+    /// SM activity decides between "GPU-bound" and "low SM activity" where GPM gave it; a GPU
+    /// without it keeps its class from kernel time, its SM figure `None`.
+    #[test]
+    fn low_sm_activity_replaces_gpu_bound_only_below_the_threshold_and_only_with_gpm() {
+        let p = GpuSummaryParams::default();
+        let low = summarize_gpus_with(&sm_series(60, 0), 3600.0, &p);
+        assert_eq!(low[0].sm_active_mean_pct, Some(6.0));
+        assert_eq!(low[0].classification, Some(GpuClass::LowSmActivity));
+        assert!(low[0].findings.contains(&GpuFinding::LowSmActivity {
+            util_mean_pct: 90.0,
+            sm_active_mean_pct: 6.0
+        }));
+        assert_eq!(low[1].sm_active_mean_pct, None);
+        assert_eq!(low[1].classification, Some(GpuClass::GpuBound));
+        let busy = summarize_gpus_with(&sm_series(800, 0), 3600.0, &p);
+        assert_eq!(busy[0].classification, Some(GpuClass::GpuBound));
+        assert!(!busy[0]
+            .findings
+            .iter()
+            .any(|f| matches!(f, GpuFinding::LowSmActivity { .. })));
+        // The threshold is the parameter's: at 5 % nothing is low.
+        let strict = GpuSummaryParams {
+            low_sm_active_pct: 5.0,
+            ..Default::default()
+        };
+        let at5 = summarize_gpus_with(&sm_series(60, 0), 3600.0, &strict);
+        assert_eq!(at5[0].classification, Some(GpuClass::GpuBound));
+    }
+
+    /// Throttle time is summed over the buckets and reported to the admins from
+    /// `throttle_report_min_s` on; measured zero XIDs are 0 and no finding; XID events are read
+    /// with their codes and times.
+    #[test]
+    fn node_health_sums_throttle_time_and_reports_it_from_the_threshold() {
+        let p = GpuSummaryParams::default();
+        // 61 samples × 500 ms = 30.5 s: under the 60 s threshold.
+        let short = summarize_gpus_with(&sm_series(600, 500), 3600.0, &p);
+        assert_eq!(short[0].throttle_power_s, Some(30.5));
+        assert_eq!(short[0].xid_errors, Some(0));
+        assert_eq!(short[1].throttle_power_s, None);
+        assert!(!short[0]
+            .findings
+            .iter()
+            .any(|f| matches!(f, GpuFinding::NodeHealth { .. })));
+        let mut long = sm_series(600, 12_000);
+        long.events.push(Event {
+            t_ms: T0 + 90_000,
+            kind: EventKind::GpuXid,
+            step: Some("gpu0".into()),
+            job: None,
+            step_reading: None,
+            exit_status: Some(79),
+            message: Some("GPU 0: XID 79".into()),
+        });
+        long.buckets[2].devices[0].xid_errors = Some(1);
+        let g = &summarize_gpus_with(&long, 3600.0, &p)[0];
+        assert_eq!(g.throttle_power_s, Some(732.0));
+        assert_eq!(g.xid_errors, Some(1));
+        assert_eq!(
+            g.xid_events,
+            vec![XidEvent {
+                t_s: 90.0,
+                code: 79
+            }]
+        );
+        assert!(g.findings.contains(&GpuFinding::NodeHealth {
+            throttle_power_s: Some(732.0),
+            throttle_thermal_s: None,
+            ecc_uncorrected: None,
+            xid_errors: Some(1),
+            xid_events: vec![XidEvent {
+                t_s: 90.0,
+                code: 79
+            }],
+        }));
     }
 
     /// 4 h job, 3 GPUs: 0 busy throughout, 1 never used, 2 busy for the first hour only.

@@ -221,6 +221,7 @@ pub struct Event {
     /// The step's own cgroup at that instant.
     #[serde(default)]
     pub step_reading: Option<Reading>,
+    /// The step's exit status (`step_exit`); the XID code (`gpu_xid`).
     #[serde(default)]
     pub exit_status: Option<i32>,
     #[serde(default)]
@@ -252,6 +253,10 @@ crate::open_vocabulary! {
         NvmlGaveUp = "nvml_gave_up",
         /// An NVML call failed (once per device and call).
         NvmlError = "nvml_error",
+        /// NVML reported an XID error on a GPU (the driver's error report: 79 fell off the bus,
+        /// 48 double-bit ECC, …); its code is in `exit_status` (999: NVML did not know it).
+        /// The first few per device and job only: the bucket's `xid_errors` counts them all.
+        GpuXid = "gpu_xid",
         /// An amdgpu sysfs file could not be read (once per file).
         SysfsError = "sysfs_error",
         /// What the kernel view (the collector `jobscope-kernel`) could not give; `message` says

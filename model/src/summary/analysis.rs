@@ -341,6 +341,12 @@ pub enum Request {
     TimeS(u64),
     Nodes(u32),
     GresGpu(u32),
+    /// `--mem-update=<margin_pct>@<delay_min>` (SLURM 26.05, [`mem_update_advice`]): after
+    /// `delay_min` minutes SLURM lowers the memory limit, once, to the job's RSS plus `margin_pct` %.
+    MemUpdate {
+        margin_pct: u32,
+        delay_min: u64,
+    },
 }
 
 impl Request {
@@ -355,6 +361,10 @@ impl Request {
             Request::TimeS(s) => format!("#SBATCH --time={}", slurm_time(s)),
             Request::Nodes(n) => format!("#SBATCH --nodes={n}"),
             Request::GresGpu(n) => format!("#SBATCH --gres=gpu:{n}"),
+            Request::MemUpdate {
+                margin_pct,
+                delay_min,
+            } => format!("#SBATCH --mem-update={margin_pct}@{delay_min}"),
         }
     }
 }
@@ -428,6 +438,24 @@ pub enum AdviceReason {
     },
     /// From the GPUs (see [`GpuAdvice`]).
     Gpu { advice: GpuAdvice },
+    /// The release has `--mem-update` and what SLURM's RSS counts ([`mem_update_advice`]:
+    /// anonymous memory, and shmem on cgroup v2) was `counted_peak_bytes`, most of the peak: from
+    /// `delay_s` on, the memory in use plus `margin_pct` % never fell short of what came later,
+    /// on any node, so a cut then would have held.
+    MemUpdate {
+        peak_bytes: u64,
+        counted_peak_bytes: u64,
+        delay_s: u64,
+        margin_pct: f64,
+    },
+    /// The release has `--mem-update`, but shmem/tmpfs was `shmem_peak_bytes` of the
+    /// `peak_bytes` peak on cgroup v1 (or a version not known): SLURM's cut follows RSS, which
+    /// leaves shmem out there, while the cgroup limit counts it and cannot reclaim it, so the cut
+    /// can OOM the job. A warning, no option.
+    MemUpdateUnsafe {
+        peak_bytes: u64,
+        shmem_peak_bytes: u64,
+    },
 }
 
 /// Reads an archived `analysis` leniently: a document written before the analysis was typed
@@ -1209,6 +1237,106 @@ fn add_gpus(s: &JobSummary, a: &mut Analysis) {
     }
 }
 
+/// SLURM's `--mem-update` measures the job's "RSS" through jobacct_gather/cgroup: on cgroup v1
+/// memory.stat's `total_rss` (anonymous memory only: shmem/tmpfs is page cache there), on cgroup
+/// v2 `memory.current` less the file LRU lists (anonymous memory and shmem, which is swap-backed
+/// and sits on the anonymous lists; page cache is left out). The cut holds where what it counts
+/// was at least this share of the peak (percent).
+pub const MEM_UPDATE_COUNTED_SHARE_PCT: f64 = 80.0;
+/// On cgroup v1, from this share of the peak (percent), shmem/tmpfs makes `--mem-update` unsafe:
+/// charged to the limit, left out of `total_rss`, and not reclaimable without swap.
+pub const MEM_UPDATE_SHMEM_SHARE_PCT: f64 = 20.0;
+/// SLURM keeps the delay in minutes in 16 bits.
+const MEM_UPDATE_MAX_DELAY_MIN: u64 = u16::MAX as u64;
+
+/// Where the release has `sbatch --mem-update` (`features`, from the SLURM adapter) and the job
+/// asked for much more memory than it used (the [`AdviceReason::MemoryUnused`] condition): a
+/// suggestion to let SLURM lower the limit when what SLURM's RSS counts was most of the peak, a
+/// warning when shmem/tmpfs was a large share of it where that RSS leaves shmem out (cgroup v1,
+/// and wherever the cgroup version is not known to be v2 on every node). Nothing when the peak's
+/// make-up was not measured, the job was OOM-killed or ran too short, or no moment was found
+/// after which a cut would have held on every node.
+pub fn mem_update_advice(
+    s: &JobSummary,
+    cfg: &Report,
+    features: crate::job::SchedulerFeatures,
+) -> Option<Advice> {
+    if !features.mem_update
+        || s.elapsed_s < cfg.min_elapsed_for_advice_s as f64
+        || s.mem.oom_kill_events.unwrap_or(0) > 0
+        || s.nodes.is_empty()
+    {
+        return None;
+    }
+    let (peak, req) = (s.mem.peak_bytes?, s.alloc.mem_per_node_bytes?);
+    if peak == 0 || 100.0 * peak as f64 / req as f64 >= cfg.mem_efficiency_warn_pct {
+        return None;
+    }
+    let (anon, shmem) = (s.mem.rss_peak_bytes?, s.mem.shmem_peak_bytes?);
+    let share = |b: u64| 100.0 * b as f64 / peak as f64;
+    let v2 = s
+        .nodes
+        .iter()
+        .all(|n| n.cgroup_version == Some(crate::sample::CgroupVersion::V2));
+    if !v2 && share(shmem) >= MEM_UPDATE_SHMEM_SHARE_PCT {
+        return Some(Advice::new(
+            None,
+            AdviceReason::MemUpdateUnsafe {
+                peak_bytes: peak,
+                shmem_peak_bytes: shmem,
+            },
+        ));
+    }
+    // The two peaks need not coincide: their sum is at most what was counted at once.
+    let counted = if v2 { anon.saturating_add(shmem) } else { anon }.min(peak);
+    if share(counted) < MEM_UPDATE_COUNTED_SHARE_PCT {
+        return None;
+    }
+    let margin = cfg.mem_headroom_pct.max(0.0);
+    let mut delay_s: f64 = 0.0;
+    for n in &s.nodes {
+        delay_s = delay_s.max(safe_cut_s(n, margin)?);
+    }
+    // SLURM takes whole minutes; at least one, so the job has started.
+    let delay_min = ((delay_s / 60.0).ceil() as u64).max(1);
+    if (delay_min * 60) as f64 >= s.elapsed_s || delay_min > MEM_UPDATE_MAX_DELAY_MIN {
+        return None;
+    }
+    Some(Advice::new(
+        Some(Request::MemUpdate {
+            // SLURM refuses a margin of 0.
+            margin_pct: (margin.round() as u32).max(1),
+            delay_min,
+        }),
+        AdviceReason::MemUpdate {
+            peak_bytes: peak,
+            counted_peak_bytes: counted,
+            delay_s: delay_min * 60,
+            margin_pct: margin,
+        },
+    ))
+}
+
+/// The earliest time on a node's timeline from which a cut to "memory in use + `margin_pct` %"
+/// would hold at every later sample: each sample from there on, raised by the margin, covers the
+/// highest memory seen from it to the end (`mem_bytes_max`, which survives thinning). Any cut in
+/// that stretch holds, so rounding the delay up stays safe. `None`: a sample lacks memory, or no
+/// such stretch exists.
+fn safe_cut_s(n: &NodeSummary, margin_pct: f64) -> Option<f64> {
+    let raise = 1.0 + margin_pct / 100.0;
+    let mut highest_after: u64 = 0;
+    let mut from = None;
+    for p in n.timeline.iter().rev() {
+        let now = p.mem_bytes?;
+        highest_after = highest_after.max(p.mem_bytes_max.unwrap_or(now));
+        if now as f64 * raise < highest_after as f64 {
+            break;
+        }
+        from = Some(p.t_s);
+    }
+    from
+}
+
 /// No samples and no counters: nothing can be said about the job's use.
 pub fn has_no_data(s: &JobSummary) -> bool {
     s.samples == 0 || (s.cpu.usage_s.is_none() && s.mem.peak_bytes.is_none())
@@ -1785,5 +1913,208 @@ mod tests {
         }
         let v1 = r#"{"analysis":{"waste":{},"scalability":null,"classification":{"class":"mixed","evidence":["CPU efficiency 3 %"]},"anomalies":[{"kind":"oom","severity":"critical","message":"x"}],"advice":[],"memory_accounting":"SLURM enforces"}}"#;
         assert_eq!(serde_json::from_str::<Doc>(v1).unwrap().analysis, None);
+    }
+
+    /// `--mem-update` (SLURM 26.05): figures chosen by hand on a 4 GiB request, one node, 60
+    /// samples over an hour (one a minute), the default 25 % headroom.
+    mod mem_update {
+        use super::*;
+        use crate::job::SchedulerFeatures;
+
+        const GIB: u64 = 1 << 30;
+        const ON: SchedulerFeatures = SchedulerFeatures { mem_update: true };
+
+        /// 512 MiB for the first quarter hour, then 1 GiB to the end; anon and shmem peaks given.
+        fn stepped(anon: Option<u64>, shmem: Option<u64>) -> JobSummary {
+            let mut s = job(
+                vec![node(
+                    "a",
+                    3600.0,
+                    |_| 1.0,
+                    |t| {
+                        if t < 900.0 {
+                            512 * MIB
+                        } else {
+                            GIB
+                        }
+                    },
+                )],
+                None,
+            );
+            s.mem.rss_peak_bytes = anon;
+            s.mem.shmem_peak_bytes = shmem;
+            s
+        }
+
+        #[test]
+        fn a_mostly_anonymous_peak_gets_the_option_after_its_last_rise() {
+            // 0.9 GiB of the 1 GiB peak anonymous (90 %), 10 MiB shmem (1 %). 512 MiB + 25 % =
+            // 640 MiB would not hold the later 1 GiB: the cut is safe from 15 min on.
+            let s = stepped(Some(GIB * 9 / 10), Some(10 * MIB));
+            let a = mem_update_advice(&s, &Report::default(), ON).unwrap();
+            assert_eq!(
+                a.request,
+                Some(Request::MemUpdate {
+                    margin_pct: 25,
+                    delay_min: 15
+                })
+            );
+            assert_eq!(a.sbatch.as_deref(), Some("#SBATCH --mem-update=25@15"));
+            assert_eq!(
+                a.reason,
+                AdviceReason::MemUpdate {
+                    peak_bytes: GIB,
+                    counted_peak_bytes: GIB * 9 / 10,
+                    delay_s: 900,
+                    margin_pct: 25.0
+                }
+            );
+            // The archive's spelling, for scripts.
+            let v = serde_json::to_value(&a).unwrap();
+            assert_eq!(v["request"]["option"], "mem_update");
+            assert_eq!(v["request"]["value"]["delay_min"], 15);
+            assert_eq!(v["reason"]["kind"], "mem_update");
+        }
+
+        #[test]
+        fn a_large_shmem_share_gets_a_warning_and_no_option() {
+            // 300 MiB of the 1 GiB peak in shmem/tmpfs (29 %): RSS leaves it out.
+            let s = stepped(Some(GIB * 7 / 10), Some(300 * MIB));
+            let a = mem_update_advice(&s, &Report::default(), ON).unwrap();
+            assert_eq!(a.request, None);
+            assert_eq!(a.sbatch, None);
+            assert_eq!(
+                a.reason,
+                AdviceReason::MemUpdateUnsafe {
+                    peak_bytes: GIB,
+                    shmem_peak_bytes: 300 * MIB
+                }
+            );
+        }
+
+        #[test]
+        fn nothing_without_the_release_or_the_evidence() {
+            let good = stepped(Some(GIB * 9 / 10), Some(10 * MIB));
+            // 24.11 and older: no such option.
+            assert_eq!(
+                mem_update_advice(&good, &Report::default(), SchedulerFeatures::default()),
+                None
+            );
+            // The peak's make-up not measured: neither a suggestion nor a warning.
+            for (anon, shmem) in [(None, Some(10 * MIB)), (Some(GIB * 9 / 10), None)] {
+                let s = stepped(anon, shmem);
+                assert_eq!(mem_update_advice(&s, &Report::default(), ON), None);
+            }
+            // Mostly page cache (anon 50 %, shmem 5 %): RSS says too little to cut by.
+            let cache = stepped(Some(GIB / 2), Some(GIB / 20));
+            assert_eq!(mem_update_advice(&cache, &Report::default(), ON), None);
+            // OOM-killed: the need is unknown.
+            let mut oom = good.clone();
+            oom.mem.oom_kill_events = Some(1);
+            assert_eq!(mem_update_advice(&oom, &Report::default(), ON), None);
+            // Memory well used: 1 GiB of a 1.5 GiB request (67 % ≥ 50 %).
+            let mut used = good.clone();
+            used.alloc.mem_per_node_bytes = Some(GIB * 3 / 2);
+            assert_eq!(mem_update_advice(&used, &Report::default(), ON), None);
+        }
+
+        /// On cgroup v2 SLURM's RSS is memory.current less the file LRU lists: shmem counts, so
+        /// the figures that warn on v1 get the option, and page cache still does not count.
+        #[test]
+        fn on_cgroup_v2_shmem_counts_and_page_cache_does_not() {
+            let v2 = |mut s: JobSummary| {
+                for n in &mut s.nodes {
+                    n.cgroup_version = Some(crate::sample::CgroupVersion::V2);
+                }
+                s
+            };
+            // 0.7 GiB anonymous + 300 MiB shmem of the 1 GiB peak: 0.99 GiB counted.
+            let s = v2(stepped(Some(GIB * 7 / 10), Some(300 * MIB)));
+            let a = mem_update_advice(&s, &Report::default(), ON).unwrap();
+            assert_eq!(a.sbatch.as_deref(), Some("#SBATCH --mem-update=25@15"));
+            assert!(
+                matches!(a.reason, AdviceReason::MemUpdate { counted_peak_bytes, .. }
+                    if counted_peak_bytes == GIB * 7 / 10 + 300 * MIB),
+                "{:?}",
+                a.reason
+            );
+            // Half anonymous, 5 % shmem: 55 % counted, the rest page cache.
+            let cache = v2(stepped(Some(GIB / 2), Some(GIB / 20)));
+            assert_eq!(mem_update_advice(&cache, &Report::default(), ON), None);
+            // One node of two not known to be v2: v1's rule, the warning.
+            let mut mixed = v2(stepped(Some(GIB * 7 / 10), Some(300 * MIB)));
+            let mut other = mixed.nodes[0].clone();
+            other.node = "b".into();
+            other.cgroup_version = None;
+            mixed.nodes.push(other);
+            assert!(matches!(
+                mem_update_advice(&mixed, &Report::default(), ON).map(|a| a.reason),
+                Some(AdviceReason::MemUpdateUnsafe { .. })
+            ));
+        }
+
+        /// SLURM refuses `--mem-update=0@…`: a site's 0 % headroom still suggests 1 %.
+        #[test]
+        fn the_margin_is_at_least_one_percent() {
+            let s = stepped(Some(GIB * 9 / 10), Some(10 * MIB));
+            let cfg = Report {
+                mem_headroom_pct: 0.0,
+                ..Report::default()
+            };
+            // With no margin the cut is safe only once memory stays flat: from 15 min on.
+            let a = mem_update_advice(&s, &cfg, ON).unwrap();
+            assert_eq!(a.sbatch.as_deref(), Some("#SBATCH --mem-update=1@15"));
+        }
+
+        #[test]
+        fn no_option_when_memory_rises_at_the_end() {
+            // 512 MiB for 59 minutes, 1.5 GiB in the last sample: only the last sample is safe,
+            // a cut at the job's end helps nothing.
+            let mut s = job(
+                vec![node(
+                    "a",
+                    3600.0,
+                    |_| 1.0,
+                    |t| {
+                        if t < 3600.0 {
+                            512 * MIB
+                        } else {
+                            GIB * 3 / 2
+                        }
+                    },
+                )],
+                None,
+            );
+            s.mem.rss_peak_bytes = Some(GIB * 3 / 2);
+            s.mem.shmem_peak_bytes = Some(0);
+            assert_eq!(mem_update_advice(&s, &Report::default(), ON), None);
+        }
+
+        #[test]
+        fn every_node_must_hold_the_cut() {
+            // Node a is safe from 15 min; node b rises to 1 GiB only at 40 min.
+            let b = node(
+                "b",
+                3600.0,
+                |_| 1.0,
+                |t| {
+                    if t < 2400.0 {
+                        256 * MIB
+                    } else {
+                        GIB
+                    }
+                },
+            );
+            let mut s = stepped(Some(GIB * 9 / 10), Some(10 * MIB));
+            s.nodes.push(b);
+            let a = mem_update_advice(&s, &Report::default(), ON).unwrap();
+            assert_eq!(
+                a.request,
+                Some(Request::MemUpdate {
+                    margin_pct: 25,
+                    delay_min: 40
+                })
+            );
+        }
     }
 }

@@ -328,6 +328,10 @@ pub struct NodeSummary {
     /// the step table lacks them; the node's totals come from the job's cgroup and include them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub steps_not_recorded: Option<crate::spool::StepsNotRecorded>,
+    /// What the site's rules over running jobs did about the job on this node (warnings,
+    /// cancellations), oldest first (docs/watch.md).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub interventions: Vec<crate::watch::Intervention>,
 }
 
 /// Efficiency figures, each in percent of what was allocated.

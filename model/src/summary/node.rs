@@ -368,6 +368,7 @@ pub fn summarize_node(
         script_sha256: script_sha256(steps),
         kernel,
         steps_not_recorded: None,
+        interventions: Vec::new(),
     }
 }
 
@@ -685,6 +686,8 @@ pub struct NodeSpool {
     pub steps_not_recorded: Option<crate::spool::StepsNotRecorded>,
     /// Files that could not be read or decoded (reported, not fatal).
     pub problems: Vec<String>,
+    /// What the rules over running jobs did ([`crate::watch::WATCH_FILE`]).
+    pub interventions: Vec<crate::watch::Intervention>,
 }
 
 /// When the node's spool began: the earliest of its headers' starts (the series' and the steps').
@@ -780,6 +783,7 @@ pub fn summarize_node_spool(
         ns.quality.notes.push(steps_not_recorded_note(n));
         ns.steps_not_recorded = Some(n.clone());
     }
+    ns.interventions = spool.interventions.clone();
     if let Some(series) = &spool.gpu {
         ns.quality
             .notes

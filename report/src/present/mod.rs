@@ -13,6 +13,7 @@ pub mod clean;
 pub mod format;
 pub mod history;
 pub mod templates;
+pub mod watch;
 pub mod words;
 
 pub use clean::{clean, clean_line, clean_line_cols, width};
@@ -112,6 +113,8 @@ pub struct Report {
     pub throttling: String,
     /// The kernel view (`words::kernel_lines`); empty without a collector.
     pub kernel: Vec<String>,
+    /// What the site's rules did while the job ran (`watch::interventions`); empty if nothing.
+    pub interventions: Vec<String>,
     pub samples: u64,
     /// Set when there are no samples: what to say instead of figures.
     pub no_data: String,
@@ -438,6 +441,7 @@ fn report(s: &JobSummary) -> Report {
             .as_ref()
             .map(words::kernel_lines)
             .unwrap_or_default(),
+        interventions: watch::interventions(&s.nodes),
         samples: s.samples,
         no_data: if no_data {
             words::NO_DATA.into()
@@ -556,6 +560,9 @@ fn advice_views(a: &Analysis) -> Vec<AdviceView> {
                 (Some(r), _) => r.sbatch_line(),
                 (None, jobscope_model::summary::analysis::AdviceReason::Gpu { advice }) => {
                     format!("# {}", words::gpu_advice_line(advice))
+                }
+                (None, jobscope_model::summary::analysis::AdviceReason::MemUpdateUnsafe { .. }) => {
+                    words::MEM_UPDATE_UNSAFE_LINE.to_string()
                 }
                 (None, _) => String::new(),
             },

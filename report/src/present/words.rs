@@ -254,13 +254,30 @@ pub fn gpu_util(g: &GpuSummary) -> String {
         Some(GpuUtilSource::Mixed) => " (partly point reads)",
         _ => "",
     };
+    // SM activity beside kernel time, where the driver gave it (NVML GPM): the figure that
+    // tells a busy GPU from a wasted one.
+    let sm = g
+        .sm_active_mean_pct
+        .map(|sm| {
+            format!(
+                "; SM activity mean {} (occupancy {}, tensor {}, DRAM bandwidth {}{})",
+                fmt_pct(Some(sm)),
+                fmt_pct(g.sm_occupancy_mean_pct),
+                fmt_pct(g.tensor_active_mean_pct),
+                fmt_pct(g.dram_active_mean_pct),
+                g.sm_clock_mean_mhz
+                    .map(|c| format!("; SM clock mean {c:.0} MHz"))
+                    .unwrap_or_default()
+            )
+        })
+        .unwrap_or_default();
     match g.job_util_mean_pct {
         Some(job) if g.other_processes_seen => format!(
-            "device {device}{source}; this job's share mean {}, max {} (other processes used this GPU too)",
+            "device {device}{source}; this job's share mean {}, max {} (other processes used this GPU too){sm}",
             fmt_pct(Some(job)),
             fmt_pct(g.job_util_max_pct)
         ),
-        _ => format!("{device}{source}"),
+        _ => format!("{device}{source}{sm}"),
     }
 }
 
@@ -300,6 +317,86 @@ pub fn gpu_finding(label: &str, f: &GpuFinding) -> String {
             "{label} was slowed down by the hardware: {}",
             clean(&reasons.join(", "), 200)
         ),
+        GpuFinding::LowSmActivity {
+            util_mean_pct,
+            sm_active_mean_pct,
+        } => format!(
+            "{label}: kernels ran {} of the time but kept {} of the SMs busy (SM activity, \
+             NVML GPM): most of the GPU waited; small kernels or too little parallel work \
+             per kernel leave SMs idle while utilization reads busy",
+            fmt_pct0(Some(*util_mean_pct)),
+            fmt_sm_pct(*sm_active_mean_pct)
+        ),
+        GpuFinding::NodeHealth {
+            throttle_power_s,
+            throttle_thermal_s,
+            ecc_uncorrected,
+            xid_errors,
+            xid_events,
+        } => gpu_node_health(
+            label,
+            *throttle_power_s,
+            *throttle_thermal_s,
+            *ecc_uncorrected,
+            *xid_errors,
+            xid_events,
+        ),
+    }
+}
+
+/// An SM figure: whole percent, one decimal below 1 % (0.4 % is not 0 %).
+fn fmt_sm_pct(p: f64) -> String {
+    if p < 1.0 {
+        fmt_pct(Some(p))
+    } else {
+        fmt_pct0(Some(p))
+    }
+}
+
+/// A GPU's health during the job, as facts for the node's admins (not the job's doing).
+fn gpu_node_health(
+    label: &str,
+    power_s: Option<f64>,
+    thermal_s: Option<f64>,
+    ecc_uncorrected: Option<u64>,
+    xid_errors: Option<u64>,
+    xids: &[jobscope_model::gpu::summary::XidEvent],
+) -> String {
+    let mut held = Vec::new();
+    if let Some(t) = power_s {
+        held.push(format!("by its power cap for {}", fmt_duration(t)));
+    }
+    if let Some(t) = thermal_s {
+        held.push(format!("by a thermal limit for {}", fmt_duration(t)));
+    }
+    let mut facts = Vec::new();
+    if !held.is_empty() {
+        facts.push(format!("{label} was held back {}", held.join(" and ")));
+    }
+    if let Some(n) = ecc_uncorrected {
+        facts.push(format!("{n} uncorrected ECC error(s)"));
+    }
+    if let Some(n) = xid_errors {
+        const SHOWN: usize = 5;
+        let mut codes: Vec<String> = xids
+            .iter()
+            .take(SHOWN)
+            .map(|x| format!("{} at {} into the job", x.code, fmt_duration(x.t_s)))
+            .collect();
+        if xids.len() > SHOWN {
+            codes.push("…".into());
+        }
+        facts.push(if codes.is_empty() {
+            format!("{n} XID error(s)")
+        } else {
+            format!("{n} XID error(s) ({})", codes.join(", "))
+        });
+    }
+    let facts = facts.join("; ");
+    if held.is_empty() {
+        format!("{label}: {facts}: the node's problem, not the job's (for the admins)")
+    } else {
+        format!("{facts}: the node's problem, not the job's (for the admins)")
     }
 }
 
@@ -730,8 +827,33 @@ pub fn advice_reason(a: &Analysis, r: &AdviceReason) -> String {
             .and_then(imbalance)
             .unwrap_or_else(|| "some nodes did almost no work".into()),
         AdviceReason::Gpu { advice } => gpu_advice_reason(advice),
+        AdviceReason::MemUpdate {
+            peak_bytes,
+            counted_peak_bytes,
+            delay_s,
+            margin_pct,
+        } => format!(
+            "or let SLURM lower the limit: {} of the {} peak was memory SLURM's RSS measure \
+             counts, and from {} on the memory in use +{margin_pct:.0} % covered every later \
+             sample",
+            fmt_bytes(Some(*counted_peak_bytes)),
+            fmt_bytes(Some(*peak_bytes)),
+            fmt_duration(*delay_s as f64)
+        ),
+        AdviceReason::MemUpdateUnsafe {
+            peak_bytes,
+            shmem_peak_bytes,
+        } => format!(
+            "shmem/tmpfs reached {} of the {} peak: --mem-update cuts the limit to RSS, which \
+             leaves shmem out while the limit counts it, so the cut can OOM the job",
+            fmt_bytes(Some(*shmem_peak_bytes)),
+            fmt_bytes(Some(*peak_bytes))
+        ),
     }
 }
+
+/// The comment line of the `--mem-update` warning, where advice has an `#SBATCH` line.
+pub const MEM_UPDATE_UNSAFE_LINE: &str = "# do not use --mem-update for this job";
 
 /// What to say where there is no advice (or only some).
 pub fn no_advice(a: &Analysis) -> String {
@@ -849,5 +971,71 @@ mod tests {
         for c in JobClass::ALL {
             assert_eq!(JobClass::parse(&class(c)), Some(c), "{}", class(c));
         }
+    }
+
+    /// The GPU verdict rests on SM activity where the driver gave it; the node's health is said
+    /// as the admins' facts, not the user's fault.
+    #[test]
+    fn gpu_sm_activity_and_node_health_in_words() {
+        use jobscope_model::gpu::summary::XidEvent;
+        let low = gpu_finding(
+            "GPU 1",
+            &GpuFinding::LowSmActivity {
+                util_mean_pct: 98.0,
+                sm_active_mean_pct: 6.0,
+            },
+        );
+        assert!(
+            low.starts_with("GPU 1: kernels ran 98 % of the time but kept 6 % of the SMs busy"),
+            "{low}"
+        );
+        let tiny = gpu_finding(
+            "GPU 1",
+            &GpuFinding::LowSmActivity {
+                util_mean_pct: 100.0,
+                sm_active_mean_pct: 0.4,
+            },
+        );
+        assert!(tiny.contains("kept 0.4 % of the SMs"), "{tiny}");
+        let health = gpu_finding(
+            "GPU 1",
+            &GpuFinding::NodeHealth {
+                throttle_power_s: Some(720.0),
+                throttle_thermal_s: None,
+                ecc_uncorrected: None,
+                xid_errors: Some(2),
+                xid_events: vec![
+                    XidEvent {
+                        t_s: 65.0,
+                        code: 79,
+                    },
+                    XidEvent {
+                        t_s: 3725.0,
+                        code: 48,
+                    },
+                ],
+            },
+        );
+        assert_eq!(
+            health,
+            "GPU 1 was held back by its power cap for 12m00s; 2 XID error(s) (79 at 1m05s into \
+             the job, 48 at 1h02m05s into the job): the node's problem, not the job's (for the \
+             admins)"
+        );
+        let ecc = gpu_finding(
+            "GPU 0",
+            &GpuFinding::NodeHealth {
+                throttle_power_s: None,
+                throttle_thermal_s: None,
+                ecc_uncorrected: Some(1),
+                xid_errors: None,
+                xid_events: vec![],
+            },
+        );
+        assert_eq!(
+            ecc,
+            "GPU 0: 1 uncorrected ECC error(s): the node's problem, not the job's (for the admins)"
+        );
+        assert!(unspaced_seconds(&health).is_empty(), "{health}");
     }
 }

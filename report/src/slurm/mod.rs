@@ -12,6 +12,7 @@ pub mod v24_11;
 pub mod v26_05;
 
 // The model's job facts, for this crate's own code (other crates name `jobscope_model::job`).
+use jobscope_model::job::SchedulerFeatures;
 pub(crate) use jobscope_model::job::{EndEvidence, EndReason, JobEnd, JobFacts, JobState};
 pub use v22_05::{short_hostname, EpilogEnv, Slurm2205};
 pub use v24_11::Slurm2411;
@@ -65,6 +66,144 @@ pub trait Slurm {
     /// How the job ended (see [`decide_end`]); a release with other semantics overrides it.
     fn decide_end(&self, facts: &JobFacts, evidence: &EndEvidence) -> JobEnd {
         decide_end(facts, evidence)
+    }
+    /// What this release offers users that the advice names (`--mem-update` from 26.05 on).
+    fn features(&self) -> SchedulerFeatures {
+        SchedulerFeatures::default()
+    }
+    /// Writes `text` into ended job `job_id`'s AdminComment (`[report] admin_comment`), bounded by
+    /// `limit`. `Err` says what failed; the caller logs it and goes on.
+    fn set_admin_comment(
+        &self,
+        job_id: u32,
+        cluster: Option<&str>,
+        text: &str,
+        limit: std::time::Duration,
+    ) -> Result<(), String> {
+        set_admin_comment_with_sacctmgr(job_id, cluster, text, limit)
+    }
+    /// Cancels running job `job_id` for a site's rule over running jobs (docs/watch.md). `why`
+    /// goes into the job's AdminComment first, where `scontrol show job` and `sacct` show it;
+    /// each command is bounded by `limit`. `Err` says what failed.
+    fn cancel(&self, job_id: u32, why: &str, limit: std::time::Duration) -> Result<(), String> {
+        cancel_with_scancel(job_id, why, limit)
+    }
+}
+
+/// [`Slurm::cancel`] with SLURM's commands, the same in every release supported: `scontrol update
+/// JobId=… AdminComment=…` (one line; its failure does not stop the cancel), then `scancel`.
+pub fn cancel_with_scancel(
+    job_id: u32,
+    why: &str,
+    limit: std::time::Duration,
+) -> Result<(), String> {
+    let comment: String = why
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .take(400)
+        .collect();
+    let _ = v22_05::run_bounded(
+        "scontrol",
+        &[
+            "update",
+            &format!("JobId={job_id}"),
+            &format!("AdminComment={comment}"),
+        ],
+        limit,
+    );
+    v22_05::run_bounded("scancel", &[&job_id.to_string()], limit)
+        .map(|_| ())
+        .ok_or_else(|| {
+            format!(
+                "scancel {job_id} failed or did not end within {} s",
+                limit.as_secs()
+            )
+        })
+}
+
+/// [`Slurm::set_admin_comment`], the same in every release supported: `sacctmgr -i modify job
+/// where JobID=… [Cluster=…] set AdminComment=…` writes the accounting database's record (what
+/// `sacct` shows). `scontrol update JobId=… AdminComment=…` cannot do it: slurmctld refuses any
+/// update of a job whose base state is final (`_update_job`: `IS_JOB_FINISHED` →
+/// ESLURM_JOB_FINISHED), and during the Epilog the job is already COMPLETING on a final base state.
+/// Measured on 22.05.8 ("Job has already finished", while COMPLETING and after), read in the
+/// 24.11.7 and 26.05.3 sources (docs/slurm-versions.md). Without slurmdbd, sacctmgr says so and
+/// fails.
+pub fn set_admin_comment_with_sacctmgr(
+    job_id: u32,
+    cluster: Option<&str>,
+    text: &str,
+    limit: std::time::Duration,
+) -> Result<(), String> {
+    use std::process::{Command, Stdio};
+    let mut args = vec![
+        "-i".to_string(),
+        "modify".into(),
+        "job".into(),
+        "where".into(),
+        format!("JobID={job_id}"),
+    ];
+    // A cluster name with anything but a plain name is not passed: the local cluster is the default.
+    if let Some(c) = cluster.filter(|c| {
+        !c.is_empty()
+            && c.chars()
+                .all(|x| x.is_ascii_alphanumeric() || x == '_' || x == '-')
+    }) {
+        args.push(format!("Cluster={c}"));
+    }
+    args.push("set".into());
+    args.push(format!("AdminComment={text}"));
+    let child = Command::new("/usr/bin/sacctmgr")
+        .args(&args)
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin:/usr/sbin:/sbin")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("sacctmgr: {e}"))?;
+    let ended = jobscope_common::child::wait_bounded(
+        child,
+        None,
+        jobscope_common::child::Bounds {
+            limit,
+            max_output_bytes: 64 * 1024,
+            pipe_grace: std::time::Duration::from_secs(1),
+            kill_group: false,
+        },
+    )
+    .map_err(|e| format!("sacctmgr: {e}"))?;
+    let said = |o: &jobscope_common::child::Output| {
+        String::from_utf8_lossy(&o.bytes)
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ")
+            .chars()
+            .take(300)
+            .collect::<String>()
+    };
+    match ended.status {
+        None => Err(format!(
+            "sacctmgr did not end within {} s (killed)",
+            limit.as_secs()
+        )),
+        Some(st) if st.success() => {
+            // sacctmgr exits 0 and says so when no record matched.
+            let out = said(&ended.stdout);
+            if out.contains("Nothing modified") || out.contains("Nothing to change") {
+                Err(format!("sacctmgr: {out}"))
+            } else {
+                Ok(())
+            }
+        }
+        Some(st) => Err(format!(
+            "sacctmgr failed ({st}): {}",
+            [said(&ended.stderr), said(&ended.stdout)]
+                .into_iter()
+                .filter(|x| !x.is_empty())
+                .collect::<Vec<_>>()
+                .join(" ")
+        )),
     }
 }
 
@@ -175,6 +314,29 @@ impl<T: Slurm + ?Sized> Slurm for Box<T> {
     fn decide_end(&self, facts: &JobFacts, evidence: &EndEvidence) -> JobEnd {
         (**self).decide_end(facts, evidence)
     }
+    // Every method is forwarded: one left out would answer with the trait's default for a boxed
+    // adapter (a method call on the `Box` itself resolves here, not through the vtable).
+    fn jobs_facts(&self, job_ids: &[u32]) -> Option<HashMap<u32, JobFacts>> {
+        (**self).jobs_facts(job_ids)
+    }
+    fn partitions(&self) -> Option<Vec<Partition>> {
+        (**self).partitions()
+    }
+    fn cancel(&self, job_id: u32, why: &str, limit: std::time::Duration) -> Result<(), String> {
+        (**self).cancel(job_id, why, limit)
+    }
+    fn features(&self) -> SchedulerFeatures {
+        (**self).features()
+    }
+    fn set_admin_comment(
+        &self,
+        job_id: u32,
+        cluster: Option<&str>,
+        text: &str,
+        limit: std::time::Duration,
+    ) -> Result<(), String> {
+        (**self).set_admin_comment(job_id, cluster, text, limit)
+    }
 }
 
 /// The release `scontrol --version` names (`slurm 22.05.8`, `slurm-wlm 24.11.5`) as (major, minor).
@@ -191,7 +353,13 @@ pub fn parse_release(version_output: &str) -> Option<(u32, u32)> {
 /// adapter, whose text commands every release understands.
 pub fn for_release(release: Option<(u32, u32)>) -> Box<dyn Slurm> {
     match release {
-        Some(r) if r >= (24, 11) => Box::new(Slurm2411::default()),
+        // The one place a release decides a capability (`SchedulerFeatures`).
+        Some(r) if r >= (24, 11) => Box::new(Slurm2411 {
+            features: SchedulerFeatures {
+                mem_update: r >= (26, 5),
+            },
+            ..Slurm2411::default()
+        }),
         _ => Box::new(Slurm2205::default()),
     }
 }
@@ -215,6 +383,16 @@ pub struct FakeSlurm {
     pub up: bool,
     /// The job ids asked about, in order (to check what was asked).
     pub asked: Mutex<Vec<u32>>,
+    /// The jobs cancelled, with the reason given, in order.
+    pub cancelled: Mutex<Vec<(u32, String)>>,
+    /// Whether `cancel` fails.
+    pub cancel_fails: bool,
+    /// The AdminComments written, in order (job, cluster, text).
+    pub admin_comments: Mutex<Vec<(u32, Option<String>, String)>>,
+    /// What `set_admin_comment` answers when it fails (`None`: it succeeds).
+    pub admin_comment_fails: Option<String>,
+    /// The release's capabilities.
+    pub features: SchedulerFeatures,
 }
 
 impl FakeSlurm {
@@ -253,6 +431,33 @@ impl Slurm for FakeSlurm {
     }
     fn ping(&self) -> bool {
         self.up
+    }
+    fn features(&self) -> SchedulerFeatures {
+        self.features
+    }
+    fn set_admin_comment(
+        &self,
+        job_id: u32,
+        cluster: Option<&str>,
+        text: &str,
+        _limit: std::time::Duration,
+    ) -> Result<(), String> {
+        if let Some(e) = &self.admin_comment_fails {
+            return Err(e.clone());
+        }
+        if let Ok(mut c) = self.admin_comments.lock() {
+            c.push((job_id, cluster.map(str::to_string), text.to_string()));
+        }
+        Ok(())
+    }
+    fn cancel(&self, job_id: u32, why: &str, _limit: std::time::Duration) -> Result<(), String> {
+        if self.cancel_fails || !self.up {
+            return Err("scancel refused (canned)".into());
+        }
+        if let Ok(mut c) = self.cancelled.lock() {
+            c.push((job_id, why.to_string()));
+        }
+        Ok(())
     }
 }
 
@@ -344,6 +549,26 @@ mod tests {
         assert_eq!(parse_release("slurm-wlm 25.05.0-0rc1"), Some((25, 5)));
         assert_eq!(parse_release(""), None);
         assert_eq!(parse_release("scontrol: command not found"), None);
+    }
+
+    /// `sbatch --mem-update` is in 26.05's man page and in none of 24.11's, 25.05's or 25.11's
+    /// (SchedMD/slurm, doc/man/man1/sbatch.1 on each release branch).
+    #[test]
+    fn only_26_05_and_later_offer_mem_update() {
+        for (release, want) in [
+            (None, false),
+            (Some((22, 5)), false),
+            (Some((24, 11)), false),
+            (Some((25, 11)), false),
+            (Some((26, 5)), true),
+            (Some((27, 5)), true),
+        ] {
+            assert_eq!(
+                for_release(release).features().mem_update,
+                want,
+                "{release:?}"
+            );
+        }
     }
 
     #[test]

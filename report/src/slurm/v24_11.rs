@@ -118,12 +118,15 @@ pub fn parse_array_tasks_json(text: &str, array_id: u32) -> Option<Vec<ArrayTask
 #[derive(Debug, Clone)]
 pub struct Slurm2411 {
     pub scontrol: String,
+    /// What the release offers (set by `super::for_release`, which knows the release).
+    pub features: super::SchedulerFeatures,
 }
 
 impl Default for Slurm2411 {
     fn default() -> Self {
         Slurm2411 {
             scontrol: "/usr/bin/scontrol".into(),
+            features: super::SchedulerFeatures::default(),
         }
     }
 }
@@ -139,6 +142,9 @@ impl Slurm2411 {
 }
 
 impl Slurm for Slurm2411 {
+    fn features(&self) -> super::SchedulerFeatures {
+        self.features
+    }
     fn job_facts(&self, job_id: u32) -> Option<JobFacts> {
         parse_scontrol_json(&self.show_job(job_id)?, job_id)
     }

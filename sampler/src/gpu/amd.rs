@@ -266,6 +266,8 @@ impl AmdBackend {
             other_processes: None,
             // amdgpu keeps no sample buffer: `gpu_busy_percent` is all there is.
             drain: None,
+            // No GPM, clock-violation, ECC or XID reading on amdgpu here: not measured.
+            ..Default::default()
         }
     }
 }

@@ -767,3 +767,212 @@ fn gpu_without_buffer_support_falls_back_to_point_reads_and_says_so() {
         "{notes:?}"
     );
 }
+
+/// A counter of the library copy at `lib` (`fake_nvml_gpm_buffers_live` or `_allocated`): the
+/// instance NVML loaded (a second dlopen of the same path returns it).
+fn fake_counter(lib: &std::path::Path, name: &std::ffi::CStr) -> i64 {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(lib.as_os_str().as_bytes()).unwrap();
+    // SAFETY: a path and a symbol name, both NUL-terminated; the symbol is the fake's
+    // `extern "C" fn() -> i64`.
+    unsafe {
+        let h = libc::dlopen(path.as_ptr(), libc::RTLD_NOW);
+        assert!(!h.is_null(), "dlopen {}", lib.display());
+        let f = libc::dlsym(h, name.as_ptr());
+        assert!(!f.is_null());
+        let f: extern "C" fn() -> i64 = std::mem::transmute(f);
+        let n = f();
+        libc::dlclose(h);
+        n
+    }
+}
+
+fn gpm_buffers_live(lib: &std::path::Path) -> i64 {
+    fake_counter(lib, c"fake_nvml_gpm_buffers_live")
+}
+
+fn gpm_buffers_allocated(lib: &std::path::Path) -> i64 {
+    fake_counter(lib, c"fake_nvml_gpm_buffers_allocated")
+}
+
+/// GPU A: kernels "ran" 98 % of the time (utilization.gpu) while GPM says 6 % SM activity; its
+/// power cap held it back 12 minutes, one uncorrected ECC error, two XIDs. GPU B: a pre-Hopper
+/// GPU that answers none of it.
+fn health_script() -> Value {
+    json!({
+        "driver_version": "550.54.15",
+        "devices": [
+            {"uuid": UUID_A, "name": "NVIDIA H100 80GB HBM3", "minor": 3,
+             "pci_bus_id": "00000000:3B:00.0", "memory_total": 80 * GIB,
+             "utilization": [[98, 10]], "memory_used": GIB, "power_mw": 300_000,
+             "energy_mj": 1_000, "throttle": 4, "processes": [[[4242, GIB]]],
+             "gpm": [{"sm_util": 6.0, "sm_occupancy": 3.5, "any_tensor": 0.0}],
+             "sm_clock_mhz": 1980, "mem_clock_mhz": 2619,
+             "violation_power_ns": [0, 720_000_000_000u64], "violation_thermal_ns": 0,
+             "ecc_corrected": [5, 7], "ecc_uncorrected": [0, 1],
+             "xid": [79, 48]},
+            {"uuid": UUID_B, "name": "NVIDIA A100-SXM4-80GB", "minor": 1,
+             "pci_bus_id": "00000000:5E:00.0", "memory_total": 80 * GIB,
+             "utilization": [[98, 10]], "memory_used": GIB, "power_mw": 300_000,
+             "energy_mj": 1_000, "throttle": 0, "processes": [[[4242, GIB]]]}
+        ]
+    })
+}
+
+/// The whole path, monitor to summary: GPM figures, clocks, throttle time, ECC and XID from the
+/// fake driver reach gpu.jsc and the GPU summary; the GPU that has none of them reads `None`
+/// (not 0) and the data notes say so once; the GPM buffers are allocated once per device and
+/// freed at the end.
+#[test]
+fn gpu_sm_activity_throttle_ecc_and_xid_end_to_end() {
+    let f = Fake::new(health_script());
+    let spool = tempfile::tempdir().unwrap();
+    let cfg = BackendConfig {
+        nvml_lib_path: Some(f.lib.clone()),
+        amd: false,
+        ..Default::default()
+    };
+    let m = GpuMonitor::start(
+        GpuSelection::of([GpuRef::NvidiaMinor(3), GpuRef::NvidiaMinor(1)]),
+        &cfg,
+        spool.path(),
+        header(),
+        Schedule {
+            early: vec![],
+            cadence: Duration::from_millis(100),
+        },
+        Box::new(|| vec![4242]),
+        Box::new(|_, _| {}),
+    )
+    .unwrap();
+    let t = Instant::now();
+    while m.progress().samples_taken < 6 && t.elapsed() < Duration::from_secs(30) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(m.progress().samples_taken >= 6, "{:?}", m.progress());
+    assert_eq!(
+        gpm_buffers_live(&f.lib),
+        2,
+        "two GPM buffers for the one GPM device, after 6 samples: allocated once"
+    );
+    assert_eq!(
+        gpm_buffers_allocated(&f.lib),
+        2,
+        "and never again per sample"
+    );
+    assert!(m.stop(Duration::from_secs(20)));
+    let s = read_gpu_file(&spool.path().join(GPU_FILE_NAME)).unwrap();
+    assert!(!s.torn && s.end.is_some());
+    let sums = super::summarize_gpus(&s, 3600.0);
+    let (a, b) = (&sums[0], &sums[1]);
+    assert_eq!(a.identity.uuid.as_deref(), Some(UUID_A));
+    assert_eq!(a.sm_active_mean_pct, Some(6.0));
+    assert_eq!(a.sm_occupancy_mean_pct, Some(3.5));
+    assert_eq!(a.tensor_active_mean_pct, Some(0.0), "measured zero is 0");
+    assert_eq!(
+        a.dram_active_mean_pct, None,
+        "the metric the driver refused"
+    );
+    assert_eq!(a.sm_clock_mean_mhz, Some(1980.0));
+    assert_eq!(a.mem_clock_mean_mhz, Some(2619.0));
+    assert_eq!(a.throttle_power_s, Some(720.0));
+    assert_eq!(a.throttle_thermal_s, Some(0.0));
+    assert_eq!((a.ecc_corrected, a.ecc_uncorrected), (Some(2), Some(1)));
+    assert_eq!(a.xid_errors, Some(2));
+    let codes: Vec<u32> = a.xid_events.iter().map(|x| x.code).collect();
+    assert_eq!(codes, vec![79, 48]);
+    assert!(a.xid_events.iter().all(|x| x.t_s >= 0.0 && x.t_s < 60.0));
+    use super::summary::{GpuClass, GpuFinding};
+    assert_eq!(a.classification, Some(GpuClass::LowSmActivity));
+    assert!(a.findings.contains(&GpuFinding::LowSmActivity {
+        util_mean_pct: 98.0,
+        sm_active_mean_pct: 6.0
+    }));
+    assert!(
+        a.findings.iter().any(|f| matches!(f,
+            GpuFinding::NodeHealth { throttle_power_s: Some(p), ecc_uncorrected: Some(1),
+                                     xid_errors: Some(2), .. } if *p == 720.0)),
+        "{:?}",
+        a.findings
+    );
+    // GPU B: nothing of it measured, nothing invented.
+    assert_eq!(b.identity.uuid.as_deref(), Some(UUID_B));
+    assert_eq!(
+        (
+            b.sm_active_mean_pct,
+            b.sm_clock_mean_mhz,
+            b.throttle_power_s
+        ),
+        (None, None, None)
+    );
+    assert_eq!((b.ecc_uncorrected, b.xid_errors), (None, None));
+    assert_eq!(
+        b.classification,
+        Some(GpuClass::GpuBound),
+        "kernel time alone"
+    );
+    let notes = super::summary::gpu_quality_notes(&s);
+    let about_b: Vec<&String> = notes.iter().filter(|n| n.contains(UUID_B)).collect();
+    assert_eq!(
+        about_b.iter().filter(|n| n.contains("SM activity")).count(),
+        1,
+        "{notes:?}"
+    );
+    assert_eq!(
+        about_b.iter().filter(|n| n.contains("XID")).count(),
+        1,
+        "{notes:?}"
+    );
+    assert!(
+        !notes
+            .iter()
+            .any(|n| n.contains(UUID_A) && (n.contains("SM activity") || n.contains("XID"))),
+        "{notes:?}"
+    );
+    let t = Instant::now();
+    while gpm_buffers_live(&f.lib) != 0 && t.elapsed() < Duration::from_secs(20) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(
+        gpm_buffers_live(&f.lib),
+        0,
+        "the GPM buffers are freed at the end"
+    );
+}
+
+/// An XID storm: every error is counted, only the first few are kept with their codes; a GPM
+/// that starts answering NOT_SUPPORTED mid-job is given up (its buffers freed) and reads `None`
+/// from then on; a failed GPM call is never a 0.
+#[test]
+fn gpu_xid_storm_is_capped_and_a_gpm_not_supported_is_given_up() {
+    let mut script = health_script();
+    script["devices"][0]["xid"] = json!((0..40).map(|i| 13 + i % 3).collect::<Vec<u32>>());
+    script["devices"][0]["gpm"] = json!([{"sm_util": 50.0}, {"sm_util": 40.0}, "NOT_SUPPORTED"]);
+    let f = Fake::new(script);
+    let mut b = f.backend(Duration::from_secs(60));
+    let o = b.open(&wanted(GpuRef::NvidiaMinor(3), None), soon());
+    assert_eq!(o.devices.len(), 1);
+    assert!(o.notes.is_empty(), "{:?}", o.notes);
+    assert_eq!(gpm_buffers_live(&f.lib), 2);
+    // The fill at open took the first figures (50): the first interval ends at this sample.
+    let s1 = b.sample(&[4242], soon()).devices[0].clone().unwrap();
+    assert_eq!(s1.sm_active_permille, Some(400));
+    assert_eq!(
+        s1.sm_occupancy_permille, None,
+        "not in the script: NOT_SUPPORTED"
+    );
+    let x = s1.xids.expect("XIDs watched");
+    assert_eq!(x.count, 40);
+    assert_eq!(x.first.len(), 32);
+    assert_eq!(
+        x.first[..3].iter().map(|p| p.1).collect::<Vec<_>>(),
+        [13, 14, 15]
+    );
+    let s2 = b.sample(&[4242], soon()).devices[0].clone().unwrap();
+    assert_eq!(s2.sm_active_permille, None);
+    assert_eq!(s2.xids, Some(Default::default()), "watched, none since");
+    assert_eq!(gpm_buffers_live(&f.lib), 0, "given up: freed at once");
+    let s3 = b.sample(&[4242], soon()).devices[0].clone().unwrap();
+    assert_eq!(s3.sm_active_permille, None);
+    assert_eq!(s3.violation_power_ns, Some(720_000_000_000));
+}

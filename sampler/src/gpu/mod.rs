@@ -69,6 +69,35 @@ pub struct DeviceSample {
     /// so the bucket it closes covers the interval up to now (`None`: the backend keeps no
     /// buffer; the point read above is all there is).
     pub drain: Option<DeviceDrain>,
+    /// NVML GPM (Hopper and later) over the interval since the previous sample, per mille:
+    /// SM activity (`SM_UTIL`), SM occupancy, any tensor pipe, DRAM bandwidth. `None`: no GPM
+    /// on this device (or the first sample, which has no interval yet).
+    pub sm_active_permille: Option<u32>,
+    pub sm_occupancy_permille: Option<u32>,
+    pub tensor_active_permille: Option<u32>,
+    pub dram_active_permille: Option<u32>,
+    /// The clocks now (point reads), MHz: beside the GPM figures, which count cycles.
+    pub sm_clock_mhz: Option<u32>,
+    pub mem_clock_mhz: Option<u32>,
+    /// Time the power cap / a thermal limit held the clocks down since the driver loaded,
+    /// nanoseconds (NVML violation counters; cumulative, as the driver reports them).
+    pub violation_power_ns: Option<u64>,
+    pub violation_thermal_ns: Option<u64>,
+    /// Volatile ECC error counts (since the driver loaded; cumulative).
+    pub ecc_corrected_total: Option<u64>,
+    pub ecc_uncorrected_total: Option<u64>,
+    /// XID errors NVML reported since the previous sample (`None`: its events are not
+    /// available for this device).
+    pub xids: Option<XidReport>,
+}
+
+/// The XID errors of one device over one interval.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct XidReport {
+    /// The first ones kept: (Unix ms when polled, XID code).
+    pub first: Vec<(u64, u32)>,
+    /// All of them, kept or not.
+    pub count: u64,
 }
 
 /// Something that happened to a device or a backend, recorded in the spool as an event.
@@ -92,6 +121,9 @@ pub struct OpenResult {
     /// (log it at debug level only).
     pub quiet: bool,
     pub events: Vec<GpuEvent>,
+    /// What this backend cannot measure on some device (no GPM before Hopper…), once per job:
+    /// the spool's data notes.
+    pub notes: Vec<String>,
 }
 
 /// One sample of all the backend's devices.

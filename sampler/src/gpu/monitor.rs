@@ -259,7 +259,8 @@ impl GpuMonitor {
                         writer: None,
                         slot_offsets: vec![],
                         devices: vec![],
-                        prev_energy: vec![],
+                        prev: vec![],
+                        xids_kept: vec![],
                         folds: vec![],
                         drains: 0,
                         logged_write_error: false,
@@ -345,8 +346,10 @@ struct Run {
     /// First slot of each backend.
     slot_offsets: Vec<usize>,
     devices: Vec<GpuDevice>,
-    /// Last energy counter per slot (deltas are taken between consecutive samples).
-    prev_energy: Vec<Option<u64>>,
+    /// Last cumulative counters per slot (deltas are taken between consecutive samples).
+    prev: Vec<Counters>,
+    /// XID events recorded so far per slot (at most [`MAX_XID_EVENTS`]; the buckets count all).
+    xids_kept: Vec<usize>,
     /// Per slot: the drains of the bucket in progress.
     folds: Vec<IntervalFold>,
     drains: u64,
@@ -537,7 +540,8 @@ impl Run {
                 .iter()
                 .map(|&i| self.selection.wanted[i].clone())
                 .collect();
-            let o = b.open(&wanted, deadline);
+            let mut o = b.open(&wanted, deadline);
+            info.notes.append(&mut o.notes);
             if let Some(why) = &o.unavailable {
                 let level = if o.quiet {
                     LogLevel::Debug
@@ -582,7 +586,8 @@ impl Run {
             );
         }
         info.devices = self.devices.clone();
-        self.prev_energy = vec![None; self.devices.len()];
+        self.prev = vec![Counters::default(); self.devices.len()];
+        self.xids_kept = vec![0; self.devices.len()];
         self.folds = vec![IntervalFold::default(); self.devices.len()];
         let n = self.devices.len();
         let unavailable = (n == 0).then(|| {
@@ -654,6 +659,7 @@ impl Run {
             devices: vec![],
         };
         let mut events = Vec::new();
+        let mut xid_events: Vec<(usize, u64, u32)> = Vec::new();
         let mut backends = std::mem::take(&mut self.backends);
         for (bi, b) in backends.iter_mut().enumerate() {
             let base = self.slot_offsets.get(bi).copied().unwrap_or(0);
@@ -664,7 +670,15 @@ impl Run {
                     break;
                 }
                 if let Some(d) = d {
-                    let mut db = device_bucket(slot as u32, &d, &mut self.prev_energy[slot]);
+                    let mut db = device_bucket(slot as u32, &d, &mut self.prev[slot]);
+                    if let Some(x) = &d.xids {
+                        for &(t, code) in &x.first {
+                            if self.xids_kept[slot] < MAX_XID_EVENTS {
+                                self.xids_kept[slot] += 1;
+                                xid_events.push((slot, t, code));
+                            }
+                        }
+                    }
                     if let Some(dr) = &d.drain {
                         self.folds[slot].add(dr, &pids);
                     }
@@ -687,6 +701,9 @@ impl Run {
         for (slot, e) in events {
             self.record(t_ms, slot, e);
         }
+        for (slot, t, code) in xid_events {
+            self.record_xid(t, slot, code);
+        }
         if bucket.devices.is_empty() {
             return false;
         }
@@ -695,6 +712,31 @@ impl Run {
             self.write(r);
         }
         true
+    }
+
+    /// One XID error as a `gpu_xid` event, its code in `exit_status` (an admin's fact: logged
+    /// at info level, never to the job's output).
+    fn record_xid(&mut self, t_ms: u64, slot: usize, code: u32) {
+        let who = self
+            .devices
+            .get(slot)
+            .map(|d| d.identity.label())
+            .unwrap_or_default();
+        let message = format!("{who}: XID {code}");
+        self.log(LogLevel::Info, &message);
+        let ev = Event {
+            t_ms,
+            kind: EventKind::GpuXid,
+            step: Some(format!("{EVENT_SLOT_PREFIX}{slot}")),
+            job: None,
+            step_reading: None,
+            exit_status: i32::try_from(code).ok(),
+            message: Some(message),
+        };
+        let r = self.writer.as_mut().map(|w| w.event(ev));
+        if let Some(r) = r {
+            self.write(r);
+        }
     }
 
     fn finish(&mut self, reason: &str, taken: u64, missed: u64) {
@@ -714,16 +756,45 @@ impl Run {
     }
 }
 
-/// One device's reading as a one-sample bucket entry; `prev_energy` is the slot's last counter.
-pub fn device_bucket(slot: u32, d: &DeviceSample, prev_energy: &mut Option<u64>) -> DeviceBucket {
-    let energy_mj = match (*prev_energy, d.energy_mj) {
+/// XID events kept per device and job (the buckets' `xid_errors` count every one): a GPU in
+/// an XID storm must not fill the spool's events.
+pub const MAX_XID_EVENTS: usize = 32;
+
+/// A device's cumulative counters at its last sample.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Counters {
+    pub energy_mj: Option<u64>,
+    pub violation_power_ns: Option<u64>,
+    pub violation_thermal_ns: Option<u64>,
+    pub ecc_corrected: Option<u64>,
+    pub ecc_uncorrected: Option<u64>,
+}
+
+/// The increase of a cumulative counter since `prev` (which becomes `now` when there is one):
+/// `None` without a previous reading or when the counter went back (a driver reload).
+fn increase(prev: &mut Option<u64>, now: Option<u64>) -> Option<u64> {
+    let d = match (*prev, now) {
         (Some(a), Some(b)) if a <= b => Some(b - a),
         _ => None,
     };
-    if d.energy_mj.is_some() {
-        *prev_energy = d.energy_mj;
+    if now.is_some() {
+        *prev = now;
     }
+    d
+}
+
+/// One device's reading as a one-sample bucket entry; `prev` holds the slot's last counters.
+pub fn device_bucket(slot: u32, d: &DeviceSample, prev: &mut Counters) -> DeviceBucket {
+    let energy_mj = increase(&mut prev.energy_mj, d.energy_mj);
+    let ns_to_ms = |ns: u64| ns / 1_000_000;
+    let throttle_power_ms =
+        increase(&mut prev.violation_power_ns, d.violation_power_ns).map(ns_to_ms);
+    let throttle_thermal_ms =
+        increase(&mut prev.violation_thermal_ns, d.violation_thermal_ns).map(ns_to_ms);
+    let ecc_corrected = increase(&mut prev.ecc_corrected, d.ecc_corrected_total);
+    let ecc_uncorrected = increase(&mut prev.ecc_uncorrected, d.ecc_uncorrected_total);
     let g = |v: Option<u64>| v.map(Gauge::one);
+    let g32 = |v: Option<u32>| v.map(|x| Gauge::one(u64::from(x)));
     DeviceBucket {
         slot,
         samples: 1,
@@ -743,6 +814,17 @@ pub fn device_bucket(slot: u32, d: &DeviceSample, prev_energy: &mut Option<u64>)
         job_util_mem_pct: None,
         util_flags: None,
         util_covered_ms: None,
+        sm_active_permille: g32(d.sm_active_permille),
+        sm_occupancy_permille: g32(d.sm_occupancy_permille),
+        tensor_active_permille: g32(d.tensor_active_permille),
+        dram_active_permille: g32(d.dram_active_permille),
+        sm_clock_mhz: g32(d.sm_clock_mhz),
+        mem_clock_mhz: g32(d.mem_clock_mhz),
+        throttle_power_ms,
+        throttle_thermal_ms,
+        ecc_corrected,
+        ecc_uncorrected,
+        xid_errors: d.xids.as_ref().map(|x| x.count),
     }
 }
 

@@ -41,26 +41,54 @@
 //!   `nvmlDeviceGetUtilizationRates` instead (a point read, flagged as such in the bucket); one
 //!   whose per-process call does has no job share (`None`). `NOT_FOUND` means no new sample.
 //!
+//! - SM activity and the node's health (docs/gpu.md, "SM activity"): at open, per GPU (not per
+//!   MIG instance), `nvmlGpmQueryDeviceSupport` and, where GPM is supported (Hopper and later),
+//!   two `nvmlGpmSampleAlloc` buffers, kept for the job and freed at its end (`nvmlGpmSampleFree`);
+//!   `nvmlEventSetCreate` and `nvmlDeviceRegisterEvents` for XID errors, one set per device;
+//!   per sample `nvmlGpmSampleGet` into one buffer and `nvmlGpmMetricsGet` between it and the
+//!   other (the interval since the last sample: SM activity, SM occupancy, any tensor pipe, DRAM
+//!   bandwidth), `nvmlDeviceGetClockInfo` (SM and memory), `nvmlDeviceGetViolationStatus`
+//!   (power, thermal), `nvmlDeviceGetTotalEccErrors` (volatile, corrected and uncorrected); per
+//!   drain `nvmlEventSetWait_v2` with a timeout of 0 (never blocks) until it has nothing, at
+//!   most [`XID_POLL_MAX`] events a drain. What a device lacks is said once in the data notes.
+//!
 //! `NOT_SUPPORTED` (MIG utilization, old GPUs' energy) → `None`. `GPU_IS_LOST` → the device is
 //! `None` from then on and a `gpu_lost` event is recorded. Any other error → `None` and one
 //! `nvml_error` event per device and call.
 
 use super::assign::{resolve, InventoryDevice, Wanted};
-use super::{BackendDrain, DeviceDrain, ProcessUtil, UtilSource};
+use super::{BackendDrain, DeviceDrain, ProcessUtil, UtilSource, XidReport};
 use super::{
     BackendSample, Cutoff, DeviceSample, GpuBackend, GpuDevice, GpuEvent, GpuIdentity, GpuKind,
     OpenResult,
 };
 use crate::spool::EventKind;
-use nvml_wrapper::enum_wrappers::device::Sampling;
+use nvml_wrapper::bitmasks::event::EventTypes;
+use nvml_wrapper::enum_wrappers::device::{
+    Clock, EccCounter, MemoryError, PerformancePolicy, Sampling,
+};
 use nvml_wrapper::enums::device::{SampleValue, UsedGpuMemory};
-use nvml_wrapper::error::NvmlError;
-use nvml_wrapper::{Device, Nvml};
+use nvml_wrapper::enums::event::XidError;
+use nvml_wrapper::enums::gpm::GpmMetricId;
+use nvml_wrapper::error::{nvml_try, NvmlError};
+use nvml_wrapper::{Device, EventSet, GpmSample, Nvml};
 use std::collections::HashSet;
 use std::mem::ManuallyDrop;
 use std::path::PathBuf;
 use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender, TryRecvError};
 use std::time::{Duration, Instant};
+
+/// XID events read per device and drain at most (the rest wait for the next drain).
+pub const XID_POLL_MAX: usize = 64;
+/// XID events kept per device between two samples (all are counted).
+const XID_KEEP: usize = 32;
+/// The GPM metrics read, in [`GpmFigures`] order.
+const GPM_METRICS: [GpmMetricId; 4] = [
+    GpmMetricId::SmUtil,
+    GpmMetricId::SmOccupancy,
+    GpmMetricId::AnyTensorUtil,
+    GpmMetricId::DramBwUtil,
+];
 
 /// What `Nvml::init()` loads when no path is configured.
 pub const DEFAULT_NVML_LIB: &str = "libnvidia-ml.so.1";
@@ -386,7 +414,19 @@ fn worker(lib: Option<PathBuf>, wanted: Vec<Wanted>, rx: Receiver<Request>, tx: 
             lost: vec![false; n],
             reported: HashSet::new(),
             buffers: vec![BufferState::default(); n],
+            health: Vec::with_capacity(n),
         };
+        let mut lacks = Vec::new();
+        for (slot, d) in devices.iter().enumerate() {
+            let label = opened
+                .devices
+                .get(slot)
+                .map(|(_, id)| id.identity.label())
+                .unwrap_or_default();
+            let h = open_health(&nvml, d, &label, &mut lacks);
+            st.health.push(h);
+        }
+        opened.notes.extend(merge_lacks(lacks));
         // What the buffers hold now predates the job: read only to start after it (its values
         // are dropped; what went wrong, a lost GPU, is reported with the opening).
         for (slot, d) in devices.iter().enumerate() {
@@ -401,7 +441,9 @@ fn worker(lib: Option<PathBuf>, wanted: Vec<Wanted>, rx: Receiver<Request>, tx: 
                         devices: devices
                             .iter()
                             .enumerate()
-                            .map(|(slot, d)| sample_device(d, slot, &pids, &mut st, &mut events))
+                            .map(|(slot, d)| {
+                                sample_device(&nvml, d, slot, &pids, &mut st, &mut events)
+                            })
                             .collect(),
                         events,
                     },
@@ -420,6 +462,9 @@ fn worker(lib: Option<PathBuf>, wanted: Vec<Wanted>, rx: Receiver<Request>, tx: 
                 }
             }
         }
+        // The GPM buffers and event sets are freed here, before NVML shuts down (their `Drop`
+        // calls NVML).
+        drop(st);
     }
     // `shutdown()` returns the error instead of `Drop`'s `expect()`.
     let _ = ManuallyDrop::into_inner(nvml).shutdown();
@@ -501,11 +546,174 @@ fn discover<'n>(nvml: &'n Nvml, wanted: &[Wanted]) -> (Vec<Device<'n>>, OpenResu
     (devices, out)
 }
 
-struct WorkerState {
+struct WorkerState<'n> {
     lost: Vec<bool>,
     /// (slot, call) pairs whose unexpected error was already reported.
     reported: HashSet<(usize, &'static str)>,
     buffers: Vec<BufferState>,
+    /// Per device: its GPM buffers and XID event set (empty for a device opened without them).
+    health: Vec<Health<'n>>,
+}
+
+/// A device's GPM buffers and XID watch, set up once at open.
+#[derive(Default)]
+struct Health<'n> {
+    /// Two GPM samples, allocated once: `prev` holds the interval's start, `cur` is filled at
+    /// each sample, then they swap. `None`: no GPM on this device (or given up).
+    gpm: Option<Gpm<'n>>,
+    /// The device's own XID event set (one per device: a failed registration frees the set).
+    xid_set: Option<EventSet<'n>>,
+    /// XID errors polled since the last sample.
+    xids: XidReport,
+}
+
+struct Gpm<'n> {
+    prev: GpmSample<'n>,
+    cur: GpmSample<'n>,
+    /// `prev` holds a sample (false after a failed fill: the next sample starts a new interval).
+    primed: bool,
+}
+
+/// A GPM buffer, allocated through NVML (nvml-wrapper's `gpm_sample` allocates one per call;
+/// this one is kept and refilled). Freed by its `Drop`.
+fn gpm_alloc(nvml: &Nvml) -> Result<GpmSample<'_>, NvmlError> {
+    let lib = nvml.lib();
+    // Every GPM symbol first: `GpmSample`'s `Drop` calls `nvmlGpmSampleFree` unchecked.
+    if lib.nvmlGpmSampleFree.is_err()
+        || lib.nvmlGpmSampleGet.is_err()
+        || lib.nvmlGpmMetricsGet.is_err()
+    {
+        return Err(NvmlError::NotSupported);
+    }
+    let alloc = lib
+        .nvmlGpmSampleAlloc
+        .as_ref()
+        .map_err(|_| NvmlError::NotSupported)?;
+    let mut h = std::ptr::null_mut();
+    // SAFETY: an out-pointer for the handle; the symbol is NVML's.
+    nvml_try(unsafe { alloc(&mut h) })?;
+    // SAFETY: `h` was just allocated by this library and is owned by nothing else.
+    Ok(unsafe { GpmSample::from_handle(nvml, h) })
+}
+
+/// Fills `s` with the device's counters now (`nvmlGpmSampleGet`).
+fn gpm_fill(nvml: &Nvml, d: &Device<'_>, s: &GpmSample<'_>) -> Result<(), NvmlError> {
+    let get = nvml
+        .lib()
+        .nvmlGpmSampleGet
+        .as_ref()
+        .map_err(|_| NvmlError::NotSupported)?;
+    // SAFETY: both handles are live (the device's and the buffer's, from this library).
+    nvml_try(unsafe { get(d.handle(), s.handle()) })
+}
+
+/// One note per thing the GPUs lack, naming every GPU that lacks it (`(what, GPU label)` pairs in
+/// the devices' order): a node of eight GPUs before Hopper gets one line about SM activity, not
+/// eight.
+fn merge_lacks(lacks: Vec<(String, String)>) -> Vec<String> {
+    let mut whats: Vec<(String, Vec<String>)> = Vec::new();
+    for (what, label) in lacks {
+        match whats.iter_mut().find(|(w, _)| *w == what) {
+            Some((_, labels)) => labels.push(label),
+            None => whats.push((what, vec![label])),
+        }
+    }
+    whats
+        .into_iter()
+        .map(|(what, labels)| format!("{}: {what}", labels.join(", ")))
+        .collect()
+}
+
+/// Sets up a device's GPM buffers and XID watch; what it lacks goes to `lacks` as (what, the
+/// GPU's label), merged across GPUs by [`merge_lacks`] (once per job).
+fn open_health<'n>(
+    nvml: &'n Nvml,
+    d: &Device<'n>,
+    label: &str,
+    lacks: &mut Vec<(String, String)>,
+) -> Health<'n> {
+    let mut h = Health::default();
+    let mig = d.mig_is_mig_device_handle().unwrap_or(false);
+    let gpm = if mig {
+        Err("not read for MIG instances".to_string())
+    } else {
+        match d.gpm_support() {
+            Ok(true) => gpm_alloc(nvml)
+                .and_then(|prev| Ok((prev, gpm_alloc(nvml)?)))
+                .map_err(|e| format!("its buffers could not be allocated ({e})")),
+            Ok(false) => Err("not supported by this GPU (Hopper and later)".to_string()),
+            Err(e) if unsupported(&e) => {
+                Err("not supported by this driver or GPU (Hopper and later)".to_string())
+            }
+            Err(e) => Err(format!("not available ({e})")),
+        }
+    };
+    match gpm {
+        Ok((prev, cur)) => {
+            // The first interval starts now.
+            let primed = gpm_fill(nvml, d, &prev).is_ok();
+            h.gpm = Some(Gpm { prev, cur, primed });
+        }
+        Err(why) => lacks.push((
+            format!(
+                "SM activity (NVML GPM) {why}: the GPU figures are kernel time \
+                 (utilization.gpu), which counts one busy SM as a busy GPU"
+            ),
+            label.to_string(),
+        )),
+    }
+    // `EventSet`'s `Drop` calls `nvmlEventSetFree` unchecked: a library without it (or without
+    // the wait) gets no set.
+    let lib = nvml.lib();
+    let set = if lib.nvmlEventSetFree.is_err() || lib.nvmlEventSetWait_v2.is_err() {
+        Err("the library lacks nvmlEventSetFree or nvmlEventSetWait_v2".to_string())
+    } else {
+        nvml.create_event_set().map_err(|e| e.to_string())
+    };
+    let set = set.and_then(|set| {
+        d.register_events(EventTypes::CRITICAL_XID_ERROR, set)
+            .map_err(|e| e.error.to_string())
+    });
+    match set {
+        Ok(s) => h.xid_set = Some(s),
+        Err(e) => lacks.push((
+            format!("XID errors are not watched (NVML events: {e})"),
+            label.to_string(),
+        )),
+    }
+    h
+}
+
+/// Reads the XID events waiting on the device's set, never waiting (timeout 0).
+fn poll_xids(h: &mut Health<'_>) {
+    let Some(set) = &h.xid_set else {
+        return;
+    };
+    for _ in 0..XID_POLL_MAX {
+        // TIMEOUT: nothing waiting. Any other error: stop for this drain.
+        let Ok(ev) = set.wait(0) else {
+            break;
+        };
+        let Some(x) = ev.event_data else {
+            continue;
+        };
+        let code = match x {
+            XidError::Value(v) => u32::try_from(v).unwrap_or(u32::MAX),
+            XidError::Unknown => 999,
+        };
+        h.xids.count += 1;
+        if h.xids.first.len() < XID_KEEP {
+            h.xids.first.push((jobscope_common::now_unix_ms(), code));
+        }
+    }
+}
+
+/// A GPM metric as per mille (`None`: this metric failed or is out of range).
+fn permille(
+    r: Option<&Result<nvml_wrapper::struct_wrappers::gpm::GpmMetricResult, NvmlError>>,
+) -> Option<u32> {
+    let v = r?.as_ref().ok()?.value;
+    (v.is_finite() && v >= 0.0).then(|| (v * 10.0).round().min(1000.0) as u32)
 }
 
 /// Per device: what its buffers support and the newest timestamp each answered (the next drain
@@ -562,6 +770,9 @@ fn drain_device(
 ) -> Option<DeviceDrain> {
     if st.lost[slot] {
         return None;
+    }
+    if let Some(h) = st.health.get_mut(slot) {
+        poll_xids(h);
     }
     let mut lost = false;
     let mut out = DeviceDrain::default();
@@ -692,7 +903,7 @@ fn value<T>(
     r: Result<T, NvmlError>,
     call: &'static str,
     slot: usize,
-    st: &mut WorkerState,
+    st: &mut WorkerState<'_>,
     events: &mut Vec<GpuEvent>,
     lost: &mut bool,
 ) -> Option<T> {
@@ -716,11 +927,12 @@ fn value<T>(
     }
 }
 
-fn sample_device(
-    d: &Device<'_>,
+fn sample_device<'n>(
+    nvml: &'n Nvml,
+    d: &Device<'n>,
     slot: usize,
     pids: &[u32],
-    st: &mut WorkerState,
+    st: &mut WorkerState<'n>,
     events: &mut Vec<GpuEvent>,
 ) -> Option<DeviceSample> {
     if st.lost[slot] {
@@ -779,9 +991,107 @@ fn sample_device(
         s.job_mem_bytes = mem;
         s.other_processes = Some(others);
     }
+    s.sm_clock_mhz = call!("nvmlDeviceGetClockInfo", d.clock_info(Clock::SM));
+    s.mem_clock_mhz = call!("nvmlDeviceGetClockInfo", d.clock_info(Clock::Memory));
+    s.violation_power_ns = call!(
+        "nvmlDeviceGetViolationStatus",
+        d.violation_status(PerformancePolicy::Power)
+    )
+    .map(|v| v.violation_time);
+    s.violation_thermal_ns = call!(
+        "nvmlDeviceGetViolationStatus",
+        d.violation_status(PerformancePolicy::Thermal)
+    )
+    .map(|v| v.violation_time);
+    s.ecc_corrected_total = call!(
+        "nvmlDeviceGetTotalEccErrors",
+        d.total_ecc_errors(MemoryError::Corrected, EccCounter::Volatile)
+    );
+    s.ecc_uncorrected_total = call!(
+        "nvmlDeviceGetTotalEccErrors",
+        d.total_ecc_errors(MemoryError::Uncorrected, EccCounter::Volatile)
+    );
+    if !lost {
+        gpm_interval(nvml, d, slot, &mut s, st, events, &mut lost);
+    }
+    if let Some(h) = st.health.get_mut(slot) {
+        if h.xid_set.is_some() {
+            s.xids = Some(std::mem::take(&mut h.xids));
+        }
+    }
     if lost {
         mark_lost(st, slot, events);
         return None;
     }
     Some(s)
+}
+
+/// The GPM figures of the interval since the last sample into `s`: `cur` filled now, the
+/// metrics between `prev` and it, then the two swap (no allocation). A device whose GPM answers
+/// NOT_SUPPORTED is given up (its buffers freed).
+fn gpm_interval<'n>(
+    nvml: &'n Nvml,
+    d: &Device<'n>,
+    slot: usize,
+    s: &mut DeviceSample,
+    st: &mut WorkerState<'n>,
+    events: &mut Vec<GpuEvent>,
+    lost: &mut bool,
+) {
+    let Some(mut g) = st.health.get_mut(slot).and_then(|h| h.gpm.take()) else {
+        return;
+    };
+    let filled = gpm_fill(nvml, d, &g.cur);
+    let filled_ok = filled.is_ok();
+    let r = match filled {
+        Ok(()) if g.primed => {
+            nvml_wrapper::gpm::gpm_metrics_get(nvml, &g.prev, &g.cur, &GPM_METRICS).map(Some)
+        }
+        Ok(()) => Ok(None),
+        Err(e) => Err(e),
+    };
+    let keep = match r {
+        Ok(Some(m)) => {
+            s.sm_active_permille = permille(m.first());
+            s.sm_occupancy_permille = permille(m.get(1));
+            s.tensor_active_permille = permille(m.get(2));
+            s.dram_active_permille = permille(m.get(3));
+            true
+        }
+        Ok(None) => true,
+        Err(e) if unsupported(&e) => false,
+        Err(e) => {
+            value::<()>(Err(e), "nvmlGpmMetricsGet", slot, st, events, lost);
+            true
+        }
+    };
+    if keep {
+        // `cur` starts the next interval when it was filled; else the next fill restarts.
+        g.primed = filled_ok;
+        std::mem::swap(&mut g.prev, &mut g.cur);
+        st.health[slot].gpm = Some(g);
+    }
+}
+
+#[cfg(test)]
+mod merge_tests {
+    use super::merge_lacks;
+
+    /// Two GPUs lacking the same thing make one note naming both; a different lack its own.
+    #[test]
+    fn lacks_are_said_once_naming_every_gpu() {
+        let n = merge_lacks(vec![
+            ("no GPM".into(), "GPU 0".into()),
+            ("no XID".into(), "GPU 0".into()),
+            ("no GPM".into(), "GPU 1".into()),
+        ]);
+        assert_eq!(
+            n,
+            vec![
+                "GPU 0, GPU 1: no GPM".to_string(),
+                "GPU 0: no XID".to_string()
+            ]
+        );
+        assert!(merge_lacks(vec![]).is_empty());
+    }
 }

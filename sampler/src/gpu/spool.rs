@@ -137,6 +137,17 @@ mod tests {
             job_util_mem_pct: None,
             util_flags: Some(jobscope_model::gpu::fold::UTIL_FROM_BUFFER),
             util_covered_ms: Some(29_800),
+            sm_active_permille: Some(Gauge::one(util as u64 * 5)),
+            sm_occupancy_permille: Some(Gauge::one(120)),
+            tensor_active_permille: None,
+            dram_active_permille: Some(Gauge::one(300)),
+            sm_clock_mhz: Some(Gauge::one(1980)),
+            mem_clock_mhz: Some(Gauge::one(2619)),
+            throttle_power_ms: Some(1_500),
+            throttle_thermal_ms: Some(0),
+            ecc_corrected: Some(0),
+            ecc_uncorrected: Some(0),
+            xid_errors: Some(u64::from(util % 2)),
         }
     }
 
@@ -245,7 +256,8 @@ mod tests {
         let mut body = Vec::new();
         put_varint(&mut body, 0);
         put_varint(&mut body, 1);
-        put_varint(&mut body, 1 << 20);
+        // Bits up to 25 are taken (model/src/gpu/spool.rs): 40 is a future writer's.
+        put_varint(&mut body, 1 << 40);
         put_varint(&mut body, 99);
         let mut q = Vec::new();
         put_varint(&mut q, 5);

@@ -106,3 +106,59 @@ impl GpuBackend for ScriptedBackend {
         }
     }
 }
+
+/// Writes `<dir>/gpu.jsc` of a running job as the plugin's writer does (flushed, not ended): GPUs
+/// with indices 0.. and UUIDs `GPU-<index>`, one bucket per `(t_ms, utilization % per GPU)`. For
+/// other crates' tests and benchmarks of what reads a node's spool.
+pub fn write_gpu_spool(
+    dir: &std::path::Path,
+    header: jobscope_model::spool::Header,
+    buckets: &[(u64, Vec<u64>)],
+) -> Result<(), jobscope_common::fsutil::FsError> {
+    use jobscope_model::gpu::spool::{DeviceBucket, GpuBucket, GpuInfo};
+    use jobscope_model::gpu::{GpuDevice as Device, GpuIdentity, GPU_FILE_NAME};
+    use jobscope_model::spool::Gauge;
+    let n = buckets.first().map_or(0, |b| b.1.len()) as u32;
+    let start = header.start_unix_ms;
+    let mut g = super::spool::GpuWriter::create(
+        dir,
+        GPU_FILE_NAME,
+        header,
+        super::spool::GpuLimits::default(),
+    )?;
+    g.set_info(GpuInfo {
+        t_ms: start,
+        backends: vec!["nvml".into()],
+        selection_source: None,
+        devices: (0..n)
+            .map(|i| Device {
+                identity: GpuIdentity {
+                    index: Some(i),
+                    uuid: Some(format!("GPU-{i}")),
+                    ..Default::default()
+                },
+                ..Default::default()
+            })
+            .collect(),
+        unresolved: vec![],
+        notes: vec![],
+    })?;
+    for (t, utils) in buckets {
+        g.push(GpuBucket {
+            t_first_ms: *t,
+            t_last_ms: *t,
+            n: 1,
+            devices: utils
+                .iter()
+                .enumerate()
+                .map(|(slot, &u)| DeviceBucket {
+                    slot: slot as u32,
+                    samples: 1,
+                    util_gpu_pct: Some(Gauge::one(u)),
+                    ..Default::default()
+                })
+                .collect(),
+        })?;
+    }
+    g.flush()
+}

@@ -820,6 +820,20 @@ pub fn burn_then_sleep(burn_s: u32, sleep_s: u32) -> String {
     )
 }
 
+/// Submits `script` as alice and returns (id, node) once SLURM says the job runs.
+pub fn submit_running(args: &[&str], script: &str) -> Result<(u32, String)> {
+    let id = submit("alice", args, script)?;
+    let node = wait_for(
+        &format!("job {id} running"),
+        Duration::from_secs(180),
+        || {
+            let info = job_info(id).ok()?;
+            (info.get("JobState")? == "RUNNING").then(|| info.get("NodeList").cloned())?
+        },
+    )?;
+    Ok((id, node))
+}
+
 pub fn submit(user: &str, sbatch_args: &[&str], script: &str) -> Result<u32> {
     let args: Vec<OsString> = sbatch_args.iter().map(OsString::from).collect();
     submit_os(user, &args, script)

@@ -649,6 +649,15 @@ pub fn jobscope(args: &[&str]) -> Result<crate::CmdOut> {
     })
 }
 
+/// A sink with the queue drained into it, so that old undelivered mail of other tests does not
+/// take this test's flush budget.
+pub fn sink_with_empty_queue() -> Result<SmtpSink> {
+    let sink = SmtpSink::start()?;
+    let out = flush_queue(120)?;
+    eprintln!("drained the mail queue: {out}");
+    Ok(sink)
+}
+
 /// `jobscope mail flush --budget S`; fails unless it exits 0. Returns its summary line.
 pub fn flush_queue(budget_s: u64) -> Result<String> {
     let out = jobscope(&["mail", "flush", "--budget", &budget_s.to_string()])?;

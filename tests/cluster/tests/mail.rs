@@ -237,15 +237,6 @@ fn the_mail(sink: &SmtpSink, cur: &LogCursor, job: u32) -> Result<Delivered> {
     Ok(got.into_iter().next().unwrap())
 }
 
-/// A sink with the queue drained into it, so that old undelivered mail of other tests does not
-/// take this test's flush budget.
-fn sink_with_empty_queue() -> Result<SmtpSink> {
-    let sink = SmtpSink::start()?;
-    let out = flush_queue(120)?;
-    eprintln!("drained the mail queue: {out}");
-    Ok(sink)
-}
-
 // ------------------------------------------------------------------ SMTP: headers, parts, values
 
 /// One real job, one mail over SMTP: headers, the text part (exactly `jobscope show`), the HTML

@@ -39,6 +39,28 @@
 //!   "samples": "NOT_SUPPORTED"   // force the buffer off (also "process_utilization", and
 //!                                // "point_reads" for the pattern's point reads)
 //! ```
+//! SM activity and health keys of a device (answers or series like the others; a missing key
+//! answers `NOT_SUPPORTED`):
+//! ```json
+//!   "sm_clock_mhz": [1980, 1200], "mem_clock_mhz": 2619,        // nvmlDeviceGetClockInfo
+//!   "violation_power_ns": [0, 12000000000],                     // nvmlDeviceGetViolationStatus,
+//!   "violation_thermal_ns": 0,                                  //   cumulative
+//!   "ecc_corrected": [5, 7], "ecc_uncorrected": [0, 1],         // nvmlDeviceGetTotalEccErrors
+//!                                                               //   (volatile; cumulative)
+//!   "gpm": [{"sm_util": 6.0, "sm_occupancy": 3.5, "any_tensor": 0.0, "dram_bw": 12.0}, …],
+//!   "xid": [79, {"at_ms": 500, "code": 48}]
+//! ```
+//! `gpm`: without it the device answers `nvmlGpmQueryDeviceSupport` with "not supported" (a GPU
+//! before Hopper); with it, each `nvmlGpmSampleGet` takes the series' next answer (an error name
+//! fails that fill), and `nvmlGpmMetricsGet` answers the second sample's figures (percent; a
+//! metric missing from the object answers `NOT_SUPPORTED` for that metric). GPM buffers are
+//! counted: [`fake_nvml_gpm_buffers_live`] is allocations minus frees,
+//! [`fake_nvml_gpm_buffers_allocated`] all allocations.
+//! `xid`: the XID errors of the device, in order; a number is pending from the start, an object
+//! from `at_ms` after init. `nvmlDeviceRegisterEvents` answers `NOT_SUPPORTED` without the key;
+//! `nvmlEventSetWait_v2` hands out one pending event of the set's devices per call and answers
+//! `TIMEOUT` at once when none is pending (it never sleeps, whatever the timeout).
+//!
 //! Without a `utilization` series, a device with a busy pattern answers point reads
 //! (`nvmlDeviceGetUtilizationRates`) with the buffer's newest sample, like the driver.
 //!
@@ -67,6 +89,7 @@ use std::collections::HashMap;
 use std::ffi::{CStr, CString};
 use std::os::raw::{c_char, c_uint, c_ulonglong, c_void};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -143,6 +166,29 @@ struct State {
     calls: HashMap<&'static str, u64>,
     /// `nvmlInit*` calls not yet matched by `nvmlShutdown`.
     refs: u32,
+    /// Event sets: the device handles registered in each.
+    sets: HashMap<usize, Vec<usize>>,
+    /// GPM buffers: the figures of their last fill (`None`: never filled).
+    gpm: HashMap<usize, Option<Value>>,
+}
+
+/// GPM buffers allocated minus freed, and allocated in all, over the library's life (not
+/// reset by init).
+static GPM_LIVE: AtomicI64 = AtomicI64::new(0);
+static GPM_ALLOCATED: AtomicI64 = AtomicI64::new(0);
+/// Handles of event sets and GPM buffers (opaque: never dereferenced).
+static NEXT_HANDLE: AtomicUsize = AtomicUsize::new(0x10_0000);
+
+/// GPM buffers allocated and not freed (a test's check that the sampler frees what it takes).
+#[no_mangle]
+pub extern "C" fn fake_nvml_gpm_buffers_live() -> i64 {
+    GPM_LIVE.load(Ordering::SeqCst)
+}
+
+/// GPM buffers allocated in all (a sampler that allocates per sample shows here).
+#[no_mangle]
+pub extern "C" fn fake_nvml_gpm_buffers_allocated() -> i64 {
+    GPM_ALLOCATED.load(Ordering::SeqCst)
 }
 
 static STATE: Mutex<Option<State>> = Mutex::new(None);
@@ -466,6 +512,8 @@ fn do_init() -> u32 {
         counters: HashMap::new(),
         calls: HashMap::new(),
         refs: 1,
+        sets: HashMap::new(),
+        gpm: HashMap::new(),
     });
     SUCCESS
 }
@@ -1095,6 +1143,342 @@ pub unsafe extern "C" fn nvmlDeviceGetDeviceHandleFromMigDeviceHandle(
         let off = h - HANDLE_BASE;
         *parent = HANDLE_BASE + (off / HANDLE_STRIDE) * HANDLE_STRIDE;
         SUCCESS
+    })
+}
+
+/// `nvmlDeviceGetClockInfo`: `NVML_CLOCK_SM` (1) and `NVML_CLOCK_MEM` (2) only.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetClockInfo(h: usize, kind: u32, mhz: *mut c_uint) -> u32 {
+    cost("nvmlDeviceGetClockInfo");
+    guard(|| {
+        let key = match kind {
+            1 => "sm_clock_mhz",
+            2 => "mem_clock_mhz",
+            _ => return ERROR_NOT_SUPPORTED,
+        };
+        match u64_answer(h, key) {
+            Ok(v) if !mhz.is_null() => {
+                *mhz = v as c_uint;
+                SUCCESS
+            }
+            Ok(_) => ERROR_INVALID_ARGUMENT,
+            Err(e) => e,
+        }
+    })
+}
+
+/// `nvmlViolationTime_t`.
+#[repr(C)]
+pub struct ViolationTime {
+    reference_time: c_ulonglong,
+    violation_time: c_ulonglong,
+}
+
+/// `nvmlDeviceGetViolationStatus`: `NVML_PERF_POLICY_POWER` (0) and `_THERMAL` (1).
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetViolationStatus(
+    h: usize,
+    policy: u32,
+    out: *mut ViolationTime,
+) -> u32 {
+    cost("nvmlDeviceGetViolationStatus");
+    guard(|| {
+        let key = match policy {
+            0 => "violation_power_ns",
+            1 => "violation_thermal_ns",
+            _ => return ERROR_NOT_SUPPORTED,
+        };
+        match u64_answer(h, key) {
+            Ok(v) if !out.is_null() => {
+                let now_us = clock().map_or(0, |(ms, base)| base + ms * 1000);
+                *out = ViolationTime {
+                    reference_time: now_us,
+                    violation_time: v,
+                };
+                SUCCESS
+            }
+            Ok(_) => ERROR_INVALID_ARGUMENT,
+            Err(e) => e,
+        }
+    })
+}
+
+/// `nvmlDeviceGetTotalEccErrors`: volatile counters (`NVML_VOLATILE_ECC`, 0) only; corrected
+/// (0) and uncorrected (1).
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetTotalEccErrors(
+    h: usize,
+    error_type: u32,
+    counter_type: u32,
+    count: *mut c_ulonglong,
+) -> u32 {
+    cost("nvmlDeviceGetTotalEccErrors");
+    guard(|| {
+        let key = match (error_type, counter_type) {
+            (0, 0) => "ecc_corrected",
+            (1, 0) => "ecc_uncorrected",
+            _ => return ERROR_NOT_SUPPORTED,
+        };
+        match u64_answer(h, key) {
+            Ok(v) if !count.is_null() => {
+                *count = v;
+                SUCCESS
+            }
+            Ok(_) => ERROR_INVALID_ARGUMENT,
+            Err(e) => e,
+        }
+    })
+}
+
+/// `nvmlGpmSupport_t`.
+#[repr(C)]
+pub struct GpmSupport {
+    version: c_uint,
+    is_supported_device: c_uint,
+}
+
+/// `nvmlGpmMetric_t`.
+#[repr(C)]
+pub struct GpmMetric {
+    metric_id: c_uint,
+    nvml_return: u32,
+    value: f64,
+    short_name: *mut c_char,
+    long_name: *mut c_char,
+    unit: *mut c_char,
+}
+
+/// `nvmlGpmMetricsGet_t`, up to its first metric (the array follows; only `num_metrics` of it
+/// are touched).
+#[repr(C)]
+pub struct GpmMetricsGet {
+    version: c_uint,
+    num_metrics: c_uint,
+    sample1: usize,
+    sample2: usize,
+    metrics: [GpmMetric; 1],
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlGpmQueryDeviceSupport(h: usize, out: *mut GpmSupport) -> u32 {
+    guard(|| {
+        if out.is_null() || (*out).version != 1 {
+            return ERROR_INVALID_ARGUMENT;
+        }
+        match with_state(|st| device_of(&st.script, h).map(|d| d.get("gpm").is_some())) {
+            None => ERROR_UNINITIALIZED,
+            Some(None) => ERROR_INVALID_ARGUMENT,
+            Some(Some(has)) => {
+                (*out).is_supported_device = has as c_uint;
+                SUCCESS
+            }
+        }
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlGpmSampleAlloc(out: *mut usize) -> u32 {
+    guard(|| {
+        if out.is_null() {
+            return ERROR_INVALID_ARGUMENT;
+        }
+        let h = NEXT_HANDLE.fetch_add(1, Ordering::SeqCst);
+        match with_state(|st| st.gpm.insert(h, None)) {
+            None => ERROR_UNINITIALIZED,
+            Some(_) => {
+                GPM_LIVE.fetch_add(1, Ordering::SeqCst);
+                GPM_ALLOCATED.fetch_add(1, Ordering::SeqCst);
+                *out = h;
+                SUCCESS
+            }
+        }
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn nvmlGpmSampleFree(sample: usize) -> u32 {
+    guard(|| match with_state(|st| st.gpm.remove(&sample)) {
+        None => ERROR_UNINITIALIZED,
+        Some(None) => ERROR_INVALID_ARGUMENT,
+        Some(Some(_)) => {
+            GPM_LIVE.fetch_sub(1, Ordering::SeqCst);
+            SUCCESS
+        }
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn nvmlGpmSampleGet(h: usize, sample: usize) -> u32 {
+    cost("nvmlGpmSampleGet");
+    guard(|| {
+        if with_state(|st| st.gpm.contains_key(&sample)) != Some(true) {
+            return ERROR_INVALID_ARGUMENT;
+        }
+        let v = match answer(h, "gpm", true) {
+            Answer::Error(e) => return e,
+            Answer::Value(v) => v,
+        };
+        with_state(|st| st.gpm.insert(sample, Some(v)));
+        SUCCESS
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlGpmMetricsGet(req: *mut GpmMetricsGet) -> u32 {
+    cost("nvmlGpmMetricsGet");
+    guard(|| {
+        if req.is_null() || (*req).version != 1 {
+            return ERROR_INVALID_ARGUMENT;
+        }
+        let (s1, s2) = ((*req).sample1, (*req).sample2);
+        let figures = with_state(|st| match (st.gpm.get(&s1), st.gpm.get(&s2)) {
+            (Some(Some(_)), Some(Some(v))) => Some(v.clone()),
+            _ => None,
+        });
+        let Some(Some(v)) = figures else {
+            return ERROR_INVALID_ARGUMENT;
+        };
+        let metrics = std::ptr::addr_of_mut!((*req).metrics) as *mut GpmMetric;
+        for i in 0..(*req).num_metrics as usize {
+            let m = &mut *metrics.add(i);
+            let key = match m.metric_id {
+                2 => "sm_util",
+                3 => "sm_occupancy",
+                5 => "any_tensor",
+                10 => "dram_bw",
+                _ => "",
+            };
+            match v.get(key).and_then(Value::as_f64) {
+                Some(x) => {
+                    m.value = x;
+                    m.nvml_return = SUCCESS;
+                }
+                None => {
+                    m.value = 0.0;
+                    m.nvml_return = ERROR_NOT_SUPPORTED;
+                }
+            }
+            m.short_name = std::ptr::null_mut();
+            m.long_name = std::ptr::null_mut();
+            m.unit = std::ptr::null_mut();
+        }
+        SUCCESS
+    })
+}
+
+/// `nvmlEventData_t`.
+#[repr(C)]
+pub struct EventData {
+    device: usize,
+    event_type: c_ulonglong,
+    event_data: c_ulonglong,
+    gpu_instance_id: c_uint,
+    compute_instance_id: c_uint,
+}
+
+pub const EVENT_TYPE_XID_CRITICAL_ERROR: u64 = 8;
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlEventSetCreate(out: *mut usize) -> u32 {
+    guard(|| {
+        if out.is_null() {
+            return ERROR_INVALID_ARGUMENT;
+        }
+        let h = NEXT_HANDLE.fetch_add(1, Ordering::SeqCst);
+        match with_state(|st| st.sets.insert(h, vec![])) {
+            None => ERROR_UNINITIALIZED,
+            Some(_) => {
+                *out = h;
+                SUCCESS
+            }
+        }
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn nvmlEventSetFree(set: usize) -> u32 {
+    guard(|| match with_state(|st| st.sets.remove(&set)) {
+        None => ERROR_UNINITIALIZED,
+        Some(None) => ERROR_INVALID_ARGUMENT,
+        Some(Some(_)) => SUCCESS,
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn nvmlDeviceRegisterEvents(h: usize, types: c_ulonglong, set: usize) -> u32 {
+    guard(|| {
+        with_state(|st| {
+            let Some(d) = device_of(&st.script, h) else {
+                return ERROR_INVALID_ARGUMENT;
+            };
+            if d.get("xid").is_none() || types & EVENT_TYPE_XID_CRITICAL_ERROR == 0 {
+                return ERROR_NOT_SUPPORTED;
+            }
+            match st.sets.get_mut(&set) {
+                Some(devs) => {
+                    devs.push(h);
+                    SUCCESS
+                }
+                None => ERROR_INVALID_ARGUMENT,
+            }
+        })
+        .unwrap_or(ERROR_UNINITIALIZED)
+    })
+}
+
+/// The next pending XID of the set's devices, else `TIMEOUT` at once (see the module doc).
+#[no_mangle]
+pub unsafe extern "C" fn nvmlEventSetWait_v2(
+    set: usize,
+    data: *mut EventData,
+    _timeout_ms: c_uint,
+) -> u32 {
+    cost("nvmlEventSetWait_v2");
+    guard(|| {
+        if data.is_null() {
+            return ERROR_INVALID_ARGUMENT;
+        }
+        let next = with_state(|st| {
+            let now_ms = st.t0.elapsed().as_millis() as u64;
+            let devs = st.sets.get(&set)?.clone();
+            for h in devs {
+                let list = device_of(&st.script, h)
+                    .and_then(|d| d.get("xid"))
+                    .and_then(Value::as_array)
+                    .cloned()
+                    .unwrap_or_default();
+                let done = st.counters.entry((h, "xid delivered")).or_insert(0);
+                let Some(x) = list.get(*done as usize) else {
+                    continue;
+                };
+                let (at_ms, code) = match x {
+                    Value::Number(n) => (0, n.as_u64().unwrap_or(999)),
+                    o => (
+                        o.get("at_ms").and_then(Value::as_u64).unwrap_or(0),
+                        o.get("code").and_then(Value::as_u64).unwrap_or(999),
+                    ),
+                };
+                if at_ms <= now_ms {
+                    *done += 1;
+                    return Some((h, code));
+                }
+            }
+            None
+        });
+        match next {
+            None => ERROR_UNINITIALIZED,
+            Some(None) => ERROR_TIMEOUT,
+            Some(Some((h, code))) => {
+                *data = EventData {
+                    device: h,
+                    event_type: EVENT_TYPE_XID_CRITICAL_ERROR,
+                    event_data: code,
+                    gpu_instance_id: u32::MAX,
+                    compute_instance_id: u32::MAX,
+                };
+                SUCCESS
+            }
+        }
     })
 }
 
