@@ -131,9 +131,12 @@ fn names_only_the_idle_gpu(what: &str) -> bool {
 
 /// A job holding 2 GPUs that uses one: one warning naming the idle GPU (recorded in its spool,
 /// one mail), then, with cancelling enabled for the test partition, cancelled after the grace:
-/// SLURM says CANCELLED and why (AdminComment), the report says both.
+/// SLURM says CANCELLED and why (AdminComment), the report says both. Beside it (the same passes:
+/// the rules run over every job of the node), a job growing slowly past 90 % of its memory is
+/// warned, and told what to do, before the kernel's OOM killer ends it.
 #[test]
-fn an_idle_gpu_is_warned_then_cancelled_and_the_report_says_so() -> Result<()> {
+fn an_idle_gpu_is_cancelled_after_its_warning_and_a_job_near_its_memory_limit_is_warned_before_the_oom_kill(
+) -> Result<()> {
     let _c = ClusterGuard::acquire()?;
     // Earlier tests' undelivered mail must not take the watch's flush budget.
     let sink = sink_with_empty_queue()?;
@@ -144,13 +147,17 @@ fn an_idle_gpu_is_warned_then_cancelled_and_the_report_says_so() -> Result<()> {
     cfg.change(
         "watch",
         &watch_section(&format!(
-            "name = \"idle-gpu\"\nkind = \"gpu_idle\"\nminutes = 0.5\nsustain_s = 20\nuse_pct = 15\ncancel = true\ngrace_minutes = 0.25\ncancel_partitions = [\"{partition}\"]"
+            "name = \"idle-gpu\"\nkind = \"gpu_idle\"\nminutes = 0.5\nsustain_s = 20\nuse_pct = 15\ncancel = true\ngrace_minutes = 0.25\ncancel_partitions = [\"{partition}\"]\n\n[[watch.rule]]\nname = \"memory\"\nkind = \"mem_near_limit\"\nminutes = 0.5\nat_pct = 90"
         )),
     )?;
     let (id, node) = submit_running(
         &["--job-name=watch-idle", "--gres=gpu:2", "-t", "10"],
         "#!/bin/bash\nsleep 600\n",
     )?;
+    // 256 MiB: 232 MiB at once (with the interpreter, 94 %), then 1 MiB every 3 s until the
+    // limit (about 45 s later).
+    let grow = "#!/bin/bash\nexec /usr/bin/python3 -c '\nimport time\na = [bytearray(232 << 20)]\nwhile True:\n    time.sleep(3)\n    a.append(bytearray(1 << 20))\n'\n";
+    let (mem_id, _) = submit_running(&["--job-name=watch-mem", "--mem=256M", "-t", "10"], grow)?;
     let warned = watch_until(id, "warned", &[])?;
     let what = warned["what"].as_str().unwrap_or_default();
     ensure!(names_only_the_idle_gpu(what), "job {id}: {warned}");
@@ -206,6 +213,27 @@ fn an_idle_gpu_is_warned_then_cancelled_and_the_report_says_so() -> Result<()> {
         (m.len() >= 2).then_some(m)
     })?;
     ensure!(mails.len() == 2, "job {id}: {} watch mails", mails.len());
+
+    // The memory job: its warning is in its archived summary, so it was recorded while it ran
+    // (the Epilog read its spool at its end); then the OOM killer ended it.
+    let state = wait_job(mem_id, T)?;
+    ensure!(state == "OUT_OF_MEMORY", "job {mem_id}: {state}");
+    let all = interventions(&summary(mem_id)?);
+    ensure!(
+        all.len() == 1
+            && all[0]["action"] == "warned"
+            && all[0]["finding"]["kind"] == "mem_near_limit"
+            && all[0]["finding"]["value_pct"].as_f64().unwrap_or(0.0) >= 90.0,
+        "job {mem_id}: {all:?}"
+    );
+    let mail = wait_for("the memory warning", T, || {
+        watch_mails(&sink, mem_id).into_iter().next()
+    })?;
+    let body = String::from_utf8_lossy(&mail.raw).to_string();
+    ensure!(
+        body.contains("OOM killer") && body.contains(&format!("scancel {mem_id}")),
+        "{body}"
+    );
     Ok(())
 }
 
@@ -293,51 +321,6 @@ fn bursts_do_not_reset_idleness_and_the_dry_run_and_exemptions_do_nothing() -> R
         (!m.is_empty()).then_some(m)
     })?;
     ensure!(mails.len() == 1, "{} watch mails", mails.len());
-    Ok(())
-}
-
-/// A job growing slowly past 90 % of its memory is warned (and told what to do) before the
-/// kernel's OOM killer ends it.
-#[test]
-fn memory_near_its_limit_and_rising_is_warned_before_the_oom_kill() -> Result<()> {
-    let _c = ClusterGuard::acquire()?;
-    // Earlier tests' undelivered mail must not take the watch's flush budget.
-    let sink = sink_with_empty_queue()?;
-    let _cfg = ConfigSectionGuard::set_section(
-        "watch",
-        &watch_section("name = \"memory\"\nkind = \"mem_near_limit\"\nminutes = 0.5\nat_pct = 90"),
-    )?;
-    // 256 MiB: 232 MiB at once (with the interpreter, 94 %), then 1 MiB every 3 s until the
-    // limit (about 45 s later).
-    let script = "#!/bin/bash\nexec /usr/bin/python3 -c '\nimport time\na = [bytearray(232 << 20)]\nwhile True:\n    time.sleep(3)\n    a.append(bytearray(1 << 20))\n'\n";
-    let (id, node) = submit_running(&["--job-name=watch-mem", "--mem=256M", "-t", "10"], script)?;
-    let warned = watch_until(id, "warned", &[])?;
-    ensure!(
-        warned["what"]
-            .as_str()
-            .unwrap_or_default()
-            .starts_with("memory at 9"),
-        "{warned}"
-    );
-    // Warned while the job still ran.
-    let rec = recorded(id, &node);
-    ensure!(rec.len() == 1, "{rec:?}");
-    let state = wait_job(id, T)?;
-    ensure!(state == "OUT_OF_MEMORY", "job {id}: {state}");
-    let s = summary(id)?;
-    let all = interventions(&s);
-    ensure!(
-        all.len() == 1 && all[0]["finding"]["kind"] == "mem_near_limit",
-        "{all:?}"
-    );
-    let mail = wait_for("the memory warning", T, || {
-        watch_mails(&sink, id).into_iter().next()
-    })?;
-    let body = String::from_utf8_lossy(&mail.raw).to_string();
-    ensure!(
-        body.contains("OOM killer") && body.contains(&format!("scancel {id}")),
-        "{body}"
-    );
     Ok(())
 }
 
