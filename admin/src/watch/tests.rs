@@ -71,6 +71,16 @@ fn idle_rule() -> Rule {
     }
 }
 
+/// [`idle_rule`] cancelling in `partition` right after its warning (no grace).
+fn cancelling_now(partition: &str) -> Rule {
+    Rule {
+        cancel: true,
+        grace_minutes: 0.0,
+        cancel_partitions: vec![partition.into()],
+        ..idle_rule()
+    }
+}
+
 fn slurm(state: JobState) -> FakeSlurm {
     let mut s = FakeSlurm::up();
     s.jobs.insert(
@@ -146,12 +156,7 @@ fn use_under_the_threshold_is_idle_and_above_it_is_not() {
 /// is asked with the rule's reason, the record says so, the user is mailed again.
 #[test]
 fn a_cancelling_rule_cancels_after_the_warning() {
-    let rule = Rule {
-        cancel: true,
-        grace_minutes: 0.0,
-        cancel_partitions: vec!["gpu".into()],
-        ..idle_rule()
-    };
+    let rule = cancelling_now("gpu");
     let s = site(rule, 40, 0);
     let sl = slurm(JobState::Running);
     pass(&s.cfg, &sl, "g1", s.now, false).unwrap();
@@ -177,12 +182,7 @@ fn a_cancelling_rule_cancels_after_the_warning() {
 /// SLURM refusing the cancel is recorded as such, with its reason, and retried next pass.
 #[test]
 fn a_refused_cancel_is_recorded_as_failed() {
-    let rule = Rule {
-        cancel: true,
-        grace_minutes: 0.0,
-        cancel_partitions: vec!["*".into()],
-        ..idle_rule()
-    };
+    let rule = cancelling_now("*");
     let s = site(rule, 40, 0);
     let mut sl = slurm(JobState::Running);
     sl.cancel_fails = true;
@@ -199,12 +199,7 @@ fn a_refused_cancel_is_recorded_as_failed() {
 /// The dry run lists the warning and does nothing: no record, no mail, no cancel.
 #[test]
 fn the_dry_run_changes_nothing() {
-    let rule = Rule {
-        cancel: true,
-        grace_minutes: 0.0,
-        cancel_partitions: vec!["gpu".into()],
-        ..idle_rule()
-    };
+    let rule = cancelling_now("gpu");
     let s = site(rule, 40, 0);
     let sl = slurm(JobState::Running);
     let rep = pass(&s.cfg, &sl, "g1", s.now, true).unwrap();
