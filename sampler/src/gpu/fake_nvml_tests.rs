@@ -442,6 +442,14 @@ fn header() -> crate::spool::Header {
 
 type Logs = Arc<Mutex<Vec<(LogLevel, String)>>>;
 
+/// Waits until monitor `m` has taken `n` samples, or 30 s (the caller asserts what it needs).
+fn wait_samples(m: &GpuMonitor, n: u64) {
+    let t = Instant::now();
+    while m.progress().samples_taken < n && t.elapsed() < Duration::from_secs(30) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 fn logger() -> (Logs, super::monitor::GpuLogFn) {
     let logs: Logs = Arc::default();
     let l2 = logs.clone();
@@ -481,10 +489,7 @@ fn gpu_monitor_against_fake_nvml_keeps_cadence_through_a_slow_call() {
         log,
     )
     .unwrap();
-    let t = Instant::now();
-    while m.progress().samples_taken < 20 && t.elapsed() < Duration::from_secs(30) {
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_samples(&m, 20);
     let p = m.progress();
     assert!(p.samples_taken >= 20, "cadence did not hold: {p:?}");
     assert!(p.samples_missed >= 1, "{p:?}");
@@ -745,10 +750,7 @@ fn gpu_without_buffer_support_falls_back_to_point_reads_and_says_so() {
         Box::new(|_, _| {}),
     )
     .unwrap();
-    let t = Instant::now();
-    while m.progress().samples_taken < 3 && t.elapsed() < Duration::from_secs(30) {
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_samples(&m, 3);
     assert!(m.stop(Duration::from_secs(10)));
     let s = read_gpu_file(&spool.path().join(GPU_FILE_NAME)).unwrap();
     let g = &super::summarize_gpus(&s, 2.0)[0];
@@ -845,10 +847,7 @@ fn gpu_sm_activity_throttle_ecc_and_xid_end_to_end() {
         Box::new(|_, _| {}),
     )
     .unwrap();
-    let t = Instant::now();
-    while m.progress().samples_taken < 6 && t.elapsed() < Duration::from_secs(30) {
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_samples(&m, 6);
     assert!(m.progress().samples_taken >= 6, "{:?}", m.progress());
     assert_eq!(
         gpm_buffers_live(&f.lib),
