@@ -18,7 +18,9 @@
 #        admin.password   password of the superuser role `jobscope_admin` (root 0600)
 #        server.pid       the postmaster PID this script started (root 0644)
 #        server.log       the server's log
-#      JOBSCOPE_PG_PORT (default 55432)
+#      JOBSCOPE_PG_PORT (default 15432): below Linux's ephemeral port range (32768-60999), where
+#        any outgoing loopback connection (SLURM's RPCs, a test's client) may hold the port for a
+#        while and the server cannot bind it; the tests' other servers use 15433-15435
 #      JOBSCOPE_PG_MAX_CONNECTIONS (default 50; written at initdb): the transport's test of a
 #        cluster's jobs ending together runs a server with 10
 # Authentication: scram-sha-256 over TCP on 127.0.0.1 only (pg_hba.conf has nothing else), so the
@@ -32,7 +34,7 @@ for fd in /proc/$$/fd/*; do
 done
 
 DIR=${JOBSCOPE_PG_DIR:-/var/lib/jobscope-pg-test}
-PORT=${JOBSCOPE_PG_PORT:-55432}
+PORT=${JOBSCOPE_PG_PORT:-15432}
 MAX_CONN=${JOBSCOPE_PG_MAX_CONNECTIONS:-50}
 DATA=$DIR/data
 SOCK=$DIR/sock

@@ -176,11 +176,11 @@ phase "mutation test with overflow checks (dev profile)"
 cargo test -p jobscope-report --test mutation; end_phase $?
 stop_after unit
 
-# A real PostgreSQL (Debian's package) on 127.0.0.1:55432, started and stopped by the project's
-# script (the outage test runs a second one on 55433 itself): the sink, resume after an outage,
+# A real PostgreSQL (Debian's package) on 127.0.0.1:15432, started and stopped by the project's
+# script (the outage test runs a second one on 15433 itself): the sink, resume after an outage,
 # row-level security with real roles, the SQL engine equal to the Parquet engine; the transport
 # of node summaries (epilog/tests/pg.rs: the node role's real login, the collector's one report
-# per job, 200 Epilogs through 10 connections, an outage; servers of its own on 55434/55435). ~60 s.
+# per job, 200 Epilogs through 10 connections, an outage; servers of its own on 15434/15435). ~60 s.
 phase "PostgreSQL tests (slurm-conf/postgres.sh; audit/tests/pg.rs and epilog/tests/pg.rs --ignored)"
 if bash slurm-conf/postgres.sh up; then
   run_tests pg; pg_rc=$?

@@ -20,9 +20,9 @@ use std::sync::OnceLock;
 
 const REPO: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
 const MAIN_DIR: &str = "/var/lib/jobscope-pg-test";
-const MAIN_PORT: u16 = 55432;
+const MAIN_PORT: u16 = 15432;
 const OUTAGE_DIR: &str = "/var/lib/jobscope-pg-test-outage";
-const OUTAGE_PORT: u16 = 55433;
+const OUTAGE_PORT: u16 = 15433;
 const TEMPLATE: &str = include_str!("../../report/testdata/archive-v1/two-node-imbalanced.json");
 /// 2026-01-05 00:00:00 UTC, a Monday.
 const T0: u64 = 1_767_571_200;

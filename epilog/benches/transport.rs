@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 
 const REPO: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
 const PG_DIR: &str = "/var/lib/jobscope-pg-test";
-const PG_PORT: u16 = 55432;
+const PG_PORT: u16 = 15432;
 const DB: &str = "jobscope_bench";
 const EPILOGS: u32 = 300;
 const COLLECTED_JOBS: u32 = 10_000;

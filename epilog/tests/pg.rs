@@ -19,11 +19,11 @@ use std::time::{Duration, Instant};
 
 const REPO: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
 const MAIN_DIR: &str = "/var/lib/jobscope-pg-test";
-const MAIN_PORT: u16 = 55432;
+const MAIN_PORT: u16 = 15432;
 const CROWDED_DIR: &str = "/var/lib/jobscope-pg-test-crowded";
-const CROWDED_PORT: u16 = 55434;
+const CROWDED_PORT: u16 = 15434;
 const OUTAGE_DIR: &str = "/var/lib/jobscope-pg-test-transport-outage";
-const OUTAGE_PORT: u16 = 55435;
+const OUTAGE_PORT: u16 = 15435;
 
 fn script(cmd: &[&str], dir: &str, port: u16, max_conn: u32) {
     let out = Command::new("bash")
@@ -307,7 +307,9 @@ fn the_collector_makes_one_report_per_job_complete_partial_or_late() {
 }
 
 /// Two collectors at once (a second started by mistake, or a failover that overlapped): the
-/// database's row locks let exactly one assemble each job.
+/// job's lock in the database lets exactly one assemble each job, from all its rows. The node
+/// wait is 0, so a collector that saw only part of a job's rows would archive a partial report
+/// naming a node that did report: every record must be complete, and each job archived once.
 #[test]
 #[ignore = "needs PostgreSQL (slurm-conf/postgres.sh); tests/run-all.sh runs it"]
 fn two_collectors_at_once_archive_each_job_once() {
@@ -315,21 +317,33 @@ fn two_collectors_at_once_archive_each_job_once() {
     let tmp = tempfile::tempdir().unwrap();
     let (admin, node) = fresh_db(MAIN_DIR, MAIN_PORT, "transport_two", tmp.path());
     let ob = Outbox::new(&tmp.path().join("outbox"));
-    let nodes = ["n1", "n2"];
-    for job in 300..340 {
-        for n in nodes {
-            assert_eq!(send_now(&node, &ob, &envelope(job, n, &nodes, 0)).sent, 1);
+    let nodes = ["n1", "n2", "n3"];
+    let cfg = collector_cfg(tmp.path(), &admin, 0);
+    // Rounds of 40 jobs, so that the two passes overlap on many jobs.
+    for round in 0..3u32 {
+        let jobs = 300 + round * 40..340 + round * 40;
+        for job in jobs.clone() {
+            for n in nodes {
+                assert_eq!(send_now(&node, &ob, &envelope(job, n, &nodes, 0)).sent, 1);
+            }
         }
-    }
-    let cfg = collector_cfg(tmp.path(), &admin, 3600);
-    let reps: Vec<CollectReport> = std::thread::scope(|sc| {
-        let hs: Vec<_> = (0..2).map(|_| sc.spawn(|| collect_once(&cfg))).collect();
-        hs.into_iter().map(|h| h.join().unwrap()).collect()
-    });
-    let total: usize = reps.iter().map(|r| r.archived.len()).sum();
-    assert_eq!(total, 40, "{reps:?}");
-    for job in 300..340 {
-        assert_eq!(records(&cfg.paths.archive_dir, job).len(), 1, "job {job}");
+        let reps: Vec<CollectReport> = std::thread::scope(|sc| {
+            let hs: Vec<_> = (0..2).map(|_| sc.spawn(|| collect_once(&cfg))).collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        let total: usize = reps.iter().map(|r| r.archived.len()).sum();
+        assert_eq!(total, 40, "round {round}: {reps:?}");
+        for r in &reps {
+            assert!(r.late.is_empty() && r.waiting == 0, "round {round}: {r:?}");
+            for a in &r.archived {
+                assert!(a.missing_nodes.is_empty(), "round {round}: {a:?}");
+            }
+        }
+        for job in jobs {
+            let recs = records(&cfg.paths.archive_dir, job);
+            assert_eq!(recs.len(), 1, "job {job}");
+            assert!(recs[0].missing_nodes.is_empty(), "job {job}");
+        }
     }
 }
 

@@ -1,7 +1,8 @@
 //! The collector's side of the transport: which jobs have envelopes waiting, and each job's
 //! envelopes taken under a row lock in one transaction, so that the database decides, exactly
-//! once, who assembles a job: a second collector skips rows another holds (`SKIP LOCKED`), and
-//! rows are marked `taken` in the same transaction that records the assembled run.
+//! once, who assembles a job: a collector first takes the job's transaction-scoped advisory lock
+//! (a second collector skips a job another holds), then its rows, and marks them `taken` in the
+//! same transaction that records the assembled run.
 
 use crate::Envelope;
 use anyhow::{Context, Result};
@@ -77,13 +78,27 @@ fn ms(v: i64) -> u64 {
 pub fn take_job<'a>(c: &'a mut Client, job: &WaitingJob) -> Result<Option<JobTx<'a>>> {
     let mut tx = c.transaction()?;
     let job_id = i64::from(job.job_id);
+    // The job as a whole, not row by row: with row locks alone (`SKIP LOCKED`) two collectors
+    // could each lock part of a job's rows, and past the node wait each would archive a partial
+    // report of a job whose every node had reported. A hash collision between two jobs only
+    // defers one of them to the next pass.
+    let locked: bool = tx
+        .query_one(
+            "SELECT pg_try_advisory_xact_lock(hashtextextended($1::text || '/' || ($2::bigint)::text, 0))",
+            &[&job.cluster, &job_id],
+        )
+        .with_context(|| format!("job {}: taking its lock", job.job_id))?
+        .get(0);
+    if !locked {
+        return Ok(None);
+    }
     let rows = tx
         .query(
             "SELECT id, node, node_start_ms, (extract(epoch from received_at) * 1000)::bigint,
                     envelope
              FROM jobscope.node_summaries
              WHERE cluster = $1 AND job_id = $2 AND taken IS NULL
-             ORDER BY id FOR UPDATE SKIP LOCKED",
+             ORDER BY id FOR UPDATE",
             &[&job.cluster, &job_id],
         )
         .with_context(|| format!("job {}: reading its node summaries", job.job_id))?;

@@ -19,7 +19,7 @@ const REPO: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
 /// Where `cluster.sh up --nodes 4` keeps each node's private directories.
 const NODE_DIRS: &str = "/var/lib/jobscope-nodes";
 const PG_DIR: &str = "/var/lib/jobscope-pg-test";
-const PG_PORT: u16 = 55432;
+const PG_PORT: u16 = 15432;
 const DB: &str = "jobscope_cluster";
 const NODE_LOGIN: &str = "jobscope_node_test";
 /// The compute nodes' password file: in /etc, which the nodes share with the host (only
