@@ -146,8 +146,9 @@ cleanup_cgroups() {
 # ---------------------------------------------------------------- kernel collector
 # jobscope-kernel (the BPF collector, docs/kernel.md), started by `up` before slurmd and stopped by
 # `down`, by its pid file, as the service would run it on a real node, but with system-call
-# counting on (the cluster tests check it). Where it cannot run (no BTF, no BPF, not installed)
-# the jobs' reports say so in a note, and the tests of the kernel view fail: CI's machines have it.
+# and page-cache counting on (the cluster tests check them; both are off by default). Where it
+# cannot run (no BTF, no BPF, not installed) the jobs' reports say so in a note, and the tests of
+# the kernel view fail: CI's machines have it.
 KERNEL_PID=$RUNDIR/jobscope-kernel.pid
 KERNEL_LOG=/var/log/jobscope/kernel.log
 start_collector() {
@@ -157,7 +158,7 @@ start_collector() {
   done
   [ -n "$bin" ] || { warn "jobscope-kernel is not installed: no kernel view"; return 0; }
   install -d -m 0750 "$(dirname "$KERNEL_LOG")"
-  setsid "$bin" run --syscalls >>"$KERNEL_LOG" 2>&1 </dev/null &
+  setsid "$bin" run --syscalls --page-cache >>"$KERNEL_LOG" 2>&1 </dev/null &
   echo $! >"$KERNEL_PID"
   if wait_until 30 test -e /sys/fs/bpf/jobscope/state; then
     log "kernel collector up ($bin, pid $(cat "$KERNEL_PID"))"

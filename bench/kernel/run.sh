@@ -16,13 +16,15 @@
 #      untagged process (what every other process on the host pays); added ns over (a) and
 #      the ratio (c-a)/(b-a) (target <= 1.5).
 #   2. CPU time (user+sys, getrusage) of a pipe ping-pong (200k round trips), a 1 GiB
-#      loopback TCP transfer and dd bs=512 to a file on /var/tmp, with every other program
-#      (scheduler, fork/exit, small I/O, network, block, page cache) attached vs detached;
-#      added CPU % (target < 1 %); and, where kernel.bpf_stats_enabled is 1
-#      (sysctl -w kernel.bpf_stats_enabled=1; set it back to 0 after), each program's runs and
-#      run time during each workload as `jobscope-kernel run` attaches them by default, against
-#      the workload's CPU time, also less an empty program's run time measured the same way.
-# Takes about two minutes with the defaults (7 rounds). Run it on an otherwise idle machine.
+#      loopback TCP transfer and dd bs=512 to a file on /var/tmp, in a tagged process, with no
+#      program, with none again (A/A: the difference is the noise), with what
+#      `jobscope-kernel run` attaches by default, with --page-cache too and (where the kernel
+#      refuses fentry) with the small I/O program on sys_enter too: added CPU % against the
+#      first (target < 1 % for the default), timed with kernel.bpf_stats_enabled=0; and, where
+#      it is 1 (sysctl -w kernel.bpf_stats_enabled=1; set it back to 0 after), each program's
+#      runs and run time during each workload (3 rounds of their own, with --page-cache),
+#      against the workload's CPU time, also less an empty program's run time.
+# Takes about five minutes with the defaults (7 rounds). Run it on an otherwise idle machine.
 set -eu
 cd "$(dirname "$0")/../.."
 REL=${CARGO_TARGET_DIR:-target}/release

@@ -90,6 +90,7 @@ struct js_task {
 /* flags */
 #define JS_STATE_SYSCALLS (1ULL << 0) /* the sys_enter program is attached */
 #define JS_STATE_SMALL_IO (1ULL << 1) /* small reads and writes are counted */
+#define JS_STATE_PAGE_CACHE (1ULL << 2) /* the writeback_dirty_folio program is attached */
 
 struct js_state {
 	__u64 abi_version;      /* JS_ABI_VERSION */

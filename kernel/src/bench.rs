@@ -6,11 +6,11 @@
 //!    three in a tagged process — and (d) ours in an untagged process (what every other process
 //!    on the host pays).
 //! 2. CPU time (user + system, of the workload and its children, getrusage) of a pipe
-//!    ping-pong, a loopback TCP transfer and a small-write dd, with every other program
-//!    attached, none, and all but the small I/O ones (which sit on sys_enter where the kernel
-//!    refuses fentry), in a tagged process; with `kernel.bpf_stats_enabled=1`, also the run
-//!    count and run time of each program during each workload (what CPU-time differences on a
-//!    noisy machine cannot resolve).
+//!    ping-pong, a loopback TCP transfer and a small-write dd in a tagged process, with no
+//!    program, again with none (A/A: the noise), with what `jobscope-kernel run` attaches by
+//!    default, with `--page-cache` too, and (where the kernel refuses fentry) with the small I/O
+//!    program on sys_enter too; with `kernel.bpf_stats_enabled=1`, also the run count and run
+//!    time of each program during each workload, in rounds of their own.
 
 use crate::{launch, Collector, Options, SmallIo, SysEnter};
 use std::collections::HashMap;
@@ -153,6 +153,7 @@ fn rotation(round: usize, n: usize) -> impl Iterator<Item = usize> {
 fn bench(a: Args) -> anyhow::Result<()> {
     let opts = Options {
         syscalls: false,
+        page_cache: false,
         max_jobs: 16,
         pin_dir: format!("/sys/fs/bpf/jobscope-bench-{}", std::process::id()).into(),
         bench: true,
@@ -205,7 +206,7 @@ fn bench(a: Args) -> anyhow::Result<()> {
 fn measure_syscalls(c: &mut Collector, a: &Args, exe: &str) -> anyhow::Result<Vec<Vec<f64>>> {
     let calls = a.calls.to_string();
     c.detach_main();
-    c.attach_main_with(false)?;
+    c.attach_main_with(false, true)?;
     let mut ns: Vec<Vec<f64>> = vec![Vec::new(); SYSCALL_CONFIGS.len()];
     for round in 0..a.rounds {
         for k in rotation(round, SYSCALL_CONFIGS.len()) {
@@ -239,16 +240,34 @@ fn print_syscalls(a: &Args, ns: &mut [Vec<f64>]) {
     );
 }
 
+/// Part 2's configurations: label, and what is attached (`None`: nothing; else whether the
+/// small I/O programs and the page-cache program are). `default_small_io` is whether
+/// `jobscope-kernel run` counts small I/O by default (fentry), so the third entry is what it
+/// attaches by default. The first two are the same (nothing): their difference is the noise.
+fn other_configs(default_small_io: bool) -> Vec<(&'static str, Option<(bool, bool)>)> {
+    let mut v = vec![
+        ("off", None),
+        ("off again (A/A)", None),
+        ("default", Some((default_small_io, false))),
+        ("default + --page-cache", Some((default_small_io, true))),
+    ];
+    if !default_small_io {
+        v.push(("+ small I/O at sys_enter", Some((true, true))));
+    }
+    v
+}
+
 /// What part 2 measured, per workload.
 struct OtherRuns {
-    /// cpu[work][config]: CPU ns per round; config 0 off, 1 all on, 2 on but the small I/O
-    /// programs
-    cpu: Vec<[Vec<f64>; 3]>,
-    /// Whether kernel.bpf_stats_enabled was 1: then `ran` and `ran_cpu` are filled.
+    /// The configurations of [`other_configs`].
+    configs: Vec<(&'static str, Option<(bool, bool)>)>,
+    /// cpu[work][config]: CPU ns per round.
+    cpu: Vec<Vec<Vec<f64>>>,
+    /// Whether kernel.bpf_stats_enabled was 1: then `ran` and `ran_cpu` are filled, from rounds
+    /// of their own after the timed ones (the kernel's timing of each run is not in those).
     stats: bool,
-    /// The configuration `jobscope-kernel run` attaches by default (1 or 2).
-    default_config: usize,
-    /// Per workload, in the runs of `default_config`: each program's runs and run time (ns).
+    /// Per workload, in the stats rounds (every program but the sys_enter ones, page cache
+    /// included): each program's runs and run time (ns).
     ran: Vec<HashMap<String, (u64, u64)>>,
     /// Per workload, the CPU ns of those runs.
     ran_cpu: Vec<f64>,
@@ -268,11 +287,30 @@ fn add_runs(
     }
 }
 
+const BPF_STATS: &str = "/proc/sys/kernel/bpf_stats_enabled";
+
+/// Sets kernel.bpf_stats_enabled for as long as it lives, then back to 1 (the caller found it
+/// 1: the user turned it on for this run).
+struct StatsOff;
+
+impl StatsOff {
+    fn new() -> anyhow::Result<StatsOff> {
+        std::fs::write(BPF_STATS, "0")?;
+        Ok(StatsOff)
+    }
+}
+
+impl Drop for StatsOff {
+    fn drop(&mut self) {
+        let _ = std::fs::write(BPF_STATS, "1");
+    }
+}
+
 /// Part 2, CPU time of other work (a pipe ping-pong, a loopback TCP transfer, a small-write dd)
-/// in a tagged process, every other program on, off, and on but the small I/O ones; with
-/// kernel.bpf_stats_enabled=1 also what each program ran, in the runs with what
-/// `jobscope-kernel run` attaches by default (everything where fentry counts small I/O; all but
-/// the small I/O programs where they sit on sys_enter and come with --syscalls).
+/// in a tagged process under each of [`other_configs`], interleaved round by round, with
+/// kernel.bpf_stats_enabled=0 (the kernel's timing of each program run would add to the
+/// programs' cost); where the user set it to 1, also what each program ran, in rounds of their
+/// own after those.
 fn measure_other_programs(
     c: &mut Collector,
     a: &Args,
@@ -294,32 +332,44 @@ fn measure_other_programs(
             vec!["if=/dev/zero", &of, "bs=512", &count, "status=none"],
         ),
     ];
+    let configs = other_configs(c.small_io() == SmallIo::Fentry);
     let stats = bpf_stats_on();
     let mut r = OtherRuns {
-        cpu: vec![[Vec::new(), Vec::new(), Vec::new()]; works.len()],
+        cpu: vec![vec![Vec::new(); configs.len()]; works.len()],
+        configs,
         stats,
-        default_config: match c.small_io() {
-            SmallIo::Fentry => 1,
-            SmallIo::Syscalls => 2,
-        },
         ran: vec![Default::default(); works.len()],
         ran_cpu: vec![0.0; works.len()],
     };
-    for round in 0..a.rounds {
-        for config in rotation(round, 3) {
-            c.detach_main();
-            if config > 0 {
-                c.attach_main_with(config == 1)?;
-            }
-            let counted = stats && config == r.default_config;
-            for (w, (prog, args)) in works.iter().enumerate() {
-                let before = counted.then(|| prog_stats(loaded_after));
-                let (_, t) = run(c, true, prog, args)?;
-                if let Some(before) = before {
-                    add_runs(&mut r.ran[w], &before, prog_stats(loaded_after));
-                    r.ran_cpu[w] += t;
+    let attach = |c: &mut Collector, what: Option<(bool, bool)>| -> anyhow::Result<()> {
+        c.detach_main();
+        if let Some((small_io, page_cache)) = what {
+            c.attach_main_with(small_io, page_cache)?;
+        }
+        Ok(())
+    };
+    {
+        let _off = if stats { Some(StatsOff::new()?) } else { None };
+        for round in 0..a.rounds {
+            for config in rotation(round, r.configs.len()) {
+                attach(c, r.configs[config].1)?;
+                for (w, (prog, args)) in works.iter().enumerate() {
+                    let (_, t) = run(c, true, prog, args)?;
+                    r.cpu[w][config].push(t);
+                    let _ = std::fs::remove_file(&dd_file);
                 }
-                r.cpu[w][config].push(t);
+            }
+        }
+    }
+    if stats {
+        let all = r.configs[3].1;
+        attach(c, all)?;
+        for _ in 0..a.rounds.min(3) {
+            for (w, (prog, args)) in works.iter().enumerate() {
+                let before = prog_stats(loaded_after);
+                let (_, t) = run(c, true, prog, args)?;
+                add_runs(&mut r.ran[w], &before, prog_stats(loaded_after));
+                r.ran_cpu[w] += t;
                 let _ = std::fs::remove_file(&dd_file);
             }
         }
@@ -340,28 +390,34 @@ fn labels(a: &Args) -> [String; 3] {
 fn print_other_programs(a: &Args, small_io: SmallIo, r: &mut OtherRuns) {
     println!(
         "== other programs (scheduler, fork/exit, vfs, network, block, page cache), tagged \
-         workload, {} rounds, median CPU time",
+         workload, {} rounds interleaved, median CPU time (user + system), \
+         kernel.bpf_stats_enabled=0",
         a.rounds
     );
     println!(
-        "  small I/O counted {}",
+        "  small I/O counted by default {}",
         match small_io {
             SmallIo::Fentry => "at fentry/vfs_read, vfs_write",
-            SmallIo::Syscalls => "at tp_btf/sys_enter (this kernel refuses fentry)",
+            SmallIo::Syscalls =>
+                "nowhere (this kernel refuses fentry: at tp_btf/sys_enter, with --syscalls)",
         }
+    );
+    println!(
+        "  against \"off\"; \"off again\" is the same configuration, so its difference is \
+         the noise (target: the default adds < 1 %)"
     );
     for (w, label) in labels(a).iter().enumerate() {
         let off = median(&mut r.cpu[w][0]);
-        let on = median(&mut r.cpu[w][1]);
-        let no_io = median(&mut r.cpu[w][2]);
+        let cols: Vec<String> = (1..r.configs.len())
+            .map(|i| {
+                let m = median(&mut r.cpu[w][i]);
+                format!("{} {:+.2} %", r.configs[i].0, (m - off) / off * 100.0)
+            })
+            .collect();
         println!(
-            "  {label:<38} off {:>7.1} ms  on {:>7.1} ms ({:+.2} %)  on without small I/O \
-             {:>7.1} ms ({:+.2} %)  (target < 1 %)",
+            "  {label:<38} off {:>7.1} ms | {}",
             off / 1e6,
-            on / 1e6,
-            (on - off) / off * 100.0,
-            no_io / 1e6,
-            (no_io - off) / off * 100.0
+            cols.join(" | ")
         );
     }
 }
@@ -370,14 +426,10 @@ fn print_other_programs(a: &Args, small_io: SmallIo, r: &mut OtherRuns) {
 /// the same less the floor `empty_ns` (an empty program's run, measured the same way).
 fn print_program_stats(a: &Args, r: &OtherRuns, empty_ns: Option<f64>) {
     println!(
-        "== the same, as `jobscope-kernel run` attaches them by default ({}): what each \
-         program ran during the workload (kernel.bpf_stats_enabled=1; a run's time includes \
-         the kernel's own timing of it)",
-        if r.default_config == 1 {
-            "all on"
-        } else {
-            "on without small I/O"
-        }
+        "== {} ({} rounds of their own, kernel.bpf_stats_enabled=1): what each program ran \
+         during the workload (a run's time includes the kernel's own timing of it)",
+        r.configs[3].0,
+        a.rounds.min(3)
     );
     for (w, label) in labels(a).iter().enumerate() {
         let mut progs: Vec<_> = r.ran[w].iter().filter(|(_, (n, _))| *n > 0).collect();

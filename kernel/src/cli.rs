@@ -11,8 +11,8 @@ use std::path::PathBuf;
 ///
 /// Loads jobscope's BPF programs once per node and keeps their maps pinned, so that the SPANK
 /// plugin's sampler (in every job's slurmstepd) and `jobscope run` read, per job, the time its
-/// threads waited for a CPU, its context switches, network and block bytes, page-cache bytes
-/// dirtied and, with --syscalls, its system calls by class. Nothing else about a job is recorded.
+/// threads waited for a CPU, its context switches, network and block bytes, with --page-cache
+/// the page cache its writes dirtied and, with --syscalls, its system calls by class. Nothing else about a job is recorded.
 /// The jobscope-kernel service runs `jobscope-kernel run --optional` on every node; where the
 /// kernel lacks BTF or BPF, reports say that the kernel view is missing.
 #[derive(Parser)]
@@ -32,6 +32,12 @@ pub enum Cmd {
         /// with this switch too.
         #[arg(long)]
         syscalls: bool,
+        /// Count the page cache each job's buffered writes dirty (off by default: its program
+        /// runs at every page such a write dirties, which costs small-write workloads about
+        /// 1 % of their CPU time; docs/kernel.md has the figures). The block devices' bytes,
+        /// and the cgroup's and processes' own write figures, are there without it.
+        #[arg(long)]
+        page_cache: bool,
         /// Entries of the jobs map (jobs counted at once on this node).
         #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(u32).range(1..))]
         max_jobs: u32,

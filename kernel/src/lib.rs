@@ -35,7 +35,9 @@ pub mod skel {
 
 use anyhow::{bail, Context, Result};
 use jobscope_common::bpf_maps::{monotonic_ns, KernelMaps};
-use jobscope_model::kernel_abi::{Pod, State, ABI_VERSION, STATE_SMALL_IO, STATE_SYSCALLS};
+use jobscope_model::kernel_abi::{
+    Pod, State, ABI_VERSION, STATE_PAGE_CACHE, STATE_SMALL_IO, STATE_SYSCALLS,
+};
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{Link, MapCore, MapFlags, OpenObject};
 use skel::{JobscopeSkel, JobscopeSkelBuilder};
@@ -61,6 +63,9 @@ pub struct Options {
     /// Attach the sys_enter program (counts system calls by class; the only program whose cost
     /// every process on the host pays at every system call).
     pub syscalls: bool,
+    /// Attach the writeback_dirty_folio program (page cache dirtied by the job's tasks; it runs
+    /// at every folio a buffered write dirties: docs/kernel.md has what that costs).
+    pub page_cache: bool,
     /// max_entries of `jobs`.
     pub max_jobs: u32,
     pub pin_dir: PathBuf,
@@ -72,6 +77,7 @@ impl Default for Options {
     fn default() -> Self {
         Options {
             syscalls: true,
+            page_cache: true,
             max_jobs: 4096,
             pin_dir: PIN_DIR.into(),
             bench: false,
@@ -106,6 +112,8 @@ pub struct Collector {
     small_io: SmallIo,
     /// Whether attach_main attached the small I/O programs (fentry, or js_sys_enter_io).
     small_io_attached: bool,
+    /// Whether attach_main attached js_dirty_folio.
+    page_cache_attached: bool,
     /// The pinned maps opened as every reader opens them (`jobscope_common::bpf_maps`): the
     /// one implementation of the entry operations. Set once pinned.
     maps: Option<KernelMaps>,
@@ -183,6 +191,7 @@ impl Collector {
             max_jobs: opts.max_jobs,
             small_io,
             small_io_attached: false,
+            page_cache_attached: false,
             maps: None,
         };
         // The class table goes in before sys_enter can run.
@@ -203,12 +212,12 @@ impl Collector {
         // only those calls pay); otherwise only with system-call counting, on the same
         // sys_enter program, because a sys_enter program is what every process pays for.
         let small_io = opts.syscalls || c.small_io == SmallIo::Fentry;
-        c.write_state_header(opts.syscalls, small_io)?;
+        c.write_state_header(opts.syscalls, small_io, opts.page_cache)?;
         // sys_enter first: attach_main picks the small I/O program by what is on sys_enter
         if opts.syscalls {
             c.set_sys_enter(SysEnter::Counting)?;
         }
-        c.attach_main_with(small_io)?;
+        c.attach_main_with(small_io, opts.page_cache)?;
         c.pin()?;
         c.beat();
         c.maps = Some(
@@ -219,12 +228,13 @@ impl Collector {
         Ok(c)
     }
 
-    fn write_state_header(&self, syscalls: bool, small_io: bool) -> Result<()> {
+    fn write_state_header(&self, syscalls: bool, small_io: bool, page_cache: bool) -> Result<()> {
         let s = State {
             abi_version: ABI_VERSION,
             heartbeat_ns: monotonic_ns(),
             flags: if syscalls { STATE_SYSCALLS } else { 0 }
-                | if small_io { STATE_SMALL_IO } else { 0 },
+                | if small_io { STATE_SMALL_IO } else { 0 }
+                | if page_cache { STATE_PAGE_CACHE } else { 0 },
             max_jobs: u64::from(self.max_jobs),
             dropped_events: 0,
         };
@@ -238,12 +248,12 @@ impl Collector {
     /// Attaches every program but the sys_enter ones (scheduler, fork/exit, vfs, network,
     /// block, page cache).
     pub fn attach_main(&mut self) -> Result<()> {
-        self.attach_main_with(true)
+        self.attach_main_with(true, true)
     }
 
-    /// [`Collector::attach_main`], optionally without the small I/O programs (the benchmark
-    /// tells their cost apart: on a kernel without fentry they sit on sys_enter).
-    pub fn attach_main_with(&mut self, small_io: bool) -> Result<()> {
+    /// [`Collector::attach_main`], optionally without the small I/O programs or the page-cache
+    /// one (the collector's switches; the benchmark tells their costs apart).
+    pub fn attach_main_with(&mut self, small_io: bool, page_cache: bool) -> Result<()> {
         if !self.links.is_empty() {
             return Ok(());
         }
@@ -254,13 +264,20 @@ impl Collector {
             ("sock_send_length", &p.js_sock_send),
             ("sock_recv_length", &p.js_sock_recv),
             ("block_bio_queue", &p.js_bio_queue),
-            ("writeback_dirty_folio", &p.js_dirty_folio),
         ] {
             let link = prog
                 .attach()
                 .with_context(|| format!("attaching to {name}"))?;
             self.links.push(link);
         }
+        if page_cache {
+            let link = p
+                .js_dirty_folio
+                .attach()
+                .context("attaching to writeback_dirty_folio")?;
+            self.links.push(link);
+        }
+        self.page_cache_attached = page_cache;
         // Small I/O: at vfs_read/vfs_write, or at sys_enter — by js_sys_enter itself while
         // system calls are counted, else by js_sys_enter_io.
         let small_io: &[(&str, &libbpf_rs::ProgramMut<'static>)] = match self.small_io {
@@ -308,7 +325,13 @@ impl Collector {
             // js_sys_enter counts small I/O itself while it counts system calls
             SmallIo::Syscalls => counting || self.small_io_attached,
         };
-        (if counting { STATE_SYSCALLS } else { 0 }) | if small_io { STATE_SMALL_IO } else { 0 }
+        (if counting { STATE_SYSCALLS } else { 0 })
+            | if small_io { STATE_SMALL_IO } else { 0 }
+            | if self.page_cache_attached {
+                STATE_PAGE_CACHE
+            } else {
+                0
+            }
     }
 
     /// `state.flags` is only ever written by user space, so this single word store races with
@@ -322,6 +345,7 @@ impl Collector {
     pub fn detach_main(&mut self) {
         self.links.clear();
         self.catch_up = None;
+        self.page_cache_attached = false;
     }
 
     /// Puts `kind` on the sys_enter tracepoint (replacing what was there) and says so in

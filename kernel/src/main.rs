@@ -8,7 +8,7 @@ use jobscope_kernel::cli::{Cli, Cmd};
 #[cfg(feature = "bench")]
 use jobscope_kernel::{bench, workload};
 use jobscope_kernel::{check_support, Collector, Options, SmallIo, Sweeper};
-use jobscope_model::kernel_abi::{State, ABI_VERSION, STATE_SYSCALLS};
+use jobscope_model::kernel_abi::{State, ABI_VERSION, STATE_PAGE_CACHE, STATE_SYSCALLS};
 use std::path::Path;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -17,6 +17,7 @@ fn main() -> ExitCode {
     match Cli::parse().cmd {
         Cmd::Run {
             syscalls,
+            page_cache,
             max_jobs,
             pin_dir,
             spool_dir,
@@ -24,6 +25,7 @@ fn main() -> ExitCode {
         } => {
             let opts = Options {
                 syscalls,
+                page_cache,
                 max_jobs,
                 pin_dir,
                 bench: false,
@@ -61,12 +63,14 @@ fn run(opts: &Options, spool_dir: &Path, optional: bool) -> ExitCode {
         Err(e) => return unsupported(format!("cannot load the BPF programs: {e:#}")),
     };
     eprintln!(
-        "jobscope-kernel: counting (system calls {}, small I/O {}), maps pinned under {}",
+        "jobscope-kernel: counting (system calls {}, small I/O {}, page cache {}), maps pinned \
+         under {}",
         if opts.syscalls { "on" } else { "off" },
         match collector.small_io() {
             SmallIo::Fentry => "at vfs_read/vfs_write",
             SmallIo::Syscalls => "at read/write system calls: this kernel refuses fentry",
         },
+        if opts.page_cache { "on" } else { "off" },
         collector.pin_dir().display()
     );
     let mut sweeper = Sweeper::new(spool_dir);
@@ -151,13 +155,14 @@ fn status(pin_dir: &Path, json: bool) -> ExitCode {
             let s = &f.state;
             println!(
                 "{{\"pinned\":true,\"pin_dir\":{},\"abi_version\":{},\"abi_supported\":{},\
-                 \"heartbeat_age_s\":{:.1},\"syscalls\":{},\"jobs\":{},\"max_jobs\":{},\
+                 \"heartbeat_age_s\":{:.1},\"syscalls\":{},\"page_cache\":{},\"jobs\":{},\"max_jobs\":{},\
                  \"dropped_events\":{}}}",
                 json_str(&pin_dir.display().to_string()),
                 s.abi_version,
                 s.abi_version == ABI_VERSION,
                 now.saturating_sub(s.heartbeat_ns) as f64 / 1e9,
                 s.flags & STATE_SYSCALLS != 0,
+                s.flags & STATE_PAGE_CACHE != 0,
                 f.jobs,
                 s.max_jobs,
                 s.dropped_events
@@ -190,6 +195,14 @@ fn status(pin_dir: &Path, json: bool) -> ExitCode {
                     "counted"
                 } else {
                     "not counted"
+                }
+            );
+            println!(
+                "  page cache      {}",
+                if s.flags & STATE_PAGE_CACHE != 0 {
+                    "counted"
+                } else {
+                    "not counted (--page-cache)"
                 }
             );
             println!("  jobs            {} of {}", f.jobs, s.max_jobs);

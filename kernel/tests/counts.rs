@@ -32,6 +32,7 @@ fn rig(max_jobs: u32) -> Rig {
     let n = NEXT.fetch_add(1, Ordering::Relaxed);
     let opts = Options {
         syscalls: true,
+        page_cache: true,
         max_jobs,
         pin_dir: format!("/sys/fs/bpf/jobscope-test-{}-{n}", std::process::id()).into(),
         bench: false,

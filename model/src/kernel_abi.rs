@@ -19,6 +19,9 @@ pub const SMALL_IO_BYTES: u64 = 4096;
 pub const STATE_SYSCALLS: u64 = 1;
 /// `JS_STATE_SMALL_IO`: [`State::flags`] bit set while small reads and writes are counted.
 pub const STATE_SMALL_IO: u64 = 2;
+/// `JS_STATE_PAGE_CACHE`: [`State::flags`] bit set while dirtied page cache is counted
+/// (`jobscope-kernel run --page-cache`).
+pub const STATE_PAGE_CACHE: u64 = 4;
 
 /// `enum js_sys_class`: the classes system calls are counted in, in the order of
 /// [`Counters::syscalls`].

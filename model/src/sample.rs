@@ -147,9 +147,9 @@ reading_fields! {
 }
 
 impl Reading {
-    /// Sets the `kernel_*` fields from the collector's counters; the system-call classes and the
-    /// small reads and writes only when the collector's `state_flags` say it counts them
-    /// (otherwise they stay `None`: not seen, not zero).
+    /// Sets the `kernel_*` fields from the collector's counters; the system-call classes, the
+    /// small reads and writes and the dirtied page cache only when the collector's `state_flags`
+    /// say it counts them (otherwise they stay `None`: not seen, not zero).
     pub fn set_kernel(&mut self, c: &crate::kernel_abi::Counters, state_flags: u64) {
         if state_flags & crate::kernel_abi::STATE_SYSCALLS != 0 {
             let [f, n, m, p, s, o] = c.syscalls;
@@ -174,7 +174,9 @@ impl Reading {
         self.kernel_net_rx_calls = Some(c.net_rx_calls);
         self.kernel_blk_read_bytes = Some(c.blk_read_bytes);
         self.kernel_blk_write_bytes = Some(c.blk_write_bytes);
-        self.kernel_dirtied_bytes = Some(c.dirtied_bytes);
+        if state_flags & crate::kernel_abi::STATE_PAGE_CACHE != 0 {
+            self.kernel_dirtied_bytes = Some(c.dirtied_bytes);
+        }
     }
 }
 

@@ -12,9 +12,11 @@ use std::sync::Mutex;
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
+/// A collector with system calls and dirtied page cache counted, or neither.
 fn collector(tag: &str, max_jobs: u32, syscalls: bool) -> Collector {
     Collector::start(&Options {
         syscalls,
+        page_cache: syscalls,
         max_jobs,
         pin_dir: PathBuf::from(format!(
             "/sys/fs/bpf/jobscope-sampler-test-{}-{tag}",
@@ -66,6 +68,10 @@ fn a_tagged_jobs_counters_reach_its_reading_exactly() {
         "small writes {writes}"
     );
     assert_eq!(r.kernel_blk_write_bytes, Some(32 << 20));
+    assert!(
+        r.kernel_dirtied_bytes.is_some(),
+        "page cache counted: {r:?}"
+    );
     assert!(r.kernel_syscalls_file.unwrap() >= 200_000);
     assert!(r.kernel_run_ns.unwrap() > 0);
     // An untagged process's work adds nothing.
@@ -86,15 +92,23 @@ fn a_tagged_jobs_counters_reach_its_reading_exactly() {
 }
 
 #[test]
-fn without_syscall_counting_the_classes_are_unseen_not_zero() {
+fn without_syscall_or_page_cache_counting_those_are_unseen_not_zero() {
     let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let c = collector("nosys", 16, false);
     let (mut view, notes) = JobView::start(c.pin_dir(), Path::new("/sys"), 7).expect("view");
     assert_eq!(notes, vec![ViewNote::SyscallsOff]);
-    run_tagged(view.maps(), 7, "true");
+    // 1 MiB of buffered writes to a real disk: page cache the job dirtied, not counted here.
+    let f = format!("/var/tmp/jobscope-kview-nopc-{}", std::process::id());
+    run_tagged(
+        view.maps(),
+        7,
+        &format!("dd if=/dev/zero of={f} bs=64k count=16 2>/dev/null"),
+    );
+    let _ = std::fs::remove_file(&f);
     let mut r = Reading::default();
     assert_eq!(view.fill(&mut r), None);
     assert_eq!(r.kernel_syscalls_file, None);
+    assert_eq!(r.kernel_dirtied_bytes, None);
     assert!(r.kernel_ctx_voluntary.is_some() && r.kernel_run_ns.is_some());
 }
 

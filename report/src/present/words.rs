@@ -647,13 +647,20 @@ pub fn kernel_lines(k: &jobscope_model::summary::KernelTotals) -> Vec<String> {
         ));
     }
     if k.block_read_bytes.is_some() || k.block_write_bytes.is_some() {
+        // The page cache is counted only where the collector runs with --page-cache.
+        let dirtied = match k.dirtied_bytes {
+            Some(_) => format!(
+                "; {} of page cache dirtied (written back later)",
+                fmt_bytes(k.dirtied_bytes)
+            ),
+            None => "; dirtied page cache not counted on this node".to_string(),
+        };
         v.push(row(
             "Block devices",
             format!(
-                "read {}, written {} by the tasks; {} of page cache dirtied (written back later)",
+                "read {}, written {} by the tasks{dirtied}",
                 fmt_bytes(k.block_read_bytes),
                 fmt_bytes(k.block_write_bytes),
-                fmt_bytes(k.dirtied_bytes)
             ),
         ));
     }
