@@ -24,6 +24,7 @@ set -euo pipefail
 PKGS=(slurmctld slurmd slurm-client munge libslurm-dev slurm-wlm-basic-plugins-dev
       libclang-dev mailutils bc python3 python3-aiosmtpd
       clang libelf-dev zlib1g-dev pkg-config make  # the kernel collector's BPF programs (kernel/build.rs; libbpf-sys builds libbpf with make)
+      binutils     # packaging/test-packages.sh reads the binaries' C library needs (objdump)
       postgresql   # the PostgreSQL sink's tests and demo: slurm-conf/postgres.sh starts its own server
       lintian      # packaging/build-debs.sh checks the .debs with it
       mmdebstrap debian-archive-keyring  # the SLURM 24.11 root filesystem (slurm-conf/trixie/rootfs.sh)
