@@ -33,8 +33,8 @@ pub enum Cmd {
         #[arg(long)]
         syscalls: bool,
         /// Count the page cache each job's buffered writes dirty (off by default: its program
-        /// runs at every page such a write dirties, which costs small-write workloads about
-        /// 1 % of their CPU time; docs/kernel.md has the figures). The block devices' bytes,
+        /// runs at every page such a write dirties, which costs a program writing in small
+        /// pieces about 1 % of its CPU time; docs/kernel.md has the figures). The block devices' bytes,
         /// and the cgroup's and processes' own write figures, are there without it.
         #[arg(long)]
         page_cache: bool,

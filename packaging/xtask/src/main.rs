@@ -539,6 +539,7 @@ mod tests {
             assert!(!page.contains(hidden), "{hidden}");
         }
         assert!(page.contains("\\-\\-syscalls"));
+        assert!(page.contains("\\-\\-page\\-cache"));
     }
 
     /// The configuration page carries every key of the reference's tables, and no line of it is
