@@ -1,6 +1,6 @@
 //! jobscope's per-node kernel collector: loads the BPF programs of `bpf/jobscope.bpf.c` once per
-//! node, pins their maps under [`PIN_DIR`] and keeps them alive (heartbeat, sweep of unused
-//! `jobs` entries). The contract with the readers is `bpf/jobscope_abi.h`, declared once in Rust
+//! node, pins their maps under [`jobscope_model::kernel_abi::PIN_DIR`] and keeps them alive
+//! (heartbeat, sweep of unused `jobs` entries). The contract with the readers is `bpf/jobscope_abi.h`, declared once in Rust
 //! by [`jobscope_model::kernel_abi`].
 //!
 //! libbpf loads, attaches and pins here; every operation on a map's entries (create, tag, read,
@@ -49,8 +49,6 @@ use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use jobscope_model::kernel_abi::PIN_DIR;
-
 /// The maps the collector pins, by their file name under the pin directory.
 pub const PINNED_MAPS: [&str; 4] = ["jobs", "tasks", "state", "sysclass"];
 /// Where the kernel exposes its BTF; no BTF, no CO-RE and no tp_btf/fentry.
@@ -71,18 +69,6 @@ pub struct Options {
     pub pin_dir: PathBuf,
     /// Also load the empty sys_enter program (the benchmark's floor).
     pub bench: bool,
-}
-
-impl Default for Options {
-    fn default() -> Self {
-        Options {
-            syscalls: true,
-            page_cache: true,
-            max_jobs: 4096,
-            pin_dir: PIN_DIR.into(),
-            bench: false,
-        }
-    }
 }
 
 /// The program on the sys_enter tracepoint, if any.

@@ -443,6 +443,14 @@ fn header() -> crate::spool::Header {
 type Logs = Arc<Mutex<Vec<(LogLevel, String)>>>;
 
 /// Waits until monitor `m` has taken `n` samples, or 30 s (the caller asserts what it needs).
+/// A monitor's schedule: a sample every `ms` milliseconds, no early ones.
+fn every_ms(ms: u64) -> Schedule {
+    Schedule {
+        early: vec![],
+        cadence: Duration::from_millis(ms),
+    }
+}
+
 fn wait_samples(m: &GpuMonitor, n: u64) {
     let t = Instant::now();
     while m.progress().samples_taken < n && t.elapsed() < Duration::from_secs(30) {
@@ -481,10 +489,7 @@ fn gpu_monitor_against_fake_nvml_keeps_cadence_through_a_slow_call() {
         &cfg,
         spool.path(),
         header(),
-        Schedule {
-            early: vec![],
-            cadence: Duration::from_millis(100),
-        },
+        every_ms(100),
         Box::new(|| vec![4242, 17]),
         log,
     )
@@ -561,10 +566,7 @@ fn gpu_monitor_without_driver_is_one_debug_line_and_a_no_gpus_file() {
         &cfg,
         spool.path(),
         header(),
-        Schedule {
-            early: vec![],
-            cadence: Duration::from_millis(50),
-        },
+        every_ms(50),
         Box::new(Vec::new),
         log,
     )
@@ -656,10 +658,7 @@ fn gpu_monitors_of_two_jobs_on_a_shared_gpu_drain_the_buffer_and_get_their_own_s
             &cfg,
             dir,
             header(),
-            Schedule {
-                early: vec![],
-                cadence: Duration::from_millis(1000),
-            },
+            every_ms(1000),
             Box::new(move || vec![pid]),
             Box::new(|_, _| {}),
         )
@@ -742,10 +741,7 @@ fn gpu_without_buffer_support_falls_back_to_point_reads_and_says_so() {
         &cfg,
         spool.path(),
         header(),
-        Schedule {
-            early: vec![],
-            cadence: Duration::from_millis(400),
-        },
+        every_ms(400),
         Box::new(|| vec![4242]),
         Box::new(|_, _| {}),
     )
@@ -839,10 +835,7 @@ fn gpu_sm_activity_throttle_ecc_and_xid_end_to_end() {
         &cfg,
         spool.path(),
         header(),
-        Schedule {
-            early: vec![],
-            cadence: Duration::from_millis(100),
-        },
+        every_ms(100),
         Box::new(|| vec![4242]),
         Box::new(|_, _| {}),
     )
