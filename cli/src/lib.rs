@@ -207,6 +207,18 @@ enum Cmd {
         #[command(subcommand)]
         cmd: crate::cluster::ConfigCmd,
     },
+    /// A running job's verdict so far in one line, written into its AdminComment in slurmctld's
+    /// record (root; --print: your own jobs, writes nothing). The plugin runs it at the batch
+    /// script's end where [report] admin_comment is on (docs/slurm-versions.md).
+    AdminComment {
+        job_id: u32,
+        /// The batch script's wait status (as waitpid gives it): the line says how the job ends.
+        #[arg(long, allow_negative_numbers = true)]
+        batch_exit: Option<i32>,
+        /// Print the line; write nothing.
+        #[arg(long)]
+        print: bool,
+    },
     /// A running job's figures per node, refreshed in place on a terminal (your own jobs; root:
     /// any). One screen when not on a terminal, or with --once.
     Top {
@@ -370,6 +382,11 @@ fn real_main() -> Result<()> {
             cmd,
         ),
         Cmd::Alerts(a) => crate::alerts::run(&cfg, a),
+        Cmd::AdminComment {
+            job_id,
+            batch_exit,
+            print,
+        } => admin_comment(&cfg, job_id, batch_exit, print),
         Cmd::Summarize { dir, json } => summarize(&cfg, &dir, json),
     }
 }
@@ -595,6 +612,49 @@ fn run_cmd(
 }
 
 /// `jobscope top`: a running job's screen, refreshed every `interval` seconds on a terminal.
+/// How long `admin-comment` gives `scontrol update`: the plugin waits for the whole command at the
+/// batch script's end (`plugin/src/admin_comment.rs`), so this stays well inside its bound.
+const ADMIN_COMMENT_UPDATE_LIMIT: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// `jobscope admin-comment`: a running job's line ([`jobscope_report::admin_comment`]), printed,
+/// and unless `print`, written into slurmctld's record of the job.
+fn admin_comment(
+    cfg: &jobscope_config::Config,
+    job_id: u32,
+    batch_exit: Option<i32>,
+    print: bool,
+) -> Result<()> {
+    use jobscope_report::admin_comment::{admin_comment, Taken};
+    let uid = caller_uid();
+    if uid != 0 && (!print || batch_exit.is_some()) {
+        bail!("only root writes a job's AdminComment (--print shows your own job's line)");
+    }
+    let slurm = jobscope_report::slurm::detect();
+    let (live, taken) = match batch_exit {
+        Some(status) => (
+            crate::live::at_batch_end(cfg, &*slurm, job_id, status)?,
+            Taken::BatchEnd,
+        ),
+        None => (
+            crate::live::live(cfg, &*slurm, job_id, uid)?,
+            Taken::Running,
+        ),
+    };
+    let Some(l) = live else {
+        bail!(
+            "job {job_id} is not running: slurmctld no longer lets its AdminComment change (with [report] admin_comment, whoever archives it writes the line into the accounting database)"
+        );
+    };
+    let line = admin_comment(&l.summary, taken);
+    if !print {
+        slurm
+            .update_admin_comment(job_id, &line, ADMIN_COMMENT_UPDATE_LIMIT)
+            .map_err(anyhow::Error::msg)?;
+    }
+    println!("{line}");
+    Ok(())
+}
+
 fn top(cfg: &jobscope_config::Config, job_id: u32, once: bool, interval: u64) -> Result<()> {
     let tty = std::io::stdout().is_terminal();
     let slurm = jobscope_report::slurm::detect();

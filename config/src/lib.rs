@@ -525,6 +525,10 @@ pub struct Paths {
     /// sampler/src/snapshot.rs).
     #[serde(deserialize_with = "abs_path::required")]
     pub live_dir: PathBuf,
+    /// The `jobscope` command the plugin runs as root at the batch script's end where
+    /// `[report] admin_comment` is on (`plugin/src/admin_comment.rs`): root's alone or not run.
+    #[serde(deserialize_with = "abs_path::required")]
+    pub cli: PathBuf,
 }
 
 /// `[run]`: `jobscope run -- CMD` outside SLURM (docs/run.md).
@@ -929,6 +933,7 @@ impl Default for Paths {
             archive_dir: "/var/lib/jobscope/archive".into(),
             log_file: "/var/log/jobscope/epilog.log".into(),
             live_dir: "/run/jobscope-live".into(),
+            cli: "/usr/bin/jobscope".into(),
         }
     }
 }
@@ -1548,6 +1553,7 @@ mod tests {
         "paths.archive_dir",
         "paths.log_file",
         "paths.live_dir",
+        "paths.cli",
         "archive.keep_spools_dir",
         "audit.index_dir",
         "audit.metrics_file",

@@ -239,7 +239,10 @@ pub fn write_admin_comment(
     if !cfg.report.admin_comment {
         return;
     }
-    let line = jobscope_report::admin_comment::admin_comment(s);
+    let line = jobscope_report::admin_comment::admin_comment(
+        s,
+        jobscope_report::admin_comment::Taken::Archived,
+    );
     match slurm.set_admin_comment(s.job_id, s.cluster.as_deref(), &line, ADMIN_COMMENT_LIMIT) {
         Ok(()) => log(&format!("job {}: AdminComment written: {line}", s.job_id)),
         // The line too: what SLURM would have shown, for the site (and the cluster test) to see.

@@ -207,6 +207,47 @@ impl Jobscope {
     }
 }
 
+/// `[report] admin_comment`: the job's line into slurmctld's record before the batch step tells
+/// it the script ended (crate::admin_comment). Bounded; whatever fails is logged.
+fn admin_comment_at_batch_end(ctx: &JobCtx, batch_wait_status: Option<i32>) {
+    use crate::admin_comment::{find_cli, write_at_batch_end, WAIT};
+    let job = ctx.job_id;
+    let Some(status) = batch_wait_status else {
+        crate::log_error(&format!(
+            "job {job}: AdminComment not written at the batch script's end: its exit status was not seen"
+        ));
+        return;
+    };
+    let root = ctx
+        .args
+        .cgroup_root
+        .clone()
+        .unwrap_or_else(|| PathBuf::from("/sys/fs/cgroup"));
+    // Pure v2 has the unified hierarchy at the root; the hybrid layout below it.
+    let unified = if root.join("cgroup.controllers").exists() {
+        root.clone()
+    } else {
+        root.join("unified")
+    };
+    let leave = crate::admin_comment::cgroups_to_leave(
+        &own_proc_cgroup().unwrap_or_default(),
+        &root,
+        &unified,
+    );
+    let written = find_cli(&[&ctx.cfg.paths.cli]).and_then(|cli| {
+        write_at_batch_end(&cli, ctx.args.config.as_deref(), job, status, &leave, WAIT)
+    });
+    match written {
+        Ok((line, took)) => crate::log_notice(&format!(
+            "job {job}: AdminComment written at the batch script's end in {} ms: {line}",
+            took.as_millis()
+        )),
+        Err(e) => crate::log_error(&format!(
+            "job {job}: AdminComment not written at the batch script's end: {e}"
+        )),
+    }
+}
+
 /// The user's `--jobscope-*` options, validated.
 fn user_options(spank: &SpankHandle) -> std::collections::BTreeMap<String, String> {
     let mut m = std::collections::BTreeMap::new();
@@ -331,6 +372,11 @@ unsafe impl Plugin for Jobscope {
                 // The sampler has stopped: the live view of this node ends with the job here.
                 if self.live_written {
                     ctx.remove_live_snapshot();
+                }
+                // Last: every record of this node is written, and the job still runs.
+                if ctx.step == "batch" && ctx.cfg.report.admin_comment && !ctx.args.disabled {
+                    let status = self.step.as_ref().and_then(|s| s.exit_status);
+                    admin_comment_at_batch_end(ctx, status);
                 }
             }
             Ok(())

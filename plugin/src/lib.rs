@@ -14,6 +14,7 @@
 //! `job_prolog` would drain the node), every callback body is inside `catch_unwind`, a panic hook keeps
 //! panics off the job's stderr, nothing here calls `exit` or `abort`, and errors go to SLURM's log.
 
+mod admin_comment;
 mod args;
 mod glue;
 mod handover;
@@ -41,4 +42,10 @@ pub(crate) fn log_error(msg: &str) {
 
 pub(crate) fn log_info(msg: &str) {
     slurm_spank::spank_log(slurm_spank::LogLevel::Verbose, &format!("jobscope: {msg}"));
+}
+
+/// Logs what a site turned on and wants to see done (slurmd's default level shows `info`), never
+/// into the job's output (see [`log_error`]).
+pub(crate) fn log_notice(msg: &str) {
+    slurm_spank::spank_log(slurm_spank::LogLevel::Info, &format!("jobscope: {msg}"));
 }

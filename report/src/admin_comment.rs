@@ -8,6 +8,7 @@
 //! |---|---|
 //! | `jobscope` | the format's version, `1` |
 //! | `state` | jobscope's end state (`COMPLETED`, `OUT_OF_MEMORY`, …, as archived) |
+//! | `at` | when the figures were taken ([`Taken`]): `batch_end`, `running` or `archived` |
 //! | `partial` | `1` when the report misses nodes (absent otherwise) |
 //! | `cpu_eff_pct`, `mem_eff_pct`, `gpu_eff_pct` | efficiencies, whole percent |
 //! | `core_h_wasted`, `mem_gb_h_wasted`, `gpu_h_wasted` | waste, one decimal |
@@ -26,10 +27,37 @@ use jobscope_model::vocab::Vocabulary;
 /// The line's upper bound in bytes, under SLURM's 1 KiB for a job's comment fields.
 pub const MAX_BYTES: usize = 1000;
 
+/// When a line's figures were taken: its `at` key (module doc).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Taken {
+    /// At the batch script's end, by the plugin on the batch host, while slurmctld still lets
+    /// the job's record change (docs/slurm-versions.md, "AdminComment"): the state is the one
+    /// the script's exit status gives, the figures are those of the nodes reached from there.
+    BatchEnd,
+    /// A running job's figures so far (`jobscope admin-comment` by hand).
+    Running,
+    /// The archived report's, written after the job's end into the accounting database.
+    Archived,
+}
+
+impl Taken {
+    pub fn spelling(self) -> &'static str {
+        match self {
+            Taken::BatchEnd => "batch_end",
+            Taken::Running => "running",
+            Taken::Archived => "archived",
+        }
+    }
+}
+
 /// The AdminComment line of a job's report (module doc).
-pub fn admin_comment(s: &JobSummary) -> String {
-    let mut pairs: Vec<(&str, String)> =
-        vec![("jobscope", "1".into()), ("state", s.state.to_string())];
+pub fn admin_comment(s: &JobSummary, taken: Taken) -> String {
+    // `at` before the figures: a line cut at the bound still says what its state means.
+    let mut pairs: Vec<(&str, String)> = vec![
+        ("jobscope", "1".into()),
+        ("state", s.state.to_string()),
+        ("at", taken.spelling().into()),
+    ];
     if s.partial || !s.missing_nodes.is_empty() {
         pairs.push(("partial", "1".into()));
     }
@@ -132,9 +160,16 @@ mod tests {
     #[test]
     fn the_line_of_a_job() {
         assert_eq!(
-            admin_comment(&summary()),
-            "jobscope=1 state=COMPLETED cpu_eff_pct=12 mem_eff_pct=40 gpu_eff_pct=3 \
+            admin_comment(&summary(), Taken::Archived),
+            "jobscope=1 state=COMPLETED at=archived cpu_eff_pct=12 mem_eff_pct=40 gpu_eff_pct=3 \
              core_h_wasted=3.5 gpu_h_wasted=1.9 class=gpu_idle"
+        );
+        let mut running = summary();
+        running.state = JobState::Running;
+        running.analysis = None;
+        assert_eq!(
+            admin_comment(&running, Taken::BatchEnd),
+            "jobscope=1 state=RUNNING at=batch_end cpu_eff_pct=12 mem_eff_pct=40"
         );
     }
 
@@ -147,8 +182,8 @@ mod tests {
         s.state = JobState::OutOfMemory;
         s.missing_nodes = vec!["n2".into()];
         assert_eq!(
-            admin_comment(&s),
-            "jobscope=1 state=OUT_OF_MEMORY partial=1"
+            admin_comment(&s, Taken::Archived),
+            "jobscope=1 state=OUT_OF_MEMORY at=archived partial=1"
         );
     }
 
@@ -156,14 +191,14 @@ mod tests {
     /// leave it as it was, one line of safe characters under the bound.
     #[test]
     fn hostile_input_changes_nothing() {
-        let plain = admin_comment(&summary());
+        let plain = admin_comment(&summary(), Taken::Archived);
         let mut s = summary();
         let hostile = format!("x\" AdminComment='y'\n\r\t,=;{}", "é\u{202e}".repeat(5000));
         s.name = Some(hostile.clone());
         s.account = Some(hostile.clone());
         s.partition = Some(hostile.clone());
         s.user_options.insert(hostile.clone(), hostile);
-        let line = admin_comment(&s);
+        let line = admin_comment(&s, Taken::Archived);
         assert_eq!(line, plain);
         assert!(line.len() < 1024);
         assert!(line
@@ -180,9 +215,9 @@ mod tests {
             a.waste.mem_gb_hours_wasted = Some(-1e300);
             a.waste.gpu_hours_wasted = Some(1e300);
         }
-        let line = admin_comment(&s);
+        let line = admin_comment(&s, Taken::Archived);
         assert!(line.len() <= MAX_BYTES, "{}", line.len());
-        assert!(line.starts_with("jobscope=1 state=COMPLETED "));
+        assert!(line.starts_with("jobscope=1 state=COMPLETED at=archived "));
         // Each pair is key=value with a value, none cut.
         for pair in line.split(' ') {
             let (k, v) = pair.split_once('=').unwrap();

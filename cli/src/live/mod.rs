@@ -55,6 +55,49 @@ pub fn live(cfg: &Config, slurm: &dyn Slurm, job_id: u32, caller_uid: u32) -> Re
     if caller_uid != 0 && facts.uid != Some(caller_uid) {
         bail!("{}", not_yours(job_id));
     }
+    let views = views(cfg, &facts, caller_uid)?;
+    Ok(Some(assemble(cfg, &facts, views)?))
+}
+
+/// A running job's report at its batch script's end, as root (`jobscope admin-comment
+/// --batch-exit`, which the plugin runs there): the nodes reached from here, ended the way the
+/// script's wait status `batch_wait_status` (as `waitpid` gives it) ends the job, by the adapter's
+/// one end-state decision. `Ok(None)` when SLURM does not list the job as running: its record
+/// can no longer be changed.
+pub fn at_batch_end(
+    cfg: &Config,
+    slurm: &dyn Slurm,
+    job_id: u32,
+    batch_wait_status: i32,
+) -> Result<Option<Live>> {
+    let Some(mut facts) = slurm.job_facts(job_id) else {
+        return Ok(None);
+    };
+    if facts.scheduler_state != Some(JobState::Running) {
+        return Ok(None);
+    }
+    let views = views(cfg, &facts, 0)?;
+    // What slurmctld will learn from slurmstepd in a moment: the script's status, the job ending.
+    let (code, signal) = wait_status_parts(batch_wait_status);
+    facts.exit_code = Some(code);
+    facts.exit_signal = Some(signal);
+    facts.scheduler_state = Some(JobState::Completing);
+    let decide = |f: &JobFacts, e: &jobscope_model::job::EndEvidence| slurm.decide_end(f, e);
+    assemble_with(cfg, &facts, views, &decide).map(Some)
+}
+
+/// (exit code, signal) of a `waitpid` status, as SLURM's `ExitCode=code:signal` says them.
+fn wait_status_parts(status: i32) -> (i32, i32) {
+    if libc::WIFSIGNALED(status) {
+        (0, libc::WTERMSIG(status))
+    } else {
+        (libc::WEXITSTATUS(status), 0)
+    }
+}
+
+/// Each of the job's nodes as reached from here by `caller_uid`.
+fn views(cfg: &Config, facts: &JobFacts, caller_uid: u32) -> Result<Vec<(String, NodeView)>> {
+    let job_id = facts.job_id;
     let nodes = if facts.nodes.is_empty() {
         vec![jobscope_sampler::scope::short_hostname()]
     } else {
@@ -67,7 +110,7 @@ pub fn live(cfg: &Config, slurm: &dyn Slurm, job_id: u32, caller_uid: u32) -> Re
             v.map(|v| (n.clone(), v))
         })
         .collect::<Result<_>>()?;
-    Ok(Some(assemble(cfg, &facts, views)?))
+    Ok(views)
 }
 
 fn node_view(
@@ -102,6 +145,26 @@ fn node_view(
 
 /// The job summary from the nodes reached: the pipeline's assembly, marked running.
 pub fn assemble(cfg: &Config, facts: &JobFacts, views: Vec<(String, NodeView)>) -> Result<Live> {
+    let running =
+        |_: &JobFacts, _: &jobscope_model::job::EndEvidence| jobscope_model::job::JobEnd {
+            state: JobState::Running,
+            reason: None,
+        };
+    let mut l = assemble_with(cfg, facts, views, &running)?;
+    l.summary.state = JobState::Running;
+    l.summary.end_reason = None;
+    l.summary.exit_code = None;
+    Ok(l)
+}
+
+/// The job summary from the nodes reached, ended by `decide`; only nodes not reached make it
+/// partial.
+fn assemble_with(
+    cfg: &Config,
+    facts: &JobFacts,
+    views: Vec<(String, NodeView)>,
+    decide: &dyn Fn(&JobFacts, &jobscope_model::job::EndEvidence) -> jobscope_model::job::JobEnd,
+) -> Result<Live> {
     let mut sources = Vec::new();
     let mut nodes = Vec::new();
     for (n, v) in views {
@@ -127,14 +190,7 @@ pub fn assemble(cfg: &Config, facts: &JobFacts, views: Vec<(String, NodeView)>) 
         );
     }
     let expected: Vec<String> = sources.iter().map(|(n, _)| n.clone()).collect();
-    let decide = |_: &JobFacts, _: &jobscope_model::job::EndEvidence| jobscope_model::job::JobEnd {
-        state: JobState::Running,
-        reason: None,
-    };
-    let mut s = pipeline::job(facts, nodes, &expected, cfg, GENERATOR, &decide);
-    s.state = JobState::Running;
-    s.end_reason = None;
-    s.exit_code = None;
+    let mut s = pipeline::job(facts, nodes, &expected, cfg, GENERATOR, decide);
     // A running job is not missing its nodes' data: it has not reported yet. Only nodes this host
     // cannot reach make the view partial.
     s.partial_reasons = sources
@@ -249,6 +305,54 @@ mod tests {
         lying.jobs.get_mut(&JOB).unwrap().uid = Some(1002);
         let e = live(&cfg, &lying, JOB, 1002).unwrap_err().to_string();
         assert_eq!(e, not_yours(JOB));
+    }
+
+    /// At the batch script's end the job is still RUNNING in SLURM; the line's state is the one
+    /// the script's status gives, by the adapter's end decision.
+    #[test]
+    fn the_batch_scripts_status_ends_the_job() {
+        let (_d, cfg) = setup();
+        let slurm = running(&["n1"]);
+        let cases = [
+            (0, JobState::Completed, Some(0)),
+            (3 << 8, JobState::Failed, Some(3)),
+            (libc::SIGTERM, JobState::Cancelled, Some(0)),
+        ];
+        for (status, state, code) in cases {
+            let l = at_batch_end(&cfg, &slurm, JOB, status).unwrap().unwrap();
+            assert_eq!(
+                (l.summary.state, l.summary.exit_code),
+                (state, code),
+                "{status}"
+            );
+            assert_eq!(
+                l.summary.cpu.usage_s,
+                Some(10.0),
+                "figures up to the last sample"
+            );
+            assert!(!l.summary.partial);
+        }
+        // Another node not reached from the batch host: the line says partial.
+        let l = at_batch_end(&cfg, &running(&["n1", "n2"]), JOB, 0)
+            .unwrap()
+            .unwrap();
+        assert!(l.summary.partial);
+        let line = jobscope_report::admin_comment::admin_comment(
+            &l.summary,
+            jobscope_report::admin_comment::Taken::BatchEnd,
+        );
+        assert!(
+            line.starts_with("jobscope=1 state=COMPLETED at=batch_end partial=1 "),
+            "{line}"
+        );
+        // Ended already (the batch step came too late): nothing to write.
+        for state in [JobState::Completing, JobState::Cancelled, JobState::Pending] {
+            let slurm = FakeSlurm::up().with_job(JOB, state);
+            assert!(
+                at_batch_end(&cfg, &slurm, JOB, 0).unwrap().is_none(),
+                "{state}"
+            );
+        }
     }
 
     #[test]

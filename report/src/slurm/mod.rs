@@ -82,6 +82,17 @@ pub trait Slurm {
     ) -> Result<(), String> {
         set_admin_comment_with_sacctmgr(job_id, cluster, text, limit)
     }
+    /// Writes `text` into running job `job_id`'s AdminComment in slurmctld's own record (what
+    /// `scontrol show job`, the job-completion plugins and the accounting end record carry),
+    /// bounded by `limit`. slurmctld refuses it once the job has ended. `Err` says what failed.
+    fn update_admin_comment(
+        &self,
+        job_id: u32,
+        text: &str,
+        limit: std::time::Duration,
+    ) -> Result<(), String> {
+        update_admin_comment_with_scontrol(job_id, text, limit)
+    }
     /// Cancels running job `job_id` for a site's rule over running jobs (docs/watch.md). `why`
     /// goes into the job's AdminComment first, where `scontrol show job` and `sacct` show it;
     /// each command is bounded by `limit`. `Err` says what failed.
@@ -90,27 +101,47 @@ pub trait Slurm {
     }
 }
 
-/// [`Slurm::cancel`] with SLURM's commands, the same in every release supported: `scontrol update
-/// JobId=… AdminComment=…` (one line; its failure does not stop the cancel), then `scancel`.
-pub fn cancel_with_scancel(
+/// [`Slurm::update_admin_comment`], the same in every release supported: `scontrol update
+/// JobId=… AdminComment=…`, with control characters made blanks and at most 1000 characters
+/// (SLURM keeps a comment field under 1 KiB).
+pub fn update_admin_comment_with_scontrol(
     job_id: u32,
-    why: &str,
+    text: &str,
     limit: std::time::Duration,
 ) -> Result<(), String> {
-    let comment: String = why
+    let comment: String = text
         .chars()
         .map(|c| if c.is_control() { ' ' } else { c })
-        .take(400)
+        .take(crate::admin_comment::MAX_BYTES)
         .collect();
-    let _ = v22_05::run_bounded(
-        "scontrol",
+    v22_05::run_bounded(
+        "/usr/bin/scontrol",
         &[
             "update",
             &format!("JobId={job_id}"),
             &format!("AdminComment={comment}"),
         ],
         limit,
-    );
+    )
+    .map(|_| ())
+    .ok_or_else(|| {
+        format!(
+            "scontrol update JobId={job_id} AdminComment=… failed or did not end within {} s (slurmctld refuses it once the job has ended)",
+            limit.as_secs()
+        )
+    })
+}
+
+/// [`Slurm::cancel`] with SLURM's commands, the same in every release supported: the reason into
+/// the job's AdminComment ([`update_admin_comment_with_scontrol`], at most 400 characters; its
+/// failure does not stop the cancel), then `scancel`.
+pub fn cancel_with_scancel(
+    job_id: u32,
+    why: &str,
+    limit: std::time::Duration,
+) -> Result<(), String> {
+    let why: String = why.chars().take(400).collect();
+    let _ = update_admin_comment_with_scontrol(job_id, &why, limit);
     v22_05::run_bounded("scancel", &[&job_id.to_string()], limit)
         .map(|_| ())
         .ok_or_else(|| {
@@ -325,6 +356,14 @@ impl<T: Slurm + ?Sized> Slurm for Box<T> {
     fn cancel(&self, job_id: u32, why: &str, limit: std::time::Duration) -> Result<(), String> {
         (**self).cancel(job_id, why, limit)
     }
+    fn update_admin_comment(
+        &self,
+        job_id: u32,
+        text: &str,
+        limit: std::time::Duration,
+    ) -> Result<(), String> {
+        (**self).update_admin_comment(job_id, text, limit)
+    }
     fn features(&self) -> SchedulerFeatures {
         (**self).features()
     }
@@ -387,7 +426,8 @@ pub struct FakeSlurm {
     pub cancelled: Mutex<Vec<(u32, String)>>,
     /// Whether `cancel` fails.
     pub cancel_fails: bool,
-    /// The AdminComments written, in order (job, cluster, text).
+    /// The AdminComments written, in order (job, cluster, text); `update_admin_comment`'s (a
+    /// running job's, in slurmctld's record) with cluster `None`.
     pub admin_comments: Mutex<Vec<(u32, Option<String>, String)>>,
     /// What `set_admin_comment` answers when it fails (`None`: it succeeds).
     pub admin_comment_fails: Option<String>,
@@ -447,6 +487,22 @@ impl Slurm for FakeSlurm {
         }
         if let Ok(mut c) = self.admin_comments.lock() {
             c.push((job_id, cluster.map(str::to_string), text.to_string()));
+        }
+        Ok(())
+    }
+    fn update_admin_comment(
+        &self,
+        job_id: u32,
+        text: &str,
+        _limit: std::time::Duration,
+    ) -> Result<(), String> {
+        let running =
+            self.jobs.get(&job_id).and_then(|f| f.scheduler_state) == Some(JobState::Running);
+        if !self.up || !running {
+            return Err("scontrol update refused (canned): the job is not running".into());
+        }
+        if let Ok(mut c) = self.admin_comments.lock() {
+            c.push((job_id, None, text.to_string()));
         }
         Ok(())
     }

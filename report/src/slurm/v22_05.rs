@@ -221,10 +221,16 @@ pub fn parse_scontrol_end(record: &str) -> ScontrolEnd {
     if oom {
         signal = Some(0);
     }
+    let state = unique_field(record, "QOS", "JobState", "Reason")
+        .map(JobState::from_name)
+        .filter(|s| *s != JobState::Completing && *s != JobState::Unknown);
+    // A job not yet ended has no end to forget: its EndTime is Unknown whenever it has no limit.
+    let not_ended = matches!(
+        state,
+        Some(JobState::Running | JobState::Pending | JobState::Suspended)
+    );
     ScontrolEnd {
-        state: unique_field(record, "QOS", "JobState", "Reason")
-            .map(JobState::from_name)
-            .filter(|s| *s != JobState::Completing && *s != JobState::Unknown),
+        state,
         reason: unique_field(record, "JobState", "Reason", "Dependency")
             .filter(|r| *r != "None")
             .map(str::to_string),
@@ -236,8 +242,9 @@ pub fn parse_scontrol_end(record: &str) -> ScontrolEnd {
             .is_some_and(|t| t != "None" && t != "Unknown"),
         // A run that has ended (its Epilog is running) but whose end the controller has
         // forgotten: the job was reset for its next run, i.e. requeued.
-        requeued: unique_field(record, "StartTime", "EndTime", "Deadline")
-            .is_some_and(|t| t == "Unknown"),
+        requeued: !not_ended
+            && unique_field(record, "StartTime", "EndTime", "Deadline")
+                .is_some_and(|t| t == "Unknown"),
     }
 }
 
@@ -894,6 +901,16 @@ mod tests {
         }
         assert_eq!(got[&22].name.as_deref(), Some("batch-a"));
         assert_eq!(got[&22].nodes.len(), 2);
+        // Running jobs without a time limit have EndTime=Unknown: they are not requeued (only an
+        // ended run whose end the controller forgot is).
+        for id in [22, 23] {
+            assert_eq!(
+                got[&id].scheduler_state,
+                Some(JobState::Running),
+                "job {id}"
+            );
+            assert!(!got[&id].requeued, "job {id}");
+        }
         // Job 24's name cut its record short: nothing after it is believed, as for its own request.
         assert_eq!(got[&24].user, None);
         // Had squeue listed an id 1, the forged record would still be refused only if it is
