@@ -38,6 +38,7 @@ fn main() {
     ));
     let collector = match Collector::start(&Options {
         syscalls: false,
+        page_cache: false,
         max_jobs: 64,
         pin_dir: pin_dir.clone(),
         bench: false,
