@@ -86,6 +86,9 @@ PLACEHOLDER_MARK=JOBSCOPE-EPILOG-PLACEHOLDER
 # names it (tests/cluster/tests/gpu.rs copies it next to its own fake-nvml.json script).
 FAKE_NVML_DIR=/usr/local/lib/jobscope-test
 FAKE_NVML_SO=$FAKE_NVML_DIR/libfake_nvml.so
+# The same for the fake libdcgm.so (tests/fake-dcgm): loaded only where a test's [gpu]
+# dcgm_lib_path names its copy.
+FAKE_DCGM_SO=$FAKE_NVML_DIR/libfake_dcgm.so
 
 export PATH="$DAEMON_PATH:${PATH:-}"
 
@@ -619,6 +622,14 @@ cmd_install() {
     log "installed $FAKE_NVML_SO (fake NVML, GPU cluster tests only)"
   else
     warn "$rel/libfake_nvml.so not built: the GPU cluster tests need it (cargo build --release --workspace)"
+  fi
+  if [ "$demo" = 1 ]; then
+    :
+  elif [ -f "$rel/libfake_dcgm.so" ]; then
+    install -D -m 0755 "$rel/libfake_dcgm.so" "$FAKE_DCGM_SO"
+    log "installed $FAKE_DCGM_SO (fake DCGM, GPU cluster tests only)"
+  else
+    warn "$rel/libfake_dcgm.so not built: the DCGM cluster test needs it (cargo build --release --workspace)"
   fi
   if [ -f "$HERE/jobscope.toml" ]; then
     install -D -m 0644 "$HERE/jobscope.toml" "$JS_CONFIG"

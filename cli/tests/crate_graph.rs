@@ -32,7 +32,7 @@ const STAGES: &[&str] = &[
     "jobscope-cli",
 ];
 /// Test helpers any stage's tests may use.
-const TEST_HELPERS: &[&str] = &["fake-nvml"];
+const TEST_HELPERS: &[&str] = &["fake-nvml", "fake-dcgm"];
 
 fn metadata() -> Value {
     let out = std::process::Command::new(env!("CARGO"))

@@ -308,6 +308,14 @@ pub struct Gpu {
     /// The NVML library; unset: `libnvidia-ml.so.1` from the dynamic linker's path.
     #[serde(default, deserialize_with = "abs_path::optional")]
     pub nvml_lib_path: Option<PathBuf>,
+    /// Read SM activity from DCGM's host engine for GPUs whose NVML has no GPM (before Hopper),
+    /// where the site runs `nv-hostengine` (docs/gpu.md).
+    pub dcgm: bool,
+    /// DCGM's client library; unset: `libdcgm.so.4`, else `.3`, from the dynamic linker's path.
+    #[serde(default, deserialize_with = "abs_path::optional")]
+    pub dcgm_lib_path: Option<PathBuf>,
+    /// The host engine: `127.0.0.1` (port 5555), `host:port`, or a Unix socket's absolute path.
+    pub dcgm_address: String,
     /// Sample AMD GPUs through amdgpu sysfs.
     pub amd: bool,
     /// gres.conf, to map SLURM's gres indices to device files (identity, not ordinals).
@@ -332,6 +340,9 @@ impl Default for Gpu {
             enabled: true,
             nvidia: true,
             nvml_lib_path: None,
+            dcgm: true,
+            dcgm_lib_path: None,
+            dcgm_address: "127.0.0.1".into(),
             amd: true,
             gres_conf: "/etc/slurm/gres.conf".into(),
             constrained_devices: false,
@@ -1156,6 +1167,7 @@ impl Config {
             return Err("transport.mode = \"postgres\" needs transport.postgres.conninfo (the node role's connection)".into());
         }
         check_report_to(&self.audit.report_to)?;
+        check_dcgm_address(&self.gpu.dcgm_address)?;
         self.alerts.validate()?;
         self.watch.validate()?;
         Ok(())
@@ -1269,6 +1281,18 @@ impl Config {
         }
         Ok(())
     }
+}
+
+/// `gpu.dcgm_address`: what `dcgmConnect_v2` takes, a host (with a port) or a socket path: at
+/// most 255 bytes of printable ASCII, no blank.
+fn check_dcgm_address(a: &str) -> Result<(), String> {
+    if a.is_empty() || a.len() > 255 || !a.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(format!(
+            "gpu.dcgm_address {} is not a host, host:port or socket path (printable ASCII, no blank, at most 255 bytes)",
+            quoted(a, ECHO_CHARS)
+        ));
+    }
+    Ok(())
 }
 
 /// The most addresses `audit.report_to` takes (a list for a team, not a mailing list).
@@ -1563,6 +1587,7 @@ mod tests {
         "mail.smtp.ca_file",
         "mail.sendmail.path",
         "gpu.nvml_lib_path",
+        "gpu.dcgm_lib_path",
         "gpu.gres_conf",
         "postgres.password_file",
         "transport.outbox_dir",
@@ -1647,6 +1672,7 @@ mod tests {
         c.mail.smtp.password_file = some();
         c.mail.smtp.ca_file = some();
         c.gpu.nvml_lib_path = some();
+        c.gpu.dcgm_lib_path = some();
         c.postgres.password_file = some();
         let v = toml::Value::try_from(&c).unwrap();
         let mut leaves = Vec::new();

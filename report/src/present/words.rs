@@ -321,8 +321,8 @@ pub fn gpu_finding(label: &str, f: &GpuFinding) -> String {
             util_mean_pct,
             sm_active_mean_pct,
         } => format!(
-            "{label}: kernels ran {} of the time but kept {} of the SMs busy (SM activity, \
-             NVML GPM): most of the GPU waited; small kernels or too little parallel work \
+            "{label}: kernels ran {} of the time but kept {} of the SMs busy (SM activity): \
+             most of the GPU waited; small kernels or too little parallel work \
              per kernel leave SMs idle while utilization reads busy",
             fmt_pct0(Some(*util_mean_pct)),
             fmt_sm_pct(*sm_active_mean_pct)

@@ -71,6 +71,7 @@ impl Fake {
         NvmlBackend::new(NvmlConfig {
             lib_path: Some(self.lib.clone()),
             give_up_after,
+            ..Default::default()
         })
     }
 }
@@ -967,4 +968,275 @@ fn gpu_xid_storm_is_capped_and_a_gpm_not_supported_is_given_up() {
     let s3 = b.sample(&[4242], soon()).devices[0].clone().unwrap();
     assert_eq!(s3.sm_active_permille, None);
     assert_eq!(s3.violation_power_ns, Some(720_000_000_000));
+}
+
+// ------------------------------------------------------------------ DCGM (tests/fake-dcgm)
+
+/// The fake DCGM library built by cargo, found as [`fake_lib`] finds the fake NVML
+/// (`$JOBSCOPE_FAKE_DCGM` first).
+fn fake_dcgm_lib() -> PathBuf {
+    if let Some(p) = std::env::var_os("JOBSCOPE_FAKE_DCGM") {
+        return PathBuf::from(p);
+    }
+    let nvml = fake_lib();
+    let p = nvml.with_file_name("libfake_dcgm.so");
+    assert!(
+        p.exists(),
+        "the fake DCGM library is missing ({}); `cargo build -p fake-dcgm` builds it",
+        p.display()
+    );
+    p
+}
+
+/// A copy of the fake DCGM next to its own `fake-dcgm.json`, in the fake NVML's directory.
+fn with_dcgm(f: &Fake, script: Value) -> PathBuf {
+    let dir = f.lib.parent().unwrap();
+    let lib = dir.join("libdcgm.so.4");
+    std::fs::copy(fake_dcgm_lib(), &lib).unwrap();
+    std::fs::write(
+        dir.join("fake-dcgm.json"),
+        serde_json::to_vec_pretty(&script).unwrap(),
+    )
+    .unwrap();
+    lib
+}
+
+fn dcgm_backend(f: &Fake, dcgm_lib: &std::path::Path) -> NvmlBackend {
+    NvmlBackend::new(NvmlConfig {
+        lib_path: Some(f.lib.clone()),
+        give_up_after: Duration::from_secs(60),
+        dcgm: Some(super::dcgm::DcgmConfig {
+            lib_path: Some(dcgm_lib.to_path_buf()),
+            ..Default::default()
+        }),
+        dcgm_interval: Duration::from_secs(5),
+    })
+}
+
+fn both() -> Vec<Wanted> {
+    let mut w = wanted(GpuRef::NvidiaMinor(3), None);
+    w.extend(wanted(GpuRef::NvidiaMinor(1), None));
+    w
+}
+
+/// The host engine numbers GPUs its own way: a third GPU first, then B, then A.
+fn dcgm_script() -> Value {
+    json!({
+        "gpus": [
+            {"uuid": "GPU-ffffffff-0000-1111-2222-333333333333", "sm_active": 0.99},
+            {"uuid": UUID_B, "sm_active": [0.5, 0.7, 0.9], "sm_occupancy": 0.25, "tensor": 0.0},
+            {"uuid": UUID_A, "sm_active": [0.06, 0.06, 0.03], "dram": ["BLANK", 0.2, 0.4]}
+        ]
+    })
+}
+
+fn dcgm_counter(lib: &std::path::Path, name: &std::ffi::CStr) -> i64 {
+    fake_counter(lib, name)
+}
+
+/// GPUs before Hopper (no GPM) get SM activity from DCGM: matched by UUID, not by index; each
+/// sample has the mean of the values read at its interval's drains and at the sample; a figure
+/// DCGM leaves blank or does not have is `None`, never 0; the watch is at the drain interval and
+/// is removed, and the connection closed, when the job's monitor stops.
+#[test]
+fn gpus_without_gpm_get_sm_activity_from_dcgm() {
+    let f = Fake::new(two_gpus(json!([[98, 10]]), json!([[98, 10]])));
+    let dcgm = with_dcgm(&f, dcgm_script());
+    let mut b = dcgm_backend(&f, &dcgm);
+    let o = b.open(&both(), soon());
+    assert_eq!(o.devices.len(), 2);
+    let sm: Vec<&String> = o
+        .notes
+        .iter()
+        .filter(|n| n.contains("SM activity"))
+        .collect();
+    assert_eq!(
+        sm,
+        vec![&format!(
+            "GPU 0 (NVIDIA A100-SXM4-80GB, {UUID_A}), GPU 1 (NVIDIA A100-SXM4-80GB, {UUID_B}): \
+             SM activity from DCGM's profiling fields (nv-hostengine at 127.0.0.1): NVML GPM not \
+             supported by this GPU (Hopper and later)"
+        )],
+    );
+    assert_eq!(dcgm_counter(&dcgm, c"fake_dcgm_watches_live"), 1);
+    assert_eq!(dcgm_counter(&dcgm, c"fake_dcgm_last_watch_us"), 5_000_000);
+    // Two drains, then the sample: three reads in the interval.
+    b.drain(soon()).unwrap();
+    b.drain(soon()).unwrap();
+    let s = b.sample(&[4242], soon());
+    let (a, bb) = (s.devices[0].clone().unwrap(), s.devices[1].clone().unwrap());
+    assert_eq!(a.sm_active_permille, Some(50), "(60 + 60 + 30) / 3");
+    assert_eq!(a.sm_occupancy_permille, None, "DCGM has none: not 0");
+    assert_eq!(
+        a.dram_active_permille,
+        Some(300),
+        "the blank is no value: (200 + 400) / 2"
+    );
+    assert_eq!(bb.sm_active_permille, Some(700));
+    assert_eq!(bb.sm_occupancy_permille, Some(250));
+    assert_eq!(bb.tensor_active_permille, Some(0), "measured zero is 0");
+    // The next interval starts empty: one read at the sample, the series' last values.
+    let s = b.sample(&[4242], soon());
+    assert_eq!(s.devices[0].as_ref().unwrap().sm_active_permille, Some(30));
+    assert_eq!(s.devices[1].as_ref().unwrap().sm_active_permille, Some(900));
+    drop(b);
+    let t = Instant::now();
+    while dcgm_counter(&dcgm, c"fake_dcgm_connections_live") != 0
+        && t.elapsed() < Duration::from_secs(20)
+    {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(dcgm_counter(&dcgm, c"fake_dcgm_connections_live"), 0);
+    assert_eq!(dcgm_counter(&dcgm, c"fake_dcgm_watches_live"), 0);
+}
+
+/// No host engine, a watch refused (another profiler), a GPU the host engine does not list, a
+/// host engine that goes away mid-job: the figures stay `None`, the notes say why, the job's GPU
+/// sampling goes on, and nothing is left watched or connected.
+#[test]
+fn without_dcgm_the_figures_are_none_and_the_notes_say_why() {
+    let cases = [
+        (
+            json!({"connect": "CONNECTION_NOT_VALID", "gpus": []}),
+            "and none from DCGM (no host engine (nv-hostengine) answered at 127.0.0.1 (-21))",
+        ),
+        (
+            {
+                let mut s = dcgm_script();
+                s["watch"] = json!("NOT_SUPPORTED");
+                s
+            },
+            "and none from DCGM (the profiling fields cannot be watched (-6: another profiler",
+        ),
+        (
+            json!({"gpus": [{"uuid": "GPU-ffffffff-0000-1111-2222-333333333333"}]}),
+            "and none from DCGM (the host engine does not list the job's GPUs)",
+        ),
+    ];
+    for (script, said) in cases {
+        let f = Fake::new(two_gpus(json!([[98, 10]]), json!([[98, 10]])));
+        let dcgm = with_dcgm(&f, script.clone());
+        let mut b = dcgm_backend(&f, &dcgm);
+        let o = b.open(&both(), soon());
+        assert_eq!(o.devices.len(), 2, "{script}");
+        let sm: Vec<&String> = o
+            .notes
+            .iter()
+            .filter(|n| n.contains("SM activity"))
+            .collect();
+        assert_eq!(sm.len(), 1, "{:?}", o.notes);
+        assert!(
+            sm[0].contains(said) && sm[0].contains("the GPU figures are kernel time"),
+            "{:?}",
+            o.notes
+        );
+        let s = b.sample(&[4242], soon());
+        for d in &s.devices {
+            let d = d.as_ref().unwrap();
+            assert_eq!(d.util_gpu_pct, Some(98));
+            assert_eq!(d.sm_active_permille, None);
+        }
+        assert_eq!(
+            dcgm_counter(&dcgm, c"fake_dcgm_watches_live"),
+            0,
+            "{script}"
+        );
+        assert_eq!(
+            dcgm_counter(&dcgm, c"fake_dcgm_connections_live"),
+            0,
+            "{script}"
+        );
+    }
+
+    // Away after two reads: the first sample has its figures, then one event and `None`.
+    let f = Fake::new(two_gpus(json!([[98, 10]]), json!([[98, 10]])));
+    let mut script = dcgm_script();
+    script["fail_reads_after"] = json!(2);
+    let dcgm = with_dcgm(&f, script);
+    let mut b = dcgm_backend(&f, &dcgm);
+    b.open(&both(), soon());
+    b.drain(soon()).unwrap();
+    let s = b.sample(&[4242], soon());
+    assert_eq!(s.devices[1].as_ref().unwrap().sm_active_permille, Some(600));
+    let s = b.sample(&[4242], soon());
+    assert_eq!(s.devices[1].as_ref().unwrap().sm_active_permille, None);
+    let dcgm_events: Vec<&super::GpuEvent> = s
+        .events
+        .iter()
+        .filter(|e| e.message.starts_with("DCGM: "))
+        .collect();
+    assert_eq!(dcgm_events.len(), 1, "{:?}", s.events);
+    assert!(dcgm_events[0]
+        .message
+        .contains("SM activity is not read from now on"));
+    let s = b.sample(&[4242], soon());
+    assert!(
+        s.events.iter().all(|e| !e.message.starts_with("DCGM")),
+        "said once"
+    );
+    assert_eq!(
+        s.devices[0].as_ref().unwrap().util_gpu_pct,
+        Some(98),
+        "NVML goes on"
+    );
+    assert_eq!(dcgm_counter(&dcgm, c"fake_dcgm_watches_live"), 0);
+}
+
+/// End to end through the monitor and `gpu.jsc`: an A100 whose kernels ran 98 % of the time
+/// while DCGM says 6 % of its SMs were busy is `low_sm_activity`, as an H100 with GPM would be.
+#[test]
+fn dcgm_sm_activity_reaches_the_gpu_summary() {
+    let f = Fake::new(two_gpus(json!([[98, 10]]), json!([[98, 10]])));
+    let mut script = dcgm_script();
+    script["gpus"][2]["sm_active"] = json!(0.06);
+    let dcgm = with_dcgm(&f, script);
+    let spool = tempfile::tempdir().unwrap();
+    let cfg = BackendConfig {
+        nvml_lib_path: Some(f.lib.clone()),
+        dcgm: Some(super::dcgm::DcgmConfig {
+            lib_path: Some(dcgm.clone()),
+            ..Default::default()
+        }),
+        amd: false,
+        ..Default::default()
+    };
+    let m = GpuMonitor::start(
+        GpuSelection::of([GpuRef::NvidiaMinor(3), GpuRef::NvidiaMinor(1)]),
+        &cfg,
+        spool.path(),
+        header(),
+        every_ms(100),
+        Box::new(|| vec![4242]),
+        Box::new(|_, _| {}),
+    )
+    .unwrap();
+    wait_samples(&m, 4);
+    assert!(m.stop(Duration::from_secs(20)));
+    let s = read_gpu_file(&spool.path().join(GPU_FILE_NAME)).unwrap();
+    let sums = super::summarize_gpus(&s, 3600.0);
+    let a = sums
+        .iter()
+        .find(|g| g.identity.uuid.as_deref() == Some(UUID_A))
+        .unwrap();
+    assert_eq!(a.sm_active_mean_pct, Some(6.0));
+    use super::summary::{GpuClass, GpuFinding};
+    assert_eq!(a.classification, Some(GpuClass::LowSmActivity));
+    assert!(a.findings.contains(&GpuFinding::LowSmActivity {
+        util_mean_pct: 98.0,
+        sm_active_mean_pct: 6.0
+    }));
+    let notes = super::summary::gpu_quality_notes(&s);
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.contains("SM activity from DCGM's profiling fields")),
+        "{notes:?}"
+    );
+    let t = Instant::now();
+    while dcgm_counter(&dcgm, c"fake_dcgm_watches_live") != 0
+        && t.elapsed() < Duration::from_secs(20)
+    {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(dcgm_counter(&dcgm, c"fake_dcgm_watches_live"), 0);
 }

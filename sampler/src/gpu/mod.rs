@@ -22,6 +22,7 @@ pub mod assign;
 // the scripted backend into tests only (other crates' tests: the `testing` feature).
 #[cfg(test)]
 pub mod bench;
+pub mod dcgm;
 pub mod monitor;
 pub mod nvml;
 pub mod spool;

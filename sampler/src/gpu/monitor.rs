@@ -55,6 +55,8 @@ pub struct BackendConfig {
     pub nvidia: bool,
     /// NVML library; `None` = `libnvidia-ml.so.1` from the dynamic linker's path.
     pub nvml_lib_path: Option<PathBuf>,
+    /// SM activity from DCGM for GPUs without GPM (`None`: DCGM is not read).
+    pub dcgm: Option<super::dcgm::DcgmConfig>,
     /// Use amdgpu sysfs for AMD devices.
     pub amd: bool,
     /// Root of sysfs (`/sys`).
@@ -80,6 +82,7 @@ impl Default for BackendConfig {
         BackendConfig {
             nvidia: true,
             nvml_lib_path: None,
+            dcgm: Some(super::dcgm::DcgmConfig::default()),
             amd: true,
             sysfs_root: PathBuf::from("/sys"),
             open_timeout: Duration::from_secs(30),
@@ -98,6 +101,11 @@ impl BackendConfig {
         BackendConfig {
             nvidia: g.nvidia,
             nvml_lib_path: g.nvml_lib_path.clone(),
+            dcgm: g.dcgm.then(|| super::dcgm::DcgmConfig {
+                lib_path: g.dcgm_lib_path.clone(),
+                address: g.dcgm_address.clone(),
+                ..Default::default()
+            }),
             amd: g.amd,
             sample_timeout: Duration::from_secs(g.sample_timeout_s),
             max_file_bytes: crate::spool::GPU_FILE_BUDGET_BYTES,
@@ -130,6 +138,8 @@ impl BackendConfig {
             v.push(Box::new(NvmlBackend::new(NvmlConfig {
                 lib_path: self.nvml_lib_path.clone(),
                 give_up_after: self.give_up_after,
+                dcgm: self.dcgm.clone(),
+                dcgm_interval: self.drain_interval,
             })));
         }
         if self.amd && amd {

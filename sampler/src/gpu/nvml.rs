@@ -57,6 +57,7 @@
 //! `nvml_error` event per device and call.
 
 use super::assign::{resolve, InventoryDevice, Wanted};
+use super::dcgm::{Dcgm, DcgmConfig};
 use super::{BackendDrain, DeviceDrain, ProcessUtil, UtilSource, XidReport};
 use super::{
     BackendSample, Cutoff, DeviceSample, GpuBackend, GpuDevice, GpuEvent, GpuIdentity, GpuKind,
@@ -99,6 +100,10 @@ pub struct NvmlConfig {
     pub lib_path: Option<PathBuf>,
     /// Give NVML up for the job once the worker has been stuck this long.
     pub give_up_after: Duration,
+    /// SM activity from DCGM for GPUs without GPM (`None`: not asked; `super::dcgm`).
+    pub dcgm: Option<DcgmConfig>,
+    /// DCGM's update interval: the drain interval, so each drain finds one new value.
+    pub dcgm_interval: Duration,
 }
 
 impl Default for NvmlConfig {
@@ -106,6 +111,8 @@ impl Default for NvmlConfig {
         NvmlConfig {
             lib_path: None,
             give_up_after: Duration::from_secs(120),
+            dcgm: None,
+            dcgm_interval: super::monitor::DEFAULT_DRAIN_INTERVAL,
         }
     }
 }
@@ -218,6 +225,7 @@ impl GpuBackend for NvmlBackend {
         let (req_tx, req_rx) = channel::<Request>();
         let (resp_tx, resp_rx) = channel::<Response>();
         let lib = self.cfg.lib_path.clone();
+        let dcgm = self.cfg.dcgm.clone().map(|c| (c, self.cfg.dcgm_interval));
         let wanted_owned = wanted.to_vec();
         let spawned = std::thread::Builder::new()
             .name("jobscope-nvml".into())
@@ -225,7 +233,7 @@ impl GpuBackend for NvmlBackend {
             .spawn(move || {
                 // A panic ends the worker; the backend sees the channel close.
                 let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    worker(lib, wanted_owned, req_rx, resp_tx)
+                    worker(lib, dcgm, wanted_owned, req_rx, resp_tx)
                 }));
             });
         if let Err(e) = spawned {
@@ -395,7 +403,13 @@ impl NvmlBackend {
 }
 
 /// The worker: owns NVML and the device handles for the life of the job.
-fn worker(lib: Option<PathBuf>, wanted: Vec<Wanted>, rx: Receiver<Request>, tx: Sender<Response>) {
+fn worker(
+    lib: Option<PathBuf>,
+    dcgm: Option<(DcgmConfig, Duration)>,
+    wanted: Vec<Wanted>,
+    rx: Receiver<Request>,
+    tx: Sender<Response>,
+) {
     let mut builder = Nvml::builder();
     if let Some(p) = &lib {
         builder.lib_path(p.as_os_str());
@@ -415,17 +429,24 @@ fn worker(lib: Option<PathBuf>, wanted: Vec<Wanted>, rx: Receiver<Request>, tx: 
             reported: HashSet::new(),
             buffers: vec![BufferState::default(); n],
             health: Vec::with_capacity(n),
+            dcgm: None,
         };
         let mut lacks = Vec::new();
+        // Per GPU without GPM: (slot, its label, its UUID, why no GPM).
+        let mut without_gpm = Vec::new();
         for (slot, d) in devices.iter().enumerate() {
-            let label = opened
+            let (label, uuid) = opened
                 .devices
                 .get(slot)
-                .map(|(_, id)| id.identity.label())
+                .map(|(_, id)| (id.identity.label(), id.identity.uuid.clone()))
                 .unwrap_or_default();
-            let h = open_health(&nvml, d, &label, &mut lacks);
+            let (h, no_gpm) = open_health(&nvml, d, &label, &mut lacks);
+            if let Some(why) = no_gpm {
+                without_gpm.push((slot, label, uuid, why));
+            }
             st.health.push(h);
         }
+        st.dcgm = open_dcgm(dcgm, without_gpm, &mut lacks);
         opened.notes.extend(merge_lacks(lacks));
         // What the buffers hold now predates the job: read only to start after it (its values
         // are dropped; what went wrong, a lost GPU, is reported with the opening).
@@ -436,26 +457,33 @@ fn worker(lib: Option<PathBuf>, wanted: Vec<Wanted>, rx: Receiver<Request>, tx: 
             while let Ok(req) = rx.recv() {
                 let mut events = Vec::new();
                 let resp = match req {
-                    Request::Sample { seq, pids } => Response::Sampled {
-                        seq,
-                        devices: devices
+                    Request::Sample { seq, pids } => {
+                        let mut devices: Vec<Option<DeviceSample>> = devices
                             .iter()
                             .enumerate()
                             .map(|(slot, d)| {
                                 sample_device(&nvml, d, slot, &pids, &mut st, &mut events)
                             })
-                            .collect(),
-                        events,
-                    },
-                    Request::Drain { seq } => Response::Drained {
-                        seq,
-                        devices: devices
-                            .iter()
-                            .enumerate()
-                            .map(|(slot, d)| drain_device(d, slot, false, &mut st, &mut events))
-                            .collect(),
-                        events,
-                    },
+                            .collect();
+                        dcgm_interval_end(&mut st.dcgm, &mut devices, &mut events);
+                        Response::Sampled {
+                            seq,
+                            devices,
+                            events,
+                        }
+                    }
+                    Request::Drain { seq } => {
+                        dcgm_accumulate(&mut st.dcgm, &mut events);
+                        Response::Drained {
+                            seq,
+                            devices: devices
+                                .iter()
+                                .enumerate()
+                                .map(|(slot, d)| drain_device(d, slot, false, &mut st, &mut events))
+                                .collect(),
+                            events,
+                        }
+                    }
                 };
                 if tx.send(resp).is_err() {
                     break;
@@ -553,6 +581,119 @@ struct WorkerState<'n> {
     buffers: Vec<BufferState>,
     /// Per device: its GPM buffers and XID event set (empty for a device opened without them).
     health: Vec<Health<'n>>,
+    /// DCGM's SM figures for the GPUs without GPM, where the host engine gives them.
+    dcgm: Option<DcgmState>,
+}
+
+/// The DCGM connection and, per GPU watched, the sums of the values read in the interval so far.
+struct DcgmState {
+    conn: Dcgm,
+    /// Per slot: (sum of per mille values, how many) for each of the four figures.
+    acc: std::collections::HashMap<usize, [(u64, u64); 4]>,
+}
+
+/// Connects to DCGM for the GPUs without GPM, if the site asked for it. What it covers gets a
+/// note naming the source; what it does not keeps the GPM note, with DCGM's reason added.
+fn open_dcgm(
+    cfg: Option<(DcgmConfig, Duration)>,
+    without_gpm: Vec<(usize, String, Option<String>, String)>,
+    lacks: &mut Vec<(String, String)>,
+) -> Option<DcgmState> {
+    let kernel_time = "the GPU figures are kernel time (utilization.gpu), which counts one busy \
+                       SM as a busy GPU";
+    let opened = match (&cfg, without_gpm.is_empty()) {
+        (_, true) => return None,
+        (None, _) => Err("DCGM is not read ([gpu] dcgm = false)".to_string()),
+        (Some((c, interval)), _) => {
+            let wanted: Vec<(usize, String)> = without_gpm
+                .iter()
+                .filter_map(|(slot, _, uuid, _)| Some((*slot, uuid.clone()?)))
+                .collect();
+            Dcgm::open(c, &wanted, *interval).map_err(|e| e.why)
+        }
+    };
+    let covered: Vec<usize> = opened
+        .as_ref()
+        .map(|d| d.slots().collect())
+        .unwrap_or_default();
+    for (slot, label, _, why) in &without_gpm {
+        if covered.contains(slot) {
+            lacks.push((
+                format!(
+                    "SM activity from DCGM's profiling fields (nv-hostengine at {}): NVML GPM {why}",
+                    cfg.as_ref().map(|(c, _)| c.address.as_str()).unwrap_or("")
+                ),
+                label.clone(),
+            ));
+        } else {
+            let dcgm_why = match &opened {
+                Err(e) => e.clone(),
+                Ok(_) => "the host engine does not list this GPU".to_string(),
+            };
+            lacks.push((
+                format!(
+                    "SM activity (NVML GPM) {why}, and none from DCGM ({dcgm_why}): {kernel_time}"
+                ),
+                label.clone(),
+            ));
+        }
+    }
+    opened.ok().map(|conn| DcgmState {
+        conn,
+        acc: Default::default(),
+    })
+}
+
+/// Reads DCGM's newest values into the interval's sums. A failed read gives DCGM up for the job
+/// (one event): the host engine went away, or stopped profiling.
+fn dcgm_accumulate(st: &mut Option<DcgmState>, events: &mut Vec<GpuEvent>) {
+    let Some(d) = st.as_mut() else {
+        return;
+    };
+    match d.conn.read() {
+        Ok(read) => {
+            for (slot, figures) in read {
+                let acc = d.acc.entry(slot).or_insert([(0, 0); 4]);
+                for (a, f) in acc.iter_mut().zip(figures) {
+                    if let Some(v) = f {
+                        a.0 += u64::from(v);
+                        a.1 += 1;
+                    }
+                }
+            }
+        }
+        Err(e) => {
+            *st = None;
+            events.push(GpuEvent {
+                kind: EventKind::NvmlError,
+                slot: None,
+                message: format!("DCGM: {e}; SM activity is not read from now on"),
+            });
+        }
+    }
+}
+
+/// The interval's DCGM figures (the mean of the values read in it, the last read now) into the
+/// samples of the GPUs DCGM watches; the sums start again.
+fn dcgm_interval_end(
+    st: &mut Option<DcgmState>,
+    devices: &mut [Option<DeviceSample>],
+    events: &mut Vec<GpuEvent>,
+) {
+    dcgm_accumulate(st, events);
+    let Some(d) = st.as_mut() else {
+        return;
+    };
+    for (slot, acc) in d.acc.drain() {
+        let Some(Some(s)) = devices.get_mut(slot) else {
+            continue;
+        };
+        let mean = |(sum, n): (u64, u64)| (n > 0).then(|| ((sum + n / 2) / n) as u32);
+        s.sm_active_permille = mean(acc[0]);
+        s.sm_occupancy_permille = mean(acc[1]);
+        s.tensor_active_permille = mean(acc[2]);
+        s.dram_active_permille = mean(acc[3]);
+    }
 }
 
 /// A device's GPM buffers and XID watch, set up once at open.
@@ -625,13 +766,14 @@ fn merge_lacks(lacks: Vec<(String, String)>) -> Vec<String> {
 }
 
 /// Sets up a device's GPM buffers and XID watch; what it lacks goes to `lacks` as (what, the
-/// GPU's label), merged across GPUs by [`merge_lacks`] (once per job).
+/// GPU's label), merged across GPUs by [`merge_lacks`] (once per job), except GPM: why a GPU
+/// (not a MIG instance) has none is returned, for DCGM to stand in ([`open_dcgm`]).
 fn open_health<'n>(
     nvml: &'n Nvml,
     d: &Device<'n>,
     label: &str,
     lacks: &mut Vec<(String, String)>,
-) -> Health<'n> {
+) -> (Health<'n>, Option<String>) {
     let mut h = Health::default();
     let mig = d.mig_is_mig_device_handle().unwrap_or(false);
     let gpm = if mig {
@@ -648,19 +790,22 @@ fn open_health<'n>(
             Err(e) => Err(format!("not available ({e})")),
         }
     };
+    let mut no_gpm = None;
     match gpm {
         Ok((prev, cur)) => {
             // The first interval starts now.
             let primed = gpm_fill(nvml, d, &prev).is_ok();
             h.gpm = Some(Gpm { prev, cur, primed });
         }
-        Err(why) => lacks.push((
+        // DCGM does not profile MIG instances either.
+        Err(why) if mig => lacks.push((
             format!(
                 "SM activity (NVML GPM) {why}: the GPU figures are kernel time \
                  (utilization.gpu), which counts one busy SM as a busy GPU"
             ),
             label.to_string(),
         )),
+        Err(why) => no_gpm = Some(why),
     }
     // `EventSet`'s `Drop` calls `nvmlEventSetFree` unchecked: a library without it (or without
     // the wait) gets no set.
@@ -681,7 +826,7 @@ fn open_health<'n>(
             label.to_string(),
         )),
     }
-    h
+    (h, no_gpm)
 }
 
 /// Reads the XID events waiting on the device's set, never waiting (timeout 0).

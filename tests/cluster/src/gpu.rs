@@ -18,6 +18,8 @@ use std::path::{Path, PathBuf};
 
 /// Where `cluster.sh install` puts the fake NVML (test cluster only).
 pub const FAKE_NVML_INSTALLED: &str = "/usr/local/lib/jobscope-test/libfake_nvml.so";
+/// And the fake DCGM (tests/fake-dcgm).
+pub const FAKE_DCGM_INSTALLED: &str = "/usr/local/lib/jobscope-test/libfake_dcgm.so";
 /// SLURM's gres.conf on the test cluster.
 pub const SLURM_GRES_CONF: &str = "/etc/slurm/gres.conf";
 /// The fake reads its script from this file next to the library.
@@ -170,6 +172,26 @@ impl FakeNvml {
             &serde_json::to_string_pretty(script)?,
             0o644,
         )
+    }
+
+    /// A copy of the fake DCGM beside the fake NVML, answering `script` (tests/fake-dcgm's
+    /// format); the `[gpu]` line that makes jobscope load it.
+    pub fn with_dcgm(&self, script: &Value) -> Result<String> {
+        let src = Path::new(FAKE_DCGM_INSTALLED);
+        ensure!(
+            src.exists(),
+            "{FAKE_DCGM_INSTALLED} is missing: build and install it with \
+             `cargo build --release --workspace && flock {} bash slurm-conf/cluster.sh install`",
+            crate::LOCK_FILE
+        );
+        let lib = self.dir.join("libdcgm.so.4");
+        fs::copy(src, &lib).with_context(|| format!("cannot copy {FAKE_DCGM_INSTALLED}"))?;
+        crate::write_atomic(
+            &self.dir.join("fake-dcgm.json"),
+            &serde_json::to_string_pretty(script)?,
+            0o644,
+        )?;
+        Ok(format!("dcgm_lib_path = \"{}\"", lib.display()))
     }
 
     /// The `[gpu]` table that makes jobscope use this fake and gres.conf; `extra` lines are

@@ -792,6 +792,60 @@ fn gpu_bursts_between_samples_are_seen_through_the_driver_buffer() -> Result<()>
     Ok(())
 }
 
+/// SM activity from DCGM (tests/fake-dcgm) for a GPU without GPM, end to end through the plugin's
+/// GPU monitor, the spool, the Epilog and the report: gres 0 is busy by `utilization.gpu`
+/// (95–98 %) and has no GPM; the host engine, which lists another GPU first, says 6 % of its SMs
+/// were busy. The report says the kernels ran but kept few SMs busy, and its data notes name
+/// DCGM as the source; gres 1 (not the job's) is not asked about.
+#[test]
+fn gpu_sm_activity_from_dcgm_reaches_the_report() -> Result<()> {
+    let _c = ClusterGuard::acquire()?;
+    let f = FakeNvml::new("dcgm")?;
+    let (m0, m1) = (f.minors[0], f.minors[1]);
+    f.set_script(&fake_script(vec![
+        fake_device(m1, UUID_GRES1, json!([[0, 0]])),
+        fake_device(m0, UUID_GRES0, alternating(95, 98)),
+    ]))?;
+    let dcgm = f.with_dcgm(&json!({
+        "gpus": [
+            {"uuid": UUID_GRES1, "sm_active": 0.9},
+            {"uuid": UUID_GRES0, "sm_active": [0.05, 0.07], "sm_occupancy": 0.03, "tensor": 0.0}
+        ]
+    }))?;
+    let _cfg = ConfigSectionGuard::set_section(
+        "gpu",
+        &f.config_section(&format!("sample_timeout_s = 2\n{dcgm}")),
+    )?;
+    let id = submit(
+        "alice",
+        &["--job-name=gpu-dcgm", "--gres=gpu:1"],
+        "#!/bin/bash\nsleep 25\n",
+    )?;
+    completed(id)?;
+    let s = summary(id)?;
+    let g = only_gpu(id, &s)?;
+    ensure!(g["uuid"] == UUID_GRES0, "job {id}: {g}");
+    let sm = num(&g, "sm_active_mean_pct")?;
+    ensure!((5.0..=7.0).contains(&sm), "job {id}: SM activity {sm}: {g}");
+    ensure!(num(&g, "sm_occupancy_mean_pct")? == 3.0, "job {id}: {g}");
+    ensure!(num(&g, "tensor_active_mean_pct")? == 0.0, "job {id}: {g}");
+    ensure!(
+        g.get("dram_active_mean_pct").is_none_or(Value::is_null),
+        "job {id}: {g}"
+    );
+    ensure!(
+        g["classification"] == "low_sm_activity",
+        "job {id}: busy by utilization but 6 % SM activity is not gpu_bound: {g}"
+    );
+    let text = report_text(id)?;
+    ensure!(
+        text.contains("of the SMs busy (SM activity)")
+            && text.contains("SM activity from DCGM's profiling fields"),
+        "job {id}:\n{text}"
+    );
+    Ok(())
+}
+
 /// SM activity (NVML GPM), clocks, throttle time, ECC and XID errors from the fake driver, end to
 /// end through the plugin's GPU monitor, the spool, the Epilog and the report. gres 0 is busy by
 /// `utilization.gpu` (95–98 %) but keeps 6 % of its SMs busy, its power cap held it back 12 s of
