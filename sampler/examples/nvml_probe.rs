@@ -6,6 +6,9 @@
 //! nvml_probe [SECONDS [LIB]]    # default 30 s, the dynamic linker's libnvidia-ml.so.1
 //! ```
 //!
+//! DCGM is asked for the SM figures of GPUs without GPM as the plugin asks it (the host engine at
+//! 127.0.0.1, `[gpu] dcgm`'s default; docs/gpu.md): the notes say whether it answered.
+//!
 //! It prints the open's data notes (what a device lacks: GPM before Hopper, XID events), one
 //! line per sample and device, and per device and field whether the driver ever answered
 //! (`supported`, with the last value) or never did (`NOT_SUPPORTED`: `None` in every sample).
@@ -19,6 +22,7 @@ fn main() {
     let secs: u64 = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(30);
     let mut b = NvmlBackend::new(NvmlConfig {
         lib_path: args.get(2).map(Into::into),
+        dcgm: Some(jobscope_sampler::gpu::dcgm::DcgmConfig::default()),
         ..Default::default()
     });
     let sel = GpuSelection::of([GpuRef::AllAccessible]);
