@@ -27,6 +27,7 @@ PKGS=(slurmctld slurmd slurm-client munge libslurm-dev slurm-wlm-basic-plugins-d
       binutils     # packaging/test-packages.sh reads the binaries' C library needs (objdump)
       postgresql   # the PostgreSQL sink's tests and demo: slurm-conf/postgres.sh starts its own server
       lintian      # packaging/build-debs.sh checks the .debs with it
+      rpm rpmlint  # packaging/build-rpms.sh: the EL9 RPMs, built, linted and installed in a throw-away root
       mmdebstrap debian-archive-keyring  # the SLURM 24.11 root filesystem (slurm-conf/trixie/rootfs.sh)
       qemu-system-x86 e2fsprogs  # the cgroup v2 VM test cluster (slurm-conf/vm/: qemu, mkfs.ext4 -d)
       python3-venv  # /opt/jobscope-pyenv: pyarrow, to read back `jobscope audit --format parquet` in the tests

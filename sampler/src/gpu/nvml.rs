@@ -51,6 +51,8 @@
 //!   (power, thermal), `nvmlDeviceGetTotalEccErrors` (volatile, corrected and uncorrected); per
 //!   drain `nvmlEventSetWait_v2` with a timeout of 0 (never blocks) until it has nothing, at
 //!   most [`XID_POLL_MAX`] events a drain. What a device lacks is said once in the data notes.
+//! - For GPUs without GPM, DCGM's profiling fields where a host engine runs ([`super::dcgm`]):
+//!   opened after the GPM query, read at every drain and sample, in this thread.
 //!
 //! `NOT_SUPPORTED` (MIG utilization, old GPUs' energy) → `None`. `GPU_IS_LOST` → the device is
 //! `None` from then on and a `gpu_lost` event is recorded. Any other error → `None` and one
