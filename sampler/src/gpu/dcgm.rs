@@ -220,8 +220,10 @@ pub struct Dcgm {
     gpus: Vec<(usize, u32)>,
     /// The newest timestamp answered per GPU and field (a value not newer is stale).
     last_ts: Vec<[i64; 4]>,
-    /// Dropped last: the function pointers point into it.
-    _lib: Library,
+    /// Never unloaded: DCGM's client library is C++ with threads of its own, and unmapping code
+    /// that a thread still runs would crash slurmstepd at the job's end. The function pointers
+    /// point into it.
+    _lib: std::mem::ManuallyDrop<Library>,
 }
 
 impl Dcgm {
@@ -248,6 +250,8 @@ impl Dcgm {
                     quiet: true,
                 })?,
         };
+        // Kept loaded whatever happens next (see `Dcgm::_lib`).
+        let lib = std::mem::ManuallyDrop::new(lib);
         let fns = Fns::resolve(&lib).map_err(loud)?;
         // SAFETY: dcgmInit takes nothing; each later call gets pointers to live locals.
         let rc = unsafe { (fns.init)() };
