@@ -1030,10 +1030,6 @@ fn dcgm_script() -> Value {
     })
 }
 
-fn dcgm_counter(lib: &std::path::Path, name: &std::ffi::CStr) -> i64 {
-    fake_counter(lib, name)
-}
-
 /// GPUs before Hopper (no GPM) get SM activity from DCGM: matched by UUID, not by index; each
 /// sample has the mean of the values read at its interval's drains and at the sample; a figure
 /// DCGM leaves blank or does not have is `None`, never 0; the watch is at the drain interval and
@@ -1058,8 +1054,8 @@ fn gpus_without_gpm_get_sm_activity_from_dcgm() {
              supported by this GPU (Hopper and later)"
         )],
     );
-    assert_eq!(dcgm_counter(&dcgm, c"fake_dcgm_watches_live"), 1);
-    assert_eq!(dcgm_counter(&dcgm, c"fake_dcgm_last_watch_us"), 5_000_000);
+    assert_eq!(fake_counter(&dcgm, c"fake_dcgm_watches_live"), 1);
+    assert_eq!(fake_counter(&dcgm, c"fake_dcgm_last_watch_us"), 5_000_000);
     // Two drains, then the sample: three reads in the interval.
     b.drain(soon()).unwrap();
     b.drain(soon()).unwrap();
@@ -1081,13 +1077,13 @@ fn gpus_without_gpm_get_sm_activity_from_dcgm() {
     assert_eq!(s.devices[1].as_ref().unwrap().sm_active_permille, Some(900));
     drop(b);
     let t = Instant::now();
-    while dcgm_counter(&dcgm, c"fake_dcgm_connections_live") != 0
+    while fake_counter(&dcgm, c"fake_dcgm_connections_live") != 0
         && t.elapsed() < Duration::from_secs(20)
     {
         std::thread::sleep(Duration::from_millis(20));
     }
-    assert_eq!(dcgm_counter(&dcgm, c"fake_dcgm_connections_live"), 0);
-    assert_eq!(dcgm_counter(&dcgm, c"fake_dcgm_watches_live"), 0);
+    assert_eq!(fake_counter(&dcgm, c"fake_dcgm_connections_live"), 0);
+    assert_eq!(fake_counter(&dcgm, c"fake_dcgm_watches_live"), 0);
 }
 
 /// No host engine, a watch refused (another profiler), a GPU the host engine does not list, a
@@ -1137,12 +1133,12 @@ fn without_dcgm_the_figures_are_none_and_the_notes_say_why() {
             assert_eq!(d.sm_active_permille, None);
         }
         assert_eq!(
-            dcgm_counter(&dcgm, c"fake_dcgm_watches_live"),
+            fake_counter(&dcgm, c"fake_dcgm_watches_live"),
             0,
             "{script}"
         );
         assert_eq!(
-            dcgm_counter(&dcgm, c"fake_dcgm_connections_live"),
+            fake_counter(&dcgm, c"fake_dcgm_connections_live"),
             0,
             "{script}"
         );
@@ -1179,7 +1175,7 @@ fn without_dcgm_the_figures_are_none_and_the_notes_say_why() {
         Some(98),
         "NVML goes on"
     );
-    assert_eq!(dcgm_counter(&dcgm, c"fake_dcgm_watches_live"), 0);
+    assert_eq!(fake_counter(&dcgm, c"fake_dcgm_watches_live"), 0);
 }
 
 /// End to end through the monitor and `gpu.jsc`: an A100 whose kernels ran 98 % of the time
@@ -1233,10 +1229,10 @@ fn dcgm_sm_activity_reaches_the_gpu_summary() {
         "{notes:?}"
     );
     let t = Instant::now();
-    while dcgm_counter(&dcgm, c"fake_dcgm_watches_live") != 0
+    while fake_counter(&dcgm, c"fake_dcgm_watches_live") != 0
         && t.elapsed() < Duration::from_secs(20)
     {
         std::thread::sleep(Duration::from_millis(20));
     }
-    assert_eq!(dcgm_counter(&dcgm, c"fake_dcgm_watches_live"), 0);
+    assert_eq!(fake_counter(&dcgm, c"fake_dcgm_watches_live"), 0);
 }
