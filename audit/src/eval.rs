@@ -6,6 +6,7 @@ use super::arrow::job_batch;
 use super::query::{
     day_text, month_text, wall_keys, Engine, GroupKey, Query, Report, Result, Zone, JOB_COLUMNS,
 };
+use super::rollup::{fixed, float, EFF_PAIRS};
 use super::row::JobRow;
 use super::table::{ColType, Table, Value};
 use arrow_array::types::Int32Type;
@@ -93,7 +94,8 @@ pub fn needed_columns(q: &Query) -> Vec<&'static str> {
     c
 }
 
-const USAGE_INPUTS: &[&str] = &[
+/// The job figures a usage group sums, in the order of its sums.
+pub(crate) const USAGE_INPUTS: &[&str] = &[
     "core_hours_alloc",
     "core_hours_used",
     "core_hours_wasted",
@@ -282,7 +284,7 @@ const HOUR_MS: i64 = 3_600_000;
 /// million jobs would cost more than the rest of a report. Exact for any zone whose offset changes
 /// at most once within an hour (every zone there is): an hour whose two ends disagree is searched
 /// for the second of the change.
-struct Offsets {
+pub(crate) struct Offsets {
     zone: Zone,
     hours: HashMap<i64, HourOffsets, FxBuild>,
     /// The last hour looked up (jobs come in end-time order, so mostly the same hour again).
@@ -298,7 +300,7 @@ struct HourOffsets {
 }
 
 impl Offsets {
-    fn new(zone: Zone) -> Offsets {
+    pub(crate) fn new(zone: Zone) -> Offsets {
         Offsets {
             zone,
             hours: HashMap::default(),
@@ -364,7 +366,7 @@ impl Offsets {
 
     /// The wall-clock reading of `unix_ms` in the zone, and the instant until which the wall clock
     /// stays in the same hour (the next local hour's start or offset change, whichever is first).
-    fn wall(&mut self, unix_ms: i64) -> Option<(chrono::NaiveDateTime, i64)> {
+    pub(crate) fn wall(&mut self, unix_ms: i64) -> Option<(chrono::NaiveDateTime, i64)> {
         let (local_ms, until) = self.wall_ms(unix_ms)?;
         Some((time::wall(local_ms.div_euclid(1000))?, until))
     }
@@ -413,9 +415,11 @@ pub struct Usage {
     /// value, and Σ used, Σ alloc of the three weighted efficiencies.
     codes: Vec<[u64; MAX_KEYS]>,
     jobs: Vec<i64>,
-    sums: Vec<[f64; N_INPUTS]>,
+    /// Exact: each figure is added as [`fixed`] units, so no order of additions (rows, cores,
+    /// rollups) changes an answer.
+    sums: Vec<[i128; N_INPUTS]>,
     has: Vec<[bool; N_INPUTS]>,
-    eff: Vec<[(f64, f64); 3]>,
+    eff: Vec<[(i128, i128); 3]>,
 }
 
 /// Where one group key's values come from in a batch.
@@ -423,6 +427,9 @@ enum KeySrc<'a> {
     /// A text key; per dictionary key (or per row for plain text) its id, resolved once.
     T(Text<'a>, Vec<u64>),
     Time(&'a Int64Array, GroupKey),
+    /// The month key from a rollup's start month (`year × 12 + month − 1` on the query zone's
+    /// clock).
+    Month(&'a Int64Array),
     Node(Text<'a>),
 }
 
@@ -433,9 +440,6 @@ const UNSEEN: u64 = u64::MAX - 1;
 fn nulls(a: &Float64Array) -> Option<arrow_buffer::NullBuffer> {
     a.nulls().filter(|n| n.null_count() > 0).cloned()
 }
-
-/// (used, alloc) positions in [`USAGE_INPUTS`] of the three weighted efficiencies.
-const EFF_PAIRS: [(usize, usize); 3] = [(1, 0), (4, 3), (7, 6)];
 
 impl Usage {
     pub fn new(q: &Query) -> Result<Usage> {
@@ -474,9 +478,9 @@ impl Usage {
         self.groups.insert(codes, g);
         self.codes.push(codes);
         self.jobs.push(0);
-        self.sums.push([0.0; N_INPUTS]);
+        self.sums.push([0; N_INPUTS]);
         self.has.push([false; N_INPUTS]);
-        self.eff.push([(0.0, 0.0); 3]);
+        self.eff.push([(0, 0); 3]);
         g
     }
 
@@ -615,6 +619,7 @@ impl Usage {
                         None => NULL,
                         Some(ms) => self.time_code(*k, ms),
                     },
+                    KeySrc::Month(a) => oi(a, i).map_or(NULL, |m| m as u64),
                 };
             }
             match self.node_pos.map(|p| (p, &srcs[p])) {
@@ -638,6 +643,80 @@ impl Usage {
             }
         }
         (pairs, shares)
+    }
+
+    /// Adds the rows of a rollup batch (`crate::rollup::schema`, its text keys plain or as
+    /// dictionaries) whose end month is in `months` (UTC, half-open) and that pass the query's
+    /// filters. Only for a query the rollups can answer
+    /// (`crate::index::rollups::rollup_cannot_answer`), on rollups whose start months are on the
+    /// query zone's clock.
+    pub fn add_rollup(&mut self, q: &Query, b: &RecordBatch, months: (i64, i64)) -> Result<()> {
+        use crate::rollup::{values_column, RollupView, EFF_SUMS};
+        let v = View { b };
+        let end_month = v.i("end_month")?;
+        let mut keep: Vec<usize> = (0..b.num_rows())
+            .filter(|&i| (months.0..months.1).contains(&end_month.value(i)))
+            .collect();
+        retain_rollup_filters(q, b, &mut keep)?;
+        if keep.is_empty() {
+            return Ok(());
+        }
+        let mut srcs: Vec<KeySrc> = Vec::with_capacity(self.keys.len());
+        for &k in &self.keys {
+            srcs.push(match k {
+                GroupKey::Month => KeySrc::Month(v.i("start_month")?),
+                other if !crate::rollup::TEXT_KEYS.contains(&other.column()) => {
+                    anyhow::bail!("a rollup has no {} key", k.column())
+                }
+                other => {
+                    let t = v.t(other.column())?;
+                    let n = match t {
+                        Text::Dict(_, values) => values.len(),
+                        Text::Plain(_) => 0,
+                    };
+                    KeySrc::T(t, vec![UNSEEN; n])
+                }
+            });
+        }
+        let pairs = match srcs.as_mut_slice() {
+            [KeySrc::T(t, cache)] => self.pairs_of_one_text(*t, cache, keep),
+            _ => self.pairs_of(&mut srcs, keep).0,
+        };
+        let r = RollupView { b };
+        let jobs = r.int("jobs")?.values();
+        for &(i, g) in &pairs {
+            self.jobs[g as usize] += jobs[i as usize];
+        }
+        let mut plain = Vec::with_capacity(USAGE_INPUTS.len());
+        for (c, n) in USAGE_INPUTS.iter().enumerate() {
+            let (sums, values) = (r.sum(n)?, r.int(&values_column(n))?);
+            for &(i, g) in &pairs {
+                let (i, g) = (i as usize, g as usize);
+                // A null count: every job of the row has the figure.
+                let n = oi(values, i).unwrap_or(jobs[i]);
+                self.sums[g][c] += sums.at(i).unwrap_or_default();
+                self.has[g][c] |= n > 0;
+            }
+            plain.push(sums);
+        }
+        for (e, ((u, a), (pu, pa))) in EFF_SUMS.iter().zip(EFF_PAIRS).enumerate() {
+            let (used, alloc) = (r.sum(u)?, r.sum(a)?);
+            for &(i, g) in &pairs {
+                let i = i as usize;
+                // Null: the plain sums (every job has both figures).
+                let (uu, aa) = match (used.at(i), alloc.at(i)) {
+                    (Some(uu), Some(aa)) => (uu, aa),
+                    _ => (
+                        plain[pu].at(i).unwrap_or_default(),
+                        plain[pa].at(i).unwrap_or_default(),
+                    ),
+                };
+                let x = &mut self.eff[g as usize][e];
+                x.0 += uu;
+                x.1 += aa;
+            }
+        }
+        Ok(())
     }
 
     /// Counts each pair's job in its group; returns the groups the pairs touch, each once (a
@@ -672,13 +751,13 @@ impl Usage {
             match (nulls(a), shares) {
                 (None, None) => {
                     for &(r, g) in pairs {
-                        self.sums[g as usize][c] += vals[r as usize];
+                        self.sums[g as usize][c] += fixed(vals[r as usize]);
                     }
                     touched.iter().for_each(|&g| self.has[g][c] = true);
                 }
                 (None, Some(sh)) => {
                     for (&(r, g), share) in pairs.iter().zip(sh) {
-                        self.sums[g as usize][c] += vals[r as usize] * share;
+                        self.sums[g as usize][c] += fixed(vals[r as usize] * share);
                     }
                     touched.iter().for_each(|&g| self.has[g][c] = true);
                 }
@@ -687,7 +766,7 @@ impl Usage {
                         let r = r as usize;
                         if nb.is_valid(r) {
                             let g = g as usize;
-                            self.sums[g][c] += vals[r] * sh.map_or(1.0, |s| s[k]);
+                            self.sums[g][c] += fixed(vals[r] * sh.map_or(1.0, |s| s[k]));
                             self.has[g][c] = true;
                         }
                     }
@@ -711,8 +790,8 @@ impl Usage {
                 (None, None, None) => {
                     for &(r, g) in pairs {
                         let (r, x) = (r as usize, &mut self.eff[g as usize][e]);
-                        x.0 += uv[r];
-                        x.1 += av[r];
+                        x.0 += fixed(uv[r]);
+                        x.1 += fixed(av[r]);
                     }
                 }
                 _ => {
@@ -721,8 +800,8 @@ impl Usage {
                         if ua.is_valid(r) && aa.is_valid(r) {
                             let share = shares.map_or(1.0, |s| s[k]);
                             let x = &mut self.eff[g as usize][e];
-                            x.0 += uv[r] * share;
-                            x.1 += av[r] * share;
+                            x.0 += fixed(uv[r] * share);
+                            x.1 += fixed(av[r] * share);
                         }
                     }
                 }
@@ -762,15 +841,15 @@ impl Usage {
     fn values(&self, g: usize) -> Vec<Value> {
         let f = |i: usize| {
             if self.has[g][i] {
-                Value::Float(self.sums[g][i])
+                Value::Float(float(self.sums[g][i]))
             } else {
                 Value::Null
             }
         };
         let eff = |e: usize| {
             let (used, alloc) = self.eff[g][e];
-            if alloc > 0.0 {
-                Value::Float(100.0 * used / alloc)
+            if alloc > 0 {
+                Value::Float(100.0 * float(used) / float(alloc))
             } else {
                 Value::Null
             }
@@ -825,7 +904,7 @@ impl Usage {
                 super::query::WasteMetric::MemGbHours => 5,
                 super::query::WasteMetric::GpuHours => 8,
             };
-            let sum = |g: usize| self.has[g][col].then_some(self.sums[g][col]);
+            let sum = |g: usize| self.has[g][col].then_some(float(self.sums[g][col]));
             // Stable sort: ties keep the keys' ascending order.
             list.sort_by(|a, b| desc_nulls_last(sum(a.1), sum(b.1)));
             list.truncate(n);
@@ -838,6 +917,22 @@ impl Usage {
         }
         Ok(t)
     }
+}
+
+/// Keeps the rows of a rollup batch that pass the query's filters (those a rollup keys: the uid
+/// and the text columns).
+pub fn retain_rollup_filters(q: &Query, b: &RecordBatch, keep: &mut Vec<usize>) -> Result<()> {
+    let v = View { b };
+    if let Some(uid) = q.filters.uid {
+        let a = v.i("uid")?;
+        keep.retain(|&i| oi(a, i) == Some(i64::from(uid)));
+    }
+    for (list, col) in q.filters.text_columns() {
+        if !list.is_empty() {
+            v.t(col)?.retain_in(keep, list);
+        }
+    }
+    Ok(())
 }
 
 /// Codes of a group of one key (the other positions are 0, as in the general path).
@@ -1194,12 +1289,12 @@ mod tests {
         let a = Float64Array::from(vec![Some(2.0), None, Some(3.0)]);
         let pairs = [(0, g0), (1, g1), (2, g0)];
         u.add_sums(&[&a], &pairs, None, &[0, 1]);
-        assert_eq!((u.sums[0][0], u.has[0][0]), (5.0, true));
-        assert_eq!((u.sums[1][0], u.has[1][0]), (0.0, false));
+        assert_eq!((float(u.sums[0][0]), u.has[0][0]), (5.0, true));
+        assert_eq!((u.sums[1][0], u.has[1][0]), (0, false));
         // With shares (grouping by node): each value times its pair's share.
         let full = Float64Array::from(vec![4.0, 8.0]);
         u.add_sums(&[&full], &[(0, g0), (1, g1)], Some(&[0.5, 0.25]), &[0, 1]);
-        assert_eq!((u.sums[0][0], u.sums[1][0]), (7.0, 2.0));
+        assert_eq!((float(u.sums[0][0]), float(u.sums[1][0])), (7.0, 2.0));
         assert!(u.has[1][0]);
     }
 

@@ -20,6 +20,7 @@ pub mod metrics;
 pub mod pg;
 pub mod query;
 pub mod render;
+pub mod rollup;
 pub mod row;
 pub mod table;
 #[cfg(any(test, feature = "testing"))]

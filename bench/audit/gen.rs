@@ -496,8 +496,36 @@ fn gen(a: &Args) -> Result<()> {
     let n = a.num("--jobs", 1_000_000)?;
     let years = a.num("--years", 3)?;
     let end_s = day_s(&a.get("--end").context("--end YYYY-MM-DD")?)?;
-    let mut rng = Rng(a.num("--seed", 1)?);
     let dir = a.path("--index")?;
+    let t0 = Instant::now();
+    let (written, nusers) = write_generated(&dir, n, years, end_s, a.num("--seed", 1)?)?;
+    let secs = t0.elapsed().as_secs_f64();
+    let bytes = du(&dir);
+    let rollups = du(&dir.join("rollups"));
+    println!(
+        "generated {written} jobs of {nusers} users over {years} years ending {} in {secs:.1} s ({:.0} jobs/s); index {:.1} MiB ({:.0} bytes/job) at {}; of which rollups {:.1} MiB ({:.1} % of the index, {:.1} % of the job parts)",
+        a.get("--end").unwrap_or_default(),
+        written as f64 / secs,
+        bytes as f64 / 1048576.0,
+        bytes as f64 / written.max(1) as f64,
+        dir.display(),
+        rollups as f64 / 1048576.0,
+        100.0 * rollups as f64 / bytes.max(1) as f64,
+        100.0 * rollups as f64 / du(&dir.join("jobs")).max(1) as f64,
+    );
+    Ok(())
+}
+
+/// Writes the index of `n` generated jobs over `years` years ending at `end_s` (seeded), returning
+/// the jobs written and the number of users.
+fn write_generated(
+    dir: &std::path::Path,
+    n: u64,
+    years: u64,
+    end_s: u64,
+    seed: u64,
+) -> Result<(u64, usize)> {
+    let mut rng = Rng(seed);
     let nusers = (n as usize / 2500).clamp(50, 5000);
     let us = users(&mut rng, nusers);
     let cdf = zipf_cdf(nusers);
@@ -507,7 +535,6 @@ fn gen(a: &Args) -> Result<()> {
         .map(|h| hour_weight(hour_of_week(start_s + h * 3600)))
         .collect();
     let total: f64 = weights.iter().sum();
-    let t0 = Instant::now();
     let mut made = 0u64;
     let mut carry = 0.0;
     let mut id = 1u32;
@@ -527,18 +554,8 @@ fn gen(a: &Args) -> Result<()> {
             })
             .collect::<Vec<_>>()
     });
-    let written = index::write_rows_only(&settings(dir.clone()), rows)?;
-    let secs = t0.elapsed().as_secs_f64();
-    let bytes = du(&dir);
-    println!(
-        "generated {written} jobs of {nusers} users over {years} years ending {} in {secs:.1} s ({:.0} jobs/s); index {:.1} MiB ({:.0} bytes/job) at {}",
-        a.get("--end").unwrap_or_default(),
-        written as f64 / secs,
-        bytes as f64 / 1048576.0,
-        bytes as f64 / written.max(1) as f64,
-        dir.display()
-    );
-    Ok(())
+    let written = index::write_rows_only(&settings(dir.to_path_buf()), rows)?;
+    Ok((written, nusers))
 }
 
 fn du(p: &std::path::Path) -> u64 {
@@ -566,6 +583,22 @@ fn time_query(engine: &ParquetEngine, q: &Query, repeat: usize) -> Result<(f64, 
     Ok((first, med, best, rows))
 }
 
+/// The median of `repeat` runs of `q` from the job parts alone, and whether its answer is the
+/// engine's to the last bit.
+fn time_parts_only(engine: &ParquetEngine, q: &Query, repeat: usize) -> Result<(f64, bool)> {
+    let mut t = Vec::new();
+    let mut same = true;
+    let want = engine.run(q)?;
+    for _ in 0..repeat.max(1) {
+        let t0 = Instant::now();
+        let got = engine.run_from_parts(q)?;
+        t.push(t0.elapsed().as_secs_f64() * 1000.0);
+        same &= got == want;
+    }
+    t.sort_by(f64::total_cmp);
+    Ok((t[t.len() / 2], same))
+}
+
 fn query(a: &Args) -> Result<()> {
     let dir = a.path("--index")?;
     let end_s = day_s(&a.get("--end").context("--end YYYY-MM-DD")?)? as i64;
@@ -586,6 +619,13 @@ fn query(a: &Args) -> Result<()> {
         let (first, med, best, rows) = time_query(&engine, &q, repeat)?;
         println!(
             "jobscope {label:<16} first {first:8.1} ms  median {med:8.1} ms  best {best:8.1} ms  ({rows} users)"
+        );
+        println!("         {:<16} {}", "", engine.plan(&q).describe(&engine));
+        // The same question from the job parts alone (the rollups not used): what they save.
+        let t = time_parts_only(&engine, &q, repeat)?;
+        println!(
+            "         {:<16} from the job parts alone: median {:.1} ms, the same answer: {}",
+            "", t.0, t.1
         );
         // Where the time goes: decoding the Parquet columns alone (the same parallel read with
         // dictionaries, no aggregation), one more run; the rest of a run is the aggregation.
@@ -793,6 +833,155 @@ fn main() -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use jobscope_audit::{Filters, WasteMetric, Zone};
+
+    /// Every question the rollups answer gives, from them, the answer the job parts alone give, to
+    /// the last bit (issue 33 §1), over a generated index of two years: every grouping they hold,
+    /// each filter, windows of whole months and of odd ends, top wasters by each metric, the
+    /// efficiency histograms. The questions they cannot answer say why and read the job parts.
+    #[test]
+    fn the_rollups_answer_as_the_job_parts_to_the_last_bit() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("index");
+        let end_s = day_s("2026-11-29").unwrap();
+        write_generated(&dir, 40_000, 2, end_s, 7).unwrap();
+        let eng = ParquetEngine::open(&dir).unwrap();
+        let end = end_s as i64;
+        let windows = [
+            (None, None),
+            (Some(end - 365 * 86_400), Some(end)),
+            (
+                Some(end - 400 * 86_400 + 7 * 3600 + 13),
+                Some(end - 3 * 86_400 + 5 * 3600),
+            ),
+            (None, Some(end - 100 * 86_400 + 1)),
+            (Some(end - 30 * 86_400), Some(end)),
+        ];
+        let (users, accounts) = {
+            let t = eng
+                .run(&Query {
+                    group_by: vec![GroupKey::User, GroupKey::Account],
+                    ..Query::new(Report::Usage)
+                })
+                .unwrap();
+            let col = |c: usize, r: usize| t.rows[r][c].as_str().unwrap().to_string();
+            (vec![col(0, 0), col(0, 7)], vec![col(1, 3)])
+        };
+        let filters = [
+            Filters::default(),
+            Filters {
+                users: users.clone(),
+                ..Filters::default()
+            },
+            Filters {
+                accounts,
+                partitions: vec!["gpu".into(), "cpu".into()],
+                ..Filters::default()
+            },
+            Filters {
+                uid: Some(10_003),
+                ..Filters::default()
+            },
+        ];
+        let groupings: [&[GroupKey]; 9] = [
+            &[],
+            &[GroupKey::User],
+            &[GroupKey::Account],
+            &[GroupKey::Partition],
+            &[GroupKey::Cluster, GroupKey::Partition, GroupKey::User],
+            &[GroupKey::Qos],
+            &[GroupKey::Month],
+            &[GroupKey::Month, GroupKey::Partition],
+            &[GroupKey::Account, GroupKey::Month],
+        ];
+        let reports = [
+            Report::Usage,
+            Report::TopWasters {
+                metric: WasteMetric::CoreHours,
+                n: 10,
+            },
+            Report::TopWasters {
+                metric: WasteMetric::MemGbHours,
+                n: 5,
+            },
+            Report::TopWasters {
+                metric: WasteMetric::GpuHours,
+                n: 5,
+            },
+        ];
+        let mut from_rollups = 0;
+        for (since, until) in windows {
+            for f in &filters {
+                for keys in groupings {
+                    for report in &reports {
+                        let q = Query {
+                            window: Window {
+                                since_unix_s: since,
+                                until_unix_s: until,
+                            },
+                            filters: f.clone(),
+                            group_by: keys.to_vec(),
+                            zone: Zone::Local,
+                            ..Query::new(report.clone())
+                        };
+                        let plan = eng.plan(&q);
+                        let long = until.zip(since).is_none_or(|(u, s)| u - s > 62 * 86_400);
+                        assert_eq!(plan.rollup_months.is_some(), long, "{q:?}: {plan:?}");
+                        from_rollups += usize::from(long);
+                        let (got, want) = (eng.run(&q).unwrap(), eng.run_from_parts(&q).unwrap());
+                        assert_eq!(got, want, "{q:?}: {plan:?}");
+                    }
+                }
+                // The efficiency histograms, as the cluster report and OpenMetrics ask them.
+                for keys in [vec![], vec![GroupKey::Cluster, GroupKey::Partition]] {
+                    let q = Query {
+                        window: Window {
+                            since_unix_s: since,
+                            until_unix_s: until,
+                        },
+                        filters: f.clone(),
+                        group_by: keys,
+                        ..Query::new(Report::Usage)
+                    };
+                    assert_eq!(
+                        eng.efficiency_histograms(&q).unwrap(),
+                        eng.efficiency_histograms_from_parts(&q).unwrap(),
+                        "{q:?}"
+                    );
+                }
+            }
+        }
+        assert!(from_rollups > 300, "{from_rollups}");
+        // What they cannot answer reads the job parts, and says why.
+        let q = Query::new(Report::Usage);
+        let by_state = Query {
+            group_by: vec![GroupKey::State],
+            ..q.clone()
+        };
+        let mut on_nodes = q.clone();
+        on_nodes.filters.nodes = vec!["n1".into()];
+        let mut on_class = q.clone();
+        on_class.filters.classes = vec!["idle".into()];
+        let months_elsewhere = Query {
+            group_by: vec![GroupKey::Month],
+            zone: Zone::Fixed(5 * 3600 + 1800),
+            ..q.clone()
+        };
+        for (q2, why) in [
+            (by_state, "per state"),
+            (on_nodes, "on nodes"),
+            (on_class, "on class"),
+            (months_elsewhere, "+05:30"),
+        ] {
+            let plan = eng.plan(&q2);
+            assert!(plan.rollup_months.is_none(), "{q2:?}");
+            assert!(plan.why_not.as_deref().unwrap().contains(why), "{plan:?}");
+            assert_eq!(eng.run(&q2).unwrap(), eng.run_from_parts(&q2).unwrap());
+        }
+        let mut q = q;
+        q.report = Report::Jobs;
+        assert!(eng.plan(&q).rollup_months.is_none());
+    }
 
     #[test]
     fn a_run_ends_within_its_limit_and_a_timeout_ran_all_of_it() {

@@ -13,7 +13,7 @@
 //! read).
 
 use super::*;
-use crate::query::{Query, Report as Q};
+use crate::query::{GroupKey, Query, Report as Q};
 use arrow_array::cast::AsArray;
 use arrow_array::types::Int64Type;
 use jobscope_model::summary::JobSummary;
@@ -99,9 +99,15 @@ enum Edit {
     DropNodes,
     /// `next_part` back to 1.
     NextPartBack,
+    /// A rollup part's entry gone.
+    DropRollup,
+    /// A rollup part's entry moved to the other month.
+    RollupMonthOther,
 }
 
-const EDITS: [Edit; 10] = [
+const EDITS: [Edit; 12] = [
+    Edit::DropRollup,
+    Edit::RollupMonthOther,
     Edit::MonthAbsent,
     Edit::MonthOther,
     Edit::PathMonth,
@@ -258,7 +264,7 @@ impl World {
         let Some(st) = self.state() else {
             return Vec::new();
         };
-        ["jobs", "nodes"]
+        ["jobs", "nodes", "rollups"]
             .iter()
             .flat_map(|t| st[t].as_array().cloned().unwrap_or_default())
             .filter_map(|p| Some(self.settings.dir.join(p["file"].as_str()?)))
@@ -390,10 +396,10 @@ impl World {
     /// [`Op::EditState`]: the `i`-th entry (modulo their number) edited.
     fn edit_state(&self, edit: Edit, i: usize) {
         let Some(mut st) = self.state() else { return };
-        let table = if matches!(edit, Edit::DropNodes) {
-            "nodes"
-        } else {
-            "jobs"
+        let table = match edit {
+            Edit::DropNodes => "nodes",
+            Edit::DropRollup | Edit::RollupMonthOther => "rollups",
+            _ => "jobs",
         };
         let Some(list) = st[table].as_array_mut().filter(|l| !l.is_empty()) else {
             return;
@@ -408,7 +414,7 @@ impl World {
         };
         match edit {
             Edit::MonthAbsent => list[k]["month"] = "1999-01".into(),
-            Edit::MonthOther => list[k]["month"] = other.into(),
+            Edit::MonthOther | Edit::RollupMonthOther => list[k]["month"] = other.into(),
             Edit::PathMonth => list[k]["file"] = file.replace(&month, other).into(),
             Edit::MonthAndPath => {
                 list[k]["file"] = file.replace(&month, "1999-01").into();
@@ -423,7 +429,7 @@ impl World {
                 let e = list.remove(k);
                 st["nodes"].as_array_mut().unwrap().push(e);
             }
-            Edit::DropJobs | Edit::DropNodes => {
+            Edit::DropJobs | Edit::DropNodes | Edit::DropRollup => {
                 list.remove(k);
             }
             Edit::NextPartBack => st["next_part"] = 1.into(),
@@ -466,7 +472,32 @@ impl World {
             let other = rep.problems.iter().find(|p| !p.contains("the same run as"));
             assert!(other.is_none(), "{:?}", rep.problems);
             let rows = self.rows().unwrap();
-            assert_eq!(rows, self.records(), "rows against records");
+            let records = self.records();
+            assert_eq!(rows, records, "rows against records");
+            self.check_rollups(records.len());
+        }
+    }
+
+    /// The rollups hold what the job parts hold: as many jobs as records, and the same sums to
+    /// the last bit (every question they answer, from them and from the job parts alone).
+    fn check_rollups(&self, records: usize) {
+        let eng = ParquetEngine::open(&self.settings.dir).unwrap();
+        for keys in [vec![], vec![GroupKey::User, GroupKey::Partition]] {
+            let mut q = Query::new(Q::Usage);
+            q.group_by = keys;
+            let plan = eng.plan(&q);
+            assert!(plan.rollup_months.is_some(), "{plan:?}");
+            let (got, want) = (eng.run(&q).unwrap(), eng.run_from_parts(&q).unwrap());
+            assert_eq!(got, want, "rollups against job parts");
+            let jobs: f64 = got
+                .rows
+                .iter()
+                .map(|r| r[q.group_by.len()].as_f64().unwrap())
+                .sum();
+            assert_eq!(
+                jobs as usize, records,
+                "jobs in the rollups against records"
+            );
         }
     }
 }
@@ -567,6 +598,38 @@ fn the_reproduced_sequences() {
         Update,
     ]);
     run(&[Write(1, 0), Update, FlipByte(0, 1000), Update]);
+    // Compaction (more than 3 parts in a month) merges the rollups with their parts, and a
+    // rollup damaged or copied over its jobs part is found.
+    run(&[
+        Write(1, 0),
+        Update,
+        Write(2, 0),
+        Update,
+        Write(3, 1),
+        Update,
+        Write(4, 1),
+        Update,
+        Write(5, 0),
+        Update,
+        Write(6, 1),
+        Update,
+    ]);
+    run(&[
+        Write(1, 0),
+        Update,
+        Write(2, 0),
+        Update,
+        FlipByte(2, 700),
+        Update,
+    ]);
+    run(&[
+        Write(1, 0),
+        Update,
+        Write(2, 0),
+        Update,
+        CopyPart(1, 2),
+        Update,
+    ]);
     // Issue 29 §3: an entry of state.json says another month, path, rows, end times or table than
     // its part, or is gone, or next_part went back; each with a month of two parts, then a later
     // write to it.

@@ -6,6 +6,8 @@
 //! <index>/jobs/YYYY-MM/part-NNNNNNNN.parquet   job rows (audit::row::COLUMNS less audit::arrow::DERIVED,
 //!                                              computed on read), sorted by end time
 //! <index>/nodes/YYYY-MM/part-NNNNNNNN.parquet  node rows (audit::row::NODE_COLUMNS)
+//! <index>/rollups/YYYY-MM/part-NNNNNNNN.parquet the sums of the jobs part of the same number per
+//!                                              end day and keys (audit::rollup)
 //! <index>/cohorts.json                   small per-partition distributions for the Epilog's peer percentile
 //! <archive>/.index.lock                  one writer at a time (lock.rs)
 //! ```
@@ -31,13 +33,16 @@
 
 pub mod feed;
 pub mod lock;
+pub mod rollups;
 
 use crate::arrow::{
     job_batch, node_batch, node_schema, stored_inputs, stored_job_batch, stored_job_schema,
     with_derived,
 };
-use crate::eval::{evaluate, needed_columns, Usage};
+use crate::eval::{evaluate, needed_columns};
+use crate::query::Zone;
 use crate::query::{Engine, Query, Report as AuditReport};
+use crate::rollup;
 use crate::row::{JobRow, NodeRow, COLUMNS, NODE_COLUMNS};
 use crate::table::ColType;
 use crate::table::Table;
@@ -61,9 +66,9 @@ use std::path::{Path, PathBuf};
 pub const STATE: &str = "state.json";
 pub const LOCK: &str = ".index.lock";
 /// Bumped when the parts' columns change (2: the kernel view's columns; 3: the GPUs' SM
-/// activity and health, `gpu_sm_active_mean_pct` …): an index of another version is rebuilt
-/// whole by the next update, which says why.
-const STATE_VERSION: u32 = 3;
+/// activity and health, `gpu_sm_active_mean_pct` …; 4: the rollups): an index of another
+/// version is rebuilt whole by the next update, which says why.
+const STATE_VERSION: u32 = 4;
 /// Rows per Parquet row group: row groups are what a time window prunes by their statistics.
 const ROW_GROUP_ROWS: usize = 64 * 1024;
 /// A state file larger than this is damaged.
@@ -141,6 +146,10 @@ pub struct Part {
     /// are the file's without reading it. `None`: never checked (an earlier jobscope).
     #[serde(default)]
     pub seal: Option<String>,
+    /// A rollup part's zone: the wall clock its start days are on (`UTC`, or the local zone's
+    /// name when it was written). `None` for the other tables.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zone: Option<String>,
 }
 
 /// What [`seal_of`] hashes first: a seal is of nothing else.
@@ -157,7 +166,8 @@ fn seal_of(table: &str, p: &Part) -> String {
         p.min_end_ms,
         p.max_end_ms,
         p.sha256,
-        p.stamp
+        p.stamp,
+        p.zone
     ]);
     jobscope_common::digest::sha256_hex(facts.to_string().as_bytes())
 }
@@ -189,7 +199,7 @@ fn part_seq(name: &str) -> Option<u64> {
 fn parse_part_path(file: &str) -> Option<(&str, &str, u64)> {
     let mut it = file.split('/');
     let (table, month, name) = (it.next()?, it.next()?, it.next()?);
-    if it.next().is_some() || !matches!(table, "jobs" | "nodes") || !is_month(month) {
+    if it.next().is_some() || !TABLES.contains(&table) || !is_month(month) {
         return None;
     }
     Some((table, month, part_seq(name)?))
@@ -199,13 +209,42 @@ fn parse_part_path(file: &str) -> Option<(&str, &str, u64)> {
 /// million years is 5·10^11): a larger `next_part` in state.json is damage.
 const MAX_PART_SEQ: u64 = 1_000_000_000_000;
 
+/// The index's tables, each a directory of months of parts.
+const TABLES: [&str; 3] = ["jobs", "nodes", "rollups"];
+
+/// The schema a table's parts hold.
+fn table_schema(table: &str) -> arrow_schema::SchemaRef {
+    match table {
+        "jobs" => stored_job_schema(),
+        "nodes" => node_schema(),
+        _ => rollup::schema(),
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct State {
     pub version: u32,
     pub days: BTreeMap<String, DayMark>,
     pub jobs: Vec<Part>,
     pub nodes: Vec<Part>,
+    /// One per jobs part, of the same month and number (audit::rollup).
+    #[serde(default)]
+    pub rollups: Vec<Part>,
     pub next_part: u64,
+}
+
+impl State {
+    fn parts_mut(&mut self) -> [(&'static str, &mut Vec<Part>); 3] {
+        [
+            ("jobs", &mut self.jobs),
+            ("nodes", &mut self.nodes),
+            ("rollups", &mut self.rollups),
+        ]
+    }
+
+    fn all_parts(&self) -> impl Iterator<Item = &Part> {
+        self.jobs.iter().chain(&self.nodes).chain(&self.rollups)
+    }
 }
 
 /// What an update did, for the command's output.
@@ -401,6 +440,14 @@ fn writer_props(gzip: bool) -> WriterProperties {
     b.build()
 }
 
+/// The rollups' writer: SNAPPY, the default encodings (their sums are whole numbers).
+fn rollup_props() -> WriterProperties {
+    WriterProperties::builder()
+        .set_compression(Compression::SNAPPY)
+        .set_max_row_group_row_count(Some(ROW_GROUP_ROWS))
+        .build()
+}
+
 /// Writes `batch` as a new part file (0640 root:admin), returning its `Part`.
 fn write_part(
     s: &Settings,
@@ -418,6 +465,27 @@ fn write_part(
         batch.num_rows() >= GZIP_MIN_ROWS,
         [Ok(batch.clone())].into_iter(),
     )
+}
+
+/// Writes the rollup of a jobs part (`stored`: its batches) as the rollups part of the same month
+/// and number, its start days on the clock of `zone` (named `zone_name`).
+fn write_rollup(
+    s: &Settings,
+    month: &str,
+    seq: u64,
+    stored: &[RecordBatch],
+    (zone, zone_name): &(Zone, String),
+) -> Result<Part> {
+    let batch = rollup::of_jobs(stored, *zone)?;
+    let mut p = write_part(s, "rollups", month, seq, &batch)?;
+    p.zone = Some(zone_name.clone());
+    p.seal = Some(seal_of("rollups", &p));
+    Ok(p)
+}
+
+/// The number of a part, from its file name.
+fn seq_of(p: &Part) -> Option<u64> {
+    parse_part_path(&p.file).map(|(_, _, seq)| seq)
 }
 
 /// Writes `batches` (one schema) as one new part file (0640 root:admin, written aside and renamed
@@ -442,7 +510,12 @@ fn write_part_batches(
     if is_root() {
         std::os::unix::fs::fchown(&f, Some(0), Some(s.admin_gid))?;
     }
-    let mut w = ArrowWriter::try_new(f.try_clone()?, schema, Some(writer_props(gzip)))?;
+    let props = if table == "rollups" {
+        rollup_props()
+    } else {
+        writer_props(gzip)
+    };
+    let mut w = ArrowWriter::try_new(f.try_clone()?, schema, Some(props))?;
     let (mut rows, mut min_end_ms, mut max_end_ms) = (0u64, None::<i64>, None::<i64>);
     for batch in batches {
         let batch = batch?;
@@ -468,6 +541,7 @@ fn write_part_batches(
         sha256: Some(sha256),
         stamp,
         seal: None,
+        zone: None,
     };
     part.seal = Some(seal_of(table, &part));
     Ok(part)
@@ -883,6 +957,7 @@ fn write_months(
     pending: Pending,
     rep: &mut UpdateReport,
     seq: &mut u64,
+    zone: &(Zone, String),
     progress: &mut dyn FnMut(Progress),
 ) -> Result<()> {
     let months = pending.months;
@@ -908,6 +983,13 @@ fn write_months(
         state
             .jobs
             .push(write_part(s, "jobs", &month, *seq, &batch)?);
+        state.rollups.push(write_rollup(
+            s,
+            &month,
+            *seq,
+            std::slice::from_ref(&batch),
+            zone,
+        )?);
         *seq += 1;
         rep.parts_written += 1;
         if !nodes.is_empty() {
@@ -945,7 +1027,14 @@ fn compaction(rows: &[u64], compact_parts: usize) -> Option<Option<usize>> {
 /// rows (they are merged into one); past that, the whole month becomes one part. A row is so
 /// rewritten a bounded number of times on average, and an update after one new job merges the
 /// month's small parts, not the month (docs/audit.md, "Updates").
-fn compact(s: &Settings, state: &mut State, rep: &mut UpdateReport, seq: &mut u64) -> Result<()> {
+fn compact(
+    s: &Settings,
+    state: &mut State,
+    rep: &mut UpdateReport,
+    seq: &mut u64,
+    zone: &(Zone, String),
+) -> Result<()> {
+    let mut new_rollups = Vec::new();
     for table in ["jobs", "nodes"] {
         let parts = if table == "jobs" {
             &mut state.jobs
@@ -969,17 +1058,25 @@ fn compact(s: &Settings, state: &mut State, rep: &mut UpdateReport, seq: &mut u6
             for p in &list {
                 batches.extend(read_part(&s.dir, p)?);
             }
-            let schema = if table == "jobs" {
-                stored_job_schema()
-            } else {
-                node_schema()
-            };
-            let all = arrow_select_concat(&schema, &batches)?;
+            let all = arrow_select_concat(&table_schema(table), &batches)?;
             parts.push(write_part(s, table, &month, *seq, &all)?);
+            if table == "jobs" {
+                new_rollups.push(write_rollup(
+                    s,
+                    &month,
+                    *seq,
+                    std::slice::from_ref(&all),
+                    zone,
+                )?);
+            }
             *seq += 1;
             rep.parts_compacted += list.len();
         }
     }
+    // The rollups of the jobs parts merged go with them.
+    let jobs: BTreeSet<Option<u64>> = state.jobs.iter().map(seq_of).collect();
+    state.rollups.retain(|r| jobs.contains(&seq_of(r)));
+    state.rollups.extend(new_rollups);
     Ok(())
 }
 
@@ -1038,8 +1135,9 @@ impl<'a> Index<'a> {
         up.add_new_records(s, &state, found);
         up.reread_months(s, &days)?;
 
-        state.jobs.retain(|p| !up.redo.contains(&p.month));
-        state.nodes.retain(|p| !up.redo.contains(&p.month));
+        for (_, parts) in state.parts_mut() {
+            parts.retain(|p| !up.redo.contains(&p.month));
+        }
         state
             .days
             .retain(|k, _| present.contains(k.as_str()) && !up.redo.contains(&month_of_day(k)));
@@ -1048,8 +1146,17 @@ impl<'a> Index<'a> {
         rep.months_rebuilt = up.redo.into_iter().collect();
         rep.added = (rep.months_rebuilt.is_empty() && !rep.rebuilt).then(Vec::new);
         let mut seq = next_part;
-        write_months(s, &mut state, up.pending, &mut rep, &mut seq, up.progress)?;
-        compact(s, &mut state, &mut rep, &mut seq)?;
+        let zone = rollup::writer_zone();
+        write_months(
+            s,
+            &mut state,
+            up.pending,
+            &mut rep,
+            &mut seq,
+            &zone,
+            up.progress,
+        )?;
+        compact(s, &mut state, &mut rep, &mut seq, &zone)?;
         state.next_part = seq;
         rep.jobs_total = state.jobs.iter().map(|p| p.rows).sum();
         let json = serde_json::to_vec(&state)?;
@@ -1105,7 +1212,7 @@ impl<'a> Index<'a> {
         let mut bad = BTreeMap::new();
         let unlisted = self.unlisted(st);
         let mut seen = BTreeSet::new();
-        for (table, parts) in [("jobs", &mut st.jobs), ("nodes", &mut st.nodes)] {
+        for (table, parts) in st.parts_mut() {
             parts.retain_mut(|p| {
                 let Err(e) = self.check_part(table, p, &mut seen) else {
                     return true;
@@ -1122,6 +1229,18 @@ impl<'a> Index<'a> {
         }
         for (month, why) in unlisted {
             bad.entry(month).or_insert(why);
+        }
+        // Each jobs part has its rollup, of its month and number, and each rollup its jobs part.
+        let key = |p: &Part| (p.month.clone(), seq_of(p));
+        let jobs: BTreeSet<_> = st.jobs.iter().map(key).collect();
+        let rollups: BTreeSet<_> = st.rollups.iter().map(key).collect();
+        for (month, seq) in jobs.symmetric_difference(&rollups) {
+            bad.entry(month.clone()).or_insert_with(|| {
+                format!(
+                    "index part {:08} of {month} has no rollup, or a rollup no jobs part",
+                    seq.unwrap_or_default()
+                )
+            });
         }
         bad
     }
@@ -1167,11 +1286,7 @@ impl<'a> Index<'a> {
             }
             Some(_) => {}
             None => {
-                let schema = if table == "jobs" {
-                    stored_job_schema()
-                } else {
-                    node_schema()
-                };
+                let schema = table_schema(table);
                 let batches = read_part(&self.settings.dir, p)
                     .with_context(|| format!("index part {} is damaged", p.file))?;
                 let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
@@ -1196,11 +1311,7 @@ impl<'a> Index<'a> {
             .with_context(|| format!("index part {}", p.file))?;
         let m = ArrowReaderMetadata::load(&f, ArrowReaderOptions::new())
             .with_context(|| format!("index part {} is damaged", p.file))?;
-        let schema = if table == "jobs" {
-            stored_job_schema()
-        } else {
-            node_schema()
-        };
+        let schema = table_schema(table);
         if m.schema().fields() != schema.fields() {
             bail!("index part {} has other columns than {table}", p.file);
         }
@@ -1240,7 +1351,7 @@ impl<'a> Index<'a> {
     /// path on disk): what [`Index::part_files`] and [`Index::remove_unlisted`] both walk.
     fn month_files(&self) -> Vec<(PathBuf, Vec<(String, PathBuf)>)> {
         let mut out = Vec::new();
-        for table in ["jobs", "nodes"] {
+        for table in TABLES {
             let Ok(months) = std::fs::read_dir(self.settings.dir.join(table)) else {
                 continue;
             };
@@ -1282,12 +1393,7 @@ impl<'a> Index<'a> {
     /// or of a rebuilt month) are, when it died before removing them: a month rebuilt once more.
     /// When `next_part` itself disagrees with the listed parts, every unlisted file is counted.
     fn unlisted(&self, st: &State) -> BTreeMap<String, String> {
-        let listed: BTreeSet<&str> = st
-            .jobs
-            .iter()
-            .chain(&st.nodes)
-            .map(|p| p.file.as_str())
-            .collect();
+        let listed: BTreeSet<&str> = st.all_parts().map(|p| p.file.as_str()).collect();
         let highest = listed
             .iter()
             .filter_map(|f| parse_part_path(f))
@@ -1311,11 +1417,7 @@ impl<'a> Index<'a> {
     /// The number of the next part file: past every part listed or on disk (a new part never
     /// replaces a file, whatever `next_part` in state.json says).
     fn next_free_seq(&self, st: &State) -> u64 {
-        let listed = st
-            .jobs
-            .iter()
-            .chain(&st.nodes)
-            .filter_map(|p| parse_part_path(&p.file));
+        let listed = st.all_parts().filter_map(|p| parse_part_path(&p.file));
         let on_disk = self.part_files();
         let taken = listed
             .map(|(_, _, seq)| seq)
@@ -1333,12 +1435,7 @@ impl<'a> Index<'a> {
 
     /// Removes part files state.json does not list (older compacted parts, a crashed writer's files).
     fn remove_unlisted(&self, st: &State) {
-        let listed: BTreeSet<&str> = st
-            .jobs
-            .iter()
-            .chain(st.nodes.iter())
-            .map(|p| p.file.as_str())
-            .collect();
+        let listed: BTreeSet<&str> = st.all_parts().map(|p| p.file.as_str()).collect();
         for (dir, files) in self.month_files() {
             let mut left = 0;
             for (file, path) in files {
@@ -1372,6 +1469,7 @@ pub fn write_rows_only(settings: &Settings, rows: impl IntoIterator<Item = JobRo
     let mut month = String::new();
     let mut buf: Vec<JobRow> = Vec::new();
     let mut last_end = 0u64;
+    let zone = rollup::writer_zone();
     let flush = |month: &str, buf: &mut Vec<JobRow>, state: &mut State| -> Result<()> {
         if buf.is_empty() {
             return Ok(());
@@ -1379,9 +1477,9 @@ pub fn write_rows_only(settings: &Settings, rows: impl IntoIterator<Item = JobRo
         buf.sort_by_key(|r| (r.end_unix_ms, r.job_id));
         let seq = state.next_part;
         state.next_part += 1;
-        state
-            .jobs
-            .push(write_part_slices(settings, "jobs", month, seq, buf)?);
+        let (jobs, rollups) = write_part_slices(settings, month, seq, buf, &zone)?;
+        state.jobs.push(jobs);
+        state.rollups.push(rollups);
         buf.clear();
         Ok(())
     };
@@ -1410,19 +1508,30 @@ pub fn write_rows_only(settings: &Settings, rows: impl IntoIterator<Item = JobRo
     Ok(n)
 }
 
-/// [`write_part`] for many rows: Arrow batches of [`ROW_GROUP_ROWS`] rows into one file.
+/// [`write_part`] for many job rows: Arrow batches of [`ROW_GROUP_ROWS`] rows into one file, and
+/// its rollup.
 fn write_part_slices(
     s: &Settings,
-    table: &str,
     month: &str,
     seq: u64,
     rows: &[JobRow],
-) -> Result<Part> {
+    zone: &(Zone, String),
+) -> Result<(Part, Part)> {
     let batches = rows
         .chunks(ROW_GROUP_ROWS)
-        .map(|c| stored_job_batch(&job_batch(c)?));
+        .map(|c| stored_job_batch(&job_batch(c)?))
+        .collect::<Result<Vec<_>>>()?;
     let gzip = rows.len() >= GZIP_MIN_ROWS;
-    write_part_batches(s, table, month, seq, stored_job_schema(), gzip, batches)
+    let jobs = write_part_batches(
+        s,
+        "jobs",
+        month,
+        seq,
+        stored_job_schema(),
+        gzip,
+        batches.iter().cloned().map(Ok),
+    )?;
+    Ok((jobs, write_rollup(s, month, seq, &batches, zone)?))
 }
 
 fn arrow_select_concat(
@@ -1648,29 +1757,15 @@ fn dict_job_schema() -> arrow_schema::SchemaRef {
 
 impl Engine for ParquetEngine {
     fn run(&self, q: &Query) -> Result<Table> {
-        let cols = needed_columns(q);
         if matches!(
             q.report,
             AuditReport::Usage | AuditReport::TopWasters { .. }
         ) {
-            // Each core decodes and aggregates its parts; the partial aggregations are merged.
-            let aggs = self.fold(
-                q,
-                &cols,
-                true,
-                || Usage::new(q),
-                |u: &mut Result<Usage>, _, b| match u {
-                    Ok(u) => u.add(q, &b),
-                    Err(e) => bail!("{e:#}"),
-                },
-            )?;
-            let mut aggs = aggs.into_iter();
-            let mut all = aggs.next().context("no index reader")??;
-            for u in aggs {
-                all.merge(u?);
-            }
-            return all.finish(q);
+            // Each core decodes and aggregates its parts (or rollups); the partial aggregations
+            // are merged.
+            return self.usage(q);
         }
+        let cols = needed_columns(q);
         let batches = self.scan(q, &cols)?;
         evaluate(q, &batches)
     }

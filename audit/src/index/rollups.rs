@@ -1,0 +1,572 @@
+//! Answering from the rollups (audit::rollup): which questions they can answer, the plan that
+//! splits a window into the whole UTC months the rollups give and the days at its ends the job
+//! parts give, and the reading of the rollup parts.
+
+use super::{sealed, ParquetEngine, Part, MAX_READERS, ROW_GROUP_ROWS};
+use crate::eval::{filter_columns, matching, needed_columns, Usage, USAGE_INPUTS};
+use crate::query::{month_text, GroupKey, Query, Report, Window};
+use crate::rollup::{
+    self, month_of_ms, month_start_s, Histogram, RollupView, EFF_SUMS, HISTOGRAMS, HIST_BUCKETS,
+    TEXT_KEYS,
+};
+use crate::table::Table;
+use anyhow::{bail, Context, Result};
+use arrow_array::{Array, Float64Array, Int64Array, RecordBatch, StringArray};
+use parquet::arrow::arrow_reader::{
+    ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReaderBuilder,
+};
+use parquet::arrow::ProjectionMask;
+use parquet::file::statistics::Statistics;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// How a question is answered.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Plan {
+    /// UTC months (`year × 12 + month − 1`, half-open; `i64::MIN`/`MAX`: unbounded) answered
+    /// from the rollups; `None`: the whole window from the job parts.
+    pub rollup_months: Option<(i64, i64)>,
+    /// The windows read from the job parts: the whole window, or the days at its ends outside
+    /// whole months.
+    pub part_windows: Vec<Window>,
+    /// Why the rollups do not answer (when they do not).
+    pub why_not: Option<String>,
+}
+
+impl Plan {
+    fn parts_only(q: &Query, why: String) -> Plan {
+        Plan {
+            rollup_months: None,
+            part_windows: vec![q.window.clone()],
+            why_not: Some(why),
+        }
+    }
+
+    /// One sentence for `--explain`.
+    pub fn describe(&self, engine: &ParquetEngine) -> String {
+        let span = |w: &Window| match (w.since_unix_s, w.until_unix_s) {
+            (Some(s), Some(u)) => format!("{:.1} days", (u - s) as f64 / 86_400.0),
+            _ => "an open end".into(),
+        };
+        match (self.rollup_months, &self.why_not) {
+            (None, why) => format!(
+                "answered from the job parts ({} jobs in the index): {}",
+                engine.jobs(),
+                why.as_deref().unwrap_or("no whole month in the window")
+            ),
+            (Some((m0, m1)), _) => {
+                let months = match (m0, m1) {
+                    (i64::MIN, i64::MAX) => "every month".to_string(),
+                    (i64::MIN, m1) => format!("every month before {}", month_text(m1)),
+                    (m0, i64::MAX) => format!("every month from {}", month_text(m0)),
+                    (m0, m1) => format!(
+                        "the {} whole UTC months {} to {}",
+                        m1 - m0,
+                        month_text(m0),
+                        month_text(m1 - 1)
+                    ),
+                };
+                let rows: u64 = engine
+                    .rollups_for(Some((m0, m1)))
+                    .iter()
+                    .map(|p| p.rows)
+                    .sum();
+                let mut s = format!(
+                    "answered from the rollups for {months} (parts holding {rows} rollup rows)"
+                );
+                if self.part_windows.is_empty() {
+                    s.push_str(", nothing from the job parts");
+                } else {
+                    let ends: Vec<String> = self.part_windows.iter().map(span).collect();
+                    s.push_str(&format!(
+                        " and from the job parts for the window's ends outside them ({})",
+                        ends.join(" and ")
+                    ));
+                }
+                s
+            }
+        }
+    }
+}
+
+/// Why the rollups cannot answer `q` whatever the window (`None`: they can).
+pub fn rollup_cannot_answer(q: &Query) -> Option<String> {
+    if !matches!(q.report, Report::Usage | Report::TopWasters { .. }) {
+        return Some("a list of jobs or the heat map is made of the jobs themselves".into());
+    }
+    let f = &q.filters;
+    for (set, what) in [
+        (!f.nodes.is_empty(), "a filter on nodes"),
+        (f.min_elapsed_s.is_some(), "a filter on the elapsed time"),
+        (f.gpu.is_some(), "a filter on GPUs"),
+    ] {
+        if set {
+            return Some(format!("{what} is not among the rollups' keys"));
+        }
+    }
+    for (list, col) in f.text_columns() {
+        if !list.is_empty() && !TEXT_KEYS.contains(&col) {
+            return Some(format!("a filter on {col} is not among the rollups' keys"));
+        }
+    }
+    if let Some(k) = q
+        .keys()
+        .into_iter()
+        .find(|k| *k != GroupKey::Month && !TEXT_KEYS.contains(&k.column()))
+    {
+        return Some(format!(
+            "the rollups are not kept per {} (grouping by it reads the jobs)",
+            k.column()
+        ));
+    }
+    None
+}
+
+impl ParquetEngine {
+    /// The rollups of the jobs parts whose end times reach into `months` (all with `None`); a
+    /// rollup whose jobs part's entry is not sealed is kept (its rows' end months decide).
+    pub(crate) fn rollups_for(&self, months: Option<(i64, i64)>) -> Vec<&Part> {
+        let by_seq: BTreeMap<_, &Part> = self
+            .state
+            .jobs
+            .iter()
+            .map(|p| ((p.month.as_str(), super::seq_of(p)), p))
+            .collect();
+        let mut files = BTreeSet::new();
+        self.state
+            .rollups
+            .iter()
+            .filter(|r| files.insert(r.file.as_str()))
+            .filter(|r| {
+                let Some((m0, m1)) = months else { return true };
+                match by_seq.get(&(r.month.as_str(), super::seq_of(r))) {
+                    Some(j) if sealed("jobs", j) => {
+                        j.max_end_ms.is_none_or(|e| month_of_ms(e) >= m0)
+                            && j.min_end_ms.is_none_or(|e| month_of_ms(e) < m1)
+                    }
+                    _ => true,
+                }
+            })
+            .collect()
+    }
+
+    /// How `q` is answered: from the rollups for the whole UTC months of its window, when they
+    /// can answer it and every jobs part has its rollup (on the clock of the question when it
+    /// groups by month), and from the job parts for the rest.
+    pub fn plan(&self, q: &Query) -> Plan {
+        if let Some(why) = rollup_cannot_answer(q) {
+            return Plan::parts_only(q, why);
+        }
+        let have: BTreeSet<_> = self
+            .state
+            .rollups
+            .iter()
+            .map(|p| (p.month.as_str(), super::seq_of(p)))
+            .collect();
+        if let Some(p) = self
+            .state
+            .jobs
+            .iter()
+            .find(|p| !have.contains(&(p.month.as_str(), super::seq_of(p))))
+        {
+            return Plan::parts_only(
+                q,
+                format!("index part {} has no rollup (an update makes it)", p.file),
+            );
+        }
+        let w = &q.window;
+        // The first month starting at or after `since`, and the month `until` falls in.
+        let m0 = w.since_unix_s.map(|s| {
+            let m = month_of_ms(s.saturating_mul(1000));
+            if month_start_s(m) == Some(s) {
+                m
+            } else {
+                m + 1
+            }
+        });
+        let m1 = w.until_unix_s.map(|u| month_of_ms(u.saturating_mul(1000)));
+        let (start, end) = (m0.map(month_start_s), m1.map(month_start_s));
+        if matches!(start, Some(None)) || matches!(end, Some(None)) {
+            return Plan::parts_only(q, "the window ends past the calendar".into());
+        }
+        let (m0, m1) = (m0.unwrap_or(i64::MIN), m1.unwrap_or(i64::MAX));
+        if m0 >= m1 {
+            return Plan::parts_only(q, "the window holds no whole UTC month".into());
+        }
+        if q.keys().contains(&GroupKey::Month) {
+            let want = q.zone.name();
+            if let Some(r) = self
+                .rollups_for(Some((m0, m1)))
+                .into_iter()
+                .find(|r| r.zone.is_none() || r.zone != want)
+            {
+                return Plan::parts_only(
+                    q,
+                    format!(
+                        "the rollups' days are on the clock of {} and the question's on {}",
+                        r.zone.as_deref().unwrap_or("no zone"),
+                        q.zone.label()
+                    ),
+                );
+            }
+        }
+        let mut part_windows = Vec::new();
+        if let (Some(s), Some(Some(first))) = (w.since_unix_s, start) {
+            if s < first {
+                part_windows.push(Window {
+                    since_unix_s: Some(s),
+                    until_unix_s: Some(first),
+                });
+            }
+        }
+        if let (Some(u), Some(Some(last))) = (w.until_unix_s, end) {
+            if last < u {
+                part_windows.push(Window {
+                    since_unix_s: Some(last),
+                    until_unix_s: Some(u),
+                });
+            }
+        }
+        Plan {
+            rollup_months: Some((m0, m1)),
+            part_windows,
+            why_not: None,
+        }
+    }
+
+    /// The usage and top-wasters reports, as [`ParquetEngine::plan`] says.
+    pub(crate) fn usage(&self, q: &Query) -> Result<Table> {
+        self.usage_planned(q, &self.plan(q))
+    }
+
+    /// `q` answered from the job parts alone, as before the rollups: what tests and the benchmark
+    /// compare the rollups' answers with.
+    pub fn run_from_parts(&self, q: &Query) -> Result<Table> {
+        match q.report {
+            Report::Usage | Report::TopWasters { .. } => {
+                self.usage_planned(q, &Plan::parts_only(q, "asked for".into()))
+            }
+            _ => crate::query::Engine::run(self, q),
+        }
+    }
+
+    /// [`ParquetEngine::efficiency_histograms`] from the job parts alone.
+    pub fn efficiency_histograms_from_parts(
+        &self,
+        q: &Query,
+    ) -> Result<BTreeMap<Vec<Option<String>>, [Histogram; 2]>> {
+        self.histograms_planned(q, &Plan::parts_only(q, "asked for".into()))
+    }
+
+    fn usage_planned(&self, q: &Query, plan: &Plan) -> Result<Table> {
+        let cols = needed_columns(q);
+        let mut all = Usage::new(q)?;
+        for w in &plan.part_windows {
+            let qw = Query {
+                window: w.clone(),
+                ..q.clone()
+            };
+            let aggs = self.fold(
+                &qw,
+                &cols,
+                true,
+                || Usage::new(q),
+                |u: &mut Result<Usage>, _, b| match u {
+                    Ok(u) => u.add(&qw, &b),
+                    Err(e) => bail!("{e:#}"),
+                },
+            )?;
+            for u in aggs {
+                all.merge(u?);
+            }
+        }
+        if let Some(months) = plan.rollup_months {
+            let mut cols = rollup_key_columns(q);
+            cols.push("jobs".into());
+            let sum = |cols: &mut Vec<String>, n: &str| {
+                let (lo, hi) = rollup::sum_columns(n);
+                cols.extend([lo, hi]);
+            };
+            for n in USAGE_INPUTS {
+                sum(&mut cols, n);
+                cols.push(rollup::values_column(n));
+            }
+            for (u, a) in EFF_SUMS {
+                sum(&mut cols, u);
+                sum(&mut cols, a);
+            }
+            let aggs = self.fold_rollups(
+                months,
+                &cols,
+                true,
+                || Usage::new(q),
+                |u: &mut Result<Usage>, b| match u {
+                    Ok(u) => u.add_rollup(q, &b, months),
+                    Err(e) => bail!("{e:#}"),
+                },
+            )?;
+            for u in aggs {
+                all.merge(u?);
+            }
+        }
+        all.finish(q)
+    }
+
+    /// The CPU and memory efficiency histograms of the jobs `q` selects, per group of its text
+    /// keys (`q` is a usage question; its keys must be text keys the rollups hold), answered as
+    /// [`ParquetEngine::plan`] says.
+    pub fn efficiency_histograms(
+        &self,
+        q: &Query,
+    ) -> Result<BTreeMap<Vec<Option<String>>, [Histogram; 2]>> {
+        self.histograms_planned(q, &self.plan(q))
+    }
+
+    fn histograms_planned(
+        &self,
+        q: &Query,
+        plan: &Plan,
+    ) -> Result<BTreeMap<Vec<Option<String>>, [Histogram; 2]>> {
+        let keys = q.keys();
+        if let Some(k) = keys.iter().find(|k| !TEXT_KEYS.contains(&k.column())) {
+            bail!(
+                "efficiency histograms are kept per text key, not per {}",
+                k.column()
+            );
+        }
+        type Groups = BTreeMap<Vec<Option<String>>, [Histogram; 2]>;
+        let mut out = Groups::new();
+        let merge = |out: &mut Groups, parts: Vec<Groups>| {
+            for g in parts {
+                for (k, h) in g {
+                    let e = out.entry(k).or_default();
+                    e[0].merge(&h[0]);
+                    e[1].merge(&h[1]);
+                }
+            }
+        };
+        let key_of = |b: &RecordBatch, i: usize| -> Result<Vec<Option<String>>> {
+            keys.iter()
+                .map(|k| {
+                    let a = b
+                        .column_by_name(k.column())
+                        .and_then(|a| a.as_any().downcast_ref::<StringArray>())
+                        .with_context(|| format!("column {}", k.column()))?;
+                    Ok((!a.is_null(i)).then(|| a.value(i).to_string()))
+                })
+                .collect()
+        };
+        for w in &plan.part_windows {
+            let qw = Query {
+                window: w.clone(),
+                ..q.clone()
+            };
+            let mut cols = filter_columns(&qw);
+            for k in &keys {
+                if !cols.contains(&k.column()) {
+                    cols.push(k.column());
+                }
+            }
+            cols.extend(HISTOGRAMS.iter().map(|h| h.0));
+            let parts = self.fold(&qw, &cols, false, Groups::new, |acc, _, b| {
+                let effs: Vec<&Float64Array> = HISTOGRAMS
+                    .iter()
+                    .map(|h| {
+                        b.column_by_name(h.0)
+                            .and_then(|a| a.as_any().downcast_ref::<Float64Array>())
+                            .with_context(|| format!("the index's {} column", h.0))
+                    })
+                    .collect::<Result<_>>()?;
+                for i in matching(&qw, &b)? {
+                    let e = acc.entry(key_of(&b, i)?).or_default();
+                    for (h, a) in effs.iter().enumerate() {
+                        e[h].add((!a.is_null(i)).then(|| a.value(i)));
+                    }
+                }
+                Ok(())
+            })?;
+            merge(&mut out, parts);
+        }
+        if let Some(months) = plan.rollup_months {
+            let mut cols = rollup_key_columns(q);
+            for (_, p) in HISTOGRAMS {
+                for i in 0..HIST_BUCKETS {
+                    cols.push(rollup::bucket_column(p, i));
+                }
+                cols.push(format!("{p}_jobs_unknown"));
+                let (lo, hi) = rollup::sum_columns(&format!("{p}_pct"));
+                cols.extend([lo, hi]);
+            }
+            let parts = self.fold_rollups(months, &cols, false, Groups::new, |acc, b| {
+                let v = RollupView { b: &b };
+                let end_month = v.int("end_month")?;
+                let mut keep: Vec<usize> = (0..b.num_rows())
+                    .filter(|&i| (months.0..months.1).contains(&end_month.value(i)))
+                    .collect();
+                crate::eval::retain_rollup_filters(q, &b, &mut keep)?;
+                let mut hist_cols = Vec::new();
+                for (_, p) in HISTOGRAMS {
+                    let buckets: Vec<&Int64Array> = (0..HIST_BUCKETS)
+                        .map(|i| v.int(&rollup::bucket_column(p, i)))
+                        .collect::<Result<_>>()?;
+                    hist_cols.push((
+                        buckets,
+                        v.int(&format!("{p}_jobs_unknown"))?,
+                        v.sum(&format!("{p}_pct"))?,
+                    ));
+                }
+                for i in keep {
+                    let e = acc.entry(key_of(&b, i)?).or_default();
+                    for (h, (buckets, unknown, sum)) in hist_cols.iter().enumerate() {
+                        for (k, a) in buckets.iter().enumerate() {
+                            e[h].jobs[k] += a.value(i) as u64;
+                        }
+                        e[h].unknown += unknown.value(i) as u64;
+                        e[h].pct_sum += sum.at(i).unwrap_or_default();
+                    }
+                }
+                Ok(())
+            })?;
+            merge(&mut out, parts);
+        }
+        if keys.is_empty() && out.is_empty() {
+            out.insert(Vec::new(), Default::default());
+        }
+        Ok(out)
+    }
+
+    /// Reads the row groups of the rollup parts that reach into `months` on every core at once,
+    /// projected to `columns` (text keys as plain UTF-8, or as dictionaries with `dict`), each
+    /// batch handed to `f` with that reader's accumulator; returns the accumulators.
+    fn fold_rollups<T: Send>(
+        &self,
+        months: (i64, i64),
+        columns: &[String],
+        dict: bool,
+        init: impl Fn() -> T + Sync,
+        f: impl Fn(&mut T, RecordBatch) -> Result<()> + Sync,
+    ) -> Result<Vec<T>> {
+        let parts = self.rollups_for(Some(months));
+        let open = |p: &Part| {
+            std::fs::File::open(self.dir.join(&p.file))
+                .with_context(|| format!("index part {} (run `jobscope index rebuild`)", p.file))
+        };
+        let mut metas = Vec::with_capacity(parts.len());
+        let mut units: Vec<(usize, usize)> = Vec::new();
+        for (pi, p) in parts.iter().enumerate() {
+            let opts = if dict {
+                ArrowReaderOptions::new().with_schema(dict_rollup_schema())
+            } else {
+                ArrowReaderOptions::new()
+            };
+            let m = ArrowReaderMetadata::load(&open(p)?, opts)
+                .with_context(|| format!("index part {} is damaged", p.file))?;
+            let month_col = m.schema().index_of("end_month")?;
+            for (gi, rg) in m.metadata().row_groups().iter().enumerate() {
+                let touch = match rg.column(month_col).statistics() {
+                    Some(Statistics::Int64(st)) => {
+                        st.max_opt().is_none_or(|&m| m >= months.0)
+                            && st.min_opt().is_none_or(|&m| m < months.1)
+                    }
+                    _ => true,
+                };
+                if touch {
+                    units.push((pi, gi));
+                }
+            }
+            metas.push(m);
+        }
+        let read = |unit: usize, acc: &mut T| -> Result<()> {
+            let (pi, gi) = units[unit];
+            let m = &metas[pi];
+            let b = ParquetRecordBatchReaderBuilder::new_with_metadata(open(parts[pi])?, m.clone());
+            let idx: Vec<usize> = columns
+                .iter()
+                .map(|c| m.schema().index_of(c))
+                .collect::<std::result::Result<_, _>>()?;
+            let mask = ProjectionMask::roots(b.parquet_schema(), idx);
+            let r = b
+                .with_projection(mask)
+                .with_row_groups(vec![gi])
+                .with_batch_size(ROW_GROUP_ROWS)
+                .build()?;
+            for batch in r {
+                f(acc, batch?)?;
+            }
+            Ok(())
+        };
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let worker = || -> Result<T> {
+            let mut acc = init();
+            loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                if i >= units.len() {
+                    return Ok(acc);
+                }
+                read(i, &mut acc)?;
+            }
+        };
+        let threads = std::thread::available_parallelism()
+            .map_or(1, |n| n.get())
+            .clamp(1, MAX_READERS)
+            .min(units.len().max(1));
+        std::thread::scope(|sc| {
+            let others: Vec<_> = (1..threads).map(|_| sc.spawn(worker)).collect();
+            let mut out = vec![worker()?];
+            for h in others {
+                out.push(
+                    h.join()
+                        .unwrap_or_else(|_| bail!("index reader panicked"))?,
+                );
+            }
+            Ok(out)
+        })
+    }
+}
+
+/// The rollup schema with its text keys as `Dictionary(Int32, Utf8)` (the reader's hint: each
+/// distinct value is looked at once per batch).
+fn dict_rollup_schema() -> arrow_schema::SchemaRef {
+    let s = rollup::schema();
+    let fields: Vec<arrow_schema::Field> = s
+        .fields()
+        .iter()
+        .map(|f| {
+            if TEXT_KEYS.contains(&f.name().as_str()) {
+                f.as_ref()
+                    .clone()
+                    .with_data_type(arrow_schema::DataType::Dictionary(
+                        Box::new(arrow_schema::DataType::Int32),
+                        Box::new(arrow_schema::DataType::Utf8),
+                    ))
+            } else {
+                f.as_ref().clone()
+            }
+        })
+        .collect();
+    std::sync::Arc::new(arrow_schema::Schema::new(fields))
+}
+
+/// The rollup columns a question's keys and filters read (besides its sums).
+fn rollup_key_columns(q: &Query) -> Vec<String> {
+    let mut c: Vec<String> = vec!["end_month".into()];
+    let mut add = |n: &str| {
+        if !c.iter().any(|x| x == n) {
+            c.push(n.to_string())
+        }
+    };
+    if q.filters.uid.is_some() {
+        add("uid");
+    }
+    for (list, col) in q.filters.text_columns() {
+        if !list.is_empty() {
+            add(col);
+        }
+    }
+    for k in q.keys() {
+        match k {
+            GroupKey::Month => add("start_month"),
+            other => add(other.column()),
+        }
+    }
+    c
+}

@@ -1,0 +1,488 @@
+//! Rollups: beside each job part of the index, the sums the usage reports need, per end month and
+//! per the keys the cluster report groups and filters by (docs/audit.md, "Rollups"). A question
+//! whose window and grouping they can answer reads them for the whole months of its window and the
+//! job parts only for the days at its ends ([`crate::index::ParquetEngine::plan`]); any other reads
+//! the job parts.
+//!
+//! Per month, not per day: on the benchmark's index (10 M jobs of 4 000 users over 3 years, users
+//! drawn from a Zipf law) a day holds 9 000 jobs of 1 600 users, so rows per (day, user) would be a
+//! sixth of the jobs; per (month, user, account, partition) they are 7 %. The keys are those of the
+//! cluster report and the access rule (cluster, user, uid, account, partition, QOS, start month);
+//! state, class and group would take the rollups to 16 % of the jobs (measured), so questions by
+//! those read the job parts.
+//!
+//! Exact: every sum, from the job parts or from the rollups, is a sum of integers, each figure
+//! taken as a whole number of [`UNITS_PER_HOUR`]ths ([`fixed`]), so the order of the additions,
+//! and whether a job was added to a rollup row first, cannot change a bit of an answer (a test
+//! compares every report both ways over a generated index). Floats added in another order can.
+//!
+//! One rollup part per job part, with its number, written and committed with it: what makes the
+//! job parts right (one row per run, whatever fails, audit/src/index/faults.rs) makes the rollups
+//! right, and an update costs what its new jobs cost.
+
+use crate::arrow::with_derived;
+use crate::eval::USAGE_INPUTS;
+use crate::metrics::EFF_BUCKETS;
+use crate::query::{wall_keys, Zone};
+use anyhow::{Context, Result};
+use arrow_array::{Array, ArrayRef, Float64Array, Int64Array, RecordBatch, StringArray};
+use arrow_schema::{DataType, Field, Schema, SchemaRef};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// Text keys of a rollup row: the job row's columns of the same names.
+pub const TEXT_KEYS: [&str; 5] = ["cluster", "user", "account", "partition", "qos"];
+
+/// Decimal places of a stored sum: 10⁻¹² of an hour (3.6 ns) is below any figure's precision.
+pub const SCALE: i8 = 12;
+/// Units of a stored sum per hour (or per GB-hour, kWh, percent point): 10^[`SCALE`].
+pub const UNITS_PER_HOUR: f64 = 1e12;
+/// The largest figure taken whole: 10¹⁴ hours. Past it a figure is taken as this (no job runs
+/// 10¹⁰ years; a row may say so). With it, 10¹² figures add up inside an i128.
+const MAX_FIGURE: f64 = 1e14;
+
+/// A figure as a whole number of units: what every usage sum adds. The same figure always gives
+/// the same number, so sums of these are exact in any order.
+#[inline]
+pub fn fixed(v: f64) -> i128 {
+    let x = v * UNITS_PER_HOUR;
+    // The common case without a call: `as i64` truncates (one instruction), and twice the part
+    // truncated, truncated, is the step that rounds half away from zero. `f64::round` and a
+    // conversion to i128 are library calls, and were half the time of a usage report.
+    if x.abs() < 4.0e18 {
+        let t = x as i64;
+        return i128::from(t + ((x - t as f64) * 2.0) as i64);
+    }
+    // NaN (no archived figure is one) is taken as 0 rather than poisoning a sum.
+    (v.clamp(-MAX_FIGURE, MAX_FIGURE) * UNITS_PER_HOUR).round() as i128
+}
+
+/// A sum of [`fixed`] figures as a float: one rounding, at the end.
+pub fn float(x: i128) -> f64 {
+    x as f64 / UNITS_PER_HOUR
+}
+
+/// The efficiency histograms' buckets: `≤ EFF_BUCKETS[0]`, …, `≤ 100`, then `> 100`.
+pub const HIST_BUCKETS: usize = EFF_BUCKETS.len() + 1;
+
+/// The bucket of an efficiency in percent (`None`: none measured, or not a number).
+pub fn bucket_of(pct: Option<f64>) -> Option<usize> {
+    let p = pct.filter(|p| p.is_finite())?;
+    Some(
+        EFF_BUCKETS
+            .iter()
+            .position(|b| p <= *b)
+            .unwrap_or(EFF_BUCKETS.len()),
+    )
+}
+
+/// The per-job efficiencies whose histograms a rollup keeps: (job column, rollup column prefix).
+pub const HISTOGRAMS: [(&str, &str); 2] = [("cpu_eff_pct", "cpu_eff"), ("mem_eff_pct", "mem_eff")];
+
+/// Σ used and Σ alloc of the weighted efficiencies, over the jobs that have both: the rollup
+/// columns, in [`crate::eval`]'s order (CPU, memory, GPU).
+pub const EFF_SUMS: [(&str, &str); 3] = [
+    ("cpu_eff_core_hours_used", "cpu_eff_core_hours_alloc"),
+    ("mem_eff_gb_hours_used", "mem_eff_gb_hours_alloc"),
+    ("gpu_eff_gpu_hours_used", "gpu_eff_gpu_hours_alloc"),
+];
+
+/// The job columns a rollup is made of.
+pub fn inputs() -> Vec<&'static str> {
+    let mut c: Vec<&'static str> = TEXT_KEYS.to_vec();
+    c.extend(["uid", "end_unix_ms", "start_unix_ms"]);
+    c.extend(USAGE_INPUTS);
+    c.extend(HISTOGRAMS.iter().map(|h| h.0));
+    c
+}
+
+/// The name of the count of values of a usage sum (a sum over no value is null, never 0); null
+/// in a row where every job has the value (most: it costs nothing stored).
+pub fn values_column(input: &str) -> String {
+    format!("{input}_values")
+}
+
+/// The two columns a sum is stored in, `(low, high)`: the sum in units is high × 2⁶² + low, with
+/// 0 ≤ low < 2⁶² (plain 64-bit integers compress and decode far better than 128-bit decimals; the
+/// high part is 0 in nearly every row).
+pub fn sum_columns(name: &str) -> (String, String) {
+    (format!("{name}_units"), format!("{name}_units_hi"))
+}
+
+const SPLIT: i128 = 1 << 62;
+
+fn split(x: i128) -> (i64, i64) {
+    (x.rem_euclid(SPLIT) as i64, x.div_euclid(SPLIT) as i64)
+}
+
+/// A sum from its two stored parts.
+pub fn join(lo: i64, hi: i64) -> i128 {
+    i128::from(hi) * SPLIT + i128::from(lo)
+}
+
+/// The name of a histogram bucket's job count.
+pub fn bucket_column(prefix: &str, i: usize) -> String {
+    match EFF_BUCKETS.get(i) {
+        Some(b) => format!("{prefix}_jobs_le_{b}"),
+        None => format!("{prefix}_jobs_gt_{}", EFF_BUCKETS[EFF_BUCKETS.len() - 1]),
+    }
+}
+
+/// The rollup table's columns: the keys (`end_month`: the month of the job's end in UTC as
+/// `year × 12 + month − 1`, what a window selects it by; `start_month`: its start's month on the
+/// wall clock of the part's zone, what `--by month` groups by), `jobs`, each usage sum (in
+/// 10⁻¹² units, [`sum_columns`]) with its count of values, the weighted efficiencies' sums (null
+/// where they are the plain sums), the efficiency histograms.
+pub fn schema() -> SchemaRef {
+    let mut f = vec![
+        Field::new("end_month", DataType::Int64, false),
+        Field::new("start_month", DataType::Int64, true),
+        Field::new("uid", DataType::Int64, true),
+    ];
+    f.extend(
+        TEXT_KEYS
+            .iter()
+            .map(|k| Field::new(*k, DataType::Utf8, true)),
+    );
+    f.push(Field::new("jobs", DataType::Int64, false));
+    let sum = |f: &mut Vec<Field>, name: &str, nullable: bool| {
+        let (lo, hi) = sum_columns(name);
+        f.push(Field::new(lo, DataType::Int64, nullable));
+        f.push(Field::new(hi, DataType::Int64, nullable));
+    };
+    for n in USAGE_INPUTS {
+        sum(&mut f, n, false);
+        f.push(Field::new(values_column(n), DataType::Int64, true));
+    }
+    for (u, a) in EFF_SUMS {
+        sum(&mut f, u, true);
+        sum(&mut f, a, true);
+    }
+    for (_, p) in HISTOGRAMS {
+        for i in 0..HIST_BUCKETS {
+            f.push(Field::new(bucket_column(p, i), DataType::Int64, false));
+        }
+        f.push(Field::new(
+            format!("{p}_jobs_unknown"),
+            DataType::Int64,
+            false,
+        ));
+        sum(&mut f, &format!("{p}_pct"), false);
+    }
+    Arc::new(Schema::new(f))
+}
+
+/// A UTC month (`year × 12 + month − 1`) of an instant in milliseconds.
+pub fn month_of_ms(unix_ms: i64) -> i64 {
+    let (y, m, _) = jobscope_model::time::civil_from_days(unix_ms.div_euclid(86_400_000));
+    y * 12 + i64::from(m) - 1
+}
+
+/// The first instant (Unix seconds, UTC) of a month (`year × 12 + month − 1`).
+pub fn month_start_s(month: i64) -> Option<i64> {
+    let y = i32::try_from(month.div_euclid(12)).ok()?;
+    let d = chrono::NaiveDate::from_ymd_opt(y, month.rem_euclid(12) as u32 + 1, 1)?;
+    Some(d.and_hms_opt(0, 0, 0)?.and_utc().timestamp())
+}
+
+/// One rollup row's sums while it is made.
+#[derive(Clone, Default)]
+struct Sums {
+    jobs: i64,
+    sums: [i128; USAGE_INPUTS.len()],
+    values: [i64; USAGE_INPUTS.len()],
+    eff: [(i128, i128); 3],
+    hist: [[i64; HIST_BUCKETS]; 2],
+    unknown: [i64; 2],
+    pct_sum: [i128; 2],
+}
+
+/// (used, alloc) positions in [`USAGE_INPUTS`] of the three weighted efficiencies.
+pub const EFF_PAIRS: [(usize, usize); 3] = [(1, 0), (4, 3), (7, 6)];
+
+/// The rollup of a batch of job rows as stored (or whole: the derived columns are computed from
+/// the stored ones either way), start days on `zone`'s wall clock: one row per distinct key,
+/// ordered by end day, then the keys.
+pub fn of_jobs(stored: &[RecordBatch], zone: Zone) -> Result<RecordBatch> {
+    let cols = inputs();
+    let derived: Vec<RecordBatch> = stored
+        .iter()
+        .map(|b| with_derived(b, &cols))
+        .collect::<Result<_>>()?;
+    type Key<'a> = (
+        i64,
+        Option<i64>,
+        Option<i64>,
+        [Option<&'a str>; TEXT_KEYS.len()],
+    );
+    let mut groups: HashMap<Key, usize> = HashMap::new();
+    let mut rows: Vec<(Key, Sums)> = Vec::new();
+    let mut offsets = crate::eval::Offsets::new(zone);
+    for b in &derived {
+        let text: Vec<&StringArray> = TEXT_KEYS
+            .iter()
+            .map(|k| {
+                b.column_by_name(k)
+                    .and_then(|a| a.as_any().downcast_ref::<StringArray>())
+                    .with_context(|| format!("rollup: job column {k}"))
+            })
+            .collect::<Result<_>>()?;
+        let int = |n: &str| {
+            b.column_by_name(n)
+                .and_then(|a| a.as_any().downcast_ref::<Int64Array>())
+                .with_context(|| format!("rollup: job column {n}"))
+        };
+        let flt = |n: &str| {
+            b.column_by_name(n)
+                .and_then(|a| a.as_any().downcast_ref::<Float64Array>())
+                .with_context(|| format!("rollup: job column {n}"))
+        };
+        let (uid, end, start) = (int("uid")?, int("end_unix_ms")?, int("start_unix_ms")?);
+        let figures: Vec<&Float64Array> =
+            USAGE_INPUTS.iter().map(|n| flt(n)).collect::<Result<_>>()?;
+        let effs: Vec<&Float64Array> =
+            HISTOGRAMS.iter().map(|h| flt(h.0)).collect::<Result<_>>()?;
+        let get = |a: &Float64Array, i: usize| (!a.is_null(i)).then(|| a.value(i));
+        let geti = |a: &Int64Array, i: usize| (!a.is_null(i)).then(|| a.value(i));
+        for i in 0..b.num_rows() {
+            // A row without an end is in no window: the job parts' reports never count it either.
+            let Some(end_ms) = geti(end, i) else { continue };
+            let start_month = geti(start, i)
+                .and_then(|ms| offsets.wall(ms))
+                .map(|(w, _)| wall_keys(w).3);
+            let mut t = [None; TEXT_KEYS.len()];
+            for (k, a) in text.iter().enumerate() {
+                t[k] = (!a.is_null(i)).then(|| a.value(i));
+            }
+            let key = (month_of_ms(end_ms), start_month, geti(uid, i), t);
+            let g = *groups.entry(key).or_insert_with(|| {
+                rows.push((key, Sums::default()));
+                rows.len() - 1
+            });
+            let s = &mut rows[g].1;
+            s.jobs += 1;
+            for (c, a) in figures.iter().enumerate() {
+                if let Some(v) = get(a, i) {
+                    s.sums[c] += fixed(v);
+                    s.values[c] += 1;
+                }
+            }
+            for (e, (u, al)) in EFF_PAIRS.iter().enumerate() {
+                if let (Some(u), Some(a)) = (get(figures[*u], i), get(figures[*al], i)) {
+                    s.eff[e].0 += fixed(u);
+                    s.eff[e].1 += fixed(a);
+                }
+            }
+            for (h, a) in effs.iter().enumerate() {
+                let v = get(a, i);
+                match bucket_of(v) {
+                    Some(k) => {
+                        s.hist[h][k] += 1;
+                        s.pct_sum[h] += fixed(v.unwrap_or_default());
+                    }
+                    None => s.unknown[h] += 1,
+                }
+            }
+        }
+    }
+    rows.sort_by(|a, b| a.0.cmp(&b.0));
+    let schema = schema();
+    let int_col = |f: &dyn Fn(&(Key, Sums)) -> i64| -> ArrayRef {
+        Arc::new(Int64Array::from_iter_values(rows.iter().map(f)))
+    };
+    let opt_col = |f: &dyn Fn(&(Key, Sums)) -> Option<i64>| -> ArrayRef {
+        Arc::new(Int64Array::from_iter(rows.iter().map(f)))
+    };
+    // A sum's two columns; `None` rows are null in both.
+    let sum_cols = |out: &mut Vec<ArrayRef>, f: &dyn Fn(&(Key, Sums)) -> Option<i128>| {
+        out.push(opt_col(&|r| f(r).map(|x| split(x).0)));
+        out.push(opt_col(&|r| f(r).map(|x| split(x).1)));
+    };
+    let mut out: Vec<ArrayRef> = vec![
+        int_col(&|r| r.0 .0),
+        Arc::new(Int64Array::from_iter(rows.iter().map(|r| r.0 .1))),
+        Arc::new(Int64Array::from_iter(rows.iter().map(|r| r.0 .2))),
+    ];
+    for k in 0..TEXT_KEYS.len() {
+        out.push(Arc::new(StringArray::from_iter(
+            rows.iter().map(|r| r.0 .3[k]),
+        )));
+    }
+    out.push(int_col(&|r| r.1.jobs));
+    for c in 0..USAGE_INPUTS.len() {
+        sum_cols(&mut out, &|r| Some(r.1.sums[c]));
+        out.push(opt_col(&|r| {
+            (r.1.values[c] != r.1.jobs).then_some(r.1.values[c])
+        }));
+    }
+    for (e, (u, a)) in EFF_PAIRS.iter().enumerate() {
+        // Null where the efficiency's sums are the plain sums (every job has both figures).
+        let plain = |r: &(Key, Sums)| r.1.eff[e] == (r.1.sums[*u], r.1.sums[*a]);
+        sum_cols(&mut out, &|r| (!plain(r)).then_some(r.1.eff[e].0));
+        sum_cols(&mut out, &|r| (!plain(r)).then_some(r.1.eff[e].1));
+    }
+    for h in 0..HISTOGRAMS.len() {
+        for k in 0..HIST_BUCKETS {
+            out.push(int_col(&|r| r.1.hist[h][k]));
+        }
+        out.push(int_col(&|r| r.1.unknown[h]));
+        sum_cols(&mut out, &|r| Some(r.1.pct_sum[h]));
+    }
+    Ok(RecordBatch::try_new(schema, out)?)
+}
+
+/// The zone a new rollup's start days are taken in: the local one when it has a name (a query in
+/// the same zone groups by day from the rollups), else UTC.
+pub fn writer_zone() -> (Zone, String) {
+    match Zone::Local.name() {
+        Some(n) => (Zone::Local, n),
+        None => (Zone::Utc, "UTC".into()),
+    }
+}
+
+/// Typed access to a rollup batch's columns.
+pub struct RollupView<'a> {
+    pub b: &'a RecordBatch,
+}
+
+impl<'a> RollupView<'a> {
+    pub fn int(&self, n: &str) -> Result<&'a Int64Array> {
+        self.b
+            .column_by_name(n)
+            .and_then(|a| a.as_any().downcast_ref::<Int64Array>())
+            .with_context(|| format!("the rollup has no Int64 column {n}"))
+    }
+    /// A stored sum's two columns ([`sum_columns`]); a row's sum is [`Sum::at`].
+    pub fn sum(&self, name: &str) -> Result<Sum<'a>> {
+        let (lo, hi) = sum_columns(name);
+        Ok(Sum {
+            lo: self.int(&lo)?,
+            hi: self.int(&hi)?,
+        })
+    }
+}
+
+/// A stored sum's columns in one batch.
+pub struct Sum<'a> {
+    lo: &'a Int64Array,
+    hi: &'a Int64Array,
+}
+
+impl Sum<'_> {
+    /// The sum in row `i` (`None`: null, see [`schema`]).
+    pub fn at(&self, i: usize) -> Option<i128> {
+        (!self.lo.is_null(i) && !self.hi.is_null(i))
+            .then(|| join(self.lo.value(i), self.hi.value(i)))
+    }
+}
+
+/// The efficiency histogram of some jobs: per bucket ([`bucket_of`]) its jobs, the jobs without
+/// a figure, and the Σ of the figures ([`fixed`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Histogram {
+    pub jobs: [u64; HIST_BUCKETS],
+    pub unknown: u64,
+    pub pct_sum: i128,
+}
+
+impl Histogram {
+    pub fn add(&mut self, pct: Option<f64>) {
+        match bucket_of(pct) {
+            Some(k) => {
+                self.jobs[k] += 1;
+                self.pct_sum += fixed(pct.unwrap_or_default());
+            }
+            None => self.unknown += 1,
+        }
+    }
+
+    pub fn merge(&mut self, o: &Histogram) {
+        for (a, b) in self.jobs.iter_mut().zip(o.jobs) {
+            *a += b;
+        }
+        self.unknown += o.unknown;
+        self.pct_sum += o.pct_sum;
+    }
+
+    /// Jobs with a figure.
+    pub fn count(&self) -> u64 {
+        self.jobs.iter().sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fixed_sums_do_not_depend_on_the_order() {
+        let v = [0.1, 1e-13, 12_345.678_9, 3.0e9, 0.2, 7.25e-7];
+        let a: i128 = v.iter().map(|&x| fixed(x)).sum();
+        let b: i128 = v.iter().rev().map(|&x| fixed(x)).sum();
+        assert_eq!(a, b);
+        // Floats do not give that (the reason for all this).
+        assert_ne!((0.1 + 0.2) + 0.3, (0.3 + 0.2) + 0.1);
+        let (x, y) = (
+            fixed(0.1) + fixed(0.2) + fixed(0.3),
+            fixed(0.3) + fixed(0.2) + fixed(0.1),
+        );
+        assert_eq!(float(x).to_bits(), float(y).to_bits());
+        assert_eq!(fixed(1.5), 1_500_000_000_000);
+        assert_eq!(float(fixed(0.25)), 0.25);
+        assert_eq!(fixed(1e300), fixed(1e14));
+        assert_eq!(fixed(f64::NAN), 0);
+        // Half a unit away from zero, as f64::round.
+        for v in [
+            2.5e-12,
+            -2.5e-12,
+            0.7e-12,
+            -0.7e-12,
+            1.4999e-12,
+            123.456_789_012_345_6,
+            -3.0e6,
+            4.1e6,
+        ] {
+            assert_eq!(fixed(v), (v * UNITS_PER_HOUR).round() as i128, "{v}");
+        }
+    }
+
+    #[test]
+    fn buckets_follow_the_upper_bounds() {
+        assert_eq!(bucket_of(Some(0.0)), Some(0));
+        assert_eq!(bucket_of(Some(10.0)), Some(0));
+        assert_eq!(bucket_of(Some(10.01)), Some(1));
+        assert_eq!(bucket_of(Some(100.0)), Some(5));
+        assert_eq!(bucket_of(Some(180.0)), Some(6));
+        assert_eq!(bucket_of(None), None);
+        assert_eq!(bucket_of(Some(f64::INFINITY)), None);
+        assert_eq!(bucket_column("cpu_eff", 0), "cpu_eff_jobs_le_10");
+        assert_eq!(bucket_column("cpu_eff", 6), "cpu_eff_jobs_gt_100");
+    }
+
+    #[test]
+    fn a_sum_is_its_two_columns() {
+        for x in [
+            0,
+            1,
+            (1 << 62) - 1,
+            1 << 62,
+            -1,
+            7 << 70,
+            -(5 << 66) + 3,
+            i128::from(i64::MAX) * 9,
+        ] {
+            let (lo, hi) = split(x);
+            assert!((0..1 << 62).contains(&lo), "{x}");
+            assert_eq!(join(lo, hi), x);
+        }
+    }
+
+    #[test]
+    fn months_and_their_first_instants() {
+        // 2024-02-29 13:05:00 UTC; 1969-12-31 23:59:59 UTC.
+        assert_eq!(month_of_ms(1_709_211_900_000), 2024 * 12 + 1);
+        assert_eq!(month_of_ms(-1000), 1969 * 12 + 11);
+        assert_eq!(month_start_s(2024 * 12 + 1), Some(1_706_745_600));
+        assert_eq!(month_start_s(1970 * 12), Some(0));
+    }
+}
