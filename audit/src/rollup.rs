@@ -408,6 +408,21 @@ impl Histogram {
     pub fn count(&self) -> u64 {
         self.jobs.iter().sum()
     }
+
+    /// The buckets' names: `≤ 10 %`, `10–25 %`, …, `> 100 %`.
+    pub fn labels() -> Vec<String> {
+        let mut v = Vec::with_capacity(EFF_BUCKETS.len() + 1);
+        let mut lo: Option<f64> = None;
+        for b in EFF_BUCKETS {
+            v.push(match lo {
+                None => format!("≤ {b} %"),
+                Some(l) => format!("{l}–{b} %"),
+            });
+            lo = Some(b);
+        }
+        v.push(format!("> {} %", EFF_BUCKETS[EFF_BUCKETS.len() - 1]));
+        v
+    }
 }
 
 #[cfg(test)]

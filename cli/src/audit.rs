@@ -128,6 +128,10 @@ pub struct Common {
     /// Which engine answers: the Parquet index, or PostgreSQL (root; docs/postgres.md).
     #[arg(long, value_enum, default_value = "index")]
     engine: EngineKind,
+    /// Say on standard error what answered: the index's rollups (for which months) and job parts,
+    /// or the job parts alone and why (docs/audit.md, "Rollups").
+    #[arg(long)]
+    explain: bool,
     /// Write the output to this file instead of standard output. It must be new: a file,
     /// symlink or FIFO already at the path is refused (nothing is overwritten), and a symlink on
     /// the way is followed only if root or you own it.
@@ -696,11 +700,23 @@ pub fn audit_cmd(cfg: &Config, cmd: AuditCmd) -> Result<()> {
                  (docs/postgres.md)"
             );
         }
+        if common.explain {
+            eprintln!("jobscope: answered by PostgreSQL (docs/postgres.md)");
+        }
         jobscope_audit::pg::engine::PgEngine::new(jobscope_audit::pg::connect(&cfg.postgres)?)
             .run(&q)?
     } else if is_admin(cfg) {
-        admin_index(cfg)?.run(&q)?
+        let eng = admin_index(cfg)?;
+        if common.explain {
+            eprintln!("jobscope: {}", eng.plan(&q).describe(&eng));
+        }
+        eng.run(&q)?
     } else {
+        if common.explain {
+            eprintln!(
+                "jobscope: answered from your own archived jobs (the index, and its rollups, are                  read by root and the admin group)"
+            );
+        }
         archive_dir(cfg)?;
         // SAFETY: getuid cannot fail.
         let uid = unsafe { libc::getuid() };

@@ -21,10 +21,7 @@ mod browser;
 mod tests;
 
 use anyhow::{ensure, Context, Result};
-use arrow_array::{Array, Float64Array};
-use jobscope_audit::eval;
 use jobscope_audit::index::ParquetEngine;
-use jobscope_audit::metrics::EFF_BUCKETS;
 use jobscope_audit::query::{
     Engine, Filters, GroupKey, Query, Report, WasteMetric, Window, Zone, MAX_TIME_S, MIN_TIME_S,
 };
@@ -53,50 +50,9 @@ pub const METRICS: [WasteMetric; 3] = [
     WasteMetric::GpuHours,
 ];
 
-/// Jobs per efficiency bucket: `≤ EFF_BUCKETS[0]`, …, `≤ 100`, then `> 100` (the OpenMetrics
-/// histogram's buckets, `jobscope_job_cpu_efficiency_pct`), and the jobs without a figure.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Distribution {
-    pub jobs: [u64; EFF_BUCKETS.len() + 1],
-    pub unknown: u64,
-}
-
-impl Distribution {
-    fn add(&mut self, pct: Option<f64>) {
-        match pct.filter(|p| p.is_finite()) {
-            None => self.unknown += 1,
-            Some(p) => {
-                let i = EFF_BUCKETS
-                    .iter()
-                    .position(|b| p <= *b)
-                    .unwrap_or(EFF_BUCKETS.len());
-                self.jobs[i] += 1;
-            }
-        }
-    }
-
-    fn merge(&mut self, o: &Distribution) {
-        for (a, b) in self.jobs.iter_mut().zip(o.jobs) {
-            *a += b;
-        }
-        self.unknown += o.unknown;
-    }
-
-    /// The buckets' names: `≤ 10 %`, `10–25 %`, …, `> 100 %`.
-    pub fn labels() -> Vec<String> {
-        let mut v = Vec::with_capacity(EFF_BUCKETS.len() + 1);
-        let mut lo: Option<f64> = None;
-        for b in EFF_BUCKETS {
-            v.push(match lo {
-                None => format!("≤ {b} %"),
-                Some(l) => format!("{l}–{b} %"),
-            });
-            lo = Some(b);
-        }
-        v.push(format!("> {} %", EFF_BUCKETS[EFF_BUCKETS.len() - 1]));
-        v
-    }
-}
+/// Jobs per efficiency bucket (`≤ EFF_BUCKETS[0]`, …, `≤ 100`, `> 100`: the OpenMetrics
+/// histogram's buckets) and the jobs without a figure: the rollups' histogram.
+pub use jobscope_audit::rollup::Histogram as Distribution;
 
 /// Everything the report shows, as the audit's queries answered it.
 #[derive(Debug, Clone)]
@@ -212,35 +168,17 @@ pub fn gather(eng: &ParquetEngine, o: &Options) -> Result<Data> {
 }
 
 /// The jobs of `q`'s window and scope by CPU and by memory efficiency (the index's per-job
-/// `cpu_eff_pct`, `mem_eff_pct`), read in parallel like any report, only those two columns and
-/// the filtered ones.
+/// `cpu_eff_pct`, `mem_eff_pct`), from the rollups' histograms for the window's whole months and
+/// the job parts for its ends (`ParquetEngine::efficiency_histograms`).
 fn distributions(eng: &ParquetEngine, q: &Query) -> Result<(Distribution, Distribution)> {
-    let mut cols = eval::filter_columns(q);
-    cols.extend(["cpu_eff_pct", "mem_eff_pct"]);
-    let parts = eng.fold(
-        q,
-        &cols,
-        false,
-        || (Distribution::default(), Distribution::default()),
-        |acc, _, b| {
-            let col = |n: &str| {
-                b.column_by_name(n)
-                    .and_then(|a| a.as_any().downcast_ref::<Float64Array>())
-                    .with_context(|| format!("the index's {n} column"))
-            };
-            let (cpu, mem) = (col("cpu_eff_pct")?, col("mem_eff_pct")?);
-            let get = |a: &Float64Array, i: usize| (!a.is_null(i)).then(|| a.value(i));
-            for i in eval::matching(q, &b)? {
-                acc.0.add(get(cpu, i));
-                acc.1.add(get(mem, i));
-            }
-            Ok(())
-        },
-    )?;
-    let mut out = (Distribution::default(), Distribution::default());
-    for (c, m) in &parts {
-        out.0.merge(c);
-        out.1.merge(m);
-    }
-    Ok(out)
+    let q = Query {
+        report: Report::Usage,
+        group_by: Vec::new(),
+        ..q.clone()
+    };
+    let [cpu, mem] = eng
+        .efficiency_histograms(&q)?
+        .remove(&Vec::new())
+        .unwrap_or_default();
+    Ok((cpu, mem))
 }

@@ -99,52 +99,22 @@ pub fn write_metrics(cfg: &Config, idx: &Index, path: &std::path::Path) -> Resul
     let eng = ParquetEngine::open(&idx.settings.dir)?;
     let user = cfg.audit.metrics_user_label;
     let usage = eng.run(&metrics::usage_query(user))?;
-    let mut cols = vec!["end_unix_ms", "cluster", "partition", "cpu_eff_pct"];
-    if user {
-        cols.push("user");
-    }
-    let batches = eng.scan(&Query::new(Report::Jobs), &cols)?;
-    let mut h: BTreeMap<Vec<String>, ([u64; 6], u64, f64)> = BTreeMap::new();
-    for b in &batches {
-        let s = |n: &str| {
-            b.column_by_name(n)
-                .and_then(|a| a.as_any().downcast_ref::<StringArray>())
-        };
-        let eff = b
-            .column_by_name("cpu_eff_pct")
-            .and_then(|a| a.as_any().downcast_ref::<Float64Array>())
-            .context("cpu_eff_pct")?;
-        let keys: Vec<&StringArray> = cols[1..]
-            .iter()
-            .filter(|c| **c != "cpu_eff_pct")
-            .filter_map(|c| s(c))
-            .collect();
-        for i in 0..b.num_rows() {
-            if eff.is_null(i) {
-                continue;
+    // The CPU-efficiency histograms per (cluster, partition[, user]): from the rollups.
+    let hist: metrics::Histograms = eng
+        .efficiency_histograms(&metrics::usage_query(user))?
+        .into_iter()
+        .filter(|(_, [cpu, _])| cpu.count() > 0)
+        .map(|(k, [cpu, _])| {
+            let mut le = [0u64; metrics::EFF_BUCKETS.len()];
+            let mut below = 0;
+            for (i, n) in le.iter_mut().enumerate() {
+                below += cpu.jobs[i];
+                *n = below;
             }
-            let k: Vec<String> = keys
-                .iter()
-                .map(|a| {
-                    if a.is_null(i) {
-                        String::new()
-                    } else {
-                        a.value(i).to_string()
-                    }
-                })
-                .collect();
-            let e = h.entry(k).or_insert(([0; 6], 0, 0.0));
-            let v = eff.value(i);
-            for (b, n) in metrics::EFF_BUCKETS.iter().zip(e.0.iter_mut()) {
-                if v <= *b {
-                    *n += 1;
-                }
-            }
-            e.1 += 1;
-            e.2 += v;
-        }
-    }
-    let hist: metrics::Histograms = h.into_iter().map(|(k, (b, c, s))| (k, b, c, s)).collect();
+            let labels = k.into_iter().map(Option::unwrap_or_default).collect();
+            (labels, le, cpu.count(), crate::rollup::float(cpu.pct_sum))
+        })
+        .collect();
     let text = metrics::render(&usage, &hist, user)?;
     let dir = path.parent().context("metrics_file has no directory")?;
     let name = path
