@@ -687,20 +687,44 @@ impl Usage {
         for &(i, g) in &pairs {
             self.jobs[g as usize] += jobs[i as usize];
         }
+        // Column by column; the common rows (no null: every job of the row had the figure, and
+        // both figures of each efficiency) without a check per row.
         let mut plain = Vec::with_capacity(USAGE_INPUTS.len());
         for (c, n) in USAGE_INPUTS.iter().enumerate() {
             let (sums, values) = (r.sum(n)?, r.int(&values_column(n))?);
-            for &(i, g) in &pairs {
-                let (i, g) = (i as usize, g as usize);
-                // A null count: every job of the row has the figure.
-                let n = oi(values, i).unwrap_or(jobs[i]);
-                self.sums[g][c] += sums.at(i).unwrap_or_default();
-                self.has[g][c] |= n > 0;
+            match (sums.dense(), values.null_count() == values.len()) {
+                (Some((lo, hi)), true) => {
+                    for &(i, g) in &pairs {
+                        let (i, g) = (i as usize, g as usize);
+                        self.sums[g][c] += crate::rollup::join(lo[i], hi[i]);
+                        self.has[g][c] |= jobs[i] > 0;
+                    }
+                }
+                _ => {
+                    for &(i, g) in &pairs {
+                        let (i, g) = (i as usize, g as usize);
+                        // A null count: every job of the row has the figure.
+                        let n = oi(values, i).unwrap_or(jobs[i]);
+                        self.sums[g][c] += sums.at(i).unwrap_or_default();
+                        self.has[g][c] |= n > 0;
+                    }
+                }
             }
             plain.push(sums);
         }
         for (e, ((u, a), (pu, pa))) in EFF_SUMS.iter().zip(EFF_PAIRS).enumerate() {
             let (used, alloc) = (r.sum(u)?, r.sum(a)?);
+            if let (true, Some((ul, uh)), Some((al, ah))) =
+                (used.all_null(), plain[pu].dense(), plain[pa].dense())
+            {
+                // Every row's efficiency sums are its plain sums.
+                for &(i, g) in &pairs {
+                    let (i, x) = (i as usize, &mut self.eff[g as usize][e]);
+                    x.0 += crate::rollup::join(ul[i], uh[i]);
+                    x.1 += crate::rollup::join(al[i], ah[i]);
+                }
+                continue;
+            }
             for &(i, g) in &pairs {
                 let i = i as usize;
                 // Null: the plain sums (every job has both figures).
@@ -746,6 +770,23 @@ impl Usage {
         shares: Option<&[f64]>,
         touched: &[usize],
     ) {
+        // The common batch (no null in any figure, no shares): row by row, each group's sums
+        // touched once per row rather than once per column. The sums are exact, so the order of
+        // the additions does not matter.
+        if shares.is_none() && inputs.len() == N_INPUTS && inputs.iter().all(|a| nulls(a).is_none())
+        {
+            let cols: [&[f64]; N_INPUTS] = std::array::from_fn(|c| inputs[c].values().as_ref());
+            for &(r, g) in pairs {
+                let sums = &mut self.sums[g as usize];
+                for (c, col) in cols.iter().enumerate() {
+                    sums[c] += fixed(col[r as usize]);
+                }
+            }
+            for &g in touched {
+                self.has[g] = [true; N_INPUTS];
+            }
+            return;
+        }
         for (c, a) in inputs.iter().enumerate() {
             let vals = a.values();
             match (nulls(a), shares) {

@@ -116,6 +116,7 @@ fn split(x: i128) -> (i64, i64) {
 }
 
 /// A sum from its two stored parts.
+#[inline]
 pub fn join(lo: i64, hi: i64) -> i128 {
     i128::from(hi) * SPLIT + i128::from(lo)
 }
@@ -368,11 +369,22 @@ pub struct Sum<'a> {
     hi: &'a Int64Array,
 }
 
-impl Sum<'_> {
+impl<'a> Sum<'a> {
     /// The sum in row `i` (`None`: null, see [`schema`]).
     pub fn at(&self, i: usize) -> Option<i128> {
         (!self.lo.is_null(i) && !self.hi.is_null(i))
             .then(|| join(self.lo.value(i), self.hi.value(i)))
+    }
+
+    /// Both columns' values, when no row is null.
+    pub fn dense(&self) -> Option<(&'a [i64], &'a [i64])> {
+        (self.lo.null_count() == 0 && self.hi.null_count() == 0)
+            .then(|| (self.lo.values().as_ref(), self.hi.values().as_ref()))
+    }
+
+    /// Whether every row is null.
+    pub fn all_null(&self) -> bool {
+        self.lo.null_count() == self.lo.len()
     }
 }
 

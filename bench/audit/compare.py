@@ -3,6 +3,7 @@ slurm-usage tool's own `analyze` over its own layout of the same jobs (bench/aud
 
     compare.py layout INDEX_DIR SLURM_USAGE_DATA_DIR     write slurm-usage's layout of the index's jobs
     compare.py query INDEX_DIR END_YYYY-MM-DD REPEAT     time DuckDB and Polars: usage by user, year and 30 days
+    compare.py rollups INDEX_DIR END_YYYY-MM-DD REPEAT   time DuckDB given the rollups jobscope reads (a year)
 
 The question is jobscope's usage report grouped by user (audit/src/query.rs): jobs, sums of
 core-/GB-/GPU-hours allocated, used and wasted, weighted efficiencies, energy; window on END time.
@@ -196,10 +197,139 @@ def query(index, end, repeat):
             f, med, best, out = timed(lambda: polars_usage(fs, since_ms, until_ms), repeat)
             print(f"polars   {tag:<34} first {f:8.1f} ms  median {med:8.1f} ms  best {best:8.1f} ms  ({len(out)} users)")
 
+def month_of(ms):
+    d = datetime.fromtimestamp(ms // 1000, tz=timezone.utc)
+    return d.year * 12 + d.month - 1
+
+
+def month_start_ms(m):
+    return int(datetime(m // 12, m % 12 + 1, 1, tzinfo=timezone.utc).timestamp()) * 1000
+
+
+def plan(since_ms, until_ms):
+    """jobscope's plan (audit/src/index/rollups.rs `ParquetEngine::plan`): the whole UTC months of
+    the window from the rollups, the days at its ends from the job parts."""
+    m0 = month_of(since_ms)
+    if month_start_ms(m0) != since_ms:
+        m0 += 1
+    m1 = month_of(until_ms)
+    edges = []
+    if since_ms < month_start_ms(m0):
+        edges.append((since_ms, month_start_ms(m0)))
+    if month_start_ms(m1) < until_ms:
+        edges.append((month_start_ms(m1), until_ms))
+    return m0, m1, edges
+
+
+def rollups_in(index, m0, m1):
+    """The rollup parts of the job parts whose end times meet the months [m0, m1): the files jobscope
+    opens for them."""
+    import json
+
+    with open(os.path.join(index, "state.json")) as f:
+        state = json.load(f)
+    seq = lambda p: (p["month"], p["file"].rsplit("/", 1)[1])
+    reach = {
+        seq(p)
+        for p in state["jobs"]
+        if p.get("max_end_ms") is None
+        or (month_of(p["max_end_ms"]) >= m0 and month_of(p["min_end_ms"]) < m1)
+    }
+    return sorted(os.path.join(index, p["file"]) for p in state["rollups"] if seq(p) in reach)
+
+
+INPUTS = [
+    "core_hours_alloc", "core_hours_used", "core_hours_wasted",
+    "mem_gb_hours_alloc", "mem_gb_hours_used", "mem_gb_hours_wasted",
+    "gpu_hours_alloc", "gpu_hours_used", "gpu_hours_wasted", "gpu_energy_kwh", "cpu_wait_hours",
+]
+EFFS = [
+    ("core_hours_used", "core_hours_alloc", "cpu_eff_core_hours_used", "cpu_eff_core_hours_alloc"),
+    ("mem_gb_hours_used", "mem_gb_hours_alloc", "mem_eff_gb_hours_used", "mem_eff_gb_hours_alloc"),
+    ("gpu_hours_used", "gpu_hours_alloc", "gpu_eff_gpu_hours_used", "gpu_eff_gpu_hours_alloc"),
+]
+
+
+def units(col):
+    """A rollup sum in hours from its two columns (audit/src/rollup.rs `sum_columns`)."""
+    return f"(sum({col}_units_hi)::HUGEINT * 4611686018427387904 + sum({col}_units)) / 1e12"
+
+
+def planned_sql(n_edges):
+    """The usage by user as jobscope answers it from the rollups: the rollup rows of the whole months
+    and the job rows of the window's ends, summed per user."""
+    effs = []
+    for i, (u, a, eu, ea) in enumerate(EFFS):
+        # Null efficiency sums in a rollup row are its plain sums (every job had both figures).
+        for col, e, plain in [(f"eu{i}", eu, u), (f"ea{i}", ea, a)]:
+            effs.append(
+                f"(sum(coalesce({e}_units_hi, {plain}_units_hi))::HUGEINT * 4611686018427387904"
+                f" + sum(coalesce({e}_units, {plain}_units))) / 1e12 AS {col}"
+            )
+    r = (
+        'SELECT "user", sum(jobs) AS jobs, '
+        + ", ".join(f"{units(n)} AS {n}" for n in INPUTS)
+        + ", " + ", ".join(effs)
+        + " FROM read_parquet($rfiles) WHERE end_month >= $m0 AND end_month < $m1 GROUP BY \"user\""
+    )
+    pe = []
+    for i, (u, a, _, _) in enumerate(EFFS):
+        both = f"{u} IS NOT NULL AND {a} IS NOT NULL"
+        pe += [f"sum({u}) FILTER (WHERE {both}) AS eu{i}", f"sum({a}) FILTER (WHERE {both}) AS ea{i}"]
+    window = " OR ".join(f"(end_unix_ms >= $s{k} AND end_unix_ms < $u{k})" for k in range(n_edges))
+    p = (
+        'SELECT "user", count(*) AS jobs, '
+        + ", ".join(f"sum({n}) AS {n}" for n in INPUTS)
+        + ", " + ", ".join(pe)
+        + ' FROM (SELECT "user", end_unix_ms, mem_gb_hours_used, gpu_hours_alloc, gpu_hours_wasted,'
+        + " gpu_energy_kwh, cpu_wait_hours, " + DERIVED_SQL
+        + f" FROM read_parquet($pfiles) WHERE {window}) GROUP BY \"user\""
+    )
+    both = f"({r}) UNION ALL BY NAME ({p})" if n_edges else r
+    out = ", ".join(f"sum({n}) AS {n}" for n in INPUTS)
+    eff = ", ".join(f"100 * sum(eu{i}) / nullif(sum(ea{i}), 0)" for i in range(3))
+    return f'SELECT "user", sum(jobs), {out}, {eff} FROM ({both}) GROUP BY "user" ORDER BY "user"'
+
+
+def query_rollups(index, end, repeat):
+    """DuckDB given what jobscope reads for the question: the rollup files of the window's whole
+    months and the job parts of its ends (issue 33 §2: DuckDB may read what jobscope reads). Its
+    answer is checked against DuckDB's own over the job rows (jobs equal, sums within 1e-9)."""
+    import duckdb
+
+    end_s = int(datetime.strptime(end, "%Y-%m-%d").replace(tzinfo=timezone.utc).timestamp())
+    con = duckdb.connect()
+    for label, days in [("year by user", 365)]:
+        since_ms, until_ms = (end_s - days * 86400) * 1000, end_s * 1000
+        m0, m1, edges = plan(since_ms, until_ms)
+        rfiles = rollups_in(index, m0, m1)
+        pfiles = sorted({f for s, u in edges for f in parts_in_window(index, s, u)})
+        params = {"rfiles": rfiles, "m0": m0, "m1": m1}
+        if edges:
+            params["pfiles"] = pfiles
+        for k, (s, u) in enumerate(edges):
+            params[f"s{k}"], params[f"u{k}"] = s, u
+        sql = planned_sql(len(edges))
+        f, med, best, out = timed(lambda: con.execute(sql, params).fetchall(), repeat)
+        tag = f"{label}, rollups ({len(rfiles)}) + ends ({len(pfiles)})"
+        print(f"duckdb   {tag:<34} first {f:8.1f} ms  median {med:8.1f} ms  best {best:8.1f} ms  ({len(out)} users)")
+        want = con.execute(USAGE_SQL, {"files": parts(index), "since": since_ms, "until": until_ms}).fetchall()
+        worst = 0.0
+        for g, w in zip(out, want):
+            assert g[0] == w[0] and g[1] == w[1], (g[:2], w[:2])
+            for a, b in [(g[2], w[2]), (g[3], w[3]), (g[5], w[6]), (g[8], w[10])]:
+                if a is not None and b is not None:
+                    worst = max(worst, abs(a - b) / max(abs(b), 1.0))
+        assert len(out) == len(want) and worst < 1e-9, (len(out), len(want), worst)
+        print(f"         the same users, jobs and sums as DuckDB over the job rows (largest difference {worst:.1e})")
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "layout":
         layout(sys.argv[2], sys.argv[3])
     elif sys.argv[1] == "query":
         query(sys.argv[2], sys.argv[3], int(sys.argv[4]))
+    elif sys.argv[1] == "rollups":
+        query_rollups(sys.argv[2], sys.argv[3], int(sys.argv[4]))
     else:
         sys.exit(__doc__)

@@ -977,10 +977,12 @@ impl Page {
                     .is_some_and(|c| t.rows[r][c] == Value::Bool(true))
             })
             .collect();
+        let mut is_busy = vec![false; t.rows.len()];
+        busy_rows.iter().for_each(|&r| is_busy[r] = true);
         // Per partition: core-hours allocated of the jobs that started while it was busy, and of
         // the others.
         let mut parts: Vec<(Option<String>, f64, f64)> = Vec::new();
-        for r in 0..t.rows.len() {
+        for (r, busy) in is_busy.iter().enumerate() {
             let p = text_of(t, r, "partition");
             let h = num(t, r, "core_hours_alloc").unwrap_or(0.0);
             let i = match parts.iter().position(|x| x.0 == p) {
@@ -990,7 +992,7 @@ impl Page {
                     parts.len() - 1
                 }
             };
-            if busy_rows.contains(&r) {
+            if *busy {
                 parts[i].1 += h;
             } else {
                 parts[i].2 += h;

@@ -47,12 +47,13 @@ use crate::row::{JobRow, NodeRow, COLUMNS, NODE_COLUMNS};
 use crate::table::ColType;
 use crate::table::Table;
 use anyhow::{bail, Context, Result};
-use arrow_array::{Array, Int64Array, RecordBatch};
+use arrow_array::{Array, BooleanArray, Int64Array, RecordBatch};
 use jobscope_archive::manifest;
 use jobscope_archive::{self as archive, Key, Store, MAX_DOC_BYTES};
 use jobscope_model::params::Report;
 use parquet::arrow::arrow_reader::{
-    ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReaderBuilder,
+    ArrowPredicateFn, ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReaderBuilder,
+    RowFilter,
 };
 use parquet::arrow::{ArrowWriter, ProjectionMask};
 use parquet::basic::{Compression, Encoding};
@@ -1591,10 +1592,23 @@ impl ParquetEngine {
     /// The batches of the parts a query can touch, projected to `columns` (text as plain UTF-8),
     /// in part order.
     pub fn scan(&self, q: &Query, columns: &[&str]) -> Result<Vec<RecordBatch>> {
-        let per_part = self.fold(
+        self.scan_where(q, columns, None)
+    }
+
+    /// [`ParquetEngine::scan`] of the rows `keep` keeps: it is handed each row group's `keep.0`
+    /// columns first, and only the rows it keeps are decoded in the others (a job list over a year
+    /// decodes its wide text columns for its own rows, not for every job).
+    pub fn scan_where(
+        &self,
+        q: &Query,
+        columns: &[&str],
+        keep: Option<RowPredicate>,
+    ) -> Result<Vec<RecordBatch>> {
+        let per_part = self.fold_where(
             q,
             columns,
             false,
+            keep,
             Vec::new,
             |acc: &mut Vec<(usize, RecordBatch)>, part, b| {
                 acc.push((part, b));
@@ -1617,6 +1631,19 @@ impl ParquetEngine {
         q: &Query,
         columns: &[&str],
         dict: bool,
+        init: impl Fn() -> T + Sync,
+        f: impl Fn(&mut T, usize, RecordBatch) -> Result<()> + Sync,
+    ) -> Result<Vec<T>> {
+        self.fold_where(q, columns, dict, None, init, f)
+    }
+
+    /// [`ParquetEngine::fold`] over the rows `keep` keeps (see [`ParquetEngine::scan_where`]).
+    pub fn fold_where<T: Send>(
+        &self,
+        q: &Query,
+        columns: &[&str],
+        dict: bool,
+        keep: Option<RowPredicate>,
         init: impl Fn() -> T + Sync,
         f: impl Fn(&mut T, usize, RecordBatch) -> Result<()> + Sync,
     ) -> Result<Vec<T>> {
@@ -1677,12 +1704,27 @@ impl ParquetEngine {
                 .map(|c| m.schema().index_of(c))
                 .collect::<std::result::Result<_, _>>()?;
             let mask = ProjectionMask::roots(b.parquet_schema(), idx);
-            let r = b
+            let mut b = b
                 .with_projection(mask)
                 .with_row_groups(vec![gi])
-                .with_batch_size(ROW_GROUP_ROWS)
-                .build()?;
-            for batch in r {
+                .with_batch_size(ROW_GROUP_ROWS);
+            if let Some((cols, pred)) = &keep {
+                let idx: Vec<usize> = cols
+                    .iter()
+                    .map(|c| m.schema().index_of(c))
+                    .collect::<std::result::Result<_, _>>()?;
+                let pred = pred.clone();
+                let f = ArrowPredicateFn::new(
+                    ProjectionMask::roots(b.parquet_schema(), idx),
+                    move |batch: RecordBatch| {
+                        pred(&batch)
+                            .map(BooleanArray::from)
+                            .map_err(|e| arrow_schema::ArrowError::ExternalError(e.into()))
+                    },
+                );
+                b = b.with_row_filter(RowFilter::new(vec![Box::new(f)]));
+            }
+            for batch in b.build()? {
                 f(acc, unit, with_derived(&batch?, columns)?)?;
             }
             Ok(())
@@ -1715,6 +1757,13 @@ impl ParquetEngine {
         })
     }
 }
+
+/// Which rows a scan keeps: the stored columns it looks at, and for a batch of those, whether to
+/// keep each row.
+pub type RowPredicate = (Vec<&'static str>, KeepRows);
+
+/// For a batch of a scan's predicate columns, whether to keep each row.
+pub type KeepRows = std::sync::Arc<dyn Fn(&RecordBatch) -> Result<Vec<bool>> + Send + Sync>;
 
 /// Text columns with few distinct values, read as dictionaries by the aggregation.
 pub const DICT_COLUMNS: &[&str] = &[
@@ -1755,6 +1804,94 @@ fn dict_job_schema() -> arrow_schema::SchemaRef {
     std::sync::Arc::new(arrow_schema::Schema::new(fields))
 }
 
+impl ParquetEngine {
+    /// The rows a job report reads, decided on a few columns before its others are decoded:
+    /// those in the window and filters, and of them, for `gpu-idle`, the jobs with an idle GPU;
+    /// for `cpu-on-gpu`, the jobs of the partitions where a job with GPUs ran (found first, from
+    /// two columns). `None`: every row of the row groups the window touches.
+    fn rows_a_report_needs(&self, q: &Query) -> Result<Option<RowPredicate>> {
+        use crate::eval::{filter_columns, matching};
+        use arrow_array::StringArray;
+        let int = |b: &RecordBatch, n: &str| -> Result<Int64Array> {
+            b.column_by_name(n)
+                .and_then(|a| a.as_any().downcast_ref::<Int64Array>())
+                .cloned()
+                .with_context(|| format!("the index's {n} column"))
+        };
+        let text = |b: &RecordBatch, n: &str| -> Result<StringArray> {
+            b.column_by_name(n)
+                .and_then(|a| a.as_any().downcast_ref::<StringArray>())
+                .cloned()
+                .with_context(|| format!("the index's {n} column"))
+        };
+        let q2 = q.clone();
+        let mut cols = filter_columns(q);
+        let keep: KeepRows = match &q.report {
+            AuditReport::Jobs => std::sync::Arc::new(move |b: &RecordBatch| {
+                let mut keep = vec![false; b.num_rows()];
+                matching(&q2, b)?.into_iter().for_each(|i| keep[i] = true);
+                Ok(keep)
+            }),
+            AuditReport::GpuIdle => {
+                cols.extend(["gpus_idle", "gpus_never_used"]);
+                std::sync::Arc::new(move |b: &RecordBatch| {
+                    let (idle, never) = (int(b, "gpus_idle")?, int(b, "gpus_never_used")?);
+                    let some = |a: &Int64Array, i: usize| !a.is_null(i) && a.value(i) > 0;
+                    let mut keep = vec![false; b.num_rows()];
+                    for i in matching(&q2, b)? {
+                        keep[i] = some(&idle, i) || some(&never, i);
+                    }
+                    Ok(keep)
+                })
+            }
+            AuditReport::CpuOnlyOnGpu { .. } => {
+                // How busy a partition was counts every job the caller may see (eval.rs):
+                // the window and the uid rule only.
+                let scope = Query {
+                    filters: crate::query::Filters {
+                        uid: q.filters.uid,
+                        ..Default::default()
+                    },
+                    ..q.clone()
+                };
+                let mut light = filter_columns(&scope);
+                light.extend(["partition", "alloc_gpus"]);
+                let found = self.fold(
+                    &scope,
+                    &light,
+                    false,
+                    BTreeSet::new,
+                    |acc: &mut BTreeSet<String>, _, b| {
+                        let (p, g) = (text(&b, "partition")?, int(&b, "alloc_gpus")?);
+                        for i in matching(&scope, &b)? {
+                            if !g.is_null(i) && g.value(i) > 0 && !p.is_null(i) {
+                                acc.insert(p.value(i).to_string());
+                            }
+                        }
+                        Ok(())
+                    },
+                )?;
+                let gpu_parts: BTreeSet<String> = found.into_iter().flatten().collect();
+                cols = filter_columns(&scope);
+                cols.push("partition");
+                std::sync::Arc::new(move |b: &RecordBatch| {
+                    let p = text(b, "partition")?;
+                    let mut keep = vec![false; b.num_rows()];
+                    for i in matching(&scope, b)? {
+                        keep[i] = !p.is_null(i) && gpu_parts.contains(p.value(i));
+                    }
+                    Ok(keep)
+                })
+            }
+            _ => return Ok(None),
+        };
+        cols.dedup();
+        let mut seen = BTreeSet::new();
+        cols.retain(|c| seen.insert(*c));
+        Ok(Some((cols, keep)))
+    }
+}
+
 impl Engine for ParquetEngine {
     fn run(&self, q: &Query) -> Result<Table> {
         if matches!(
@@ -1766,7 +1903,7 @@ impl Engine for ParquetEngine {
             return self.usage(q);
         }
         let cols = needed_columns(q);
-        let batches = self.scan(q, &cols)?;
+        let batches = self.scan_where(q, &cols, self.rows_a_report_needs(q)?)?;
         evaluate(q, &batches)
     }
 }
