@@ -6,14 +6,15 @@
 # (the .deb packages, packaging/build-debs.sh), postgresql (the
 # server slurm-conf/postgres.sh runs for the PostgreSQL tests; Debian's own cluster is not started), a local MTA for the
 # sendmail transport (exim4-daemon-light, configured "local delivery only" through a debconf
-# preseed; skipped when another MTA already provides /usr/sbin/sendmail); and create the test
-# users alice and bob.
+# preseed; skipped when another MTA already provides /usr/sbin/sendmail); zig and cargo-zigbuild in
+# /opt/jobscope-zig (packaging/build-rpms.sh: the RPMs' binaries, linked for EL8's glibc 2.28); and
+# create the test users alice and bob.
 #
 #   slurm-conf/install-deps.sh           # skips apt-get when everything is already installed
 #   slurm-conf/install-deps.sh --force   # always apt-get update + install
 #   slurm-conf/install-deps.sh --demo    # only what slurm-conf/demo.sh uses (DEMO_PKGS below):
 #                                        # no lintian, cargo-deb, PostgreSQL, mmdebstrap, qemu,
-#                                        # pyarrow, MTA or chromium, which only the tests need
+#                                        # pyarrow, zig, MTA or chromium, which only the tests need
 #
 # Non-interactive, idempotent and quiet. Packages are installed with --no-install-recommends.
 # Daemons are NOT started or enabled by the packages (a temporary policy-rc.d blocks that on
@@ -52,7 +53,7 @@ for a in "$@"; do
   case "$a" in
     --force) force=1 ;;
     --demo) demo=1 ;;
-    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
     *) die "unknown argument: $a (usage: $0 [--force] [--demo])" ;;
   esac
 done
@@ -146,6 +147,19 @@ if [ "$demo" = 0 ] && ! "$PYENV/bin/python" -c 'import pyarrow' >/dev/null 2>&1;
   python3 -m venv "$PYENV" || die "python3 -m venv $PYENV failed"
   "$PYENV/bin/pip" install --quiet --disable-pip-version-check 'pyarrow>=14' \
     || die "pip install pyarrow failed"
+fi
+
+# zig and cargo-zigbuild (PyPI wheels, pinned) in a venv of their own: packaging/build-rpms.sh links
+# the RPMs' binaries against glibc 2.28 with them (`cargo zigbuild --target
+# x86_64-unknown-linux-gnu.2.28`), so that one set of RPMs runs on EL8 and EL9 (docs/packaging.md).
+ZIGENV=/opt/jobscope-zig
+ZIG_PKGS=(cargo-zigbuild==0.24.1 ziglang==0.17.1)
+if [ "$demo" = 0 ] && ! { [ -x "$ZIGENV/bin/cargo-zigbuild" ] \
+     && [ "$("$ZIGENV/bin/pip" freeze --disable-pip-version-check 2>/dev/null | grep -ciE '^(cargo-zigbuild==0\.24\.1|ziglang==0\.17\.1)$')" = 2 ]; }; then
+  log "creating $ZIGENV with ${ZIG_PKGS[*]} (pip, from PyPI)"
+  python3 -m venv "$ZIGENV" || die "python3 -m venv $ZIGENV failed"
+  "$ZIGENV/bin/pip" install --quiet --disable-pip-version-check "${ZIG_PKGS[@]}" \
+    || die "pip install ${ZIG_PKGS[*]} failed"
 fi
 
 for u in "${TEST_USERS[@]}"; do
