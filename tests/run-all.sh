@@ -11,7 +11,7 @@
 # of Cargo.lock, for every platform: `cargo metadata` in the tests resolves them all) -> build
 # (cargo build --release --workspace) -> unit tests (whole workspace except the cluster tests)
 # -> the spool mutation test with overflow checks (dev profile) -> .deb packages (packaging/build-debs.sh,
-# lintian), the EL9 RPMs (packaging/build-rpms.sh) -> install them (slurm-conf/cluster.sh install --packages) -> 1-node cluster + cluster tests (all but
+# lintian), the EL8/EL9 RPMs (packaging/build-rpms.sh) -> install them (slurm-conf/cluster.sh install --packages) -> 1-node cluster + cluster tests (all but
 # two_node_*) -> 2-node cluster + two_node_* tests -> 4 private nodes (own mount namespaces) +
 # four_node_* tests (transport modes, PostgreSQL) -> the same on SLURM 24.11 (slurm-conf/trixie/: its rootfs,
 # the plugin package for 24.11 installed in it; --skip-24.11 leaves it out, for developers) ->
@@ -207,7 +207,7 @@ if [ "$pkg_rc" = 0 ]; then
   bash "$CLUSTER" install --packages "${CARGO_TARGET_DIR:-$REPO/target}/debian"; end_phase $? || abort "install failed"
   phase "packages: packaging/test-packages.sh (files, man pages, completions, postinst)"
   bash packaging/test-packages.sh; end_phase $?
-  phase "packages: packaging/build-rpms.sh --srpm (EL9 RPMs: rpmlint, files, dependencies, scriptlets in a throw-away root; the source RPM)"
+  phase "packages: packaging/build-rpms.sh --srpm (EL8/EL9 RPMs: binaries linked for glibc 2.28, rpmlint, files, dependencies, the binaries' GLIBC needs, scriptlets in a throw-away root; the source RPM)"
   bash packaging/build-rpms.sh --srpm; end_phase $?
 else
   phase "install: $CLUSTER install (from the build)"
