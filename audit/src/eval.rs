@@ -1111,6 +1111,21 @@ fn gpu_idle(q: &Query, batches: &[RecordBatch]) -> Result<Table> {
 }
 
 fn cpu_only_on_gpu(q: &Query, batches: &[RecordBatch], busy_pct: f64) -> Result<Table> {
+    cpu_only_on_gpu_of(q, batches, batches, busy_pct)
+}
+
+/// The `cpu-on-gpu` report with the partitions' occupancy read from `occupancy` (at least every
+/// job of the window's GPU partitions that the caller may see, with `partition`, the times,
+/// `alloc_cores` and `alloc_gpus`) and the jobs listed from `listed` (at least the CPU-only jobs of
+/// those partitions, with the report's columns): the Parquet engine reads the two apart, the
+/// job columns only for the jobs it lists.
+pub fn cpu_only_on_gpu_of(
+    q: &Query,
+    occupancy: &[RecordBatch],
+    listed: &[RecordBatch],
+    busy_pct: f64,
+) -> Result<Table> {
+    let batches = listed;
     // Partition figures come from every job of the window the caller may see (the uid rule only),
     // not from the other filters: how busy a partition was does not depend on whose jobs are listed.
     let mut scope = q.clone();
@@ -1121,7 +1136,7 @@ fn cpu_only_on_gpu(q: &Query, batches: &[RecordBatch], busy_pct: f64) -> Result<
     // (partition) → [(start, end, cores, is_gpu)]
     let mut parts: HashMap<String, Vec<(i64, i64, i64)>> = HashMap::new();
     let mut gpu_parts: std::collections::HashSet<String> = Default::default();
-    for b in batches {
+    for b in occupancy {
         let v = View { b };
         let (p, s, e, c, g) = (
             v.t("partition")?,

@@ -75,7 +75,8 @@ pub struct Data {
     pub cpu_eff: Distribution,
     pub mem_eff: Distribution,
     pub heatmap: Table,
-    /// `gpu-idle`'s and `cpu-on-gpu`'s job lists.
+    /// `gpu-idle`'s jobs, each by its `user` (what the page counts: not the job list, which
+    /// over a year is tens of thousands of rows), and `cpu-on-gpu`'s job list.
     pub gpu_idle_jobs: Table,
     pub cpu_on_gpu: Table,
 }
@@ -155,7 +156,7 @@ pub fn gather(eng: &ParquetEngine, o: &Options) -> Result<Data> {
         cpu_eff,
         mem_eff,
         heatmap: run(Report::Heatmap, &[])?,
-        gpu_idle_jobs: run(Report::GpuIdle, &[])?,
+        gpu_idle_jobs: idle_gpu_jobs(eng, &q(Report::GpuIdle, &[]))?,
         cpu_on_gpu: run(
             Report::CpuOnlyOnGpu {
                 busy_pct: o.busy_pct,
@@ -165,6 +166,28 @@ pub fn gather(eng: &ParquetEngine, o: &Options) -> Result<Data> {
         previous,
         opts: o.clone(),
     })
+}
+
+/// `gpu-idle`'s jobs as a one-column table of their users: the rows its list would have, read
+/// with the user column alone.
+fn idle_gpu_jobs(eng: &ParquetEngine, q: &Query) -> Result<Table> {
+    use arrow_array::{Array, StringArray};
+    use jobscope_audit::table::{ColType, Column, Unit, Value};
+    let mut t = Table::new(vec![Column::new("user", ColType::Text, Unit::None)]);
+    for b in eng.report_rows(q, &["user"])? {
+        let u = b
+            .column_by_name("user")
+            .and_then(|a| a.as_any().downcast_ref::<StringArray>())
+            .context("the index's user column")?;
+        t.rows.extend((0..u.len()).map(|i| {
+            vec![if u.is_null(i) {
+                Value::Null
+            } else {
+                Value::Text(u.value(i).to_string())
+            }]
+        }));
+    }
+    Ok(t)
 }
 
 /// The jobs of `q`'s window and scope by CPU and by memory efficiency (the index's per-job

@@ -1805,6 +1805,13 @@ fn dict_job_schema() -> arrow_schema::SchemaRef {
 }
 
 impl ParquetEngine {
+    /// The rows a job report lists (`gpu-idle`: exactly them; `cpu-on-gpu`: every job of the GPU
+    /// partitions), projected to `columns`, without making its table: what a caller that needs
+    /// a column or two of a long list reads.
+    pub fn report_rows(&self, q: &Query, columns: &[&str]) -> Result<Vec<RecordBatch>> {
+        self.scan_where(q, columns, self.rows_a_report_needs(q)?)
+    }
+
     /// The rows a job report reads, decided on a few columns before its others are decoded:
     /// those in the window and filters, and of them, for `gpu-idle`, the jobs with an idle GPU;
     /// for `cpu-on-gpu`, the jobs of the partitions where a job with GPUs ran (found first, from
@@ -1903,6 +1910,41 @@ impl Engine for ParquetEngine {
             return self.usage(q);
         }
         let cols = needed_columns(q);
+        if let AuditReport::CpuOnlyOnGpu { busy_pct } = q.report {
+            // The occupancy from five columns of every job of the GPU partitions; the report's
+            // columns only for the CPU-only jobs it lists.
+            let keep = self.rows_a_report_needs(q)?;
+            let mut light = crate::eval::filter_columns(q);
+            light.extend([
+                "partition",
+                "start_unix_ms",
+                "alloc_cores",
+                "alloc_gpus",
+                "job_id",
+            ]);
+            let mut seen = BTreeSet::new();
+            light.retain(|c| seen.insert(*c));
+            let occupancy = self.scan_where(q, &light, keep.clone())?;
+            let listed = keep.map(|(mut cols, keep)| -> (Vec<&'static str>, KeepRows) {
+                if !cols.contains(&"alloc_gpus") {
+                    cols.push("alloc_gpus");
+                }
+                let only_cpu: KeepRows = std::sync::Arc::new(move |b: &RecordBatch| {
+                    let mut rows = keep(b)?;
+                    let g = b
+                        .column_by_name("alloc_gpus")
+                        .and_then(|a| a.as_any().downcast_ref::<Int64Array>())
+                        .context("the index's alloc_gpus column")?;
+                    for (i, k) in rows.iter_mut().enumerate() {
+                        *k &= g.is_null(i) || g.value(i) <= 0;
+                    }
+                    Ok(rows)
+                });
+                (cols, only_cpu)
+            });
+            let listed = self.scan_where(q, &cols, listed)?;
+            return crate::eval::cpu_only_on_gpu_of(q, &occupancy, &listed, busy_pct);
+        }
         let batches = self.scan_where(q, &cols, self.rows_a_report_needs(q)?)?;
         evaluate(q, &batches)
     }
