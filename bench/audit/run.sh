@@ -5,15 +5,19 @@
 #   bench/audit/run.sh [--jobs 10000000] [--repeat 7] [--keep] [--no-build]
 #
 # 1. audit-gen gen: a seeded index of N jobs over 3 years ending today (bench/audit/gen.rs), and
-#    its size.
-# 2. jobscope's Parquet engine: usage by user over the last year and the last 30 days.
-# 3. DuckDB and Polars: the same question over the same Parquet files (bench/audit/compare.py).
+#    its size, the rollups' apart.
+# 2. jobscope's Parquet engine: usage by user over the last year and the last 30 days (what
+#    answered, and the same from the job parts alone).
+# 3. DuckDB and Polars: the same question over the same Parquet files (bench/audit/compare.py);
+#    DuckDB given the rollup files and job parts jobscope reads for the year.
 # 4. slurm-usage's own `analyze --days 365|30` over its own layout of the same jobs (one Parquet
 #    file per day, its ProcessedJob columns): it prints several reports, not only the one asked.
 # 5. Index update per job on a real JSON archive (audit-gen update).
 # 6. The timer's command on a copy of the N-job index: the index part and what follows it
 #    (cohorts, run history) apart, for nothing new, batches, one job, the daily whole rewrite
 #    (audit-gen timer).
+# 7. The cluster report (`jobscope audit report --html`) and the alerts' dry run over the last
+#    year, as whole commands: seconds and peak memory (/usr/bin/time).
 # Work files go to target/bench-audit/ (removed at the end unless --keep).
 set -euo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -42,7 +46,7 @@ if [ ! -x "$VENV/bin/python" ]; then
   "$VENV/bin/pip" install -q duckdb polars pyarrow slurm-usage
 fi
 echo "== machine: $(nproc) cores, $(free -g | awk '/Mem:/{print $2}') GiB; $("$VENV/bin/python" -c 'import duckdb, polars; print("duckdb", duckdb.__version__, "polars", polars.__version__)'), slurm-usage $("$VENV/bin/pip" show slurm-usage 2>/dev/null | awk '/^Version/{print $2}')"
-[ "$BUILD" = 0 ] || cargo build -q --release -p jobscope-audit --example audit-gen
+[ "$BUILD" = 0 ] || cargo build -q --release -p jobscope-audit --example audit-gen -p jobscope-cli
 GEN=$TARGET/release/examples/audit-gen
 
 echo "== 1. generate $JOBS jobs (3 years ending $END)"
@@ -55,6 +59,7 @@ echo "== 2. jobscope (Parquet engine)"
 
 echo "== 3. DuckDB and Polars over the same Parquet files"
 "$VENV/bin/python" bench/audit/compare.py query "$WORK/index" "$END" "$REPEAT"
+"$VENV/bin/python" bench/audit/compare.py rollups "$WORK/index" "$END" "$REPEAT"
 
 echo "== 4. slurm-usage analyze over its own layout of the same jobs"
 rm -rf "$WORK/slurm-usage"
@@ -75,3 +80,27 @@ echo "== 5. index update per job (real JSON archive)"
 
 echo "== 6. the timer's command on a copy of the index (audit-gen timer)"
 "$GEN" timer --index "$WORK/index" --work "$WORK/timer" --add 200
+
+echo "== 7. the cluster report and the alerts' dry run over the last year"
+# The index alone: an empty archive (nothing for the command's own update to add) and every alert
+# rule on over 365 days.
+mkdir -p "$WORK/empty-archive"
+{
+  printf '[paths]\narchive_dir = "%s"\n[audit]\nindex_dir = "%s"\n' "$WORK/empty-archive" "$WORK/index"
+  for rule in gpu_idle cpu_efficiency mem_request timeouts cpu_on_gpu; do
+    printf '[alerts.%s]\nenabled = true\nwindow_days = 365\n' "$rule"
+  done
+} >"$WORK/jobscope.toml"
+JS=$TARGET/release/jobscope
+for i in 1 2 3; do
+  rm -f "$WORK/report.html"
+  /usr/bin/time -f "cluster report, last 365 days: %e s, peak %M KiB" \
+    "$JS" --config "$WORK/jobscope.toml" audit report --last 365d --until "$END" \
+    --html "$WORK/report.html" >/dev/null 2>"$WORK/report.err" || cat "$WORK/report.err"
+  grep "cluster report, last" "$WORK/report.err" || true
+done
+for i in 1 2; do
+  /usr/bin/time -f "alerts --dry-run, every rule over 365 days: %e s, peak %M KiB" \
+    "$JS" --config "$WORK/jobscope.toml" alerts --dry-run >/dev/null 2>"$WORK/alerts.err" || true
+  grep "alerts --dry-run" "$WORK/alerts.err" || tail -3 "$WORK/alerts.err"
+done
