@@ -519,8 +519,10 @@ impl Usage {
         };
         let touched = self.count_jobs(&pairs);
         let shares = (!shares.is_empty()).then_some(shares.as_slice());
-        self.add_sums(&inputs, &pairs, shares, &touched);
-        self.add_efficiencies(&inputs, &pairs, shares);
+        if !self.add_dense(&inputs, &pairs, shares, &touched) {
+            self.add_sums(&inputs, &pairs, shares, &touched);
+            self.add_efficiencies(&inputs, &pairs, shares);
+        }
         Ok(())
     }
 
@@ -770,23 +772,6 @@ impl Usage {
         shares: Option<&[f64]>,
         touched: &[usize],
     ) {
-        // The common batch (no null in any figure, no shares): row by row, each group's sums
-        // touched once per row rather than once per column. The sums are exact, so the order of
-        // the additions does not matter.
-        if shares.is_none() && inputs.len() == N_INPUTS && inputs.iter().all(|a| nulls(a).is_none())
-        {
-            let cols: [&[f64]; N_INPUTS] = std::array::from_fn(|c| inputs[c].values().as_ref());
-            for &(r, g) in pairs {
-                let sums = &mut self.sums[g as usize];
-                for (c, col) in cols.iter().enumerate() {
-                    sums[c] += fixed(col[r as usize]);
-                }
-            }
-            for &g in touched {
-                self.has[g] = [true; N_INPUTS];
-            }
-            return;
-        }
         for (c, a) in inputs.iter().enumerate() {
             let vals = a.values();
             match (nulls(a), shares) {
@@ -814,6 +799,40 @@ impl Usage {
                 }
             }
         }
+    }
+
+    /// The common batch (no null in any figure, no shares): row by row, each figure made whole
+    /// once and added to its sum and to its efficiency's, each group's sums touched once per row
+    /// rather than once per column (the sums are exact, so the order of the additions does not
+    /// matter). `false`: not such a batch, nothing added.
+    fn add_dense(
+        &mut self,
+        inputs: &[&Float64Array],
+        pairs: &[(u32, u32)],
+        shares: Option<&[f64]>,
+        touched: &[usize],
+    ) -> bool {
+        if shares.is_some() || inputs.len() != N_INPUTS || inputs.iter().any(|a| nulls(a).is_some())
+        {
+            return false;
+        }
+        let cols: [&[f64]; N_INPUTS] = std::array::from_fn(|c| inputs[c].values().as_ref());
+        for &(r, g) in pairs {
+            let f: [i128; N_INPUTS] = std::array::from_fn(|c| fixed(cols[c][r as usize]));
+            let sums = &mut self.sums[g as usize];
+            for (s, x) in sums.iter_mut().zip(f) {
+                *s += x;
+            }
+            let eff = &mut self.eff[g as usize];
+            for (x, (u, a)) in eff.iter_mut().zip(EFF_PAIRS) {
+                x.0 += f[u];
+                x.1 += f[a];
+            }
+        }
+        for &g in touched {
+            self.has[g] = [true; N_INPUTS];
+        }
+        true
     }
 
     /// Adds Σ used and Σ alloc of the three weighted efficiencies ([`EFF_PAIRS`]) over the pairs,
