@@ -33,12 +33,14 @@ use std::sync::Arc;
 /// Text keys of a rollup row: the job row's columns of the same names.
 pub const TEXT_KEYS: [&str; 5] = ["cluster", "user", "account", "partition", "qos"];
 
-/// Decimal places of a stored sum: 10⁻¹² of an hour (3.6 ns) is below any figure's precision.
-pub const SCALE: i8 = 12;
-/// Units of a stored sum per hour (or per GB-hour, kWh, percent point): 10^[`SCALE`].
-pub const UNITS_PER_HOUR: f64 = 1e12;
+/// Units of a stored sum per hour (or per GB-hour, kWh, percent point): 2⁵⁰, a unit of 3.2 ps.
+/// A power of two, so a figure times it is exact, and a figure of 8 hours or more (whose last bit
+/// is worth 2⁻⁴⁹ or more) is a whole number of units as it is: its sums are the exact sums of the
+/// figures, rounded once. A smaller figure is rounded to the unit, 10⁻¹⁵ of an hour: the sums
+/// stay within 10⁻⁹ of the float sums of figures of a second or more (the tests' tolerance).
+pub const UNITS_PER_HOUR: f64 = 1_125_899_906_842_624.0;
 /// The largest figure taken whole: 10¹⁴ hours. Past it a figure is taken as this (no job runs
-/// 10¹⁰ years; a row may say so). With it, 10¹² figures add up inside an i128.
+/// 10¹⁰ years; a row may say so). With it, 10⁹ figures add up inside an i128.
 const MAX_FIGURE: f64 = 1e14;
 
 /// A figure as a whole number of units: what every usage sum adds. The same figure always gives
@@ -132,7 +134,7 @@ pub fn bucket_column(prefix: &str, i: usize) -> String {
 /// The rollup table's columns: the keys (`end_month`: the month of the job's end in UTC as
 /// `year × 12 + month − 1`, what a window selects it by; `start_month`: its start's month on the
 /// wall clock of the part's zone, what `--by month` groups by), `jobs`, each usage sum (in
-/// 10⁻¹² units, [`sum_columns`]) with its count of values, the weighted efficiencies' sums (null
+/// 2⁻⁵⁰-hour units, [`sum_columns`]) with its count of values, the weighted efficiencies' sums (null
 /// where they are the plain sums), the efficiency histograms.
 pub fn schema() -> SchemaRef {
     let mut f = vec![
@@ -454,22 +456,28 @@ mod tests {
             fixed(0.3) + fixed(0.2) + fixed(0.1),
         );
         assert_eq!(float(x).to_bits(), float(y).to_bits());
-        assert_eq!(fixed(1.5), 1_500_000_000_000);
+        assert_eq!(fixed(1.5), 3 << 49);
         assert_eq!(float(fixed(0.25)), 0.25);
         assert_eq!(fixed(1e300), fixed(1e14));
         assert_eq!(fixed(f64::NAN), 0);
         // Half a unit away from zero, as f64::round.
+        for units in [2.5, -2.5, 0.7, -0.7, 1.4999] {
+            let v = units / UNITS_PER_HOUR;
+            assert_eq!(fixed(v), (v * UNITS_PER_HOUR).round() as i128, "{v}");
+        }
         for v in [
-            2.5e-12,
-            -2.5e-12,
-            0.7e-12,
-            -0.7e-12,
-            1.4999e-12,
             123.456_789_012_345_6,
+            3.29e-4,
             -3.0e6,
             4.1e6,
+            4095.9,
+            4096.1,
         ] {
             assert_eq!(fixed(v), (v * UNITS_PER_HOUR).round() as i128, "{v}");
+        }
+        // A figure of 8 hours or more is whole units as it is: nothing is lost.
+        for v in [8.0, 12_345.678_9, 1.0e7 / 3.0] {
+            assert_eq!(float(fixed(v)), v);
         }
     }
 

@@ -252,7 +252,7 @@ EFFS = [
 
 def units(col):
     """A rollup sum in hours from its two columns (audit/src/rollup.rs `sum_columns`)."""
-    return f"(sum({col}_units_hi)::HUGEINT * 4611686018427387904 + sum({col}_units)) / 1e12"
+    return f"(sum({col}_units_hi)::HUGEINT * 4611686018427387904 + sum({col}_units)) / 1125899906842624.0"
 
 
 def planned_sql(n_edges):
@@ -264,7 +264,7 @@ def planned_sql(n_edges):
         for col, e, plain in [(f"eu{i}", eu, u), (f"ea{i}", ea, a)]:
             effs.append(
                 f"(sum(coalesce({e}_units_hi, {plain}_units_hi))::HUGEINT * 4611686018427387904"
-                f" + sum(coalesce({e}_units, {plain}_units))) / 1e12 AS {col}"
+                f" + sum(coalesce({e}_units, {plain}_units))) / 1125899906842624.0 AS {col}"
             )
     r = (
         'SELECT "user", sum(jobs) AS jobs, '
