@@ -433,6 +433,17 @@ enum KeySrc<'a> {
     Node(Text<'a>),
 }
 
+impl<'a> KeySrc<'a> {
+    /// A text key's source, with an empty cache per dictionary value.
+    fn text(t: Text<'a>) -> KeySrc<'a> {
+        let n = match t {
+            Text::Dict(_, values) => values.len(),
+            Text::Plain(_) => 0,
+        };
+        KeySrc::T(t, vec![UNSEEN; n])
+    }
+}
+
 /// A dictionary key not resolved yet in this batch ([`KeySrc::T`]'s cache).
 const UNSEEN: u64 = u64::MAX - 1;
 
@@ -535,14 +546,7 @@ impl Usage {
                 GroupKey::HourOfDay | GroupKey::DayOfWeek | GroupKey::Day | GroupKey::Month => {
                     KeySrc::Time(v.i("start_unix_ms")?, k)
                 }
-                other => {
-                    let t = v.t(other.column())?;
-                    let n = match t {
-                        Text::Dict(_, values) => values.len(),
-                        Text::Plain(_) => 0,
-                    };
-                    KeySrc::T(t, vec![UNSEEN; n])
-                }
+                other => KeySrc::text(v.t(other.column())?),
             });
         }
         Ok(srcs)
@@ -670,14 +674,7 @@ impl Usage {
                 other if !crate::rollup::TEXT_KEYS.contains(&other.column()) => {
                     anyhow::bail!("a rollup has no {} key", k.column())
                 }
-                other => {
-                    let t = v.t(other.column())?;
-                    let n = match t {
-                        Text::Dict(_, values) => values.len(),
-                        Text::Plain(_) => 0,
-                    };
-                    KeySrc::T(t, vec![UNSEEN; n])
-                }
+                other => KeySrc::text(v.t(other.column())?),
             });
         }
         let pairs = match srcs.as_mut_slice() {

@@ -1729,32 +1729,7 @@ impl ParquetEngine {
             }
             Ok(())
         };
-        let next = std::sync::atomic::AtomicUsize::new(0);
-        let worker = || -> Result<T> {
-            let mut acc = init();
-            loop {
-                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                if i >= units.len() {
-                    return Ok(acc);
-                }
-                read(i, &mut acc)?;
-            }
-        };
-        let threads = std::thread::available_parallelism()
-            .map_or(1, |n| n.get())
-            .clamp(1, MAX_READERS)
-            .min(units.len().max(1));
-        std::thread::scope(|sc| {
-            let others: Vec<_> = (1..threads).map(|_| sc.spawn(worker)).collect();
-            let mut out = vec![worker()?];
-            for h in others {
-                out.push(
-                    h.join()
-                        .unwrap_or_else(|_| bail!("index reader panicked"))?,
-                );
-            }
-            Ok(out)
-        })
+        on_every_core(units.len(), init, read)
     }
 }
 
@@ -1784,12 +1759,17 @@ const MAX_READERS: usize = 8;
 /// The job table's schema with [`DICT_COLUMNS`] as `Dictionary(Int32, Utf8)`: the reader's schema
 /// hint (the files store plain UTF-8 columns, dictionary-encoded by Parquet itself).
 fn dict_job_schema() -> arrow_schema::SchemaRef {
-    let s = stored_job_schema();
-    let fields: Vec<arrow_schema::Field> = s
+    with_dictionaries(&stored_job_schema(), DICT_COLUMNS)
+}
+
+/// `schema` with the text columns `names` as `Dictionary(Int32, Utf8)`: a reader's schema hint
+/// (the files store plain UTF-8 columns, dictionary-encoded by Parquet itself).
+fn with_dictionaries(schema: &arrow_schema::Schema, names: &[&str]) -> arrow_schema::SchemaRef {
+    let fields: Vec<arrow_schema::Field> = schema
         .fields()
         .iter()
         .map(|f| {
-            if DICT_COLUMNS.contains(&f.name().as_str()) {
+            if names.contains(&f.name().as_str()) {
                 f.as_ref()
                     .clone()
                     .with_data_type(arrow_schema::DataType::Dictionary(
@@ -1802,6 +1782,41 @@ fn dict_job_schema() -> arrow_schema::SchemaRef {
         })
         .collect();
     std::sync::Arc::new(arrow_schema::Schema::new(fields))
+}
+
+/// Work units `0..units` shared by one reader per core (each takes the next unit), each reader
+/// adding into its own accumulator; returns the accumulators.
+fn on_every_core<T: Send>(
+    units: usize,
+    init: impl Fn() -> T + Sync,
+    read: impl Fn(usize, &mut T) -> Result<()> + Sync,
+) -> Result<Vec<T>> {
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let worker = || -> Result<T> {
+        let mut acc = init();
+        loop {
+            let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            if i >= units {
+                return Ok(acc);
+            }
+            read(i, &mut acc)?;
+        }
+    };
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .clamp(1, MAX_READERS)
+        .min(units.max(1));
+    std::thread::scope(|sc| {
+        let others: Vec<_> = (1..threads).map(|_| sc.spawn(worker)).collect();
+        let mut out = vec![worker()?];
+        for h in others {
+            out.push(
+                h.join()
+                    .unwrap_or_else(|_| bail!("index reader panicked"))?,
+            );
+        }
+        Ok(out)
+    })
 }
 
 impl ParquetEngine {

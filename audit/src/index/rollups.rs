@@ -2,7 +2,7 @@
 //! splits a window into the whole UTC months the rollups give and the days at its ends the job
 //! parts give, and the reading of the rollup parts.
 
-use super::{sealed, ParquetEngine, Part, MAX_READERS, ROW_GROUP_ROWS};
+use super::{sealed, ParquetEngine, Part, ROW_GROUP_ROWS};
 use crate::eval::{filter_columns, matching, needed_columns, Usage, USAGE_INPUTS};
 use crate::query::{month_text, GroupKey, Query, Report, Window};
 use crate::rollup::{
@@ -454,7 +454,8 @@ impl ParquetEngine {
         let mut units: Vec<(usize, usize)> = Vec::new();
         for (pi, p) in parts.iter().enumerate() {
             let opts = if dict {
-                ArrowReaderOptions::new().with_schema(dict_rollup_schema())
+                ArrowReaderOptions::new()
+                    .with_schema(super::with_dictionaries(&rollup::schema(), &TEXT_KEYS))
             } else {
                 ArrowReaderOptions::new()
             };
@@ -494,56 +495,8 @@ impl ParquetEngine {
             }
             Ok(())
         };
-        let next = std::sync::atomic::AtomicUsize::new(0);
-        let worker = || -> Result<T> {
-            let mut acc = init();
-            loop {
-                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                if i >= units.len() {
-                    return Ok(acc);
-                }
-                read(i, &mut acc)?;
-            }
-        };
-        let threads = std::thread::available_parallelism()
-            .map_or(1, |n| n.get())
-            .clamp(1, MAX_READERS)
-            .min(units.len().max(1));
-        std::thread::scope(|sc| {
-            let others: Vec<_> = (1..threads).map(|_| sc.spawn(worker)).collect();
-            let mut out = vec![worker()?];
-            for h in others {
-                out.push(
-                    h.join()
-                        .unwrap_or_else(|_| bail!("index reader panicked"))?,
-                );
-            }
-            Ok(out)
-        })
+        super::on_every_core(units.len(), init, read)
     }
-}
-
-/// The rollup schema with its text keys as `Dictionary(Int32, Utf8)` (the reader's hint: each
-/// distinct value is looked at once per batch).
-fn dict_rollup_schema() -> arrow_schema::SchemaRef {
-    let s = rollup::schema();
-    let fields: Vec<arrow_schema::Field> = s
-        .fields()
-        .iter()
-        .map(|f| {
-            if TEXT_KEYS.contains(&f.name().as_str()) {
-                f.as_ref()
-                    .clone()
-                    .with_data_type(arrow_schema::DataType::Dictionary(
-                        Box::new(arrow_schema::DataType::Int32),
-                        Box::new(arrow_schema::DataType::Utf8),
-                    ))
-            } else {
-                f.as_ref().clone()
-            }
-        })
-        .collect();
-    std::sync::Arc::new(arrow_schema::Schema::new(fields))
 }
 
 /// The rollup columns a question's keys and filters read (besides its sums).
