@@ -411,6 +411,9 @@ pub struct Usage {
     ids: Vec<HashMap<String, u64, FxBuild>>,
     texts: Vec<Vec<String>>,
     groups: HashMap<[u64; MAX_KEYS], u32, FxBuild>,
+    /// With one text key: the group of each interned id (`u32::MAX`: none yet), so a batch's
+    /// dictionary values find their groups without hashing a group's codes.
+    by_id: Vec<u32>,
     /// Per group number: its codes, job count, sums ([`USAGE_INPUTS`] order), which sums have a
     /// value, and Σ used, Σ alloc of the three weighted efficiencies.
     codes: Vec<[u64; MAX_KEYS]>,
@@ -418,7 +421,9 @@ pub struct Usage {
     /// Exact: each figure is added as [`fixed`] units, so no order of additions (rows, cores,
     /// rollups) changes an answer.
     sums: Vec<[i128; N_INPUTS]>,
-    has: Vec<[bool; N_INPUTS]>,
+    /// Per group and input: its jobs without a value (a count, not a flag, so that an
+    /// aggregation can be taken away from another: [`Usage::subtract`]).
+    nulls: Vec<[i64; N_INPUTS]>,
     eff: Vec<[(i128, i128); 3]>,
 }
 
@@ -462,10 +467,11 @@ impl Usage {
             ids: vec![HashMap::default(); keys.len()],
             texts: vec![Vec::new(); keys.len()],
             groups: HashMap::default(),
+            by_id: Vec::new(),
             codes: Vec::new(),
             jobs: Vec::new(),
             sums: Vec::new(),
-            has: Vec::new(),
+            nulls: Vec::new(),
             eff: Vec::new(),
             keys,
         })
@@ -490,7 +496,7 @@ impl Usage {
         self.codes.push(codes);
         self.jobs.push(0);
         self.sums.push([0; N_INPUTS]);
-        self.has.push([false; N_INPUTS]);
+        self.nulls.push([0; N_INPUTS]);
         self.eff.push([(0, 0); 3]);
         g
     }
@@ -528,10 +534,10 @@ impl Usage {
             [KeySrc::T(t, cache)] => (self.pairs_of_one_text(*t, cache, rows), Vec::new()),
             _ => self.pairs_of(&mut srcs, rows),
         };
-        let touched = self.count_jobs(&pairs);
+        self.count_jobs(&pairs);
         let shares = (!shares.is_empty()).then_some(shares.as_slice());
-        if !self.add_dense(&inputs, &pairs, shares, &touched) {
-            self.add_sums(&inputs, &pairs, shares, &touched);
+        if !self.add_dense(&inputs, &pairs, shares) {
+            self.add_sums(&inputs, &pairs, shares);
             self.add_efficiencies(&inputs, &pairs, shares);
         }
         Ok(())
@@ -562,7 +568,6 @@ impl Usage {
     ) -> Vec<(u32, u32)> {
         let mut pairs: Vec<(u32, u32)> = Vec::with_capacity(rows.len());
         let mut null_group = None;
-        let mut by_id: Vec<u32> = Vec::new();
         for i in rows {
             let g = match t {
                 Text::Dict(d, values) => {
@@ -572,7 +577,7 @@ impl Usage {
                         let k = d.keys().value(i) as usize;
                         if cache[k] == UNSEEN {
                             let id = self.intern(0, values.value(k));
-                            cache[k] = u64::from(self.group(one_key(id)));
+                            cache[k] = u64::from(self.group_of_id(id));
                         }
                         cache[k] as u32
                     }
@@ -580,20 +585,26 @@ impl Usage {
                 Text::Plain(_) => match t.get(i) {
                     None => *null_group.get_or_insert_with(|| self.group(one_key(NULL))),
                     Some(s) => {
-                        let id = self.intern(0, s) as usize;
-                        if id >= by_id.len() {
-                            by_id.resize(id + 1, u32::MAX);
-                        }
-                        if by_id[id] == u32::MAX {
-                            by_id[id] = self.group(one_key(id as u64));
-                        }
-                        by_id[id]
+                        let id = self.intern(0, s);
+                        self.group_of_id(id)
                     }
                 },
             };
             pairs.push((i as u32, g));
         }
         pairs
+    }
+
+    /// The group of interned id `id` of the one text key.
+    fn group_of_id(&mut self, id: u64) -> u32 {
+        let i = id as usize;
+        if i >= self.by_id.len() {
+            self.by_id.resize(i + 1, u32::MAX);
+        }
+        if self.by_id[i] == u32::MAX {
+            self.by_id[i] = self.group(one_key(id));
+        }
+        self.by_id[i]
     }
 
     /// The (row, group) pairs of `rows` under any keys, and when grouping by node each pair's
@@ -652,17 +663,19 @@ impl Usage {
     }
 
     /// Adds the rows of a rollup batch (`crate::rollup::schema`, its text keys plain or as
-    /// dictionaries) whose end month is in `months` (UTC, half-open) and that pass the query's
-    /// filters. Only for a query the rollups can answer
+    /// dictionaries) of `rows`' level whose end month is in its months (UTC, half-open) and that
+    /// pass the query's filters. Only for a query the rollups can answer
     /// (`crate::index::rollups::rollup_cannot_answer`), on rollups whose start months are on the
     /// query zone's clock.
-    pub fn add_rollup(&mut self, q: &Query, b: &RecordBatch, months: (i64, i64)) -> Result<()> {
+    pub fn add_rollup(
+        &mut self,
+        q: &Query,
+        b: &RecordBatch,
+        rows: ((i64, i64), i64),
+    ) -> Result<()> {
         use crate::rollup::{values_column, RollupView, EFF_SUMS};
         let v = View { b };
-        let end_month = v.i("end_month")?;
-        let mut keep: Vec<usize> = (0..b.num_rows())
-            .filter(|&i| (months.0..months.1).contains(&end_month.value(i)))
-            .collect();
+        let mut keep = crate::rollup::rows_of(b, rows)?;
         retain_rollup_filters(q, b, &mut keep)?;
         if keep.is_empty() {
             return Ok(());
@@ -690,37 +703,36 @@ impl Usage {
         // both figures of each efficiency) without a check per row.
         let mut plain = Vec::with_capacity(USAGE_INPUTS.len());
         for (c, n) in USAGE_INPUTS.iter().enumerate() {
-            let (sums, values) = (r.sum(n)?, r.int(&values_column(n))?);
-            match (sums.dense(), values.null_count() == values.len()) {
-                (Some((lo, hi)), true) => {
+            // A count of values left out is null in every row.
+            let (sums, values) = (r.sum(n), r.opt_int(&values_column(n)));
+            match (sums.dense(), values.filter(|v| v.null_count() < v.len())) {
+                (Some(d), None) => {
                     for &(i, g) in &pairs {
-                        let (i, g) = (i as usize, g as usize);
-                        self.sums[g][c] += crate::rollup::join(lo[i], hi[i]);
-                        self.has[g][c] |= jobs[i] > 0;
+                        self.sums[g as usize][c] += d.at(i as usize);
                     }
                 }
                 _ => {
                     for &(i, g) in &pairs {
                         let (i, g) = (i as usize, g as usize);
                         // A null count: every job of the row has the figure.
-                        let n = oi(values, i).unwrap_or(jobs[i]);
+                        let n = values.and_then(|v| oi(v, i)).unwrap_or(jobs[i]);
                         self.sums[g][c] += sums.at(i).unwrap_or_default();
-                        self.has[g][c] |= n > 0;
+                        self.nulls[g][c] += jobs[i] - n;
                     }
                 }
             }
             plain.push(sums);
         }
         for (e, ((u, a), (pu, pa))) in EFF_SUMS.iter().zip(EFF_PAIRS).enumerate() {
-            let (used, alloc) = (r.sum(u)?, r.sum(a)?);
-            if let (true, Some((ul, uh)), Some((al, ah))) =
+            let (used, alloc) = (r.sum(u), r.sum(a));
+            if let (true, Some(ud), Some(ad)) =
                 (used.all_null(), plain[pu].dense(), plain[pa].dense())
             {
                 // Every row's efficiency sums are its plain sums.
                 for &(i, g) in &pairs {
                     let (i, x) = (i as usize, &mut self.eff[g as usize][e]);
-                    x.0 += crate::rollup::join(ul[i], uh[i]);
-                    x.1 += crate::rollup::join(al[i], ah[i]);
+                    x.0 += ud.at(i);
+                    x.1 += ad.at(i);
                 }
                 continue;
             }
@@ -742,33 +754,18 @@ impl Usage {
         Ok(())
     }
 
-    /// Counts each pair's job in its group; returns the groups the pairs touch, each once (a
-    /// column without nulls gives each of them a value).
-    fn count_jobs(&mut self, pairs: &[(u32, u32)]) -> Vec<usize> {
-        let mut seen = vec![false; self.codes.len()];
-        let mut touched: Vec<usize> = Vec::new();
+    /// Counts each pair's job in its group.
+    fn count_jobs(&mut self, pairs: &[(u32, u32)]) {
         for &(_, g) in pairs {
-            let g = g as usize;
-            self.jobs[g] += 1;
-            if !seen[g] {
-                seen[g] = true;
-                touched.push(g);
-            }
+            self.jobs[g as usize] += 1;
         }
-        touched
     }
 
     /// Adds the [`USAGE_INPUTS`] over the pairs, one input column at a time (the same order of
     /// additions per group as row by row, so the sums do not depend on how the work is cut into
     /// columns), each times its pair's share when there are shares. A share of 1 is not
-    /// multiplied (x × 1.0 is x). A null adds nothing and gives its group no value.
-    fn add_sums(
-        &mut self,
-        inputs: &[&Float64Array],
-        pairs: &[(u32, u32)],
-        shares: Option<&[f64]>,
-        touched: &[usize],
-    ) {
+    /// multiplied (x × 1.0 is x). A null adds nothing and counts among its group's jobs without a value.
+    fn add_sums(&mut self, inputs: &[&Float64Array], pairs: &[(u32, u32)], shares: Option<&[f64]>) {
         for (c, a) in inputs.iter().enumerate() {
             let vals = a.values();
             match (nulls(a), shares) {
@@ -776,21 +773,20 @@ impl Usage {
                     for &(r, g) in pairs {
                         self.sums[g as usize][c] += fixed(vals[r as usize]);
                     }
-                    touched.iter().for_each(|&g| self.has[g][c] = true);
                 }
                 (None, Some(sh)) => {
                     for (&(r, g), share) in pairs.iter().zip(sh) {
                         self.sums[g as usize][c] += fixed(vals[r as usize] * share);
                     }
-                    touched.iter().for_each(|&g| self.has[g][c] = true);
                 }
                 (Some(nb), sh) => {
                     for (k, &(r, g)) in pairs.iter().enumerate() {
                         let r = r as usize;
+                        let g = g as usize;
                         if nb.is_valid(r) {
-                            let g = g as usize;
                             self.sums[g][c] += fixed(vals[r] * sh.map_or(1.0, |s| s[k]));
-                            self.has[g][c] = true;
+                        } else {
+                            self.nulls[g][c] += 1;
                         }
                     }
                 }
@@ -807,7 +803,6 @@ impl Usage {
         inputs: &[&Float64Array],
         pairs: &[(u32, u32)],
         shares: Option<&[f64]>,
-        touched: &[usize],
     ) -> bool {
         if shares.is_some() || inputs.len() != N_INPUTS || inputs.iter().any(|a| nulls(a).is_some())
         {
@@ -825,9 +820,6 @@ impl Usage {
                 x.0 += f[u];
                 x.1 += f[a];
             }
-        }
-        for &g in touched {
-            self.has[g] = [true; N_INPUTS];
         }
         true
     }
@@ -868,6 +860,23 @@ impl Usage {
 
     /// Adds another aggregation of the same query (another part of the index).
     pub fn merge(&mut self, o: Usage) {
+        self.combine(o, 1);
+    }
+
+    /// Takes away an aggregation of the same query over jobs this one counted (a rollup month's
+    /// jobs outside the window): every figure is a count or an exact sum, so what is left is
+    /// what adding the other jobs alone gives, to the last bit. [`Usage::finish`] drops the
+    /// groups left without a job.
+    pub fn subtract(&mut self, o: Usage) {
+        self.combine(o, -1);
+    }
+
+    /// Whether group `g` has a value of input `c` (a job with the figure).
+    fn has(&self, g: usize, c: usize) -> bool {
+        self.jobs[g] > self.nulls[g][c]
+    }
+
+    fn combine(&mut self, o: Usage, sign: i64) {
         let keys = self.keys.clone();
         for (og, codes) in o.codes.iter().enumerate() {
             let mut c = *codes;
@@ -881,23 +890,22 @@ impl Usage {
                 }
             }
             let g = self.group(c) as usize;
-            self.jobs[g] += o.jobs[og];
+            let wide = i128::from(sign);
+            self.jobs[g] += sign * o.jobs[og];
             for i in 0..N_INPUTS {
-                if o.has[og][i] {
-                    self.sums[g][i] += o.sums[og][i];
-                    self.has[g][i] = true;
-                }
+                self.sums[g][i] += wide * o.sums[og][i];
+                self.nulls[g][i] += sign * o.nulls[og][i];
             }
             for e in 0..3 {
-                self.eff[g][e].0 += o.eff[og][e].0;
-                self.eff[g][e].1 += o.eff[og][e].1;
+                self.eff[g][e].0 += wide * o.eff[og][e].0;
+                self.eff[g][e].1 += wide * o.eff[og][e].1;
             }
         }
     }
 
     fn values(&self, g: usize) -> Vec<Value> {
         let f = |i: usize| {
-            if self.has[g][i] {
+            if self.has(g, i) {
                 Value::Float(float(self.sums[g][i]))
             } else {
                 Value::Null
@@ -935,6 +943,14 @@ impl Usage {
         if self.keys.is_empty() && self.codes.is_empty() {
             self.group([0; MAX_KEYS]);
         }
+        // A subtraction that takes more than was there: the rollups and the job parts disagree.
+        if (0..self.codes.len())
+            .any(|g| self.jobs[g] < 0 || self.nulls[g].iter().any(|n| *n < 0 || *n > self.jobs[g]))
+        {
+            anyhow::bail!(
+                "the index's rollups and job parts disagree (run `jobscope index rebuild`)"
+            );
+        }
         let keys = &self.keys;
         let key_of = |codes: &[u64; MAX_KEYS]| -> Vec<Key> {
             keys.iter()
@@ -948,10 +964,13 @@ impl Usage {
                 })
                 .collect()
         };
+        // A group whose jobs were all taken away ([`Usage::subtract`]) is no group; the one row
+        // of a question without keys stays.
         let mut list: Vec<(Vec<Key>, usize)> = self
             .codes
             .iter()
             .enumerate()
+            .filter(|(g, _)| keys.is_empty() || self.jobs[*g] > 0)
             .map(|(g, c)| (key_of(c), g))
             .collect();
         list.sort_by(|a, b| a.0.cmp(&b.0));
@@ -961,7 +980,7 @@ impl Usage {
                 super::query::WasteMetric::MemGbHours => 5,
                 super::query::WasteMetric::GpuHours => 8,
             };
-            let sum = |g: usize| self.has[g][col].then_some(float(self.sums[g][col]));
+            let sum = |g: usize| self.has(g, col).then_some(float(self.sums[g][col]));
             // Stable sort: ties keep the keys' ascending order.
             list.sort_by(|a, b| desc_nulls_last(sum(a.1), sum(b.1)));
             list.truncate(n);
@@ -1350,7 +1369,7 @@ mod tests {
         assert_eq!(shares, [0.5, 0.5, 1.0, 1.0, 1.0]);
         assert_eq!(u.texts[0], ["n1", "n2"]);
         assert_eq!(u.codes[2][0], NULL);
-        assert_eq!(u.count_jobs(&pairs), [0, 1, 2]);
+        u.count_jobs(&pairs);
         assert_eq!(u.jobs, [1, 2, 2]);
     }
 
@@ -1360,14 +1379,17 @@ mod tests {
         let (g0, g1) = (u.group(one_key(1)), u.group(one_key(2)));
         let a = Float64Array::from(vec![Some(2.0), None, Some(3.0)]);
         let pairs = [(0, g0), (1, g1), (2, g0)];
-        u.add_sums(&[&a], &pairs, None, &[0, 1]);
-        assert_eq!((float(u.sums[0][0]), u.has[0][0]), (5.0, true));
-        assert_eq!((u.sums[1][0], u.has[1][0]), (0, false));
+        u.count_jobs(&pairs);
+        u.add_sums(&[&a], &pairs, None);
+        assert_eq!((float(u.sums[0][0]), u.has(0, 0)), (5.0, true));
+        assert_eq!((u.sums[1][0], u.has(1, 0)), (0, false));
         // With shares (grouping by node): each value times its pair's share.
         let full = Float64Array::from(vec![4.0, 8.0]);
-        u.add_sums(&[&full], &[(0, g0), (1, g1)], Some(&[0.5, 0.25]), &[0, 1]);
+        let pairs = [(0, g0), (1, g1)];
+        u.count_jobs(&pairs);
+        u.add_sums(&[&full], &pairs, Some(&[0.5, 0.25]));
         assert_eq!((float(u.sums[0][0]), float(u.sums[1][0])), (7.0, 2.0));
-        assert!(u.has[1][0]);
+        assert!(u.has(1, 0));
     }
 
     /// The heat map's hour and weekday by arithmetic are chrono's (through [`wall_keys`]) at every

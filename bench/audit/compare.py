@@ -3,7 +3,9 @@ slurm-usage tool's own `analyze` over its own layout of the same jobs (bench/aud
 
     compare.py layout INDEX_DIR SLURM_USAGE_DATA_DIR     write slurm-usage's layout of the index's jobs
     compare.py query INDEX_DIR END_YYYY-MM-DD REPEAT     time DuckDB and Polars: usage by user, year and 30 days
-    compare.py rollups INDEX_DIR END_YYYY-MM-DD REPEAT   time DuckDB given the rollups jobscope reads (a year)
+    compare.py rollups INDEX_DIR END_YYYY-MM-DD REPEAT AUDIT_GEN
+                                                         time DuckDB given what jobscope reads (its plan from
+                                                         `AUDIT_GEN plan`): a year and 30 days
 
 The question is jobscope's usage report grouped by user (audit/src/query.rs): jobs, sums of
 core-/GB-/GPU-hours allocated, used and wasted, weighted efficiencies, energy; window on END time.
@@ -202,23 +204,19 @@ def month_of(ms):
     return d.year * 12 + d.month - 1
 
 
-def month_start_ms(m):
-    return int(datetime(m // 12, m % 12 + 1, 1, tzinfo=timezone.utc).timestamp()) * 1000
+def plan(gen, index, end, days):
+    """jobscope's own plan for the question (audit-gen plan: audit/src/index/rollups.rs
+    `ParquetEngine::plan`): the months the rollups give, the windows read from the job parts, and
+    the windows of the rollups' edge months outside the question, read from the job parts and
+    taken away."""
+    import json
+    import subprocess
 
-
-def plan(since_ms, until_ms):
-    """jobscope's plan (audit/src/index/rollups.rs `ParquetEngine::plan`): the whole UTC months of
-    the window from the rollups, the days at its ends from the job parts."""
-    m0 = month_of(since_ms)
-    if month_start_ms(m0) != since_ms:
-        m0 += 1
-    m1 = month_of(until_ms)
-    edges = []
-    if since_ms < month_start_ms(m0):
-        edges.append((since_ms, month_start_ms(m0)))
-    if month_start_ms(m1) < until_ms:
-        edges.append((month_start_ms(m1), until_ms))
-    return m0, m1, edges
+    out = subprocess.run(
+        [gen, "plan", "--index", index, "--end", end, "--days", str(days)],
+        check=True, capture_output=True, text=True,
+    ).stdout
+    return json.loads(out)
 
 
 def rollups_in(index, m0, m1):
@@ -255,64 +253,90 @@ def units(col):
     return f"(sum({col}_units_hi)::HUGEINT * 4611686018427387904 + sum({col}_units)) / 1125899906842624.0"
 
 
-def planned_sql(n_edges):
-    """The usage by user as jobscope answers it from the rollups: the rollup rows of the whole months
-    and the job rows of the window's ends, summed per user."""
-    effs = []
-    for i, (u, a, eu, ea) in enumerate(EFFS):
-        # Null efficiency sums in a rollup row are its plain sums (every job had both figures).
-        for col, e, plain in [(f"eu{i}", eu, u), (f"ea{i}", ea, a)]:
-            effs.append(
-                f"(sum(coalesce({e}_units_hi, {plain}_units_hi))::HUGEINT * 4611686018427387904"
-                f" + sum(coalesce({e}_units, {plain}_units))) / 1125899906842624.0 AS {col}"
-            )
-    r = (
-        'SELECT "user", sum(jobs) AS jobs, '
-        + ", ".join(f"{units(n)} AS {n}" for n in INPUTS)
-        + ", " + ", ".join(effs)
-        + " FROM read_parquet($rfiles) WHERE end_month >= $m0 AND end_month < $m1 GROUP BY \"user\""
-    )
+def parts_sql(files, windows, sign):
+    """The usage by user of the job rows of `files` that ended in `windows` ($<p>k bounds), each
+    figure times `sign` (-1: taken away)."""
     pe = []
     for i, (u, a, _, _) in enumerate(EFFS):
         both = f"{u} IS NOT NULL AND {a} IS NOT NULL"
-        pe += [f"sum({u}) FILTER (WHERE {both}) AS eu{i}", f"sum({a}) FILTER (WHERE {both}) AS ea{i}"]
-    window = " OR ".join(f"(end_unix_ms >= $s{k} AND end_unix_ms < $u{k})" for k in range(n_edges))
-    p = (
-        'SELECT "user", count(*) AS jobs, '
-        + ", ".join(f"sum({n}) AS {n}" for n in INPUTS)
+        pe += [f"{sign} * sum({u}) FILTER (WHERE {both}) AS eu{i}", f"{sign} * sum({a}) FILTER (WHERE {both}) AS ea{i}"]
+    window = " OR ".join(f"(end_unix_ms >= ${files}s{k} AND end_unix_ms < ${files}u{k})" for k in range(len(windows)))
+    return (
+        f'SELECT "user", {sign} * count(*) AS jobs, '
+        + ", ".join(f"{sign} * sum({n}) AS {n}" for n in INPUTS)
         + ", " + ", ".join(pe)
         + ' FROM (SELECT "user", end_unix_ms, mem_gb_hours_used, gpu_hours_alloc, gpu_hours_wasted,'
         + " gpu_energy_kwh, cpu_wait_hours, " + DERIVED_SQL
-        + f" FROM read_parquet($pfiles) WHERE {window}) GROUP BY \"user\""
+        + f" FROM read_parquet(${files}) WHERE {window}) GROUP BY \"user\""
     )
-    both = f"({r}) UNION ALL BY NAME ({p})" if n_edges else r
+
+
+def planned_sql(have_rollups, plus, minus):
+    """The usage by user as jobscope answers it: the rollup rows of its months and level (the
+    per-user rows for this question, in row groups of their own that DuckDB skips by their
+    statistics as jobscope does), plus the job rows of
+    the windows it reads from the job parts, less those of the windows it takes away."""
+    pieces = []
+    if have_rollups:
+        effs = []
+        for i, (u, a, eu, ea) in enumerate(EFFS):
+            # Null efficiency sums in a rollup row are its plain sums (every job had both figures).
+            for col, e, plain in [(f"eu{i}", eu, u), (f"ea{i}", ea, a)]:
+                effs.append(
+                    f"(sum(coalesce({e}_units_hi, {plain}_units_hi))::HUGEINT * 4611686018427387904"
+                    f" + sum(coalesce({e}_units, {plain}_units))) / 1125899906842624.0 AS {col}"
+                )
+        pieces.append(
+            'SELECT "user", sum(jobs) AS jobs, '
+            + ", ".join(f"{units(n)} AS {n}" for n in INPUTS)
+            + ", " + ", ".join(effs)
+            + " FROM read_parquet($rfiles) WHERE end_month >= $m0 AND end_month < $m1 AND level = $level"
+            + ' GROUP BY "user"'
+        )
+    if plus:
+        pieces.append(parts_sql("pfiles", plus, 1))
+    if minus:
+        pieces.append(parts_sql("mfiles", minus, -1))
+    both = " UNION ALL BY NAME ".join(f"({p})" for p in pieces)
     out = ", ".join(f"sum({n}) AS {n}" for n in INPUTS)
     eff = ", ".join(f"100 * sum(eu{i}) / nullif(sum(ea{i}), 0)" for i in range(3))
-    return f'SELECT "user", sum(jobs), {out}, {eff} FROM ({both}) GROUP BY "user" ORDER BY "user"'
+    return (
+        f'SELECT "user", sum(jobs), {out}, {eff} FROM ({both}) GROUP BY "user"'
+        ' HAVING sum(jobs) > 0 ORDER BY "user"'
+    )
 
 
-def query_rollups(index, end, repeat):
-    """DuckDB given what jobscope reads for the question: the rollup files of the window's whole
-    months and the job parts of its ends (issue 33 §2: DuckDB may read what jobscope reads). Its
-    answer is checked against DuckDB's own over the job rows (jobs equal, sums within 1e-9)."""
+def query_rollups(index, end, repeat, gen):
+    """DuckDB given what jobscope reads for the question: the rollup files of the months it takes
+    from them and the job parts of the windows it reads or takes away (issue 33 §2: DuckDB may read
+    what jobscope reads). Its answer is checked against DuckDB's own over the job rows (jobs equal,
+    sums within 1e-9)."""
     import duckdb
 
     end_s = int(datetime.strptime(end, "%Y-%m-%d").replace(tzinfo=timezone.utc).timestamp())
     con = duckdb.connect()
-    for label, days in [("year by user", 365)]:
+    for label, days in [("year by user", 365), ("30 days by user", 30)]:
         since_ms, until_ms = (end_s - days * 86400) * 1000, end_s * 1000
-        m0, m1, edges = plan(since_ms, until_ms)
-        rfiles = rollups_in(index, m0, m1)
-        pfiles = sorted({f for s, u in edges for f in parts_in_window(index, s, u)})
-        params = {"rfiles": rfiles, "m0": m0, "m1": m1}
-        if edges:
-            params["pfiles"] = pfiles
-        for k, (s, u) in enumerate(edges):
-            params[f"s{k}"], params[f"u{k}"] = s, u
-        sql = planned_sql(len(edges))
+        p = plan(gen, index, end, days)
+        params = {}
+        rfiles = []
+        if p["rollup_months"]:
+            m0, m1 = p["rollup_months"]
+            rfiles = rollups_in(index, m0, m1)
+            params.update({"rfiles": rfiles, "m0": m0, "m1": m1, "level": p["rollup_level"]})
+        nfiles = {}
+        for name, ws in [("pfiles", p["part_windows"]), ("mfiles", p["minus_windows"])]:
+            if ws:
+                files = sorted({f for s, u in ws for f in parts_in_window(index, s, u)})
+                nfiles[name] = len(files)
+                params[name] = files
+                for k, (s, u) in enumerate(ws):
+                    params[f"{name}s{k}"], params[f"{name}u{k}"] = s, u
+        sql = planned_sql(bool(rfiles), p["part_windows"], p["minus_windows"])
         f, med, best, out = timed(lambda: con.execute(sql, params).fetchall(), repeat)
-        tag = f"{label}, rollups ({len(rfiles)}) + ends ({len(pfiles)})"
+        tag = f"{label}, as jobscope reads it"
         print(f"duckdb   {tag:<34} first {f:8.1f} ms  median {med:8.1f} ms  best {best:8.1f} ms  ({len(out)} users)")
+        print(f"         {'':<34} {len(rfiles)} rollup parts, job parts: {nfiles.get('pfiles', 0)} added, {nfiles.get('mfiles', 0)} taken away ({p['explain']})")
         want = con.execute(USAGE_SQL, {"files": parts(index), "since": since_ms, "until": until_ms}).fetchall()
         worst = 0.0
         for g, w in zip(out, want):
@@ -321,7 +345,7 @@ def query_rollups(index, end, repeat):
                 if a is not None and b is not None:
                     worst = max(worst, abs(a - b) / max(abs(b), 1.0))
         assert len(out) == len(want) and worst < 1e-9, (len(out), len(want), worst)
-        print(f"         the same users, jobs and sums as DuckDB over the job rows (largest difference {worst:.1e})")
+        print(f"         {'':<34} the same users, jobs and sums as DuckDB over the job rows (largest difference {worst:.1e})")
 
 
 if __name__ == "__main__":
@@ -330,6 +354,6 @@ if __name__ == "__main__":
     elif sys.argv[1] == "query":
         query(sys.argv[2], sys.argv[3], int(sys.argv[4]))
     elif sys.argv[1] == "rollups":
-        query_rollups(sys.argv[2], sys.argv[3], int(sys.argv[4]))
+        query_rollups(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5])
     else:
         sys.exit(__doc__)

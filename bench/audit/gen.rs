@@ -599,6 +599,46 @@ fn time_parts_only(engine: &ParquetEngine, q: &Query, repeat: usize) -> Result<(
     Ok((t[t.len() / 2], same))
 }
 
+/// `plan --index DIR --end YYYY-MM-DD --days N`: how jobscope answers the usage by user over the
+/// `N` days before `END`, as one JSON line (Unix ms): `{"rollup_months": [m0, m1] or null,
+/// "rollup_level": the rows read (audit::rollup::PER_USER …), "part_windows": [[since, until], …], "minus_windows": […]}`. compare.py gives DuckDB the same
+/// files and the same arithmetic (issue 33 §2: DuckDB may read what jobscope reads).
+fn plan(a: &Args) -> Result<()> {
+    let engine = ParquetEngine::open(&a.path("--index")?)?;
+    let end_s = day_s(&a.get("--end").context("--end YYYY-MM-DD")?)? as i64;
+    let days = a.num("--days", 365)? as i64;
+    let q = Query {
+        window: Window {
+            since_unix_s: Some(end_s - days * 86_400),
+            until_unix_s: Some(end_s),
+        },
+        group_by: vec![GroupKey::User],
+        ..Query::new(Report::Usage)
+    };
+    let plan = engine.plan(&q);
+    let ms = |ws: &[Window]| -> Vec<[i64; 2]> {
+        ws.iter()
+            .map(|w| {
+                [
+                    w.since_unix_s.unwrap_or(i64::MIN / 1000) * 1000,
+                    w.until_unix_s.unwrap_or(i64::MAX / 1000) * 1000,
+                ]
+            })
+            .collect()
+    };
+    println!(
+        "{}",
+        serde_json::json!({
+            "rollup_months": plan.rollup_months.map(|(m0, m1)| [m0, m1]),
+            "rollup_level": plan.rollup_level,
+            "part_windows": ms(&plan.part_windows),
+            "minus_windows": ms(&plan.minus_windows),
+            "explain": plan.describe(&engine),
+        })
+    );
+    Ok(())
+}
+
 fn query(a: &Args) -> Result<()> {
     let dir = a.path("--index")?;
     let end_s = day_s(&a.get("--end").context("--end YYYY-MM-DD")?)? as i64;
@@ -620,7 +660,32 @@ fn query(a: &Args) -> Result<()> {
         println!(
             "jobscope {label:<16} first {first:8.1} ms  median {med:8.1} ms  best {best:8.1} ms  ({rows} users)"
         );
-        println!("         {:<16} {}", "", engine.plan(&q).describe(&engine));
+        let plan = engine.plan(&q);
+        println!("         {:<16} {}", "", plan.describe(&engine));
+        // Where the planned run's time goes: the job parts' windows alone (added or taken away).
+        for w in plan.part_windows.iter().chain(&plan.minus_windows) {
+            let qw = Query {
+                window: w.clone(),
+                ..q.clone()
+            };
+            let mut t: Vec<f64> = (0..repeat.max(1))
+                .map(|_| {
+                    let t0 = Instant::now();
+                    engine
+                        .run_from_parts(&qw)
+                        .map(|_| t0.elapsed().as_secs_f64() * 1000.0)
+                })
+                .collect::<Result<_>>()?;
+            t.sort_by(f64::total_cmp);
+            println!(
+                "         {:<16} of which the job parts of {:.1} days: median {:.1} ms",
+                "",
+                w.until_unix_s
+                    .zip(w.since_unix_s)
+                    .map_or(f64::NAN, |(u, s)| (u - s) as f64 / 86_400.0),
+                t[t.len() / 2]
+            );
+        }
         // The same question from the job parts alone (the rollups not used): what they save.
         let t = time_parts_only(&engine, &q, repeat)?;
         println!(
@@ -826,7 +891,8 @@ fn main() -> Result<()> {
         Some("query") => query(&a),
         Some("update") => update(&a),
         Some("timer") => timer(&a),
-        _ => bail!("usage: audit-gen gen|query|update|timer … (see bench/audit/gen.rs)"),
+        Some("plan") => plan(&a),
+        _ => bail!("usage: audit-gen gen|query|update|timer|plan … (see bench/audit/gen.rs)"),
     }
 }
 
@@ -837,7 +903,8 @@ mod tests {
 
     /// Every question the rollups answer gives, from them, the answer the job parts alone give, to
     /// the last bit (issue 33 §1), over a generated index of two years: every grouping they hold,
-    /// each filter, windows of whole months and of odd ends, top wasters by each metric, the
+    /// each filter, windows of whole months and of odd ends (a month's rollup less its days outside
+    /// the window, or its days inside from the job parts), top wasters by each metric, the
     /// efficiency histograms. The questions they cannot answer say why and read the job parts.
     #[test]
     fn the_rollups_answer_as_the_job_parts_to_the_last_bit() {
@@ -856,6 +923,11 @@ mod tests {
             ),
             (None, Some(end - 100 * 86_400 + 1)),
             (Some(end - 30 * 86_400), Some(end)),
+            // Inside one month, most of it: the month's rollup less its days at both sides.
+            (
+                Some(day_s("2025-11-03").unwrap() as i64 + 3 * 3600 + 7),
+                Some(day_s("2025-11-27").unwrap() as i64 + 1),
+            ),
         ];
         let (users, accounts) = {
             let t = eng
@@ -909,7 +981,7 @@ mod tests {
                 n: 5,
             },
         ];
-        let mut from_rollups = 0;
+        let (mut from_rollups, mut less) = (0, 0);
         for (since, until) in windows {
             for f in &filters {
                 for keys in groupings {
@@ -926,8 +998,9 @@ mod tests {
                         };
                         let plan = eng.plan(&q);
                         let long = until.zip(since).is_none_or(|(u, s)| u - s > 62 * 86_400);
-                        assert_eq!(plan.rollup_months.is_some(), long, "{q:?}: {plan:?}");
-                        from_rollups += usize::from(long);
+                        assert!(plan.rollup_months.is_some() || !long, "{q:?}: {plan:?}");
+                        from_rollups += usize::from(plan.rollup_months.is_some());
+                        less += usize::from(!plan.minus_windows.is_empty());
                         let (got, want) = (eng.run(&q).unwrap(), eng.run_from_parts(&q).unwrap());
                         assert_eq!(got, want, "{q:?}: {plan:?}");
                     }
@@ -951,7 +1024,9 @@ mod tests {
                 }
             }
         }
-        assert!(from_rollups > 300, "{from_rollups}");
+        // Every window but the whole index's reaches into a month in part; most are answered
+        // from that month's rollup less its days outside.
+        assert!(from_rollups > 500 && less > 300, "{from_rollups} {less}");
         // What they cannot answer reads the job parts, and says why.
         let q = Query::new(Report::Usage);
         let by_state = Query {
@@ -981,6 +1056,57 @@ mod tests {
         let mut q = q;
         q.report = Report::Jobs;
         assert!(eng.plan(&q).rollup_months.is_none());
+    }
+
+    /// A window that covers a row group in part (the index then reads only the pages of its end
+    /// times that reach into the window, by the page index) counts every job that ended in it and
+    /// no other: against the end times of every job read without a window. Months of 25 000 jobs
+    /// hold row groups of several pages (20 000 rows at most each).
+    #[test]
+    fn a_window_over_part_of_a_row_group_counts_each_of_its_jobs_once() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("index");
+        let end_s = day_s("2026-11-29").unwrap() as i64;
+        write_generated(&dir, 300_000, 1, end_s as u64, 3).unwrap();
+        let eng = ParquetEngine::open(&dir).unwrap();
+        let ends: Vec<i64> = eng
+            .scan(&Query::new(Report::Jobs), &["end_unix_ms"])
+            .unwrap()
+            .iter()
+            .flat_map(|b| {
+                let a = b
+                    .column(0)
+                    .as_any()
+                    .downcast_ref::<arrow_array::Int64Array>()
+                    .unwrap();
+                a.iter().flatten().collect::<Vec<_>>()
+            })
+            .collect();
+        assert!(ends.len() > 290_000, "{}", ends.len());
+        let day = 86_400;
+        for (since, until) in [
+            (end_s - 45 * day + 3 * 3600, end_s - 40 * day - 5 * 3600),
+            (end_s - 100 * day + 17, end_s - 99 * day),
+            (end_s - 200 * day - 7, end_s - 170 * day + 11),
+            (end_s - 3 * day, end_s),
+            (end_s - 12 * 3600, end_s + day),
+        ] {
+            let q = Query {
+                window: Window {
+                    since_unix_s: Some(since),
+                    until_unix_s: Some(until),
+                },
+                ..Query::new(Report::Usage)
+            };
+            let want = ends
+                .iter()
+                .filter(|e| (since * 1000..until * 1000).contains(*e))
+                .count();
+            assert!(want > 0);
+            for t in [eng.run_from_parts(&q).unwrap(), eng.run(&q).unwrap()] {
+                assert_eq!(t.rows[0][0].as_f64(), Some(want as f64), "{since}..{until}");
+            }
+        }
     }
 
     #[test]

@@ -59,7 +59,7 @@ echo "== 2. jobscope (Parquet engine)"
 
 echo "== 3. DuckDB and Polars over the same Parquet files"
 "$VENV/bin/python" bench/audit/compare.py query "$WORK/index" "$END" "$REPEAT"
-"$VENV/bin/python" bench/audit/compare.py rollups "$WORK/index" "$END" "$REPEAT"
+"$VENV/bin/python" bench/audit/compare.py rollups "$WORK/index" "$END" "$REPEAT" "$GEN"
 
 echo "== 4. slurm-usage analyze over its own layout of the same jobs"
 rm -rf "$WORK/slurm-usage"

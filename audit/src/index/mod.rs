@@ -57,6 +57,7 @@ use parquet::arrow::arrow_reader::{
 };
 use parquet::arrow::{ArrowWriter, ProjectionMask};
 use parquet::basic::{Compression, Encoding};
+use parquet::file::metadata::PageIndexPolicy;
 use parquet::file::properties::WriterProperties;
 use parquet::file::statistics::Statistics;
 use parquet::schema::types::ColumnPath;
@@ -67,9 +68,9 @@ use std::path::{Path, PathBuf};
 pub const STATE: &str = "state.json";
 pub const LOCK: &str = ".index.lock";
 /// Bumped when the parts' columns change (2: the kernel view's columns; 3: the GPUs' SM
-/// activity and health, `gpu_sm_active_mean_pct` …; 4: the rollups): an index of another
-/// version is rebuilt whole by the next update, which says why.
-const STATE_VERSION: u32 = 4;
+/// activity and health, `gpu_sm_active_mean_pct` …; 4: the rollups; 5: the rollups' per-user
+/// rows): an index of another version is rebuilt whole by the next update, which says why.
+const STATE_VERSION: u32 = 5;
 /// Rows per Parquet row group: row groups are what a time window prunes by their statistics.
 const ROW_GROUP_ROWS: usize = 64 * 1024;
 /// A state file larger than this is damaged.
@@ -477,8 +478,16 @@ fn write_rollup(
     stored: &[RecordBatch],
     (zone, zone_name): &(Zone, String),
 ) -> Result<Part> {
-    let batch = rollup::of_jobs(stored, *zone)?;
-    let mut p = write_part(s, "rollups", month, seq, &batch)?;
+    let batches = rollup::of_jobs(stored, *zone)?;
+    let mut p = write_part_batches(
+        s,
+        "rollups",
+        month,
+        seq,
+        rollup::schema(),
+        false,
+        batches.into_iter().map(Ok),
+    )?;
     p.zone = Some(zone_name.clone());
     p.seal = Some(seal_of("rollups", &p));
     Ok(p)
@@ -521,6 +530,11 @@ fn write_part_batches(
     for batch in batches {
         let batch = batch?;
         w.write(&batch)?;
+        if table == "rollups" {
+            // Each level of rows in row groups of its own: a reader skips the other by the
+            // statistics of `level` (audit::rollup::PER_USER).
+            w.flush()?;
+        }
         rows += batch.num_rows() as u64;
         let (lo, hi) = end_range(&batch);
         min_end_ms = lo.into_iter().chain(min_end_ms).min();
@@ -1675,29 +1689,56 @@ impl ParquetEngine {
                 .with_context(|| format!("index part {} (run `jobscope index rebuild`)", p.file))
         };
         // The work: each row group the window can touch (a few per month part), in end order; a
-        // part's footer is read once here.
+        // part's footer is read once here, again with its page index when the window covers a
+        // row group in part (the pages of its other days are then skipped).
+        let inside = |min: Option<i64>, max: Option<i64>| {
+            since.is_none_or(|s| min.is_some_and(|m| m >= s))
+                && until.is_none_or(|u| max.is_some_and(|m| m < u))
+        };
         let mut metas = Vec::with_capacity(parts.len());
         let mut units: Vec<(usize, usize)> = Vec::new();
         for (pi, p) in parts.iter().enumerate() {
-            let m = ArrowReaderMetadata::load(&open(p)?, opts())
-                .with_context(|| format!("index part {} is damaged", p.file))?;
+            let load = |pages: bool| {
+                ArrowReaderMetadata::load(
+                    &open(p)?,
+                    opts().with_page_index_policy(if pages {
+                        PageIndexPolicy::Optional
+                    } else {
+                        PageIndexPolicy::Skip
+                    }),
+                )
+                .with_context(|| format!("index part {} is damaged", p.file))
+            };
+            let mut m = load(false)?;
             let end_col = m.schema().index_of("end_unix_ms")?;
+            let mut in_part = false;
             for (gi, rg) in m.metadata().row_groups().iter().enumerate() {
-                let touch = match rg.column(end_col).statistics() {
+                let (touch, whole) = match rg.column(end_col).statistics() {
                     Some(Statistics::Int64(st)) => {
-                        overlaps(st.min_opt().copied(), st.max_opt().copied())
+                        let (lo, hi) = (st.min_opt().copied(), st.max_opt().copied());
+                        (overlaps(lo, hi), inside(lo, hi))
                     }
-                    _ => true,
+                    _ => (true, false),
                 };
                 if touch {
                     units.push((pi, gi));
+                    in_part |= !whole;
                 }
+            }
+            if in_part && (since.is_some() || until.is_some()) {
+                m = load(true)?;
             }
             metas.push(m);
         }
         let read = |unit: usize, acc: &mut T| -> Result<()> {
             let (pi, gi) = units[unit];
             let m = &metas[pi];
+            let pages = window_pages(
+                m.metadata(),
+                gi,
+                m.schema().index_of("end_unix_ms")?,
+                overlaps,
+            );
             let b = ParquetRecordBatchReaderBuilder::new_with_metadata(open(parts[pi])?, m.clone());
             let idx: Vec<usize> = stored
                 .iter()
@@ -1708,6 +1749,9 @@ impl ParquetEngine {
                 .with_projection(mask)
                 .with_row_groups(vec![gi])
                 .with_batch_size(ROW_GROUP_ROWS);
+            if let Some(sel) = pages {
+                b = b.with_row_selection(sel);
+            }
             if let Some((cols, pred)) = &keep {
                 let idx: Vec<usize> = cols
                     .iter()
@@ -1731,6 +1775,44 @@ impl ParquetEngine {
         };
         on_every_core(units.len(), init, read)
     }
+}
+
+/// The rows of row group `gi` on the pages whose end times (column `end_col`) `overlaps` the
+/// window, from the page index (`None`: no page index, or every page): what a reader decodes of a
+/// row group the window covers in part. The rows it does not select all ended outside the window.
+fn window_pages(
+    meta: &parquet::file::metadata::ParquetMetaData,
+    gi: usize,
+    end_col: usize,
+    overlaps: impl Fn(Option<i64>, Option<i64>) -> bool,
+) -> Option<parquet::arrow::arrow_reader::RowSelection> {
+    use parquet::arrow::arrow_reader::{RowSelection, RowSelector};
+    use parquet::file::page_index::column_index::ColumnIndexMetaData;
+    let ColumnIndexMetaData::INT64(ix) = meta.column_index()?.get(gi)?.get(end_col)? else {
+        return None;
+    };
+    let locations = meta.offset_index()?.get(gi)?.get(end_col)?.page_locations();
+    let rows = meta.row_group(gi).num_rows();
+    if locations.len() != ix.min_values_iter().count() || locations.is_empty() {
+        return None;
+    }
+    let mut selectors: Vec<RowSelector> = Vec::with_capacity(locations.len());
+    for (k, loc) in locations.iter().enumerate() {
+        let next = locations.get(k + 1).map_or(rows, |l| l.first_row_index);
+        let n = usize::try_from(next - loc.first_row_index).ok()?;
+        // A page of nulls only, or without figures, is read: no row of it is left out unseen.
+        let keep =
+            ix.is_null_page(k) || overlaps(ix.min_value(k).copied(), ix.max_value(k).copied());
+        selectors.push(if keep {
+            RowSelector::select(n)
+        } else {
+            RowSelector::skip(n)
+        });
+    }
+    if selectors.iter().all(|s| !s.skip) {
+        return None;
+    }
+    Some(RowSelection::from(selectors))
 }
 
 /// Which rows a scan keeps: the stored columns it looks at, and for a batch of those, whether to

@@ -25,9 +25,15 @@ pub struct Plan {
     /// UTC months (`year × 12 + month − 1`, half-open; `i64::MIN`/`MAX`: unbounded) answered
     /// from the rollups; `None`: the whole window from the job parts.
     pub rollup_months: Option<(i64, i64)>,
+    /// The rollup rows read: per every key, or per user alone when the question's keys and
+    /// filters are among theirs (`rollup::ALL_KEYS`, `rollup::PER_USER`).
+    pub rollup_level: i64,
     /// The windows read from the job parts: the whole window, or the days at its ends outside
-    /// whole months.
+    /// the months the rollups give.
     pub part_windows: Vec<Window>,
+    /// The days of the rollups' first and last months outside the window, read from the job
+    /// parts and taken away (the sums are exact: what is left is the window's own).
+    pub minus_windows: Vec<Window>,
     /// Why the rollups do not answer (when they do not).
     pub why_not: Option<String>,
 }
@@ -36,7 +42,9 @@ impl Plan {
     fn parts_only(q: &Query, why: String) -> Plan {
         Plan {
             rollup_months: None,
+            rollup_level: rollup::ALL_KEYS,
             part_windows: vec![q.window.clone()],
+            minus_windows: Vec::new(),
             why_not: Some(why),
         }
     }
@@ -65,26 +73,78 @@ impl Plan {
                         month_text(m1 - 1)
                     ),
                 };
-                let rows: u64 = engine
-                    .rollups_for(Some((m0, m1)))
-                    .iter()
-                    .map(|p| p.rows)
-                    .sum();
-                let mut s = format!(
-                    "answered from the rollups for {months} (parts holding {rows} rollup rows)"
-                );
-                if self.part_windows.is_empty() {
-                    s.push_str(", nothing from the job parts");
+                let parts = engine.rollups_for(Some((m0, m1))).len();
+                let rows = if self.rollup_level == rollup::PER_USER {
+                    "their rows per user"
                 } else {
-                    let ends: Vec<String> = self.part_windows.iter().map(span).collect();
+                    "their rows per every key"
+                };
+                let mut s =
+                    format!("answered from the rollups for {months} ({rows}, {parts} parts)");
+                let spans = |ws: &[Window]| ws.iter().map(span).collect::<Vec<_>>().join(" and ");
+                if !self.minus_windows.is_empty() {
                     s.push_str(&format!(
-                        " and from the job parts for the window's ends outside them ({})",
-                        ends.join(" and ")
+                        ", less the jobs that ended outside the window in its first or last \
+                         month ({}, from the job parts)",
+                        spans(&self.minus_windows)
+                    ));
+                }
+                if self.part_windows.is_empty() {
+                    s.push_str(", nothing more from the job parts");
+                } else {
+                    s.push_str(&format!(
+                        ", and from the job parts for the window's ends outside them ({})",
+                        spans(&self.part_windows)
                     ));
                 }
                 s
             }
         }
+    }
+}
+
+/// A month the window covers in part.
+struct Edge {
+    month: i64,
+    inside: Window,
+    outside: Vec<Window>,
+}
+
+fn span(since_s: i64, until_s: i64) -> Window {
+    Window {
+        since_unix_s: Some(since_s),
+        until_unix_s: Some(until_s),
+    }
+}
+
+/// The milliseconds of a bounded window in which the index's jobs end (`extent`: the smallest
+/// and largest job end it records): the cost of reading it from the job parts.
+fn reach(w: &Window, extent: (Option<i64>, Option<i64>)) -> i64 {
+    let (Some(s), Some(u)) = (w.since_unix_s, w.until_unix_s) else {
+        return i64::MAX;
+    };
+    let lo = (s.saturating_mul(1000)).max(extent.0.unwrap_or(i64::MIN));
+    let hi = (u.saturating_mul(1000)).min(extent.1.map_or(i64::MAX, |e| e.saturating_add(1)));
+    hi.saturating_sub(lo).max(0)
+}
+
+/// The rollup rows that answer `q` (one the rollups can answer): the per-user ones when its keys
+/// and text filters are theirs (cluster, user, the uid, the month), else those per every key.
+fn rollup_level(q: &Query) -> i64 {
+    let theirs = |col: &str| rollup::PER_USER_KEYS.contains(&col);
+    let keys = q
+        .keys()
+        .iter()
+        .all(|k| *k == GroupKey::Month || theirs(k.column()));
+    let filters = q
+        .filters
+        .text_columns()
+        .into_iter()
+        .all(|(list, col)| list.is_empty() || theirs(col));
+    if keys && filters {
+        rollup::PER_USER
+    } else {
+        rollup::ALL_KEYS
     }
 }
 
@@ -174,23 +234,73 @@ impl ParquetEngine {
             );
         }
         let w = &q.window;
-        // The first month starting at or after `since`, and the month `until` falls in.
-        let m0 = w.since_unix_s.map(|s| {
-            let m = month_of_ms(s.saturating_mul(1000));
-            if month_start_s(m) == Some(s) {
-                m
-            } else {
-                m + 1
+        let bounded = |t: Option<i64>| t.map(|s| month_of_ms(s.saturating_mul(1000)));
+        let (first, last) = (bounded(w.since_unix_s), bounded(w.until_unix_s));
+        for m in [first, last].into_iter().flatten() {
+            if month_start_s(m).is_none() || month_start_s(m + 1).is_none() {
+                return Plan::parts_only(q, "the window ends past the calendar".into());
             }
-        });
-        let m1 = w.until_unix_s.map(|u| month_of_ms(u.saturating_mul(1000)));
-        let (start, end) = (m0.map(month_start_s), m1.map(month_start_s));
-        if matches!(start, Some(None)) || matches!(end, Some(None)) {
-            return Plan::parts_only(q, "the window ends past the calendar".into());
         }
-        let (m0, m1) = (m0.unwrap_or(i64::MIN), m1.unwrap_or(i64::MAX));
+        let start_of = |m: i64| month_start_s(m).unwrap_or_default();
+        // The months the window covers in part (`since` inside its month; `until` inside its
+        // month), each with the span of it in the window and the spans outside.
+        let mut edges: Vec<Edge> = Vec::new();
+        if let (Some(s), Some(m)) = (w.since_unix_s, first) {
+            if start_of(m) < s {
+                let stop = w
+                    .until_unix_s
+                    .map_or(start_of(m + 1), |u| u.min(start_of(m + 1)));
+                let mut out = vec![span(start_of(m), s)];
+                if stop < start_of(m + 1) {
+                    out.push(span(stop, start_of(m + 1)));
+                }
+                edges.push(Edge {
+                    month: m,
+                    inside: span(s, stop),
+                    outside: out,
+                });
+            }
+        }
+        if let (Some(u), Some(m)) = (w.until_unix_s, last) {
+            if start_of(m) < u && edges.first().is_none_or(|e| e.month != m) {
+                edges.push(Edge {
+                    month: m,
+                    inside: span(start_of(m).max(w.since_unix_s.unwrap_or(i64::MIN)), u),
+                    outside: vec![span(u, start_of(m + 1))],
+                });
+            }
+        }
+        // The whole months: from the first starting at or after `since` to the month `until` is in.
+        let mut m0 = match (w.since_unix_s, first) {
+            (Some(s), Some(m)) if start_of(m) < s => m + 1,
+            (_, Some(m)) => m,
+            _ => i64::MIN,
+        };
+        let mut m1 = last.unwrap_or(i64::MAX);
+        // An edge month from its rollup less the jobs of the days outside the window, when
+        // fewer of the index's jobs can end then than inside (the days after the newest job
+        // hold none: the month so far is its rollup as it is); else its days in the window
+        // from the job parts.
+        let extent = self.end_extent();
+        let mut part_windows = Vec::new();
+        let mut minus_windows = Vec::new();
+        for e in edges {
+            let cost = |w: &Window| reach(w, extent);
+            let outside: i64 = e.outside.iter().map(cost).sum();
+            if outside < cost(&e.inside) {
+                m0 = m0.min(e.month);
+                m1 = m1.max(e.month + 1);
+                minus_windows.extend(e.outside.into_iter().filter(|w| cost(w) > 0));
+            } else {
+                part_windows.push(e.inside);
+            }
+        }
         if m0 >= m1 {
-            return Plan::parts_only(q, "the window holds no whole UTC month".into());
+            return Plan::parts_only(
+                q,
+                "the window holds no whole UTC month, and fewer of its month's jobs are in it than out"
+                    .into(),
+            );
         }
         if q.keys().contains(&GroupKey::Month) {
             let want = q.zone.name();
@@ -209,28 +319,25 @@ impl ParquetEngine {
                 );
             }
         }
-        let mut part_windows = Vec::new();
-        if let (Some(s), Some(Some(first))) = (w.since_unix_s, start) {
-            if s < first {
-                part_windows.push(Window {
-                    since_unix_s: Some(s),
-                    until_unix_s: Some(first),
-                });
-            }
-        }
-        if let (Some(u), Some(Some(last))) = (w.until_unix_s, end) {
-            if last < u {
-                part_windows.push(Window {
-                    since_unix_s: Some(last),
-                    until_unix_s: Some(u),
-                });
-            }
-        }
         Plan {
             rollup_months: Some((m0, m1)),
+            rollup_level: rollup_level(q),
             part_windows,
+            minus_windows,
             why_not: None,
         }
+    }
+
+    /// The smallest and largest job end (ms) the index's parts record (`None` at a side a part
+    /// does not say).
+    fn end_extent(&self) -> (Option<i64>, Option<i64>) {
+        let parts = &self.state.jobs;
+        let lo = parts.iter().map(|p| p.min_end_ms).min().flatten();
+        let hi = parts
+            .iter()
+            .map(|p| p.max_end_ms)
+            .try_fold(i64::MIN, |a, m| m.map(|m| a.max(m)));
+        (lo, hi)
     }
 
     /// The usage and top-wasters reports, as [`ParquetEngine::plan`] says.
@@ -257,10 +364,11 @@ impl ParquetEngine {
         self.histograms_planned(q, &Plan::parts_only(q, "asked for".into()))
     }
 
-    fn usage_planned(&self, q: &Query, plan: &Plan) -> Result<Table> {
+    /// The usage of `q`'s jobs that ended in `windows`, from the job parts.
+    fn usage_of_parts(&self, q: &Query, windows: &[Window]) -> Result<Usage> {
         let cols = needed_columns(q);
         let mut all = Usage::new(q)?;
-        for w in &plan.part_windows {
+        for w in windows {
             let qw = Query {
                 window: w.clone(),
                 ..q.clone()
@@ -279,6 +387,11 @@ impl ParquetEngine {
                 all.merge(u?);
             }
         }
+        Ok(all)
+    }
+
+    fn usage_planned(&self, q: &Query, plan: &Plan) -> Result<Table> {
+        let mut all = self.usage_of_parts(q, &plan.part_windows)?;
         if let Some(months) = plan.rollup_months {
             let mut cols = rollup_key_columns(q);
             cols.push("jobs".into());
@@ -294,19 +407,21 @@ impl ParquetEngine {
                 sum(&mut cols, u);
                 sum(&mut cols, a);
             }
+            let level = plan.rollup_level;
             let aggs = self.fold_rollups(
-                months,
+                (months, level),
                 &cols,
                 true,
                 || Usage::new(q),
                 |u: &mut Result<Usage>, b| match u {
-                    Ok(u) => u.add_rollup(q, &b, months),
+                    Ok(u) => u.add_rollup(q, &b, (months, level)),
                     Err(e) => bail!("{e:#}"),
                 },
             )?;
             for u in aggs {
                 all.merge(u?);
             }
+            all.subtract(self.usage_of_parts(q, &plan.minus_windows)?);
         }
         all.finish(q)
     }
@@ -334,7 +449,6 @@ impl ParquetEngine {
             );
         }
         type Groups = BTreeMap<Vec<Option<String>>, [Histogram; 2]>;
-        let mut out = Groups::new();
         let merge = |out: &mut Groups, parts: Vec<Groups>| {
             for g in parts {
                 for (k, h) in g {
@@ -355,37 +469,42 @@ impl ParquetEngine {
                 })
                 .collect()
         };
-        for w in &plan.part_windows {
-            let qw = Query {
-                window: w.clone(),
-                ..q.clone()
-            };
-            let mut cols = filter_columns(&qw);
-            for k in &keys {
-                if !cols.contains(&k.column()) {
-                    cols.push(k.column());
-                }
-            }
-            cols.extend(HISTOGRAMS.iter().map(|h| h.0));
-            let parts = self.fold(&qw, &cols, false, Groups::new, |acc, _, b| {
-                let effs: Vec<&Float64Array> = HISTOGRAMS
-                    .iter()
-                    .map(|h| {
-                        b.column_by_name(h.0)
-                            .and_then(|a| a.as_any().downcast_ref::<Float64Array>())
-                            .with_context(|| format!("the index's {} column", h.0))
-                    })
-                    .collect::<Result<_>>()?;
-                for i in matching(&qw, &b)? {
-                    let e = acc.entry(key_of(&b, i)?).or_default();
-                    for (h, a) in effs.iter().enumerate() {
-                        e[h].add((!a.is_null(i)).then(|| a.value(i)));
+        let of_parts = |windows: &[Window]| -> Result<Groups> {
+            let mut out = Groups::new();
+            for w in windows {
+                let qw = Query {
+                    window: w.clone(),
+                    ..q.clone()
+                };
+                let mut cols = filter_columns(&qw);
+                for k in &keys {
+                    if !cols.contains(&k.column()) {
+                        cols.push(k.column());
                     }
                 }
-                Ok(())
-            })?;
-            merge(&mut out, parts);
-        }
+                cols.extend(HISTOGRAMS.iter().map(|h| h.0));
+                let parts = self.fold(&qw, &cols, false, Groups::new, |acc, _, b| {
+                    let effs: Vec<&Float64Array> = HISTOGRAMS
+                        .iter()
+                        .map(|h| {
+                            b.column_by_name(h.0)
+                                .and_then(|a| a.as_any().downcast_ref::<Float64Array>())
+                                .with_context(|| format!("the index's {} column", h.0))
+                        })
+                        .collect::<Result<_>>()?;
+                    for i in matching(&qw, &b)? {
+                        let e = acc.entry(key_of(&b, i)?).or_default();
+                        for (h, a) in effs.iter().enumerate() {
+                            e[h].add((!a.is_null(i)).then(|| a.value(i)));
+                        }
+                    }
+                    Ok(())
+                })?;
+                merge(&mut out, parts);
+            }
+            Ok(out)
+        };
+        let mut out = of_parts(&plan.part_windows)?;
         if let Some(months) = plan.rollup_months {
             let mut cols = rollup_key_columns(q);
             for (_, p) in HISTOGRAMS {
@@ -396,12 +515,10 @@ impl ParquetEngine {
                 let (lo, hi) = rollup::sum_columns(&format!("{p}_pct"));
                 cols.extend([lo, hi]);
             }
-            let parts = self.fold_rollups(months, &cols, false, Groups::new, |acc, b| {
+            let rows = (months, plan.rollup_level);
+            let parts = self.fold_rollups(rows, &cols, false, Groups::new, |acc, b| {
                 let v = RollupView { b: &b };
-                let end_month = v.int("end_month")?;
-                let mut keep: Vec<usize> = (0..b.num_rows())
-                    .filter(|&i| (months.0..months.1).contains(&end_month.value(i)))
-                    .collect();
+                let mut keep = rollup::rows_of(&b, rows)?;
                 crate::eval::retain_rollup_filters(q, &b, &mut keep)?;
                 let mut hist_cols = Vec::new();
                 for (_, p) in HISTOGRAMS {
@@ -411,7 +528,7 @@ impl ParquetEngine {
                     hist_cols.push((
                         buckets,
                         v.int(&format!("{p}_jobs_unknown"))?,
-                        v.sum(&format!("{p}_pct"))?,
+                        v.sum(&format!("{p}_pct")),
                     ));
                 }
                 for i in keep {
@@ -427,6 +544,16 @@ impl ParquetEngine {
                 Ok(())
             })?;
             merge(&mut out, parts);
+            for (k, h) in of_parts(&plan.minus_windows)? {
+                let e = out.get_mut(&k);
+                if !e.is_some_and(|e| e[0].subtract(&h[0]) && e[1].subtract(&h[1])) {
+                    bail!(
+                        "the index's rollups and job parts disagree (run `jobscope index rebuild`)"
+                    );
+                }
+            }
+            // A group whose jobs were all taken away is no group.
+            out.retain(|_, h| h[0].count() + h[0].unknown > 0);
         }
         if keys.is_empty() && out.is_empty() {
             out.insert(Vec::new(), Default::default());
@@ -434,12 +561,14 @@ impl ParquetEngine {
         Ok(out)
     }
 
-    /// Reads the row groups of the rollup parts that reach into `months` on every core at once,
-    /// projected to `columns` (text keys as plain UTF-8, or as dictionaries with `dict`), each
+    /// Reads the row groups of the rollup parts that reach into `months` and hold rows of `level`
+    /// on every core at once,
+    /// projected to `columns` (text keys as plain UTF-8, or as dictionaries with `dict`) less
+    /// those its statistics say are blank ([`rollup::may_leave_out`]), each
     /// batch handed to `f` with that reader's accumulator; returns the accumulators.
     fn fold_rollups<T: Send>(
         &self,
-        months: (i64, i64),
+        (months, level): ((i64, i64), i64),
         columns: &[String],
         dict: bool,
         init: impl Fn() -> T + Sync,
@@ -462,14 +591,16 @@ impl ParquetEngine {
             let m = ArrowReaderMetadata::load(&open(p)?, opts)
                 .with_context(|| format!("index part {} is damaged", p.file))?;
             let month_col = m.schema().index_of("end_month")?;
+            let level_col = m.schema().index_of("level")?;
             for (gi, rg) in m.metadata().row_groups().iter().enumerate() {
-                let touch = match rg.column(month_col).statistics() {
+                let reaches = |col: usize, (lo, hi): (i64, i64)| match rg.column(col).statistics() {
                     Some(Statistics::Int64(st)) => {
-                        st.max_opt().is_none_or(|&m| m >= months.0)
-                            && st.min_opt().is_none_or(|&m| m < months.1)
+                        st.max_opt().is_none_or(|&m| m >= lo)
+                            && st.min_opt().is_none_or(|&m| m < hi)
                     }
                     _ => true,
                 };
+                let touch = reaches(month_col, months) && reaches(level_col, (level, level + 1));
                 if touch {
                     units.push((pi, gi));
                 }
@@ -480,10 +611,24 @@ impl ParquetEngine {
             let (pi, gi) = units[unit];
             let m = &metas[pi];
             let b = ParquetRecordBatchReaderBuilder::new_with_metadata(open(parts[pi])?, m.clone());
-            let idx: Vec<usize> = columns
-                .iter()
-                .map(|c| m.schema().index_of(c))
-                .collect::<std::result::Result<_, _>>()?;
+            let rg = m.metadata().row_group(gi);
+            let mut idx = Vec::with_capacity(columns.len());
+            for c in columns {
+                let i = m.schema().index_of(c)?;
+                // Leaf i is root i: the rollup schema is flat.
+                let (all_null, all_zero) = match rg.column(i).statistics() {
+                    Some(Statistics::Int64(st)) => (
+                        st.null_count_opt() == Some(rg.num_rows() as u64),
+                        st.null_count_opt() == Some(0)
+                            && st.min_opt() == Some(&0)
+                            && st.max_opt() == Some(&0),
+                    ),
+                    _ => (false, false),
+                };
+                if !rollup::may_leave_out(c, all_null, all_zero) {
+                    idx.push(i);
+                }
+            }
             let mask = ProjectionMask::roots(b.parquet_schema(), idx);
             let r = b
                 .with_projection(mask)
@@ -501,7 +646,7 @@ impl ParquetEngine {
 
 /// The rollup columns a question's keys and filters read (besides its sums).
 fn rollup_key_columns(q: &Query) -> Vec<String> {
-    let mut c: Vec<String> = vec!["end_month".into()];
+    let mut c: Vec<String> = vec!["end_month".into(), "level".into()];
     let mut add = |n: &str| {
         if !c.iter().any(|x| x == n) {
             c.push(n.to_string())
