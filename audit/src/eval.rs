@@ -1160,84 +1160,228 @@ pub fn cpu_only_on_gpu_of(
     listed: &[RecordBatch],
     busy_pct: f64,
 ) -> Result<Table> {
-    let batches = listed;
-    // Partition figures come from every job of the window the caller may see (the uid rule only),
-    // not from the other filters: how busy a partition was does not depend on whose jobs are listed.
-    let mut scope = q.clone();
-    scope.filters = super::query::Filters {
-        uid: q.filters.uid,
-        ..Default::default()
+    let (occ, refs) = cpu_only_refs(q, occupancy, listed)?;
+    let mut t = q.empty_table();
+    for r in refs.iter().take(q.limit.unwrap_or(usize::MAX)) {
+        t.rows
+            .push(cpu_only_row(&occ, &listed[r.batch], r.row, busy_pct)?);
+    }
+    Ok(t)
+}
+
+/// What the cluster report shows of the `cpu-on-gpu` report: how many jobs it lists and how many
+/// of them started while their partition was busy, their core-hours allocated per partition
+/// (busy, otherwise; the partitions in order of first listing), and the first `top_n` busy jobs'
+/// rows (the report's columns and order). The same figures as the whole report's table, without
+/// making a row of every job.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CpuOnGpuSummary {
+    pub jobs: u64,
+    pub busy_jobs: u64,
+    /// (partition, core-hours allocated of its jobs that started while it was busy, of the others).
+    pub partitions: Vec<(Option<String>, f64, f64)>,
+    /// The report's table with the first `top_n` busy jobs.
+    pub busy: Table,
+}
+
+/// [`CpuOnGpuSummary`] from the occupancy batches alone (as [`cpu_only_on_gpu_of`]'s, with
+/// `job_id`, `cluster`, the columns of `q`'s filters and `core_hours_alloc`): the jobs it counts are read
+/// from them; `fetch` is handed the (job id, end ms) of the first `top_n` busy jobs and returns
+/// batches with the report's columns holding at least those jobs (the Parquet engine decodes the
+/// wide columns of those few rows only).
+pub fn cpu_only_on_gpu_summary(
+    q: &Query,
+    occupancy: &[RecordBatch],
+    busy_pct: f64,
+    top_n: usize,
+    fetch: impl FnOnce(&[(i64, i64)]) -> Result<Vec<RecordBatch>>,
+) -> Result<CpuOnGpuSummary> {
+    let (occ, refs) = cpu_only_refs(q, occupancy, occupancy)?;
+    let mut out = CpuOnGpuSummary {
+        jobs: 0,
+        busy_jobs: 0,
+        partitions: Vec::new(),
+        busy: q.empty_table(),
     };
-    // (partition) → [(start, end, cores, is_gpu)]
-    let mut parts: HashMap<String, Vec<(i64, i64, i64)>> = HashMap::new();
-    let mut gpu_parts: std::collections::HashSet<String> = Default::default();
-    for b in occupancy {
-        let v = View { b };
-        let (p, s, e, c, g) = (
-            v.t("partition")?,
-            v.i("start_unix_ms")?,
-            v.i("end_unix_ms")?,
-            v.i("alloc_cores")?,
-            v.i("alloc_gpus")?,
-        );
-        for i in matching(&scope, b)? {
-            let Some(part) = p.get(i) else { continue };
-            if oi(g, i).is_some_and(|n| n > 0) {
-                gpu_parts.insert(part.to_string());
+    // (cluster, job id, end ms): a run's key in a window.
+    type Key = (Option<String>, i64, i64);
+    let key_of = |v: &View, r: &JobRef| -> Result<Key> {
+        Ok((
+            v.t("cluster")?.get(r.row).map(str::to_string),
+            r.job_id,
+            r.end_ms,
+        ))
+    };
+    let mut top: Vec<Key> = Vec::new();
+    for r in refs.iter().take(q.limit.unwrap_or(usize::MAX)) {
+        let v = View {
+            b: &occupancy[r.batch],
+        };
+        let part = v.t("partition")?.get(r.row).map(str::to_string);
+        let busy = occ
+            .busy_pct(part.as_deref(), oi(v.i("start_unix_ms")?, r.row))
+            .is_some_and(|p| p >= busy_pct);
+        let h = of(v.f("core_hours_alloc")?, r.row).unwrap_or(0.0);
+        let i = match out.partitions.iter().position(|x| x.0 == part) {
+            Some(i) => i,
+            None => {
+                out.partitions.push((part, 0.0, 0.0));
+                out.partitions.len() - 1
             }
-            if let (Some(s), Some(e)) = (oi(s, i), oi(e, i)) {
-                parts
-                    .entry(part.to_string())
-                    .or_default()
-                    .push((s, e, oi(c, i).unwrap_or(0)));
+        };
+        out.jobs += 1;
+        if busy {
+            out.partitions[i].1 += h;
+            out.busy_jobs += 1;
+            if top.len() < top_n {
+                top.push(key_of(&v, r)?);
             }
+        } else {
+            out.partitions[i].2 += h;
         }
     }
-    // Per partition: cores allocated at each job start; the largest is the observed capacity.
-    let mut at_start: HashMap<(String, i64), i64> = HashMap::new();
-    let mut capacity: HashMap<String, i64> = HashMap::new();
-    for (part, mut jobs) in parts {
-        if !gpu_parts.contains(&part) {
-            continue;
-        }
-        jobs.sort_unstable();
-        let mut running: std::collections::BinaryHeap<std::cmp::Reverse<(i64, i64)>> =
-            Default::default();
-        let mut sum = 0i64;
-        let mut cap = 0i64;
-        let mut k = 0;
-        while k < jobs.len() {
-            let t = jobs[k].0;
-            while let Some(std::cmp::Reverse((end, cores))) = running.peek().copied() {
-                if end <= t {
-                    running.pop();
-                    sum -= cores;
-                } else {
-                    break;
-                }
-            }
-            while k < jobs.len() && jobs[k].0 == t {
-                let (_, e, c) = jobs[k];
-                if e > t {
-                    running.push(std::cmp::Reverse((e, c)));
-                    sum += c;
-                }
-                k += 1;
-            }
-            at_start.insert((part.clone(), t), sum);
-            cap = cap.max(sum);
-        }
-        capacity.insert(part, cap);
+    if top.is_empty() {
+        return Ok(out);
     }
-    let mut refs = job_refs(q, batches, |v, i| {
+    // The busy jobs' rows, in the list's order.
+    let ids: Vec<(i64, i64)> = top.iter().map(|k| (k.1, k.2)).collect();
+    let details = fetch(&ids)?;
+    let mut at: HashMap<Key, (usize, usize)> = HashMap::new();
+    for r in job_refs(q, &details, |_, _| Ok(true))? {
+        let v = View {
+            b: &details[r.batch],
+        };
+        at.entry(key_of(&v, &r)?).or_insert((r.batch, r.row));
+    }
+    for key in &top {
+        let &(bi, row) = at
+            .get(key)
+            .ok_or_else(|| anyhow::anyhow!("job {} is gone from the index", key.1))?;
+        out.busy
+            .rows
+            .push(cpu_only_row(&occ, &details[bi], row, busy_pct)?);
+    }
+    Ok(out)
+}
+
+/// The GPU partitions' occupancy: per partition, the cores allocated at each job start (sorted by
+/// start) and the most seen allocated at once (its observed capacity).
+struct Occupancy {
+    gpu_parts: std::collections::HashSet<String>,
+    at_start: HashMap<String, Vec<(i64, i64)>>,
+    capacity: HashMap<String, i64>,
+}
+
+impl Occupancy {
+    /// The share of its partition's capacity allocated when a job started there.
+    fn busy_pct(&self, part: Option<&str>, start_ms: Option<i64>) -> Option<f64> {
+        let (part, s) = (part?, start_ms?);
+        let cap = *self.capacity.get(part).filter(|c| **c > 0)?;
+        let starts = self.at_start.get(part)?;
+        let k = starts.binary_search_by_key(&s, |x| x.0).ok()?;
+        Some(100.0 * starts[k].1 as f64 / cap as f64)
+    }
+
+    fn of(q: &Query, occupancy: &[RecordBatch]) -> Result<Occupancy> {
+        // Partition figures come from every job of the window the caller may see (the uid rule
+        // only), not from the other filters: how busy a partition was does not depend on whose
+        // jobs are listed.
+        let mut scope = q.clone();
+        scope.filters = super::query::Filters {
+            uid: q.filters.uid,
+            ..Default::default()
+        };
+        // (partition) → [(start, end, cores)]
+        let mut parts: HashMap<String, Vec<(i64, i64, i64)>> = HashMap::new();
+        let mut gpu_parts: std::collections::HashSet<String> = Default::default();
+        for b in occupancy {
+            let v = View { b };
+            let (p, s, e, c, g) = (
+                v.t("partition")?,
+                v.i("start_unix_ms")?,
+                v.i("end_unix_ms")?,
+                v.i("alloc_cores")?,
+                v.i("alloc_gpus")?,
+            );
+            for i in matching(&scope, b)? {
+                let Some(part) = p.get(i) else { continue };
+                if oi(g, i).is_some_and(|n| n > 0) && !gpu_parts.contains(part) {
+                    gpu_parts.insert(part.to_string());
+                }
+                if let (Some(s), Some(e)) = (oi(s, i), oi(e, i)) {
+                    let c = oi(c, i).unwrap_or(0);
+                    match parts.get_mut(part) {
+                        Some(list) => list.push((s, e, c)),
+                        None => {
+                            parts.insert(part.to_string(), vec![(s, e, c)]);
+                        }
+                    }
+                }
+            }
+        }
+        // Per partition: cores allocated at each job start; the largest is the observed capacity.
+        let mut at_start: HashMap<String, Vec<(i64, i64)>> = HashMap::new();
+        let mut capacity: HashMap<String, i64> = HashMap::new();
+        for (part, mut jobs) in parts {
+            if !gpu_parts.contains(&part) {
+                continue;
+            }
+            jobs.sort_unstable();
+            let mut running: std::collections::BinaryHeap<std::cmp::Reverse<(i64, i64)>> =
+                Default::default();
+            let mut starts = Vec::new();
+            let mut sum = 0i64;
+            let mut cap = 0i64;
+            let mut k = 0;
+            while k < jobs.len() {
+                let t = jobs[k].0;
+                while let Some(std::cmp::Reverse((end, cores))) = running.peek().copied() {
+                    if end <= t {
+                        running.pop();
+                        sum -= cores;
+                    } else {
+                        break;
+                    }
+                }
+                while k < jobs.len() && jobs[k].0 == t {
+                    let (_, e, c) = jobs[k];
+                    if e > t {
+                        running.push(std::cmp::Reverse((e, c)));
+                        sum += c;
+                    }
+                    k += 1;
+                }
+                starts.push((t, sum));
+                cap = cap.max(sum);
+            }
+            capacity.insert(part.clone(), cap);
+            at_start.insert(part, starts);
+        }
+        Ok(Occupancy {
+            gpu_parts,
+            at_start,
+            capacity,
+        })
+    }
+}
+
+/// The occupancy and the jobs the `cpu-on-gpu` report lists, in its order (core-hours allocated,
+/// largest first; then end time and job id).
+fn cpu_only_refs(
+    q: &Query,
+    occupancy: &[RecordBatch],
+    listed: &[RecordBatch],
+) -> Result<(Occupancy, Vec<JobRef>)> {
+    let occ = Occupancy::of(q, occupancy)?;
+    let mut refs = job_refs(q, listed, |v, i| {
         Ok(oi(v.i("alloc_gpus")?, i).is_none_or(|n| n <= 0)
             && v.t("partition")?
                 .get(i)
-                .is_some_and(|p| gpu_parts.contains(p)))
+                .is_some_and(|p| occ.gpu_parts.contains(p)))
     })?;
     let alloc = |r: &JobRef| {
         View {
-            b: &batches[r.batch],
+            b: &listed[r.batch],
         }
         .f("core_hours_alloc")
         .ok()
@@ -1246,24 +1390,18 @@ pub fn cpu_only_on_gpu_of(
     refs.sort_by(|a, b| {
         desc_nulls_last(alloc(a), alloc(b)).then((a.end_ms, a.job_id).cmp(&(b.end_ms, b.job_id)))
     });
-    let mut t = q.empty_table();
-    for r in refs.iter().take(q.limit.unwrap_or(usize::MAX)) {
-        let b = &batches[r.batch];
-        let v = View { b };
-        let part = v.t("partition")?.get(r.row).unwrap_or_default().to_string();
-        let start = oi(v.i("start_unix_ms")?, r.row);
-        let pct = match (start, capacity.get(&part)) {
-            (Some(s), Some(&cap)) if cap > 0 => at_start
-                .get(&(part.clone(), s))
-                .map(|&n| 100.0 * n as f64 / cap as f64),
-            _ => None,
-        };
-        let mut row = job_values(b, r.row)?;
-        row.push(pct.map_or(Value::Null, Value::Float));
-        row.push(Value::Bool(pct.is_some_and(|p| p >= busy_pct)));
-        t.rows.push(row);
-    }
-    Ok(t)
+    Ok((occ, refs))
+}
+
+/// A `cpu-on-gpu` row: the job's columns, its partition's busy share at its start, and whether
+/// that is at least `busy_pct`.
+fn cpu_only_row(occ: &Occupancy, b: &RecordBatch, row: usize, busy_pct: f64) -> Result<Vec<Value>> {
+    let v = View { b };
+    let pct = occ.busy_pct(v.t("partition")?.get(row), oi(v.i("start_unix_ms")?, row));
+    let mut out = job_values(b, row)?;
+    out.push(pct.map_or(Value::Null, Value::Float));
+    out.push(Value::Bool(pct.is_some_and(|p| p >= busy_pct)));
+    Ok(out)
 }
 
 /// Whole weeks of a job beyond this many are spread evenly over the hours of the week instead of

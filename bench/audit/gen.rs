@@ -1058,6 +1058,72 @@ mod tests {
         assert!(eng.plan(&q).rollup_months.is_none());
     }
 
+    /// What the cluster report shows of `cpu-on-gpu` (`ParquetEngine::cpu_on_gpu_summary`: from
+    /// the occupancy columns, the wide columns of its few busy jobs only) is what the whole
+    /// report's table says: its rows, its busy rows, the core-hours per partition, and its first
+    /// busy rows themselves, with and without filters.
+    #[test]
+    fn the_cpu_on_gpu_summary_is_the_reports_table_summed() {
+        use jobscope_audit::table::Value;
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("index");
+        let end_s = day_s("2026-11-29").unwrap() as i64;
+        write_generated(&dir, 40_000, 1, end_s as u64, 11).unwrap();
+        let eng = ParquetEngine::open(&dir).unwrap();
+        let mut checked = 0;
+        for (days, users) in [
+            (365, vec![]),
+            (30, vec![]),
+            (365, vec!["u00000".to_string()]),
+        ] {
+            for busy_pct in [50.0, 90.0] {
+                let q = Query {
+                    window: Window {
+                        since_unix_s: Some(end_s - days * 86_400),
+                        until_unix_s: Some(end_s),
+                    },
+                    filters: Filters {
+                        users: users.clone(),
+                        ..Filters::default()
+                    },
+                    ..Query::new(Report::CpuOnlyOnGpu { busy_pct })
+                };
+                let t = eng.run(&q).unwrap();
+                let col = |n: &str| t.column(n).unwrap();
+                let busy: Vec<&Vec<Value>> = t
+                    .rows
+                    .iter()
+                    .filter(|r| r[col("busy")] == Value::Bool(true))
+                    .collect();
+                let got = eng.cpu_on_gpu_summary(&q, 7).unwrap();
+                assert_eq!(got.jobs as usize, t.rows.len());
+                assert_eq!(got.busy_jobs as usize, busy.len());
+                let mut want: Vec<(Option<String>, f64, f64)> = Vec::new();
+                for r in &t.rows {
+                    let p = r[col("partition")].as_str().map(str::to_string);
+                    let h = r[col("core_hours_alloc")].as_f64().unwrap_or(0.0);
+                    let i = match want.iter().position(|x| x.0 == p) {
+                        Some(i) => i,
+                        None => {
+                            want.push((p, 0.0, 0.0));
+                            want.len() - 1
+                        }
+                    };
+                    if r[col("busy")] == Value::Bool(true) {
+                        want[i].1 += h;
+                    } else {
+                        want[i].2 += h;
+                    }
+                }
+                assert_eq!(got.partitions, want);
+                let first: Vec<Vec<Value>> = busy.iter().take(7).map(|r| (*r).clone()).collect();
+                assert_eq!(got.busy.rows, first);
+                checked += usize::from(!first.is_empty());
+            }
+        }
+        assert!(checked >= 3, "{checked}");
+    }
+
     /// A window that covers a row group in part (the index then reads only the pages of its end
     /// times that reach into the window, by the page index) counts every job that ended in it and
     /// no other: against the end times of every job read without a window. Months of 25 000 jobs

@@ -959,45 +959,21 @@ impl Page {
 
     fn cpu_on_gpu(&mut self, d: &Data) {
         let zone = d.opts.zone;
-        let t = &d.cpu_on_gpu;
+        let c = &d.cpu_on_gpu;
         let s = self.section(
             "cpu-on-gpu",
             "CPU-only jobs on GPU partitions while they were busy",
         );
-        if t.rows.is_empty() {
+        if c.jobs == 0 {
             s.sentences.push(
                 "No job without GPUs ran on a partition where jobs with GPUs ran in this window."
                     .into(),
             );
             return;
         }
-        let busy_rows: Vec<usize> = (0..t.rows.len())
-            .filter(|&r| {
-                t.column("busy")
-                    .is_some_and(|c| t.rows[r][c] == Value::Bool(true))
-            })
-            .collect();
-        let mut is_busy = vec![false; t.rows.len()];
-        busy_rows.iter().for_each(|&r| is_busy[r] = true);
         // Per partition: core-hours allocated of the jobs that started while it was busy, and of
         // the others.
-        let mut parts: Vec<(Option<String>, f64, f64)> = Vec::new();
-        for (r, busy) in is_busy.iter().enumerate() {
-            let p = text_of(t, r, "partition");
-            let h = num(t, r, "core_hours_alloc").unwrap_or(0.0);
-            let i = match parts.iter().position(|x| x.0 == p) {
-                Some(i) => i,
-                None => {
-                    parts.push((p, 0.0, 0.0));
-                    parts.len() - 1
-                }
-            };
-            if *busy {
-                parts[i].1 += h;
-            } else {
-                parts[i].2 += h;
-            }
-        }
+        let mut parts = c.partitions.clone();
         parts.sort_by(|a, b| (b.1 + b.2).total_cmp(&(a.1 + a.2)).then(a.0.cmp(&b.0)));
         let busy_h: f64 = parts.iter().map(|p| p.1).sum();
         let names: Vec<String> = parts.iter().map(|p| name(p.0.as_deref())).collect();
@@ -1005,9 +981,9 @@ impl Page {
             "{} without GPUs ran on partitions where jobs with GPUs ran ({}); {} of them \
              started while their partition was busy (at least {} % of its cores seen allocated), \
              {} core-hours in all.",
-            plural(t.rows.len() as u64, "job"),
+            plural(c.jobs, "job"),
             names.join(", "),
-            busy_rows.len(),
+            c.busy_jobs,
             d.opts.busy_pct,
             fmt_hours(Some(busy_h))
         ));
@@ -1041,8 +1017,9 @@ impl Page {
             height,
             |w, h| plots::bars_png(std::slice::from_ref(&bars), w, h),
         );
-        let mut busy = project(
-            t,
+        // The job list is the largest first (cpu-on-gpu's order).
+        let busy = project(
+            &c.busy,
             &[
                 "job_id",
                 "name",
@@ -1056,22 +1033,16 @@ impl Page {
                 "partition_busy_pct",
             ],
         );
-        // The job list is the largest first (cpu-on-gpu's order).
-        busy.rows = busy_rows
-            .iter()
-            .take(d.opts.top_n)
-            .map(|&r| busy.rows[r].clone())
-            .collect();
-        let caption = if busy.rows.len() == busy_rows.len() {
+        let caption = if busy.rows.len() as u64 == c.busy_jobs {
             format!(
                 "The {} that started while busy, by core-hours allocated",
-                plural(busy_rows.len() as u64, "job")
+                plural(c.busy_jobs, "job")
             )
         } else {
             format!(
                 "The {} largest of the {} that started while busy, by core-hours allocated",
                 busy.rows.len(),
-                plural(busy_rows.len() as u64, "job")
+                plural(c.busy_jobs, "job")
             )
         };
         let view = table_view(caption, &busy, zone);

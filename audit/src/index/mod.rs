@@ -2008,8 +2008,64 @@ impl Engine for ParquetEngine {
         }
         let cols = needed_columns(q);
         if let AuditReport::CpuOnlyOnGpu { busy_pct } = q.report {
-            // The occupancy from five columns of every job of the GPU partitions; the report's
-            // columns only for the CPU-only jobs it lists.
+            let (occupancy, listed) = self.cpu_only_batches(q, true)?;
+            return crate::eval::cpu_only_on_gpu_of(q, &occupancy, &listed, busy_pct);
+        }
+        let batches = self.scan_where(q, &cols, self.rows_a_report_needs(q)?)?;
+        evaluate(q, &batches)
+    }
+}
+
+impl ParquetEngine {
+    /// What the cluster report shows of the `cpu-on-gpu` report `q`
+    /// ([`crate::eval::CpuOnGpuSummary`]), its busy jobs' rows for the first `top_n`.
+    pub fn cpu_on_gpu_summary(
+        &self,
+        q: &Query,
+        top_n: usize,
+    ) -> Result<crate::eval::CpuOnGpuSummary> {
+        let AuditReport::CpuOnlyOnGpu { busy_pct } = q.report else {
+            bail!("a summary of cpu-on-gpu is asked of another report");
+        };
+        let (occupancy, _) = self.cpu_only_batches(q, false)?;
+        crate::eval::cpu_only_on_gpu_summary(q, &occupancy, busy_pct, top_n, |ids| {
+            // The report's columns of these jobs alone: the filter reads two columns of every
+            // row, the others of the few it keeps.
+            let ids: std::collections::HashSet<(i64, i64)> = ids.iter().copied().collect();
+            let keep: KeepRows = std::sync::Arc::new(move |b: &RecordBatch| {
+                let col = |n: &str| {
+                    b.column_by_name(n)
+                        .and_then(|a| a.as_any().downcast_ref::<Int64Array>())
+                        .with_context(|| format!("the index's {n} column"))
+                };
+                let (id, end) = (col("job_id")?, col("end_unix_ms")?);
+                Ok((0..b.num_rows())
+                    .map(|i| {
+                        !id.is_null(i)
+                            && !end.is_null(i)
+                            && ids.contains(&(id.value(i), end.value(i)))
+                    })
+                    .collect())
+            });
+            self.scan_where(
+                q,
+                &needed_columns(q),
+                Some((vec!["job_id", "end_unix_ms"], keep)),
+            )
+        })
+    }
+
+    /// The batches `cpu-on-gpu` is made of: the occupancy from five columns of every job of the
+    /// GPU partitions; the report's columns only for the CPU-only jobs it lists.
+    /// `cpu_only_batches(q, false)`: the occupancy alone, with what a summary counts the listed
+    /// jobs by (`job_id`, `cluster`, `core_hours_alloc`).
+    fn cpu_only_batches(
+        &self,
+        q: &Query,
+        list: bool,
+    ) -> Result<(Vec<RecordBatch>, Vec<RecordBatch>)> {
+        let cols = needed_columns(q);
+        {
             let keep = self.rows_a_report_needs(q)?;
             let mut light = crate::eval::filter_columns(q);
             light.extend([
@@ -2019,9 +2075,15 @@ impl Engine for ParquetEngine {
                 "alloc_gpus",
                 "job_id",
             ]);
+            if !list {
+                light.extend(["cluster", "core_hours_alloc"]);
+            }
             let mut seen = BTreeSet::new();
             light.retain(|c| seen.insert(*c));
             let occupancy = self.scan_where(q, &light, keep.clone())?;
+            if !list {
+                return Ok((occupancy, Vec::new()));
+            }
             let listed = keep.map(|(mut cols, keep)| -> (Vec<&'static str>, KeepRows) {
                 if !cols.contains(&"alloc_gpus") {
                     cols.push("alloc_gpus");
@@ -2040,10 +2102,8 @@ impl Engine for ParquetEngine {
                 (cols, only_cpu)
             });
             let listed = self.scan_where(q, &cols, listed)?;
-            return crate::eval::cpu_only_on_gpu_of(q, &occupancy, &listed, busy_pct);
+            Ok((occupancy, listed))
         }
-        let batches = self.scan_where(q, &cols, self.rows_a_report_needs(q)?)?;
-        evaluate(q, &batches)
     }
 }
 
