@@ -939,9 +939,22 @@ impl Usage {
     }
 
     /// The report's table: groups in key order (top wasters: by waste, then key order).
-    pub fn finish(mut self, q: &Query) -> Result<Table> {
+    pub fn finish(self, q: &Query) -> Result<Table> {
+        self.table(q)
+    }
+
+    /// [`Usage::finish`] without taking the sums: several reports of the same groups (top
+    /// wasters by each metric) from one aggregation.
+    pub fn table(&self, q: &Query) -> Result<Table> {
         if self.keys.is_empty() && self.codes.is_empty() {
-            self.group([0; MAX_KEYS]);
+            let mut t = q.empty_table();
+            let mut row: Vec<Value> = vec![Value::Int(0)];
+            row.extend(std::iter::repeat_n(Value::Null, t.columns.len() - 1));
+            // The one row of a question without keys and without jobs (top wasters: if any).
+            if !matches!(q.report, Report::TopWasters { n: 0, .. }) {
+                t.rows.push(row);
+            }
+            return Ok(t);
         }
         // A subtraction that takes more than was there: the rollups and the job parts disagree.
         if (0..self.codes.len())
@@ -1410,10 +1423,32 @@ fn cpu_only_row(occ: &Occupancy, b: &RecordBatch, row: usize, busy_pct: f64) -> 
 const HEATMAP_WALK_WEEKS: i64 = 53;
 
 fn heatmap(q: &Query, batches: &[RecordBatch]) -> Result<Table> {
-    const WEEK_MS: i64 = 7 * 24 * HOUR_MS;
-    let mut cells = [[0.0f64; 24]; 7];
-    let mut offsets = Offsets::new(q.zone);
+    let mut h = Heat::new(q);
     for b in batches {
+        h.add(q, b)?;
+    }
+    Ok(h.finish(q))
+}
+
+/// The heat map's sums: core-hours allocated per weekday and hour of the query zone's wall clock,
+/// each piece of a job as whole units ([`fixed`]), so that parts added on several cores and merged
+/// give the answer of one, to the last bit.
+pub struct Heat {
+    cells: [[i128; 24]; 7],
+    offsets: Offsets,
+}
+
+impl Heat {
+    pub fn new(q: &Query) -> Heat {
+        Heat {
+            cells: [[0; 24]; 7],
+            offsets: Offsets::new(q.zone),
+        }
+    }
+
+    /// Adds the jobs of batch `b` that `q` selects.
+    pub fn add(&mut self, q: &Query, b: &RecordBatch) -> Result<()> {
+        const WEEK_MS: i64 = 7 * 24 * HOUR_MS;
         let v = View { b };
         let (s, e, c) = (
             v.i("start_unix_ms")?,
@@ -1431,32 +1466,45 @@ fn heatmap(q: &Query, batches: &[RecordBatch]) -> Result<Table> {
             let mut t = s;
             let weeks = (e - s) / WEEK_MS - HEATMAP_WALK_WEEKS;
             if weeks > 0 {
-                for row in cells.iter_mut() {
-                    for x in row.iter_mut() {
-                        *x += weeks as f64 * cores;
+                let x = fixed(weeks as f64 * cores);
+                for row in self.cells.iter_mut() {
+                    for c in row.iter_mut() {
+                        *c += x;
                     }
                 }
                 t += weeks * WEEK_MS;
             }
             // Piece by piece, each inside one hour of the wall clock at its own offset.
             while t < e {
-                let Some((local_ms, until)) = offsets.wall_ms(t) else {
+                let Some((local_ms, until)) = self.offsets.wall_ms(t) else {
                     break;
                 };
                 let next = until.min(e);
                 let (hour, dow) = hour_and_weekday(local_ms);
-                cells[dow - 1][hour] += cores * (next - t) as f64 / HOUR_MS as f64;
+                self.cells[dow - 1][hour] += fixed(cores * (next - t) as f64 / HOUR_MS as f64);
                 t = next;
             }
         }
+        Ok(())
     }
-    let mut t = q.empty_table();
-    for (d, row) in cells.iter().enumerate() {
-        let mut r = vec![Value::Int(d as i64 + 1)];
-        r.extend(row.iter().map(|&x| Value::Float(x)));
-        t.rows.push(r);
+
+    pub fn merge(&mut self, o: &Heat) {
+        for (row, orow) in self.cells.iter_mut().zip(&o.cells) {
+            for (c, oc) in row.iter_mut().zip(orow) {
+                *c += oc;
+            }
+        }
     }
-    Ok(t)
+
+    pub fn finish(&self, q: &Query) -> Table {
+        let mut t = q.empty_table();
+        for (d, row) in self.cells.iter().enumerate() {
+            let mut r = vec![Value::Int(d as i64 + 1)];
+            r.extend(row.iter().map(|&x| Value::Float(float(x))));
+            t.rows.push(r);
+        }
+        t
+    }
 }
 
 /// Answers `q` over batches of job rows (any column subset that includes [`needed_columns`]).

@@ -1004,6 +1004,33 @@ mod tests {
                         let (got, want) = (eng.run(&q).unwrap(), eng.run_from_parts(&q).unwrap());
                         assert_eq!(got, want, "{q:?}: {plan:?}");
                     }
+                    // The three lists from one aggregation, as three questions give them.
+                    let q = Query {
+                        window: Window {
+                            since_unix_s: since,
+                            until_unix_s: until,
+                        },
+                        filters: f.clone(),
+                        group_by: keys.to_vec(),
+                        zone: Zone::Local,
+                        ..Query::new(Report::Usage)
+                    };
+                    let metrics = [
+                        WasteMetric::CoreHours,
+                        WasteMetric::MemGbHours,
+                        WasteMetric::GpuHours,
+                    ];
+                    let each: Vec<_> = metrics
+                        .iter()
+                        .map(|&metric| {
+                            eng.run(&Query {
+                                report: Report::TopWasters { metric, n: 4 },
+                                ..q.clone()
+                            })
+                            .unwrap()
+                        })
+                        .collect();
+                    assert_eq!(eng.top_wasters(&q, &metrics, 4).unwrap(), each, "{q:?}");
                 }
                 // The efficiency histograms, as the cluster report and OpenMetrics ask them.
                 for keys in [vec![], vec![GroupKey::Cluster, GroupKey::Partition]] {

@@ -137,12 +137,8 @@ pub fn gather(eng: &ParquetEngine, o: &Options) -> Result<Data> {
     } else {
         GroupKey::Day
     };
-    let top = |by: GroupKey| -> Result<Vec<Table>> {
-        METRICS
-            .iter()
-            .map(|&metric| run(Report::TopWasters { metric, n: o.top_n }, &[by]))
-            .collect()
-    };
+    // One aggregation per key for the three lists.
+    let top = |by: GroupKey| eng.top_wasters(&q(Report::Usage, &[by]), &METRICS, o.top_n);
     let mut before = q(Report::Usage, &[]);
     before.window = previous.clone();
     let (cpu_eff, mem_eff) = distributions(eng, &q(Report::Jobs, &[]))?;

@@ -2011,6 +2011,19 @@ impl Engine for ParquetEngine {
             let (occupancy, listed) = self.cpu_only_batches(q, true)?;
             return crate::eval::cpu_only_on_gpu_of(q, &occupancy, &listed, busy_pct);
         }
+        if q.report == AuditReport::Heatmap {
+            // Each core walks the hours of its own jobs; the exact sums merge.
+            let parts = self.fold(
+                q,
+                &cols,
+                false,
+                || crate::eval::Heat::new(q),
+                |h, _, b| h.add(q, &b),
+            )?;
+            let mut all = crate::eval::Heat::new(q);
+            parts.iter().for_each(|h| all.merge(h));
+            return Ok(all.finish(q));
+        }
         let batches = self.scan_where(q, &cols, self.rows_a_report_needs(q)?)?;
         evaluate(q, &batches)
     }

@@ -391,6 +391,30 @@ impl ParquetEngine {
     }
 
     fn usage_planned(&self, q: &Query, plan: &Plan) -> Result<Table> {
+        self.usage_aggregate(q, plan)?.finish(q)
+    }
+
+    /// The top wasters of `q`'s groups by each of `metrics` (`n` each): `q` asked once, each
+    /// list taken from the same sums (as many `TopWasters` questions would give).
+    pub fn top_wasters(
+        &self,
+        q: &Query,
+        metrics: &[crate::query::WasteMetric],
+        n: usize,
+    ) -> Result<Vec<Table>> {
+        let ask = |metric| Query {
+            report: Report::TopWasters { metric, n },
+            ..q.clone()
+        };
+        let Some(first) = metrics.first() else {
+            return Ok(Vec::new());
+        };
+        let q0 = ask(*first);
+        let all = self.usage_aggregate(&q0, &self.plan(&q0))?;
+        metrics.iter().map(|m| all.table(&ask(*m))).collect()
+    }
+
+    fn usage_aggregate(&self, q: &Query, plan: &Plan) -> Result<Usage> {
         let mut all = self.usage_of_parts(q, &plan.part_windows)?;
         if let Some(months) = plan.rollup_months {
             let mut cols = rollup_key_columns(q);
@@ -423,7 +447,7 @@ impl ParquetEngine {
             }
             all.subtract(self.usage_of_parts(q, &plan.minus_windows)?);
         }
-        all.finish(q)
+        Ok(all)
     }
 
     /// The CPU and memory efficiency histograms of the jobs `q` selects, per group of its text
