@@ -1277,6 +1277,34 @@ pub fn cpu_only_on_gpu_summary(
     Ok(out)
 }
 
+/// A run's key in a window: (cluster, job id, start second).
+pub type RunKey = (Option<String>, i64, i64);
+
+/// The jobs the `cpu-on-gpu` report marks busy, from the occupancy batches alone (as
+/// [`cpu_only_on_gpu_summary`]'s): each as (cluster, job id, start second) with its partition's
+/// busy share at its start, in the report's order.
+pub fn cpu_only_busy_runs(
+    q: &Query,
+    occupancy: &[RecordBatch],
+    busy_pct: f64,
+) -> Result<Vec<(RunKey, f64)>> {
+    let (occ, refs) = cpu_only_refs(q, occupancy, occupancy)?;
+    let mut out = Vec::new();
+    for r in refs.iter().take(q.limit.unwrap_or(usize::MAX)) {
+        let v = View {
+            b: &occupancy[r.batch],
+        };
+        let start = oi(v.i("start_unix_ms")?, r.row);
+        let part = v.t("partition")?.get(r.row);
+        if let Some(pct) = occ.busy_pct(part, start).filter(|p| *p >= busy_pct) {
+            let cluster = v.t("cluster")?.get(r.row).map(str::to_string);
+            let start_s = start.map_or(-1, |ms| ms.div_euclid(1000));
+            out.push(((cluster, r.job_id, start_s), pct));
+        }
+    }
+    Ok(out)
+}
+
 /// The GPU partitions' occupancy: per partition, the cores allocated at each job start (sorted by
 /// start) and the most seen allocated at once (its observed capacity).
 struct Occupancy {

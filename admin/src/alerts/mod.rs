@@ -27,8 +27,8 @@ use anyhow::{Context, Result};
 use arrow_array::{Array, Float64Array, Int64Array, RecordBatch, StringArray};
 use jobscope_archive::history::{advice_for, read_user, Run, UserHistory};
 use jobscope_archive::{cluster_label, Key, Store};
-use jobscope_audit::index::ParquetEngine;
-use jobscope_audit::query::{Engine, Query, Report, Window};
+use jobscope_audit::index::{KeepRows, ParquetEngine, RowPredicate};
+use jobscope_audit::query::{Query, Report, Window};
 use jobscope_audit::table::Value;
 use jobscope_config::{Config, MailPolicy};
 use jobscope_model::job::JobState;
@@ -361,12 +361,16 @@ fn nonneg<T: TryFrom<i64>>(v: Option<i64>) -> Option<T> {
 }
 
 /// The jobs that ended in `window` with a uid and a user name (an alert has no one to go to
-/// otherwise).
-fn scan_jobs(eng: &ParquetEngine, window: &Window) -> Result<Vec<AlertJob>> {
+/// otherwise) that `keep` keeps (the others' columns are not decoded).
+fn scan_jobs(
+    eng: &ParquetEngine,
+    window: &Window,
+    keep: Option<RowPredicate>,
+) -> Result<Vec<AlertJob>> {
     let mut q = Query::new(Report::Jobs);
     q.window = window.clone();
     let mut out = Vec::new();
-    for b in eng.scan(&q, COLUMNS)? {
+    for b in eng.scan_where(&q, COLUMNS, keep)? {
         let c = Cols(&b);
         for r in 0..b.num_rows() {
             let (Some(end_ms), Some(uid), Some(user), Some(job_id)) = (
@@ -419,32 +423,9 @@ fn scan_jobs(eng: &ParquetEngine, window: &Window) -> Result<Vec<AlertJob>> {
     Ok(out)
 }
 
-/// A run's identity in a report table (`cluster`, `job_id`, `start_unix_s`), to find the jobs an
-/// audit report lists among the scanned ones.
-type RunId = (Option<String>, i64, i64);
-
-/// The runs an audit report lists, each with its row, for the rows `keep` accepts.
-fn report_runs(
-    eng: &dyn Engine,
-    q: &Query,
-    keep: impl Fn(&jobscope_audit::table::Table, &[Value]) -> bool,
-) -> Result<HashMap<RunId, Vec<Value>>> {
-    let t = eng.run(q)?;
-    let col = |n: &str| t.column(n).with_context(|| format!("report without {n}"));
-    let (cl, id, st) = (col("cluster")?, col("job_id")?, col("start_unix_s")?);
-    Ok(t.rows
-        .iter()
-        .filter(|r| keep(&t, r))
-        .map(|r| {
-            let key = (
-                r[cl].as_str().map(str::to_string),
-                r[id].as_f64().unwrap_or(-1.0) as i64,
-                r[st].as_f64().unwrap_or(-1.0) as i64,
-            );
-            (key, r.clone())
-        })
-        .collect())
-}
+/// A run's identity (`cluster`, `job_id`, start second), to find the jobs an audit report lists
+/// among the scanned ones.
+type RunId = jobscope_audit::eval::RunKey;
 
 fn run_id(j: &AlertJob) -> RunId {
     (
@@ -498,21 +479,22 @@ fn advice(
     )
 }
 
-/// Whether `j` passes `rule`'s test of one job, setting its waste (and the rule's own figure).
+/// `j` with its waste (and the rule's own figure) when it passes `rule`'s test of one job.
 /// `gpu_idle` and `busy` are the runs of the audit's `gpu-idle` report and the busy ones of its
 /// `cpu-on-gpu` report with their busy share.
 fn passes(
     cfg: &Config,
     rule: Rule,
-    j: &mut AlertJob,
-    gpu_idle: &HashMap<RunId, Vec<Value>>,
+    j: &AlertJob,
+    gpu_idle: &std::collections::HashSet<RunId>,
     busy: &HashMap<RunId, Value>,
     hist: &mut Histories,
-) -> bool {
+) -> Option<AlertJob> {
     let a = &cfg.alerts;
+    let (mut p95_found, mut busy_pct) = (None, None);
     let waste = match rule {
         Rule::GpuIdle => gpu_idle
-            .contains_key(&run_id(j))
+            .contains(&run_id(j))
             .then_some(j.gpu_hours_wasted)
             .flatten()
             .filter(|w| *w > 0.0),
@@ -527,7 +509,7 @@ fn passes(
                 j.alloc_mem_per_node_bytes,
                 j.name.is_some() || j.script_sha256.is_some(),
             ) else {
-                return false;
+                return None;
             };
             let p95 = hist
                 .of(j.uid)
@@ -536,7 +518,7 @@ fn passes(
                 .filter(|p| *p > 0);
             match p95 {
                 Some(p) if req as f64 >= a.mem_request.min_ratio * p as f64 => {
-                    j.mem_peak_p95_bytes = Some(p);
+                    p95_found = Some(p);
                     Some(j.mem_gb_hours_wasted.unwrap_or(0.0))
                 }
                 _ => None,
@@ -550,19 +532,20 @@ fn passes(
                 if j.core_hours_alloc
                     .is_some_and(|h| h >= a.cpu_on_gpu.min_core_hours) =>
             {
-                j.partition_busy_pct = pct.as_f64();
+                busy_pct = pct.as_f64();
                 j.core_hours_alloc
             }
             _ => None,
         },
     };
-    match waste {
-        Some(w) => {
-            j.waste_hours = w;
-            true
-        }
-        None => false,
-    }
+    // A copy only of a job that passes, with its waste and the rule's own figure.
+    waste.map(|w| {
+        let mut j = j.clone();
+        j.waste_hours = w;
+        j.mem_peak_p95_bytes = p95_found;
+        j.partition_busy_pct = busy_pct;
+        j
+    })
 }
 
 /// Whether the jobs that passed `rule`'s test of one job meet its threshold.
@@ -697,8 +680,9 @@ pub fn evaluate(src: &Sources, sent: &dyn Reported) -> Result<Evaluation> {
         return Ok(ev);
     }
     let longest = rules.iter().map(|r| r.1).max().unwrap_or(1);
-    let jobs = scan_jobs(src.engine, &rule_window(now, longest))?;
     let reports = ReportRuns::ask(src, &rules)?;
+    let keep = candidates(src, &rules, &reports);
+    let jobs = scan_jobs(src.engine, &rule_window(now, longest), Some(keep))?;
     let mut hist = Histories {
         dir: src.index_dir,
         read: HashMap::new(),
@@ -751,6 +735,101 @@ pub fn evaluate(src: &Sources, sent: &dyn Reported) -> Result<Evaluation> {
     Ok(ev)
 }
 
+/// The rows that can pass the test of one job of an enabled rule: what [`passes`] asks of a job,
+/// less what needs more than its row (the user's history, beyond having one; the records), so
+/// that the others' columns are never decoded. A year of 3 million jobs holds a few hundred
+/// thousand such rows.
+fn candidates(src: &Sources, rules: &[(Rule, u32)], reports: &ReportRuns) -> RowPredicate {
+    let a = src.cfg.alerts.clone();
+    let on: Vec<Rule> = rules.iter().map(|r| r.0).collect();
+    // The users with a run history (`mem_request` has nothing to compare with for the others).
+    let with_history: std::collections::HashSet<u32> = if on.contains(&Rule::MemRequest) {
+        std::fs::read_dir(src.index_dir.join(jobscope_archive::history::HISTORY_DIR))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.strip_suffix(".json")?.parse().ok())
+            .collect()
+    } else {
+        Default::default()
+    };
+    let busy: std::collections::HashSet<RunId> = reports.busy.keys().cloned().collect();
+    let cols = vec![
+        "uid",
+        "user",
+        "job_id",
+        "cluster",
+        "start_unix_ms",
+        "scheduler_start_unix_s",
+        "end_unix_ms",
+        "name",
+        "script_sha256",
+        "state",
+        "alloc_mem_per_node_bytes",
+        "alloc_cores",
+        "elapsed_s",
+        "cpu_eff_pct",
+        "gpu_hours_wasted",
+    ];
+    let mut wanted = cols.clone();
+    wanted.push("core_hours_alloc");
+    let keep: KeepRows = std::sync::Arc::new(move |b: &RecordBatch| {
+        let b = jobscope_audit::arrow::with_derived(b, &wanted)?;
+        let c = Cols(&b);
+        let mut out = vec![false; b.num_rows()];
+        for (r, k) in out.iter_mut().enumerate() {
+            let Some(uid) = nonneg::<u32>(c.i("uid", r)?) else {
+                continue;
+            };
+            if c.any("user")?.is_null(r) {
+                continue;
+            }
+            let alloc_h = c.f("core_hours_alloc", r)?;
+            *k = on.iter().any(|rule| match rule {
+                Rule::GpuIdle => c
+                    .f("gpu_hours_wasted", r)
+                    .ok()
+                    .flatten()
+                    .is_some_and(|w| w > 0.0),
+                Rule::CpuEfficiency => {
+                    c.f("cpu_eff_pct", r)
+                        .ok()
+                        .flatten()
+                        .is_some_and(|e| e < a.cpu_efficiency.max_cpu_eff_pct)
+                        && alloc_h.is_some_and(|h| h >= a.cpu_efficiency.min_core_hours)
+                }
+                Rule::MemRequest => {
+                    with_history.contains(&uid)
+                        && !c
+                            .any("alloc_mem_per_node_bytes")
+                            .is_ok_and(|x| x.is_null(r))
+                        && !(c.any("name").is_ok_and(|x| x.is_null(r))
+                            && c.any("script_sha256").is_ok_and(|x| x.is_null(r)))
+                }
+                Rule::Timeouts => c
+                    .t("state", r)
+                    .ok()
+                    .flatten()
+                    .is_some_and(|s| s == JobState::Timeout.as_str()),
+                Rule::CpuOnGpu => {
+                    alloc_h.is_some_and(|h| h >= a.cpu_on_gpu.min_core_hours) && {
+                        let start_ms =
+                            nonneg::<u64>(c.i("start_unix_ms", r).ok().flatten()).unwrap_or(0);
+                        let id = (
+                            c.t("cluster", r).ok().flatten(),
+                            c.i("job_id", r).ok().flatten().unwrap_or(-1),
+                            (start_ms / 1000) as i64,
+                        );
+                        busy.contains(&id)
+                    }
+                }
+            });
+        }
+        Ok(out)
+    });
+    (cols, keep)
+}
+
 /// The enabled rules with their windows (days), in [`Rule::ALL`] order.
 fn enabled_rules(cfg: &Config) -> Vec<(Rule, u32)> {
     Rule::ALL
@@ -770,7 +849,7 @@ fn rule_window(now_s: i64, days: u32) -> Window {
 /// What the audit's own reports decide, over each rule's window: the jobs `audit gpu-idle` lists,
 /// and those `audit cpu-on-gpu` marks busy, with the partition's busy share.
 struct ReportRuns {
-    gpu_idle: HashMap<RunId, Vec<Value>>,
+    gpu_idle: std::collections::HashSet<RunId>,
     busy: HashMap<RunId, Value>,
 }
 
@@ -778,7 +857,7 @@ impl ReportRuns {
     /// Asks the reports the enabled `rules` rest on (none for the others).
     fn ask(src: &Sources, rules: &[(Rule, u32)]) -> Result<ReportRuns> {
         let mut out = ReportRuns {
-            gpu_idle: HashMap::new(),
+            gpu_idle: Default::default(),
             busy: HashMap::new(),
         };
         for (rule, days) in rules {
@@ -790,22 +869,29 @@ impl ReportRuns {
                 _ => continue,
             });
             q.window = rule_window(src.now_unix_s, *days);
+            // The runs alone: the lists' rows read with their key columns, not made into tables.
             if *rule == Rule::GpuIdle {
-                out.gpu_idle = report_runs(src.engine, &q, |_, _| true)?;
+                for b in src
+                    .engine
+                    .report_rows(&q, &["cluster", "job_id", "start_unix_ms"])?
+                {
+                    let c = Cols(&b);
+                    for r in 0..b.num_rows() {
+                        out.gpu_idle.insert((
+                            c.t("cluster", r)?,
+                            c.i("job_id", r)?.unwrap_or(-1),
+                            c.i("start_unix_ms", r)?
+                                .map_or(-1, |ms| ms.div_euclid(1000)),
+                        ));
+                    }
+                }
             } else {
-                out.busy = report_runs(src.engine, &q, |t, r| {
-                    t.column("busy").is_some_and(|b| r[b] == Value::Bool(true))
-                })?
-                .into_iter()
-                .map(|(k, r)| {
-                    let pct = q
-                        .columns()
-                        .iter()
-                        .position(|c| c.name == "partition_busy_pct")
-                        .map_or(Value::Null, |i| r[i].clone());
-                    (k, pct)
-                })
-                .collect();
+                out.busy = src
+                    .engine
+                    .cpu_on_gpu_busy(&q)?
+                    .into_iter()
+                    .map(|(k, pct)| (k, Value::Float(pct)))
+                    .collect();
             }
         }
         Ok(out)
@@ -827,21 +913,14 @@ fn passing_jobs(
 ) -> PerUser {
     let mut by_user = PerUser::new();
     for j in jobs {
+        let key = j.key();
         for (rule, days) in rules {
             if !rule_window(src.now_unix_s, *days).contains_end_ms(j.end_unix_ms as i64)
-                || sent.was_reported(j.uid, *rule, &j.key())
+                || sent.was_reported(j.uid, *rule, &key)
             {
                 continue;
             }
-            let mut j = j.clone();
-            if passes(
-                src.cfg,
-                *rule,
-                &mut j,
-                &reports.gpu_idle,
-                &reports.busy,
-                hist,
-            ) {
+            if let Some(j) = passes(src.cfg, *rule, j, &reports.gpu_idle, &reports.busy, hist) {
                 by_user
                     .entry(j.uid)
                     .or_default()
@@ -875,6 +954,9 @@ impl OptOuts<'_> {
     }
 }
 
+/// The jobs whose opt-out cannot be checked named in an alert's notes; the rest are counted.
+const MAX_UNCHECKED_NOTES: usize = 10;
+
 /// Takes out of `per_rule` the jobs `wish` says opted out (`Ok(true)`) or cannot tell
 /// (`Err`), and says so: each unreadable job once, then how many jobs opted out.
 fn drop_opted_out(
@@ -882,6 +964,8 @@ fn drop_opted_out(
     mut wish: impl FnMut(&AlertJob) -> Result<bool, String>,
 ) -> Vec<String> {
     let mut notes = Vec::new();
+    let mut noted = std::collections::HashSet::new();
+    let mut unchecked = 0usize;
     let mut opted = BTreeSet::new();
     for jobs in per_rule.values_mut() {
         jobs.retain(|j| match wish(j) {
@@ -892,12 +976,22 @@ fn drop_opted_out(
             }
             Err(e) => {
                 let n = format!("{e}: left out (its mail opt-out cannot be checked)");
-                if !notes.contains(&n) {
-                    notes.push(n);
+                if noted.insert(n.clone()) {
+                    // Each job once, the first few in words; then how many more.
+                    if noted.len() <= MAX_UNCHECKED_NOTES {
+                        notes.push(n);
+                    } else {
+                        unchecked += 1;
+                    }
                 }
                 false
             }
         });
+    }
+    if unchecked > 0 {
+        notes.push(format!(
+            "{unchecked} more jobs left out: their mail opt-out cannot be checked"
+        ));
     }
     match opted.len() {
         0 => {}

@@ -2068,6 +2068,16 @@ impl ParquetEngine {
         })
     }
 
+    /// The jobs the `cpu-on-gpu` report `q` marks busy ([`crate::eval::cpu_only_busy_runs`]),
+    /// from the occupancy columns alone.
+    pub fn cpu_on_gpu_busy(&self, q: &Query) -> Result<Vec<(crate::eval::RunKey, f64)>> {
+        let AuditReport::CpuOnlyOnGpu { busy_pct } = q.report else {
+            bail!("the busy jobs of cpu-on-gpu are asked of another report");
+        };
+        let (occupancy, _) = self.cpu_only_batches(q, false)?;
+        crate::eval::cpu_only_busy_runs(q, &occupancy, busy_pct)
+    }
+
     /// The batches `cpu-on-gpu` is made of: the occupancy from five columns of every job of the
     /// GPU partitions; the report's columns only for the CPU-only jobs it lists.
     /// `cpu_only_batches(q, false)`: the occupancy alone, with what a summary counts the listed
