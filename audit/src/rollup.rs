@@ -11,6 +11,9 @@
 //! state, class and group would take the rollups to 16 % of the jobs (measured), so questions by
 //! those read the job parts.
 //!
+//! Two levels of rows ([`ALL_KEYS`], [`PER_USER`]): per every key, and per user alone in row groups
+//! of their own, which a question by user, cluster or month reads instead (a fifth of the rows).
+//!
 //! Exact: every sum, from the job parts or from the rollups, is a sum of integers, each figure
 //! taken as a whole number of [`UNITS_PER_HOUR`]ths ([`fixed`]), so the order of the additions,
 //! and whether a job was added to a rollup row first, cannot change a bit of an answer (a test

@@ -9,7 +9,8 @@
 # 2. jobscope's Parquet engine: usage by user over the last year and the last 30 days (what
 #    answered, and the same from the job parts alone).
 # 3. DuckDB and Polars: the same question over the same Parquet files (bench/audit/compare.py);
-#    DuckDB given the rollup files and job parts jobscope reads for the year.
+#    DuckDB given the rollup files and job parts jobscope reads (its plan from `audit-gen plan`),
+#    for the year and the 30 days.
 # 4. slurm-usage's own `analyze --days 365|30` over its own layout of the same jobs (one Parquet
 #    file per day, its ProcessedJob columns): it prints several reports, not only the one asked.
 # 5. Index update per job on a real JSON archive (audit-gen update).
@@ -29,7 +30,7 @@ while [ $# -gt 0 ]; do
     --repeat) REPEAT=$2; shift 2 ;;
     --keep) KEEP=1; shift ;;
     --no-build) BUILD=0; shift ;;
-    -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "run.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done

@@ -1,6 +1,8 @@
 //! Answering from the rollups (audit::rollup): which questions they can answer, the plan that
-//! splits a window into the whole UTC months the rollups give and the days at its ends the job
-//! parts give, and the reading of the rollup parts.
+//! splits a window into the UTC months the rollups give (a month covered in part: its rollup less
+//! the jobs of its days outside the window, when fewer jobs end then than inside) and the days at
+//! its ends the job parts give, and the reading of the rollup parts (the per-user rows when they
+//! answer; blank columns left undecoded).
 
 use super::{sealed, ParquetEngine, Part, ROW_GROUP_ROWS};
 use crate::eval::{filter_columns, matching, needed_columns, Usage, USAGE_INPUTS};
@@ -67,7 +69,7 @@ impl Plan {
                     (i64::MIN, m1) => format!("every month before {}", month_text(m1)),
                     (m0, i64::MAX) => format!("every month from {}", month_text(m0)),
                     (m0, m1) => format!(
-                        "the {} whole UTC months {} to {}",
+                        "the {} UTC months {} to {}",
                         m1 - m0,
                         month_text(m0),
                         month_text(m1 - 1)
@@ -209,7 +211,7 @@ impl ParquetEngine {
             .collect()
     }
 
-    /// How `q` is answered: from the rollups for the whole UTC months of its window, when they
+    /// How `q` is answered: from the rollups for the UTC months of its window, when they
     /// can answer it and every jobs part has its rollup (on the clock of the question when it
     /// groups by month), and from the job parts for the rest.
     pub fn plan(&self, q: &Query) -> Plan {
