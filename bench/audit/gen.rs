@@ -985,17 +985,18 @@ mod tests {
         for (since, until) in windows {
             for f in &filters {
                 for keys in groupings {
+                    let ask = |report: Report| Query {
+                        window: Window {
+                            since_unix_s: since,
+                            until_unix_s: until,
+                        },
+                        filters: f.clone(),
+                        group_by: keys.to_vec(),
+                        zone: Zone::Local,
+                        ..Query::new(report)
+                    };
                     for report in &reports {
-                        let q = Query {
-                            window: Window {
-                                since_unix_s: since,
-                                until_unix_s: until,
-                            },
-                            filters: f.clone(),
-                            group_by: keys.to_vec(),
-                            zone: Zone::Local,
-                            ..Query::new(report.clone())
-                        };
+                        let q = ask(report.clone());
                         let plan = eng.plan(&q);
                         let long = until.zip(since).is_none_or(|(u, s)| u - s > 62 * 86_400);
                         assert!(plan.rollup_months.is_some() || !long, "{q:?}: {plan:?}");
@@ -1005,16 +1006,7 @@ mod tests {
                         assert_eq!(got, want, "{q:?}: {plan:?}");
                     }
                     // The three lists from one aggregation, as three questions give them.
-                    let q = Query {
-                        window: Window {
-                            since_unix_s: since,
-                            until_unix_s: until,
-                        },
-                        filters: f.clone(),
-                        group_by: keys.to_vec(),
-                        zone: Zone::Local,
-                        ..Query::new(Report::Usage)
-                    };
+                    let q = ask(Report::Usage);
                     let metrics = [
                         WasteMetric::CoreHours,
                         WasteMetric::MemGbHours,
