@@ -1231,9 +1231,7 @@ pub fn cpu_only_on_gpu_summary(
             b: &occupancy[r.batch],
         };
         let part = v.t("partition")?.get(r.row).map(str::to_string);
-        let busy = occ
-            .busy_pct(part.as_deref(), oi(v.i("start_unix_ms")?, r.row))
-            .is_some_and(|p| p >= busy_pct);
+        let busy = occ.of_row(&v, r.row)?.is_some_and(|p| p >= busy_pct);
         let h = of(v.f("core_hours_alloc")?, r.row).unwrap_or(0.0);
         let i = match out.partitions.iter().position(|x| x.0 == part) {
             Some(i) => i,
@@ -1294,11 +1292,9 @@ pub fn cpu_only_busy_runs(
         let v = View {
             b: &occupancy[r.batch],
         };
-        let start = oi(v.i("start_unix_ms")?, r.row);
-        let part = v.t("partition")?.get(r.row);
-        if let Some(pct) = occ.busy_pct(part, start).filter(|p| *p >= busy_pct) {
+        if let Some(pct) = occ.of_row(&v, r.row)?.filter(|p| *p >= busy_pct) {
             let cluster = v.t("cluster")?.get(r.row).map(str::to_string);
-            let start_s = start.map_or(-1, |ms| ms.div_euclid(1000));
+            let start_s = oi(v.i("start_unix_ms")?, r.row).map_or(-1, |ms| ms.div_euclid(1000));
             out.push(((cluster, r.job_id, start_s), pct));
         }
     }
@@ -1315,6 +1311,11 @@ struct Occupancy {
 
 impl Occupancy {
     /// The share of its partition's capacity allocated when a job started there.
+    /// [`Occupancy::busy_pct`] of the job in row `row` of `v` (its partition and start).
+    fn of_row(&self, v: &View, row: usize) -> Result<Option<f64>> {
+        Ok(self.busy_pct(v.t("partition")?.get(row), oi(v.i("start_unix_ms")?, row)))
+    }
+
     fn busy_pct(&self, part: Option<&str>, start_ms: Option<i64>) -> Option<f64> {
         let (part, s) = (part?, start_ms?);
         let cap = *self.capacity.get(part).filter(|c| **c > 0)?;
@@ -1438,7 +1439,7 @@ fn cpu_only_refs(
 /// that is at least `busy_pct`.
 fn cpu_only_row(occ: &Occupancy, b: &RecordBatch, row: usize, busy_pct: f64) -> Result<Vec<Value>> {
     let v = View { b };
-    let pct = occ.busy_pct(v.t("partition")?.get(row), oi(v.i("start_unix_ms")?, row));
+    let pct = occ.of_row(&v, row)?;
     let mut out = job_values(b, row)?;
     out.push(pct.map_or(Value::Null, Value::Float));
     out.push(Value::Bool(pct.is_some_and(|p| p >= busy_pct)));

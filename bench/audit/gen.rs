@@ -901,6 +901,17 @@ mod tests {
     use super::*;
     use jobscope_audit::{Filters, WasteMetric, Zone};
 
+    /// A generated index of `jobs` jobs over `years` years ending 2026-11-29 (seed `seed`) in a
+    /// temporary directory (kept while the first value lives), its engine, and its end (Unix s).
+    fn generated(jobs: u64, years: u64, seed: u64) -> (tempfile::TempDir, ParquetEngine, i64) {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("index");
+        let end_s = day_s("2026-11-29").unwrap();
+        write_generated(&dir, jobs, years, end_s, seed).unwrap();
+        let eng = ParquetEngine::open(&dir).unwrap();
+        (tmp, eng, end_s as i64)
+    }
+
     /// Every question the rollups answer gives, from them, the answer the job parts alone give, to
     /// the last bit (issue 33 §1), over a generated index of two years: every grouping they hold,
     /// each filter, windows of whole months and of odd ends (a month's rollup less its days outside
@@ -908,12 +919,7 @@ mod tests {
     /// efficiency histograms. The questions they cannot answer say why and read the job parts.
     #[test]
     fn the_rollups_answer_as_the_job_parts_to_the_last_bit() {
-        let tmp = tempfile::tempdir().unwrap();
-        let dir = tmp.path().join("index");
-        let end_s = day_s("2026-11-29").unwrap();
-        write_generated(&dir, 40_000, 2, end_s, 7).unwrap();
-        let eng = ParquetEngine::open(&dir).unwrap();
-        let end = end_s as i64;
+        let (_tmp, eng, end) = generated(40_000, 2, 7);
         let windows = [
             (None, None),
             (Some(end - 365 * 86_400), Some(end)),
@@ -1084,11 +1090,7 @@ mod tests {
     #[test]
     fn the_cpu_on_gpu_summary_is_the_reports_table_summed() {
         use jobscope_audit::table::Value;
-        let tmp = tempfile::tempdir().unwrap();
-        let dir = tmp.path().join("index");
-        let end_s = day_s("2026-11-29").unwrap() as i64;
-        write_generated(&dir, 40_000, 1, end_s as u64, 11).unwrap();
-        let eng = ParquetEngine::open(&dir).unwrap();
+        let (_tmp, eng, end_s) = generated(40_000, 1, 11);
         let mut checked = 0;
         for (days, users) in [
             (365, vec![]),
@@ -1149,11 +1151,7 @@ mod tests {
     /// hold row groups of several pages (20 000 rows at most each).
     #[test]
     fn a_window_over_part_of_a_row_group_counts_each_of_its_jobs_once() {
-        let tmp = tempfile::tempdir().unwrap();
-        let dir = tmp.path().join("index");
-        let end_s = day_s("2026-11-29").unwrap() as i64;
-        write_generated(&dir, 300_000, 1, end_s as u64, 3).unwrap();
-        let eng = ParquetEngine::open(&dir).unwrap();
+        let (_tmp, eng, end_s) = generated(300_000, 1, 3);
         let ends: Vec<i64> = eng
             .scan(&Query::new(Report::Jobs), &["end_unix_ms"])
             .unwrap()
