@@ -186,6 +186,9 @@ row_table! {
         /// Some data is missing: figures are lower bounds.
         partial: bool,
         samples: u64,
+        /// The user ran it with `--jobscope-mail=never` (the record's `user_options.mail`, the
+        /// wish the end-of-job mail obeys first): the alerts leave it out.
+        mail_never: bool,
     }
 }
 
@@ -347,6 +350,11 @@ impl JobRow {
             flag_small_io: has(&|f| matches!(f, FindingKind::SmallIo { .. })),
             partial: s.partial,
             samples: s.samples,
+            mail_never: s
+                .user_options
+                .get("mail")
+                .and_then(|m| jobscope_config::MailPolicy::parse(m))
+                == Some(jobscope_config::MailPolicy::Never),
         }
     }
 }
@@ -687,6 +695,40 @@ mod tests {
             (row.qos, row.submit_unix_s, row.script_sha256),
             (None, None, None)
         );
+    }
+
+    /// `mail_never` is the wish the end-of-job mail obeys (`--jobscope-mail`, kept per node and
+    /// in the job's `user_options.mail`), read back from the archived JSON: any case and blanks
+    /// as the mail parses it; another policy, a word that is none, or no option is no wish.
+    #[test]
+    fn mail_never_is_the_users_mail_option_as_the_mail_reads_it() {
+        let cfg = jobscope_config::Config::default();
+        let env = EpilogEnv {
+            job_id: 65,
+            node: "vm".into(),
+            ..Default::default()
+        };
+        for (option, never) in [
+            (Some("never"), true),
+            (Some(" NEVER "), true),
+            (Some("end"), false),
+            (Some("nevermore"), false),
+            (None, false),
+        ] {
+            let (facts, mut node) = recorded_serial();
+            if let Some(o) = option {
+                node.user_options.insert("mail".into(), o.into());
+            }
+            let facts = env.facts_with(Some(facts));
+            let s = pipeline::job(&facts, vec![node], &["vm".into()], &cfg, "t", &decide_end);
+            let back: JobSummary =
+                serde_json::from_value(serde_json::to_value(&s).unwrap()).unwrap();
+            assert_eq!(back.user_options.get("mail").map(String::as_str), option);
+            let row = JobRow::of(&back);
+            assert_eq!(row.mail_never, never, "{option:?}");
+            let at = COLUMNS.iter().position(|c| c.0 == "mail_never").unwrap();
+            assert_eq!(row.values()[at], Value::Bool(never));
+        }
     }
 
     /// `--qos` and `--by qos` over rows that carry a QOS: the recorded job archived three times

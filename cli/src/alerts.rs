@@ -69,7 +69,6 @@ pub fn run(cfg: &Config, a: AlertsArgs) -> Result<()> {
         cfg,
         engine: &engine,
         index_dir: &dir,
-        store: &store,
         now_unix_s: (jobscope_common::now_unix_ms() / 1000) as i64,
     };
     if sending {

@@ -4,8 +4,8 @@
 //! supports.
 //!
 //! - this module: the rules ([`evaluate`]), over the index and the run history the end-of-job
-//!   advice reads (`jobscope_archive::history`), with the user's mail opt-out read from each job's
-//!   archived record;
+//!   advice reads (`jobscope_archive::history`), with the user's mail opt-out from the index
+//!   (`mail_never`, the record's `user_options.mail`);
 //! - [`words`]: what is said, for people (the dry run), in the mail and to the admins;
 //! - [`state`]: the record of what was sent, so the same finding is not sent twice;
 //! - [`send`]: the mail queue (jobscope_deliver), then the record.
@@ -24,13 +24,11 @@ pub mod words;
 mod tests;
 
 use anyhow::{Context, Result};
-use arrow_array::{Array, Float64Array, Int64Array, RecordBatch, StringArray};
+use arrow_array::{Array, BooleanArray, Float64Array, Int64Array, RecordBatch, StringArray};
 use jobscope_archive::history::{advice_for, read_user, Run, UserHistory};
-use jobscope_archive::{cluster_label, Key, Store};
 use jobscope_audit::index::{KeepRows, ParquetEngine, RowPredicate};
 use jobscope_audit::query::{Query, Report, Window};
-use jobscope_audit::table::Value;
-use jobscope_config::{Config, MailPolicy};
+use jobscope_config::Config;
 use jobscope_model::job::JobState;
 use jobscope_model::summary::analysis::HistoryBasis;
 use jobscope_report::present::{clean, history as advice_words, AdviceView};
@@ -152,6 +150,9 @@ pub struct AlertJob {
     end_unix_ms: u64,
     #[serde(skip)]
     cpu_usage_s: Option<f64>,
+    /// Run with `--jobscope-mail=never` (the index's `mail_never`): left out, and said.
+    #[serde(skip)]
+    mail_never: bool,
 }
 
 impl AlertJob {
@@ -224,15 +225,23 @@ impl UserAlert {
     /// Σ waste per unit over the findings, each job counted once per unit: a job two rules of
     /// one unit list (a TIMEOUT at 3 % CPU) adds the larger of its two figures, not both.
     pub fn waste(&self) -> BTreeMap<WasteUnit, f64> {
-        let mut per_job: BTreeMap<(WasteUnit, String), f64> = BTreeMap::new();
-        for f in &self.findings {
-            for j in &f.jobs {
-                let w = per_job.entry((f.waste_unit, j.key())).or_insert(0.0);
-                *w = w.max(j.waste_hours);
-            }
-        }
+        // Each job's figure per unit, sorted by unit and run: a run in two findings of one unit
+        // is then in two neighbouring entries, of which the larger is kept.
+        type UnitRun<'a> = (WasteUnit, Option<&'a str>, u32, u64);
+        let mut per_job: Vec<(UnitRun, f64)> = self
+            .findings
+            .iter()
+            .flat_map(|f| {
+                f.jobs.iter().map(|j| {
+                    let run = (j.cluster.as_deref(), j.job_id, j.start_unix_s);
+                    ((f.waste_unit, run.0, run.1, run.2), j.waste_hours)
+                })
+            })
+            .collect();
+        per_job.sort_unstable_by(|a, b| a.0.cmp(&b.0).then(b.1.total_cmp(&a.1)));
+        per_job.dedup_by(|later, first| later.0 == first.0);
         let mut w = BTreeMap::new();
-        for ((unit, _), h) in per_job {
+        for ((unit, ..), h) in per_job {
             *w.entry(unit).or_insert(0.0) += h;
         }
         w
@@ -317,9 +326,10 @@ const COLUMNS: &[&str] = &[
     "gpu_hours_wasted",
     "gpus_idle",
     "gpus_never_used",
+    "mail_never",
 ];
 
-/// Typed cells of one batch by column name.
+/// The typed columns of one batch by name, each looked up once per batch (not per cell).
 struct Cols<'a>(&'a RecordBatch);
 
 impl<'a> Cols<'a> {
@@ -329,30 +339,37 @@ impl<'a> Cols<'a> {
             .map(|a| a.as_ref())
             .with_context(|| format!("the index has no column {n}"))
     }
-    fn i(&self, n: &str, r: usize) -> Result<Option<i64>> {
+    fn typed<T: Array + 'static>(&self, n: &str) -> Result<&'a T> {
         let a = self.any(n)?;
-        let a: &Int64Array = a
-            .as_any()
+        a.as_any()
             .downcast_ref()
-            .with_context(|| format!("column {n} has type {}", a.data_type()))?;
-        Ok((!a.is_null(r)).then(|| a.value(r)))
+            .with_context(|| format!("column {n} has type {}", a.data_type()))
     }
-    fn f(&self, n: &str, r: usize) -> Result<Option<f64>> {
-        let a = self.any(n)?;
-        let a: &Float64Array = a
-            .as_any()
-            .downcast_ref()
-            .with_context(|| format!("column {n} has type {}", a.data_type()))?;
-        Ok((!a.is_null(r)).then(|| a.value(r)))
+    fn ints(&self, n: &str) -> Result<&'a Int64Array> {
+        self.typed(n)
     }
-    fn t(&self, n: &str, r: usize) -> Result<Option<String>> {
-        let a = self.any(n)?;
-        let a: &StringArray = a
-            .as_any()
-            .downcast_ref()
-            .with_context(|| format!("column {n} has type {}", a.data_type()))?;
-        Ok((!a.is_null(r)).then(|| a.value(r).to_string()))
+    fn floats(&self, n: &str) -> Result<&'a Float64Array> {
+        self.typed(n)
     }
+    fn texts(&self, n: &str) -> Result<&'a StringArray> {
+        self.typed(n)
+    }
+    fn bools(&self, n: &str) -> Result<&'a BooleanArray> {
+        self.typed(n)
+    }
+}
+
+/// Row `r`'s value of a number column (`None`: null).
+fn at<T: arrow_array::ArrowPrimitiveType>(
+    a: &arrow_array::PrimitiveArray<T>,
+    r: usize,
+) -> Option<T::Native> {
+    (!a.is_null(r)).then(|| a.value(r))
+}
+
+/// Row `r`'s text (`None`: null).
+fn text(a: &StringArray, r: usize) -> Option<&str> {
+    (!a.is_null(r)).then(|| a.value(r))
 }
 
 /// Counts and sizes from the index are never negative; one that is (a damaged part) is unknown.
@@ -372,67 +389,136 @@ fn scan_jobs(
     let mut out = Vec::new();
     for b in eng.scan_where(&q, COLUMNS, keep)? {
         let c = Cols(&b);
+        let (cluster, job_id, sched_start, start, end) = (
+            c.texts("cluster")?,
+            c.ints("job_id")?,
+            c.ints("scheduler_start_unix_s")?,
+            c.ints("start_unix_ms")?,
+            c.ints("end_unix_ms")?,
+        );
+        let (name, script, user, uid, partition, state) = (
+            c.texts("name")?,
+            c.texts("script_sha256")?,
+            c.texts("user")?,
+            c.ints("uid")?,
+            c.texts("partition")?,
+            c.texts("state")?,
+        );
+        let (elapsed, cores, gpus, mem_req, mem_peak, cpu_usage) = (
+            c.floats("elapsed_s")?,
+            c.ints("alloc_cores")?,
+            c.ints("alloc_gpus")?,
+            c.ints("alloc_mem_per_node_bytes")?,
+            c.ints("mem_peak_bytes")?,
+            c.floats("cpu_usage_s")?,
+        );
+        let (cpu_eff, core_alloc, core_wasted, mem_wasted, gpu_wasted) = (
+            c.floats("cpu_eff_pct")?,
+            c.floats("core_hours_alloc")?,
+            c.floats("core_hours_wasted")?,
+            c.floats("mem_gb_hours_wasted")?,
+            c.floats("gpu_hours_wasted")?,
+        );
+        let (gpus_idle, gpus_never, mail_never) = (
+            c.ints("gpus_idle")?,
+            c.ints("gpus_never_used")?,
+            c.bools("mail_never")?,
+        );
+        let owned = |a: &StringArray, r| text(a, r).map(str::to_string);
         for r in 0..b.num_rows() {
             let (Some(end_ms), Some(uid), Some(user), Some(job_id)) = (
-                c.i("end_unix_ms", r)?,
-                nonneg::<u32>(c.i("uid", r)?),
-                c.t("user", r)?,
-                nonneg::<u32>(c.i("job_id", r)?),
+                at(end, r),
+                nonneg::<u32>(at(uid, r)),
+                text(user, r),
+                nonneg::<u32>(at(job_id, r)),
             ) else {
                 continue;
             };
             if !window.contains_end_ms(end_ms) || end_ms < 0 {
                 continue;
             }
-            let start_ms = nonneg::<u64>(c.i("start_unix_ms", r)?).unwrap_or(0);
+            let start_ms = nonneg::<u64>(at(start, r)).unwrap_or(0);
             out.push(AlertJob {
-                cluster: c.t("cluster", r)?,
+                cluster: owned(cluster, r),
                 job_id,
                 // The archive's key (jobscope_archive::Key::of): SLURM's start second, else the
                 // summary's.
-                start_unix_s: nonneg::<u64>(c.i("scheduler_start_unix_s", r)?)
-                    .unwrap_or(start_ms / 1000),
+                start_unix_s: nonneg::<u64>(at(sched_start, r)).unwrap_or(start_ms / 1000),
                 end_unix_s: end_ms.div_euclid(1000),
-                name: c.t("name", r)?,
-                partition: c.t("partition", r)?,
-                state: c.t("state", r)?.unwrap_or_default(),
-                elapsed_s: c.f("elapsed_s", r)?.unwrap_or(0.0),
-                alloc_cores: nonneg(c.i("alloc_cores", r)?),
-                alloc_gpus: nonneg(c.i("alloc_gpus", r)?),
-                alloc_mem_per_node_bytes: nonneg(c.i("alloc_mem_per_node_bytes", r)?),
-                mem_peak_bytes: nonneg(c.i("mem_peak_bytes", r)?),
-                cpu_eff_pct: c.f("cpu_eff_pct", r)?,
-                core_hours_alloc: c.f("core_hours_alloc", r)?,
-                core_hours_wasted: c.f("core_hours_wasted", r)?,
-                mem_gb_hours_wasted: c.f("mem_gb_hours_wasted", r)?,
-                gpu_hours_wasted: c.f("gpu_hours_wasted", r)?,
-                gpus_idle: nonneg(c.i("gpus_idle", r)?),
-                gpus_never_used: nonneg(c.i("gpus_never_used", r)?),
+                name: owned(name, r),
+                partition: owned(partition, r),
+                state: owned(state, r).unwrap_or_default(),
+                elapsed_s: at(elapsed, r).unwrap_or(0.0),
+                alloc_cores: nonneg(at(cores, r)),
+                alloc_gpus: nonneg(at(gpus, r)),
+                alloc_mem_per_node_bytes: nonneg(at(mem_req, r)),
+                mem_peak_bytes: nonneg(at(mem_peak, r)),
+                cpu_eff_pct: at(cpu_eff, r),
+                core_hours_alloc: at(core_alloc, r),
+                core_hours_wasted: at(core_wasted, r),
+                mem_gb_hours_wasted: at(mem_wasted, r),
+                gpu_hours_wasted: at(gpu_wasted, r),
+                gpus_idle: nonneg(at(gpus_idle, r)),
+                gpus_never_used: nonneg(at(gpus_never, r)),
                 mem_peak_p95_bytes: None,
                 partition_busy_pct: None,
                 waste_hours: 0.0,
                 uid,
-                user,
-                script_sha256: c.t("script_sha256", r)?,
+                user: user.to_string(),
+                script_sha256: owned(script, r),
                 start_unix_ms: start_ms,
                 end_unix_ms: end_ms as u64,
-                cpu_usage_s: c.f("cpu_usage_s", r)?,
+                cpu_usage_s: at(cpu_usage, r),
+                // A null (a row of a part written before the column) is no wish.
+                mail_never: !mail_never.is_null(r) && mail_never.value(r),
             });
         }
     }
     Ok(out)
 }
 
-/// A run's identity (`cluster`, `job_id`, start second), to find the jobs an audit report lists
-/// among the scanned ones.
-type RunId = jobscope_audit::eval::RunKey;
+type ClusterFigures<V> = Vec<(Option<String>, V)>;
 
-fn run_id(j: &AlertJob) -> RunId {
-    (
-        j.cluster.clone(),
-        i64::from(j.job_id),
-        (j.start_unix_ms / 1000) as i64,
-    )
+/// Runs an audit report lists, by their identity (`cluster`, `job_id`, start second), each with
+/// a figure of the report: looked up by job id and start second, the cluster compared only for
+/// those, so that no lookup allocates.
+struct Runs<V> {
+    /// (job id, start second) → (cluster, figure) of each run with them.
+    by_id: HashMap<(i64, i64), ClusterFigures<V>>,
+}
+
+impl<V> Default for Runs<V> {
+    fn default() -> Self {
+        Runs {
+            by_id: HashMap::new(),
+        }
+    }
+}
+
+impl<V> Runs<V> {
+    fn insert(&mut self, (cluster, job_id, start_s): jobscope_audit::eval::RunKey, v: V) {
+        self.by_id
+            .entry((job_id, start_s))
+            .or_default()
+            .push((cluster, v));
+    }
+
+    fn get(&self, cluster: Option<&str>, job_id: i64, start_s: i64) -> Option<&V> {
+        self.by_id
+            .get(&(job_id, start_s))?
+            .iter()
+            .find(|(c, _)| c.as_deref() == cluster)
+            .map(|(_, v)| v)
+    }
+
+    /// The run of `j`, as the reports key it (the start second of the summary's start).
+    fn of(&self, j: &AlertJob) -> Option<&V> {
+        self.get(
+            j.cluster.as_deref(),
+            i64::from(j.job_id),
+            (j.start_unix_ms / 1000) as i64,
+        )
+    }
 }
 
 /// Where an evaluation reads from, and when it runs.
@@ -441,8 +527,6 @@ pub struct Sources<'a> {
     pub engine: &'a ParquetEngine,
     /// The index directory (the run history is under it).
     pub index_dir: &'a Path,
-    /// The archive (each job's opt-out is in its record).
-    pub store: &'a Store,
     pub now_unix_s: i64,
 }
 
@@ -479,24 +563,41 @@ fn advice(
     )
 }
 
-/// `j` with its waste (and the rule's own figure) when it passes `rule`'s test of one job.
-/// `gpu_idle` and `busy` are the runs of the audit's `gpu-idle` report and the busy ones of its
-/// `cpu-on-gpu` report with their busy share.
+/// What a job that passes a rule's test of one job gets: its waste under the rule and the rule's
+/// own figure.
+#[derive(Debug, Clone, Copy)]
+struct Pass {
+    waste_hours: f64,
+    mem_peak_p95_bytes: Option<u64>,
+    partition_busy_pct: Option<f64>,
+}
+
+impl Pass {
+    /// `j` as the finding of this pass lists it.
+    fn apply(self, mut j: AlertJob) -> AlertJob {
+        j.waste_hours = self.waste_hours;
+        j.mem_peak_p95_bytes = self.mem_peak_p95_bytes;
+        j.partition_busy_pct = self.partition_busy_pct;
+        j
+    }
+}
+
+/// Whether `j` passes `rule`'s test of one job, and what it gets. `reports` holds the runs of the
+/// audit's `gpu-idle` report and the busy ones of its `cpu-on-gpu` report with their busy share.
 fn passes(
     cfg: &Config,
     rule: Rule,
     j: &AlertJob,
-    gpu_idle: &std::collections::HashSet<RunId>,
-    busy: &HashMap<RunId, Value>,
+    reports: &ReportRuns,
     hist: &mut Histories,
-) -> Option<AlertJob> {
+) -> Option<Pass> {
     let a = &cfg.alerts;
     let (mut p95_found, mut busy_pct) = (None, None);
     let waste = match rule {
-        Rule::GpuIdle => gpu_idle
-            .contains(&run_id(j))
-            .then_some(j.gpu_hours_wasted)
-            .flatten()
+        Rule::GpuIdle => reports
+            .gpu_idle
+            .of(j)
+            .and(j.gpu_hours_wasted)
             .filter(|w| *w > 0.0),
         Rule::CpuEfficiency => (j
             .cpu_eff_pct
@@ -527,24 +628,21 @@ fn passes(
         Rule::Timeouts => {
             (j.state == JobState::Timeout.as_str()).then(|| j.core_hours_alloc.unwrap_or(0.0))
         }
-        Rule::CpuOnGpu => match busy.get(&run_id(j)) {
+        Rule::CpuOnGpu => match reports.busy.of(j) {
             Some(pct)
                 if j.core_hours_alloc
                     .is_some_and(|h| h >= a.cpu_on_gpu.min_core_hours) =>
             {
-                busy_pct = pct.as_f64();
+                busy_pct = Some(*pct);
                 j.core_hours_alloc
             }
             _ => None,
         },
     };
-    // A copy only of a job that passes, with its waste and the rule's own figure.
-    waste.map(|w| {
-        let mut j = j.clone();
-        j.waste_hours = w;
-        j.mem_peak_p95_bytes = p95_found;
-        j.partition_busy_pct = busy_pct;
-        j
+    waste.map(|w| Pass {
+        waste_hours: w,
+        mem_peak_p95_bytes: p95_found,
+        partition_busy_pct: busy_pct,
     })
 }
 
@@ -564,47 +662,11 @@ fn meets(cfg: &Config, rule: Rule, jobs: &[AlertJob]) -> bool {
     }
 }
 
-/// What a job's archived record says of the user's mail wish: only `user_options` is read.
-#[derive(serde::Deserialize)]
-struct MailWish {
-    uid: Option<u32>,
-    #[serde(default)]
-    user_options: BTreeMap<String, String>,
-}
-
-/// Whether the user asked not to be mailed about run `j`: `--jobscope-mail=never`, kept in the
-/// job's archived record (`user_options.mail`, the option the end-of-job mail obeys first:
-/// jobscope_deliver::notify::effective_policy). `Err`: the record cannot be read or is not this
-/// user's, so the wish is unknown.
-fn opted_out(store: &Store, j: &AlertJob) -> Result<bool, String> {
-    let key = Key {
-        job_id: j.job_id,
-        start_unix_s: j.start_unix_s,
-        cluster: j.cluster.as_deref().and_then(cluster_label),
-    };
-    let path = store
-        .record_path(&key, j.start_unix_ms, j.end_unix_ms)
-        .ok_or_else(|| format!("job {}: its archived record is gone", j.job_id))?;
-    let bytes = jobscope_common::fsutil::read_limited(&path, jobscope_archive::MAX_DOC_BYTES)
-        .map_err(|e| format!("job {}: {e}", j.job_id))?;
-    let w: MailWish = serde_json::from_slice(&bytes)
-        .map_err(|e| format!("job {}: {}: {e}", j.job_id, path.display()))?;
-    if w.uid != Some(j.uid) {
-        return Err(format!(
-            "job {}: its archived record is not user {}'s",
-            j.job_id, j.uid
-        ));
-    }
-    Ok(w.user_options
-        .get("mail")
-        .and_then(|m| MailPolicy::parse(m))
-        == Some(MailPolicy::Never))
-}
-
 /// The runs already reported to each user per rule (from the record of sent alerts), and the
 /// period each user was last mailed in.
 pub trait Reported {
-    fn was_reported(&self, uid: u32, rule: Rule, job_key: &str) -> bool;
+    /// Whether run `j` was reported to its user for `rule`.
+    fn was_reported(&self, rule: Rule, j: &AlertJob) -> bool;
     fn mailed_in(&self, uid: u32) -> Option<i64>;
 }
 
@@ -687,11 +749,7 @@ pub fn evaluate(src: &Sources, sent: &dyn Reported) -> Result<Evaluation> {
         dir: src.index_dir,
         read: HashMap::new(),
     };
-    let by_user = passing_jobs(src, sent, &rules, &jobs, &reports, &mut hist);
-    let mut opt_outs = OptOuts {
-        store: src.store,
-        wishes: HashMap::new(),
-    };
+    let by_user = passing_jobs(src, sent, &rules, jobs, &reports, &mut hist);
     for (uid, mut per_rule) in by_user {
         per_rule.retain(|rule, jobs| meets(cfg, *rule, jobs));
         if per_rule.is_empty() {
@@ -704,7 +762,7 @@ pub fn evaluate(src: &Sources, sent: &dyn Reported) -> Result<Evaluation> {
             .map(|j| j.user.clone())
             .unwrap_or_default();
         // Only the jobs of rules that fired: the user's wish can only take jobs away.
-        let notes = opt_outs.drop_from(&mut per_rule);
+        let notes = drop_opted_out(&mut per_rule);
         let findings = findings_of(cfg, &rules, per_rule);
         let to = jobscope_deliver::mail::message::choose_recipient(
             None,
@@ -753,14 +811,13 @@ fn candidates(src: &Sources, rules: &[(Rule, u32)], reports: &ReportRuns) -> Row
     } else {
         Default::default()
     };
-    let busy: std::collections::HashSet<RunId> = reports.busy.keys().cloned().collect();
+    let busy = reports.busy.clone();
     let cols = vec![
         "uid",
         "user",
         "job_id",
         "cluster",
         "start_unix_ms",
-        "scheduler_start_unix_s",
         "end_unix_ms",
         "name",
         "script_sha256",
@@ -773,54 +830,54 @@ fn candidates(src: &Sources, rules: &[(Rule, u32)], reports: &ReportRuns) -> Row
     ];
     let mut wanted = cols.clone();
     wanted.push("core_hours_alloc");
+    let timeout = JobState::Timeout.as_str();
     let keep: KeepRows = std::sync::Arc::new(move |b: &RecordBatch| {
         let b = jobscope_audit::arrow::with_derived(b, &wanted)?;
         let c = Cols(&b);
+        let (uid, user, alloc_h) = (
+            c.ints("uid")?,
+            c.texts("user")?,
+            c.floats("core_hours_alloc")?,
+        );
+        let (gpu_wasted, cpu_eff, mem_req, name, script, state) = (
+            c.floats("gpu_hours_wasted")?,
+            c.floats("cpu_eff_pct")?,
+            c.ints("alloc_mem_per_node_bytes")?,
+            c.texts("name")?,
+            c.texts("script_sha256")?,
+            c.texts("state")?,
+        );
+        let (cluster, job_id, start) = (
+            c.texts("cluster")?,
+            c.ints("job_id")?,
+            c.ints("start_unix_ms")?,
+        );
         let mut out = vec![false; b.num_rows()];
         for (r, k) in out.iter_mut().enumerate() {
-            let Some(uid) = nonneg::<u32>(c.i("uid", r)?) else {
+            let Some(uid) = nonneg::<u32>(at(uid, r)) else {
                 continue;
             };
-            if c.any("user")?.is_null(r) {
+            if user.is_null(r) {
                 continue;
             }
-            let alloc_h = c.f("core_hours_alloc", r)?;
+            let alloc_h = at(alloc_h, r);
             *k = on.iter().any(|rule| match rule {
-                Rule::GpuIdle => c
-                    .f("gpu_hours_wasted", r)
-                    .ok()
-                    .flatten()
-                    .is_some_and(|w| w > 0.0),
+                Rule::GpuIdle => at(gpu_wasted, r).is_some_and(|w| w > 0.0),
                 Rule::CpuEfficiency => {
-                    c.f("cpu_eff_pct", r)
-                        .ok()
-                        .flatten()
-                        .is_some_and(|e| e < a.cpu_efficiency.max_cpu_eff_pct)
+                    at(cpu_eff, r).is_some_and(|e| e < a.cpu_efficiency.max_cpu_eff_pct)
                         && alloc_h.is_some_and(|h| h >= a.cpu_efficiency.min_core_hours)
                 }
                 Rule::MemRequest => {
                     with_history.contains(&uid)
-                        && !c
-                            .any("alloc_mem_per_node_bytes")
-                            .is_ok_and(|x| x.is_null(r))
-                        && !(c.any("name").is_ok_and(|x| x.is_null(r))
-                            && c.any("script_sha256").is_ok_and(|x| x.is_null(r)))
+                        && !mem_req.is_null(r)
+                        && !(name.is_null(r) && script.is_null(r))
                 }
-                Rule::Timeouts => c
-                    .t("state", r)
-                    .ok()
-                    .flatten()
-                    .is_some_and(|s| s == JobState::Timeout.as_str()),
+                Rule::Timeouts => text(state, r) == Some(timeout),
                 Rule::CpuOnGpu => {
                     alloc_h.is_some_and(|h| h >= a.cpu_on_gpu.min_core_hours) && {
-                        let start_ms =
-                            nonneg::<u64>(c.i("start_unix_ms", r).ok().flatten()).unwrap_or(0);
-                        let id = (
-                            c.t("cluster", r).ok().flatten(),
-                            c.i("job_id", r).ok().flatten().unwrap_or(-1),
-                            (start_ms / 1000) as i64,
-                        );
-                        busy.contains(&id)
+                        let start_s = (nonneg::<u64>(at(start, r)).unwrap_or(0) / 1000) as i64;
+                        busy.get(text(cluster, r), at(job_id, r).unwrap_or(-1), start_s)
+                            .is_some()
                     }
                 }
             });
@@ -849,17 +906,16 @@ fn rule_window(now_s: i64, days: u32) -> Window {
 /// What the audit's own reports decide, over each rule's window: the jobs `audit gpu-idle` lists,
 /// and those `audit cpu-on-gpu` marks busy, with the partition's busy share.
 struct ReportRuns {
-    gpu_idle: std::collections::HashSet<RunId>,
-    busy: HashMap<RunId, Value>,
+    gpu_idle: Runs<()>,
+    /// Shared with the row filter ([`candidates`]).
+    busy: std::sync::Arc<Runs<f64>>,
 }
 
 impl ReportRuns {
     /// Asks the reports the enabled `rules` rest on (none for the others).
     fn ask(src: &Sources, rules: &[(Rule, u32)]) -> Result<ReportRuns> {
-        let mut out = ReportRuns {
-            gpu_idle: Default::default(),
-            busy: HashMap::new(),
-        };
+        let mut gpu_idle = Runs::default();
+        let mut busy = Runs::default();
         for (rule, days) in rules {
             let mut q = Query::new(match rule {
                 Rule::GpuIdle => Report::GpuIdle,
@@ -876,25 +932,32 @@ impl ReportRuns {
                     .report_rows(&q, &["cluster", "job_id", "start_unix_ms"])?
                 {
                     let c = Cols(&b);
+                    let (cluster, job_id, start) = (
+                        c.texts("cluster")?,
+                        c.ints("job_id")?,
+                        c.ints("start_unix_ms")?,
+                    );
                     for r in 0..b.num_rows() {
-                        out.gpu_idle.insert((
-                            c.t("cluster", r)?,
-                            c.i("job_id", r)?.unwrap_or(-1),
-                            c.i("start_unix_ms", r)?
-                                .map_or(-1, |ms| ms.div_euclid(1000)),
-                        ));
+                        gpu_idle.insert(
+                            (
+                                text(cluster, r).map(str::to_string),
+                                at(job_id, r).unwrap_or(-1),
+                                at(start, r).map_or(-1, |ms| ms.div_euclid(1000)),
+                            ),
+                            (),
+                        );
                     }
                 }
             } else {
-                out.busy = src
-                    .engine
-                    .cpu_on_gpu_busy(&q)?
-                    .into_iter()
-                    .map(|(k, pct)| (k, Value::Float(pct)))
-                    .collect();
+                for (k, pct) in src.engine.cpu_on_gpu_busy(&q)? {
+                    busy.insert(k, pct);
+                }
             }
         }
-        Ok(out)
+        Ok(ReportRuns {
+            gpu_idle,
+            busy: std::sync::Arc::new(busy),
+        })
     }
 }
 
@@ -902,103 +965,61 @@ impl ReportRuns {
 type PerUser = BTreeMap<u32, BTreeMap<Rule, Vec<AlertJob>>>;
 
 /// Each job of `jobs` against each rule whose window holds its end: the ones that pass and were
-/// not reported to their user for that rule, by user and rule.
+/// not reported to their user for that rule, by user and rule. A job is moved into its last
+/// finding and copied only for the others (a TIMEOUT at 3 % CPU is in two).
 fn passing_jobs(
     src: &Sources,
     sent: &dyn Reported,
     rules: &[(Rule, u32)],
-    jobs: &[AlertJob],
+    jobs: Vec<AlertJob>,
     reports: &ReportRuns,
     hist: &mut Histories,
 ) -> PerUser {
+    let windows: Vec<(Rule, Window)> = rules
+        .iter()
+        .map(|(rule, days)| (*rule, rule_window(src.now_unix_s, *days)))
+        .collect();
     let mut by_user = PerUser::new();
+    let mut passed = Vec::with_capacity(windows.len());
     for j in jobs {
-        let key = j.key();
-        for (rule, days) in rules {
-            if !rule_window(src.now_unix_s, *days).contains_end_ms(j.end_unix_ms as i64)
-                || sent.was_reported(j.uid, *rule, &key)
-            {
+        passed.clear();
+        for (rule, window) in &windows {
+            if !window.contains_end_ms(j.end_unix_ms as i64) || sent.was_reported(*rule, &j) {
                 continue;
             }
-            if let Some(j) = passes(src.cfg, *rule, j, &reports.gpu_idle, &reports.busy, hist) {
-                by_user
-                    .entry(j.uid)
-                    .or_default()
-                    .entry(*rule)
-                    .or_default()
-                    .push(j);
+            if let Some(p) = passes(src.cfg, *rule, &j, reports, hist) {
+                passed.push((*rule, p));
             }
         }
+        let Some(((last_rule, last), others)) = passed.split_last() else {
+            continue;
+        };
+        let per_rule = by_user.entry(j.uid).or_default();
+        for (rule, p) in others {
+            per_rule.entry(*rule).or_default().push(p.apply(j.clone()));
+        }
+        per_rule.entry(*last_rule).or_default().push(last.apply(j));
     }
     by_user
 }
 
-/// Each run's mail wish, read once from its archived record (`Err`: it cannot be checked).
-struct OptOuts<'a> {
-    store: &'a Store,
-    wishes: HashMap<String, Result<bool, String>>,
-}
-
-impl OptOuts<'_> {
-    /// Takes out of `per_rule` the jobs run with `--jobscope-mail=never` and those whose wish
-    /// cannot be checked; returns the notes that say so.
-    fn drop_from(&mut self, per_rule: &mut BTreeMap<Rule, Vec<AlertJob>>) -> Vec<String> {
-        let store = self.store;
-        let wishes = &mut self.wishes;
-        drop_opted_out(per_rule, |j| {
-            wishes
-                .entry(j.key())
-                .or_insert_with(|| opted_out(store, j))
-                .clone()
-        })
-    }
-}
-
-/// The jobs whose opt-out cannot be checked named in an alert's notes; the rest are counted.
-const MAX_UNCHECKED_NOTES: usize = 10;
-
-/// Takes out of `per_rule` the jobs `wish` says opted out (`Ok(true)`) or cannot tell
-/// (`Err`), and says so: each unreadable job once, then how many jobs opted out.
-fn drop_opted_out(
-    per_rule: &mut BTreeMap<Rule, Vec<AlertJob>>,
-    mut wish: impl FnMut(&AlertJob) -> Result<bool, String>,
-) -> Vec<String> {
-    let mut notes = Vec::new();
-    let mut noted = std::collections::HashSet::new();
-    let mut unchecked = 0usize;
+/// Takes out of `per_rule` the jobs run with `--jobscope-mail=never` and says how many (each job
+/// once, though it be in several rules).
+fn drop_opted_out(per_rule: &mut BTreeMap<Rule, Vec<AlertJob>>) -> Vec<String> {
     let mut opted = BTreeSet::new();
     for jobs in per_rule.values_mut() {
-        jobs.retain(|j| match wish(j) {
-            Ok(false) => true,
-            Ok(true) => {
+        jobs.retain(|j| {
+            if j.mail_never {
                 opted.insert(j.key());
-                false
             }
-            Err(e) => {
-                let n = format!("{e}: left out (its mail opt-out cannot be checked)");
-                if noted.insert(n.clone()) {
-                    // Each job once, the first few in words; then how many more.
-                    if noted.len() <= MAX_UNCHECKED_NOTES {
-                        notes.push(n);
-                    } else {
-                        unchecked += 1;
-                    }
-                }
-                false
-            }
+            !j.mail_never
         });
     }
-    if unchecked > 0 {
-        notes.push(format!(
-            "{unchecked} more jobs left out: their mail opt-out cannot be checked"
-        ));
-    }
     match opted.len() {
-        0 => {}
-        1 => notes.push("1 job left out: run with --jobscope-mail=never".into()),
-        n => notes.push(format!("{n} jobs left out: run with --jobscope-mail=never")),
+        0 => vec![],
+        1 => vec!["1 job left out: run with --jobscope-mail=never".into()],
+        n => vec![format!("{n} jobs left out: run with --jobscope-mail=never")],
     }
-    notes
 }
 
 /// The findings of the rules still met by the jobs left, each's jobs most wasteful first (then by
@@ -1011,13 +1032,8 @@ fn findings_of(
     per_rule
         .into_iter()
         .filter(|(rule, jobs)| meets(cfg, *rule, jobs))
-        .map(|(rule, mut jobs)| {
-            jobs.sort_by(|a, b| {
-                b.waste_hours
-                    .total_cmp(&a.waste_hours)
-                    .then(a.end_unix_ms.cmp(&b.end_unix_ms))
-                    .then(a.job_id.cmp(&b.job_id))
-            });
+        .map(|(rule, jobs)| {
+            let jobs = most_wasteful_first(jobs);
             Finding {
                 rule,
                 window_days: rules.iter().find(|r| r.0 == rule).map_or(0, |r| r.1),
@@ -1027,6 +1043,24 @@ fn findings_of(
             }
         })
         .collect()
+}
+
+/// `jobs` most wasteful first, then by end time, then job id (ties in their order). The keys are
+/// sorted, then each job moved once: sorting the jobs themselves moved each of them log n times.
+fn most_wasteful_first(jobs: Vec<AlertJob>) -> Vec<AlertJob> {
+    let mut order: Vec<(f64, u64, u32, usize)> = jobs
+        .iter()
+        .enumerate()
+        .map(|(i, j)| (j.waste_hours, j.end_unix_ms, j.job_id, i))
+        .collect();
+    order.sort_unstable_by(|a, b| {
+        b.0.total_cmp(&a.0)
+            .then(a.1.cmp(&b.1))
+            .then(a.2.cmp(&b.2))
+            .then(a.3.cmp(&b.3))
+    });
+    let mut slots: Vec<Option<AlertJob>> = jobs.into_iter().map(Some).collect();
+    order.iter().filter_map(|o| slots[o.3].take()).collect()
 }
 
 /// What is done for a user with a rule that fired, and why: nothing left after the opt-outs, no
@@ -1041,7 +1075,7 @@ fn decide(
     if findings.is_empty() {
         (
             Decision::OptedOut,
-            "every job that made a rule fire was run with --jobscope-mail=never (or could not be checked)".to_string(),
+            "every job that made a rule fire was run with --jobscope-mail=never".to_string(),
         )
     } else if let Some(e) = no_address {
         (Decision::NoAddress, format!("no address: {e}"))

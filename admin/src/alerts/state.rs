@@ -7,7 +7,7 @@
 //! renamed over the old one), read with `O_NOFOLLOW` and a size bound; the directory is checked
 //! not to be a symlink (`fsutil::ensure_dir`). One `jobscope alerts send` at a time: [`lock`].
 
-use super::{Reported, Rule, UserAlert};
+use super::{AlertJob, Reported, Rule, UserAlert};
 use anyhow::{bail, Context, Result};
 use jobscope_common::fsutil::{ensure_dir, open_regular, read_limited, write_atomic, Access};
 use serde::{Deserialize, Serialize};
@@ -41,11 +41,12 @@ pub struct UserSent {
 }
 
 impl Reported for Sent {
-    fn was_reported(&self, uid: u32, rule: Rule, job_key: &str) -> bool {
+    fn was_reported(&self, rule: Rule, j: &AlertJob) -> bool {
+        // The key is spelled only for a user with runs reported under the rule.
         self.users
-            .get(&uid)
+            .get(&j.uid)
             .and_then(|u| u.reported.get(rule.key()))
-            .is_some_and(|r| r.contains_key(job_key))
+            .is_some_and(|r| r.contains_key(&j.key()))
     }
     fn mailed_in(&self, uid: u32) -> Option<i64> {
         self.users.get(&uid).map(|u| u.period_start_unix_s)

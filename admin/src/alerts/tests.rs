@@ -6,6 +6,7 @@
 
 use super::state::Sent;
 use super::*;
+use jobscope_archive::Store;
 use jobscope_audit::index::{Index, Settings};
 use jobscope_audit::testing::{spec, summary, Spec};
 use jobscope_model::summary::analysis::analyze;
@@ -89,7 +90,6 @@ impl Site {
             cfg: &self.cfg,
             engine: &eng,
             index_dir: &self.settings.dir,
-            store: &self.store,
             now_unix_s: now,
         };
         evaluate(&src, sent).unwrap()
@@ -105,7 +105,6 @@ impl Site {
             cfg: &self.cfg,
             engine: &eng,
             index_dir: &self.settings.dir,
-            store: &self.store,
             now_unix_s: now,
         };
         send::send(&src, Zone::Utc).unwrap()
@@ -807,6 +806,7 @@ fn alert_job(job_id: u32, end_unix_ms: u64, waste_hours: f64) -> AlertJob {
         start_unix_ms: (1000 + u64::from(job_id)) * 1000,
         end_unix_ms,
         cpu_usage_s: None,
+        mail_never: false,
     }
 }
 
@@ -861,50 +861,38 @@ fn the_decision_is_opted_out_then_no_address_then_already_mailed_then_mail() {
 }
 
 #[test]
-fn opted_out_and_unreadable_jobs_are_taken_away_and_said_once() {
+fn opted_out_jobs_are_taken_away_and_counted_once() {
+    let job = |id, never| AlertJob {
+        mail_never: never,
+        ..alert_job(id, 1, 1.0)
+    };
     let mut per_rule = BTreeMap::new();
     per_rule.insert(
         Rule::Timeouts,
-        vec![
-            alert_job(1, 1, 1.0),
-            alert_job(2, 1, 1.0),
-            alert_job(3, 1, 1.0),
-        ],
+        vec![job(1, false), job(2, true), job(3, false)],
     );
     // Job 2 is in two rules: opted out once, counted once.
     per_rule.insert(
         Rule::CpuEfficiency,
-        vec![
-            alert_job(2, 1, 1.0),
-            alert_job(4, 1, 1.0),
-            alert_job(5, 1, 1.0),
-        ],
+        vec![job(2, true), job(4, true), job(5, false)],
     );
-    let notes = drop_opted_out(&mut per_rule, |j| match j.job_id {
-        2 | 4 => Ok(true),
-        3 | 5 => Err("job ?: its archived record is gone".into()),
-        _ => Ok(false),
-    });
+    let notes = drop_opted_out(&mut per_rule);
     let left: Vec<(Rule, Vec<u32>)> = per_rule
         .iter()
         .map(|(r, js)| (*r, js.iter().map(|j| j.job_id).collect()))
         .collect();
     assert_eq!(
         left,
-        [(Rule::CpuEfficiency, vec![]), (Rule::Timeouts, vec![1])]
+        [(Rule::CpuEfficiency, vec![5]), (Rule::Timeouts, vec![1, 3])]
     );
+    assert_eq!(notes, ["2 jobs left out: run with --jobscope-mail=never"]);
+    let mut one = BTreeMap::from([(Rule::Timeouts, vec![job(7, true)])]);
     assert_eq!(
-        notes,
-        [
-            "job ?: its archived record is gone: left out (its mail opt-out cannot be checked)",
-            "2 jobs left out: run with --jobscope-mail=never",
-        ]
-    );
-    let mut one = BTreeMap::from([(Rule::Timeouts, vec![alert_job(7, 1, 1.0)])]);
-    assert_eq!(
-        drop_opted_out(&mut one, |_| Ok(true)),
+        drop_opted_out(&mut one),
         ["1 job left out: run with --jobscope-mail=never"]
     );
+    let mut none = BTreeMap::from([(Rule::Timeouts, vec![job(8, false)])]);
+    assert!(drop_opted_out(&mut none).is_empty());
 }
 
 #[test]

@@ -69,8 +69,9 @@ pub const STATE: &str = "state.json";
 pub const LOCK: &str = ".index.lock";
 /// Bumped when the parts' columns change (2: the kernel view's columns; 3: the GPUs' SM
 /// activity and health, `gpu_sm_active_mean_pct` …; 4: the rollups; 5: the rollups' per-user
-/// rows): an index of another version is rebuilt whole by the next update, which says why.
-const STATE_VERSION: u32 = 5;
+/// rows; 6: `mail_never`): an index of another version is rebuilt whole by the next update,
+/// which says why.
+const STATE_VERSION: u32 = 6;
 /// Rows per Parquet row group: row groups are what a time window prunes by their statistics.
 const ROW_GROUP_ROWS: usize = 64 * 1024;
 /// A state file larger than this is damaged.

@@ -19,8 +19,9 @@ use anyhow::{Context, Result};
 use postgres::Client;
 
 /// Bump when the DDL below changes; `ensure` re-applies it when the database has an older one
-/// (3: the GPUs' SM activity and health columns, added by `ADD COLUMN IF NOT EXISTS`).
-pub const SCHEMA_VERSION: i64 = 3;
+/// (3: the GPUs' SM activity and health columns, added by `ADD COLUMN IF NOT EXISTS`; 4:
+/// `mail_never`, likewise).
+pub const SCHEMA_VERSION: i64 = 4;
 
 /// The SQL type of an audit column.
 pub fn sql_type(t: crate::ColType) -> &'static str {
