@@ -386,8 +386,10 @@ fn scan_jobs(
 ) -> Result<Vec<AlertJob>> {
     let mut q = Query::new(Report::Jobs);
     q.window = window.clone();
-    let mut out = Vec::new();
-    for b in eng.scan_where(&q, COLUMNS, keep)? {
+    let batches = eng.scan_where(&q, COLUMNS, keep)?;
+    // Sized once: the jobs are large, and a growing list would copy them all each time.
+    let mut out = Vec::with_capacity(batches.iter().map(RecordBatch::num_rows).sum());
+    for b in batches {
         let c = Cols(&b);
         let (cluster, job_id, sched_start, start, end) = (
             c.texts("cluster")?,
@@ -812,73 +814,94 @@ fn candidates(src: &Sources, rules: &[(Rule, u32)], reports: &ReportRuns) -> Row
         Default::default()
     };
     let busy = reports.busy.clone();
-    let cols = vec![
-        "uid",
-        "user",
-        "job_id",
-        "cluster",
-        "start_unix_ms",
-        "end_unix_ms",
-        "name",
-        "script_sha256",
-        "state",
-        "alloc_mem_per_node_bytes",
-        "alloc_cores",
-        "elapsed_s",
-        "cpu_eff_pct",
-        "gpu_hours_wasted",
-    ];
+    // The rules a row can pass at all: `mem_request` needs a user with a history, `cpu_on_gpu` a
+    // busy run. Each reads only its own columns: text columns, the costly ones to decode for
+    // every job, only where a rule needs them.
+    let on: Vec<Rule> = on
+        .into_iter()
+        .filter(|r| match r {
+            Rule::MemRequest => !with_history.is_empty(),
+            Rule::CpuOnGpu => !busy.by_id.is_empty(),
+            _ => true,
+        })
+        .collect();
+    let mut cols = vec!["uid"];
+    for rule in &on {
+        cols.extend_from_slice(match rule {
+            Rule::GpuIdle => &["gpu_hours_wasted"][..],
+            Rule::CpuEfficiency => &["cpu_eff_pct", "alloc_cores", "elapsed_s"],
+            Rule::MemRequest => &["alloc_mem_per_node_bytes", "name", "script_sha256"],
+            Rule::Timeouts => &["state"],
+            // The cluster is compared when the job is tested ([`passes`]): here, any run with
+            // the busy run's job id and start second is kept.
+            Rule::CpuOnGpu => &["alloc_cores", "elapsed_s", "job_id", "start_unix_ms"],
+        });
+    }
+    cols.sort_unstable();
+    cols.dedup();
     let mut wanted = cols.clone();
-    wanted.push("core_hours_alloc");
+    if on.contains(&Rule::CpuEfficiency) || on.contains(&Rule::CpuOnGpu) {
+        wanted.push("core_hours_alloc");
+    }
     let timeout = JobState::Timeout.as_str();
     let keep: KeepRows = std::sync::Arc::new(move |b: &RecordBatch| {
         let b = jobscope_audit::arrow::with_derived(b, &wanted)?;
         let c = Cols(&b);
-        let (uid, user, alloc_h) = (
-            c.ints("uid")?,
-            c.texts("user")?,
-            c.floats("core_hours_alloc")?,
-        );
-        let (gpu_wasted, cpu_eff, mem_req, name, script, state) = (
-            c.floats("gpu_hours_wasted")?,
-            c.floats("cpu_eff_pct")?,
-            c.ints("alloc_mem_per_node_bytes")?,
-            c.texts("name")?,
-            c.texts("script_sha256")?,
-            c.texts("state")?,
-        );
-        let (cluster, job_id, start) = (
-            c.texts("cluster")?,
-            c.ints("job_id")?,
-            c.ints("start_unix_ms")?,
-        );
+        let has = |r: Rule| on.contains(&r);
+        let uid = c.ints("uid")?;
+        let alloc_h = if has(Rule::CpuEfficiency) || has(Rule::CpuOnGpu) {
+            Some(c.floats("core_hours_alloc")?)
+        } else {
+            None
+        };
+        let gpu_wasted = has(Rule::GpuIdle)
+            .then(|| c.floats("gpu_hours_wasted"))
+            .transpose()?;
+        let cpu_eff = has(Rule::CpuEfficiency)
+            .then(|| c.floats("cpu_eff_pct"))
+            .transpose()?;
+        let mem = if has(Rule::MemRequest) {
+            Some((
+                c.ints("alloc_mem_per_node_bytes")?,
+                c.texts("name")?,
+                c.texts("script_sha256")?,
+            ))
+        } else {
+            None
+        };
+        let state = has(Rule::Timeouts).then(|| c.texts("state")).transpose()?;
+        let run = if has(Rule::CpuOnGpu) {
+            Some((c.ints("job_id")?, c.ints("start_unix_ms")?))
+        } else {
+            None
+        };
         let mut out = vec![false; b.num_rows()];
         for (r, k) in out.iter_mut().enumerate() {
             let Some(uid) = nonneg::<u32>(at(uid, r)) else {
                 continue;
             };
-            if user.is_null(r) {
-                continue;
-            }
-            let alloc_h = at(alloc_h, r);
+            let alloc_h = alloc_h.and_then(|a| at(a, r));
             *k = on.iter().any(|rule| match rule {
-                Rule::GpuIdle => at(gpu_wasted, r).is_some_and(|w| w > 0.0),
+                Rule::GpuIdle => gpu_wasted.and_then(|g| at(g, r)).is_some_and(|w| w > 0.0),
                 Rule::CpuEfficiency => {
-                    at(cpu_eff, r).is_some_and(|e| e < a.cpu_efficiency.max_cpu_eff_pct)
+                    cpu_eff
+                        .and_then(|e| at(e, r))
+                        .is_some_and(|e| e < a.cpu_efficiency.max_cpu_eff_pct)
                         && alloc_h.is_some_and(|h| h >= a.cpu_efficiency.min_core_hours)
                 }
-                Rule::MemRequest => {
+                Rule::MemRequest => mem.is_some_and(|(req, name, script)| {
                     with_history.contains(&uid)
-                        && !mem_req.is_null(r)
+                        && !req.is_null(r)
                         && !(name.is_null(r) && script.is_null(r))
-                }
-                Rule::Timeouts => text(state, r) == Some(timeout),
+                }),
+                Rule::Timeouts => state.is_some_and(|s| text(s, r) == Some(timeout)),
                 Rule::CpuOnGpu => {
-                    alloc_h.is_some_and(|h| h >= a.cpu_on_gpu.min_core_hours) && {
-                        let start_s = (nonneg::<u64>(at(start, r)).unwrap_or(0) / 1000) as i64;
-                        busy.get(text(cluster, r), at(job_id, r).unwrap_or(-1), start_s)
-                            .is_some()
-                    }
+                    alloc_h.is_some_and(|h| h >= a.cpu_on_gpu.min_core_hours)
+                        && run.is_some_and(|(job_id, start)| {
+                            let start_s = (nonneg::<u64>(at(start, r)).unwrap_or(0) / 1000) as i64;
+                            busy.by_id
+                                .contains_key(&(at(job_id, r).unwrap_or(-1), start_s))
+                        })
                 }
             });
         }
@@ -965,8 +988,10 @@ impl ReportRuns {
 type PerUser = BTreeMap<u32, BTreeMap<Rule, Vec<AlertJob>>>;
 
 /// Each job of `jobs` against each rule whose window holds its end: the ones that pass and were
-/// not reported to their user for that rule, by user and rule. A job is moved into its last
-/// finding and copied only for the others (a TIMEOUT at 3 % CPU is in two).
+/// not reported to their user for that rule, by user and rule, each rule's jobs most wasteful
+/// first (then by end time, then job id). The passes are found and sorted as small entries
+/// first; then each job is moved once into its finding, and copied only for a second rule it
+/// passes (a TIMEOUT at 3 % CPU is in two).
 fn passing_jobs(
     src: &Sources,
     sent: &dyn Reported,
@@ -979,26 +1004,41 @@ fn passing_jobs(
         .iter()
         .map(|(rule, days)| (*rule, rule_window(src.now_unix_s, *days)))
         .collect();
-    let mut by_user = PerUser::new();
-    let mut passed = Vec::with_capacity(windows.len());
-    for j in jobs {
-        passed.clear();
+    // (uid, rule, waste, end, job id, index in `jobs`, the pass)
+    let mut hits: Vec<(u32, Rule, f64, u64, u32, usize, Pass)> = Vec::new();
+    let mut uses = vec![0u8; jobs.len()];
+    for (i, j) in jobs.iter().enumerate() {
         for (rule, window) in &windows {
-            if !window.contains_end_ms(j.end_unix_ms as i64) || sent.was_reported(*rule, &j) {
+            if !window.contains_end_ms(j.end_unix_ms as i64) || sent.was_reported(*rule, j) {
                 continue;
             }
-            if let Some(p) = passes(src.cfg, *rule, &j, reports, hist) {
-                passed.push((*rule, p));
+            if let Some(p) = passes(src.cfg, *rule, j, reports, hist) {
+                hits.push((j.uid, *rule, p.waste_hours, j.end_unix_ms, j.job_id, i, p));
+                uses[i] += 1;
             }
         }
-        let Some(((last_rule, last), others)) = passed.split_last() else {
-            continue;
-        };
-        let per_rule = by_user.entry(j.uid).or_default();
-        for (rule, p) in others {
-            per_rule.entry(*rule).or_default().push(p.apply(j.clone()));
+    }
+    hits.sort_unstable_by(|a, b| {
+        (a.0, a.1)
+            .cmp(&(b.0, b.1))
+            .then(b.2.total_cmp(&a.2))
+            .then((a.3, a.4, a.5).cmp(&(b.3, b.4, b.5)))
+    });
+    let mut slots: Vec<Option<AlertJob>> = jobs.into_iter().map(Some).collect();
+    let mut by_user = PerUser::new();
+    for group in hits.chunk_by(|a, b| (a.0, a.1) == (b.0, b.1)) {
+        let (uid, rule) = (group[0].0, group[0].1);
+        let mut listed = Vec::with_capacity(group.len());
+        for &(.., i, p) in group {
+            uses[i] -= 1;
+            let j = if uses[i] == 0 {
+                slots[i].take()
+            } else {
+                slots[i].clone()
+            };
+            listed.extend(j.map(|j| p.apply(j)));
         }
-        per_rule.entry(*last_rule).or_default().push(last.apply(j));
+        by_user.entry(uid).or_default().insert(rule, listed);
     }
     by_user
 }
@@ -1032,8 +1072,15 @@ fn findings_of(
     per_rule
         .into_iter()
         .filter(|(rule, jobs)| meets(cfg, *rule, jobs))
-        .map(|(rule, jobs)| {
-            let jobs = most_wasteful_first(jobs);
+        .map(|(rule, mut jobs)| {
+            // In this order already when they come from `passing_jobs`: then a pass that moves
+            // nothing.
+            jobs.sort_by(|a, b| {
+                b.waste_hours
+                    .total_cmp(&a.waste_hours)
+                    .then(a.end_unix_ms.cmp(&b.end_unix_ms))
+                    .then(a.job_id.cmp(&b.job_id))
+            });
             Finding {
                 rule,
                 window_days: rules.iter().find(|r| r.0 == rule).map_or(0, |r| r.1),
@@ -1043,24 +1090,6 @@ fn findings_of(
             }
         })
         .collect()
-}
-
-/// `jobs` most wasteful first, then by end time, then job id (ties in their order). The keys are
-/// sorted, then each job moved once: sorting the jobs themselves moved each of them log n times.
-fn most_wasteful_first(jobs: Vec<AlertJob>) -> Vec<AlertJob> {
-    let mut order: Vec<(f64, u64, u32, usize)> = jobs
-        .iter()
-        .enumerate()
-        .map(|(i, j)| (j.waste_hours, j.end_unix_ms, j.job_id, i))
-        .collect();
-    order.sort_unstable_by(|a, b| {
-        b.0.total_cmp(&a.0)
-            .then(a.1.cmp(&b.1))
-            .then(a.2.cmp(&b.2))
-            .then(a.3.cmp(&b.3))
-    });
-    let mut slots: Vec<Option<AlertJob>> = jobs.into_iter().map(Some).collect();
-    order.iter().filter_map(|o| slots[o.3].take()).collect()
 }
 
 /// What is done for a user with a rule that fired, and why: nothing left after the opt-outs, no
