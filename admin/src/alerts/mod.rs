@@ -471,7 +471,7 @@ fn scan_jobs(
                 start_unix_ms: start_ms,
                 end_unix_ms: end_ms as u64,
                 cpu_usage_s: at(cpu_usage, r),
-                // A null (a row of a part written before the column) is no wish.
+                // Never null as written; a null would be no wish.
                 mail_never: !mail_never.is_null(r) && mail_never.value(r),
             });
         }
@@ -479,6 +479,8 @@ fn scan_jobs(
     Ok(out)
 }
 
+/// The runs of one job id and start second: each one's cluster and figure (several clusters can
+/// share an index).
 type ClusterFigures<V> = Vec<(Option<String>, V)>;
 
 /// Runs an audit report lists, by their identity (`cluster`, `job_id`, start second), each with
