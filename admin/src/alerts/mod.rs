@@ -378,7 +378,8 @@ fn nonneg<T: TryFrom<i64>>(v: Option<i64>) -> Option<T> {
 }
 
 /// The jobs that ended in `window` with a uid and a user name (an alert has no one to go to
-/// otherwise) that `keep` keeps (the others' columns are not decoded).
+/// otherwise) that `keep` keeps (the others' columns are not decoded), in the index's end order.
+/// Each reader makes the jobs of the batches it decodes, so they are made on every core.
 fn scan_jobs(
     eng: &ParquetEngine,
     window: &Window,
@@ -386,95 +387,115 @@ fn scan_jobs(
 ) -> Result<Vec<AlertJob>> {
     let mut q = Query::new(Report::Jobs);
     q.window = window.clone();
-    let batches = eng.scan_where(&q, COLUMNS, keep)?;
+    let per_reader = eng.fold_where(
+        &q,
+        COLUMNS,
+        false,
+        keep,
+        Vec::new,
+        |acc: &mut Vec<(usize, Vec<AlertJob>)>, unit, b| {
+            acc.push((unit, jobs_of(&b, window)?));
+            Ok(())
+        },
+    )?;
+    let mut units: Vec<(usize, Vec<AlertJob>)> = per_reader.into_iter().flatten().collect();
+    // Stable: the batches of one row group keep their order.
+    units.sort_by_key(|(unit, _)| *unit);
     // Sized once: the jobs are large, and a growing list would copy them all each time.
-    let mut out = Vec::with_capacity(batches.iter().map(RecordBatch::num_rows).sum());
-    for b in batches {
-        let c = Cols(&b);
-        let (cluster, job_id, sched_start, start, end) = (
-            c.texts("cluster")?,
-            c.ints("job_id")?,
-            c.ints("scheduler_start_unix_s")?,
-            c.ints("start_unix_ms")?,
-            c.ints("end_unix_ms")?,
-        );
-        let (name, script, user, uid, partition, state) = (
-            c.texts("name")?,
-            c.texts("script_sha256")?,
-            c.texts("user")?,
-            c.ints("uid")?,
-            c.texts("partition")?,
-            c.texts("state")?,
-        );
-        let (elapsed, cores, gpus, mem_req, mem_peak, cpu_usage) = (
-            c.floats("elapsed_s")?,
-            c.ints("alloc_cores")?,
-            c.ints("alloc_gpus")?,
-            c.ints("alloc_mem_per_node_bytes")?,
-            c.ints("mem_peak_bytes")?,
-            c.floats("cpu_usage_s")?,
-        );
-        let (cpu_eff, core_alloc, core_wasted, mem_wasted, gpu_wasted) = (
-            c.floats("cpu_eff_pct")?,
-            c.floats("core_hours_alloc")?,
-            c.floats("core_hours_wasted")?,
-            c.floats("mem_gb_hours_wasted")?,
-            c.floats("gpu_hours_wasted")?,
-        );
-        let (gpus_idle, gpus_never, mail_never) = (
-            c.ints("gpus_idle")?,
-            c.ints("gpus_never_used")?,
-            c.bools("mail_never")?,
-        );
-        let owned = |a: &StringArray, r| text(a, r).map(str::to_string);
-        for r in 0..b.num_rows() {
-            let (Some(end_ms), Some(uid), Some(user), Some(job_id)) = (
-                at(end, r),
-                nonneg::<u32>(at(uid, r)),
-                text(user, r),
-                nonneg::<u32>(at(job_id, r)),
-            ) else {
-                continue;
-            };
-            if !window.contains_end_ms(end_ms) || end_ms < 0 {
-                continue;
-            }
-            let start_ms = nonneg::<u64>(at(start, r)).unwrap_or(0);
-            out.push(AlertJob {
-                cluster: owned(cluster, r),
-                job_id,
-                // The archive's key (jobscope_archive::Key::of): SLURM's start second, else the
-                // summary's.
-                start_unix_s: nonneg::<u64>(at(sched_start, r)).unwrap_or(start_ms / 1000),
-                end_unix_s: end_ms.div_euclid(1000),
-                name: owned(name, r),
-                partition: owned(partition, r),
-                state: owned(state, r).unwrap_or_default(),
-                elapsed_s: at(elapsed, r).unwrap_or(0.0),
-                alloc_cores: nonneg(at(cores, r)),
-                alloc_gpus: nonneg(at(gpus, r)),
-                alloc_mem_per_node_bytes: nonneg(at(mem_req, r)),
-                mem_peak_bytes: nonneg(at(mem_peak, r)),
-                cpu_eff_pct: at(cpu_eff, r),
-                core_hours_alloc: at(core_alloc, r),
-                core_hours_wasted: at(core_wasted, r),
-                mem_gb_hours_wasted: at(mem_wasted, r),
-                gpu_hours_wasted: at(gpu_wasted, r),
-                gpus_idle: nonneg(at(gpus_idle, r)),
-                gpus_never_used: nonneg(at(gpus_never, r)),
-                mem_peak_p95_bytes: None,
-                partition_busy_pct: None,
-                waste_hours: 0.0,
-                uid,
-                user: user.to_string(),
-                script_sha256: owned(script, r),
-                start_unix_ms: start_ms,
-                end_unix_ms: end_ms as u64,
-                cpu_usage_s: at(cpu_usage, r),
-                // Never null as written; a null would be no wish.
-                mail_never: !mail_never.is_null(r) && mail_never.value(r),
-            });
+    let mut out = Vec::with_capacity(units.iter().map(|(_, jobs)| jobs.len()).sum());
+    for (_, jobs) in units {
+        out.extend(jobs);
+    }
+    Ok(out)
+}
+
+/// The jobs of one batch of [`COLUMNS`] (see [`scan_jobs`]).
+fn jobs_of(b: &RecordBatch, window: &Window) -> Result<Vec<AlertJob>> {
+    let mut out = Vec::with_capacity(b.num_rows());
+    let c = Cols(b);
+    let (cluster, job_id, sched_start, start, end) = (
+        c.texts("cluster")?,
+        c.ints("job_id")?,
+        c.ints("scheduler_start_unix_s")?,
+        c.ints("start_unix_ms")?,
+        c.ints("end_unix_ms")?,
+    );
+    let (name, script, user, uid, partition, state) = (
+        c.texts("name")?,
+        c.texts("script_sha256")?,
+        c.texts("user")?,
+        c.ints("uid")?,
+        c.texts("partition")?,
+        c.texts("state")?,
+    );
+    let (elapsed, cores, gpus, mem_req, mem_peak, cpu_usage) = (
+        c.floats("elapsed_s")?,
+        c.ints("alloc_cores")?,
+        c.ints("alloc_gpus")?,
+        c.ints("alloc_mem_per_node_bytes")?,
+        c.ints("mem_peak_bytes")?,
+        c.floats("cpu_usage_s")?,
+    );
+    let (cpu_eff, core_alloc, core_wasted, mem_wasted, gpu_wasted) = (
+        c.floats("cpu_eff_pct")?,
+        c.floats("core_hours_alloc")?,
+        c.floats("core_hours_wasted")?,
+        c.floats("mem_gb_hours_wasted")?,
+        c.floats("gpu_hours_wasted")?,
+    );
+    let (gpus_idle, gpus_never, mail_never) = (
+        c.ints("gpus_idle")?,
+        c.ints("gpus_never_used")?,
+        c.bools("mail_never")?,
+    );
+    let owned = |a: &StringArray, r| text(a, r).map(str::to_string);
+    for r in 0..b.num_rows() {
+        let (Some(end_ms), Some(uid), Some(user), Some(job_id)) = (
+            at(end, r),
+            nonneg::<u32>(at(uid, r)),
+            text(user, r),
+            nonneg::<u32>(at(job_id, r)),
+        ) else {
+            continue;
+        };
+        if !window.contains_end_ms(end_ms) || end_ms < 0 {
+            continue;
         }
+        let start_ms = nonneg::<u64>(at(start, r)).unwrap_or(0);
+        out.push(AlertJob {
+            cluster: owned(cluster, r),
+            job_id,
+            // The archive's key (jobscope_archive::Key::of): SLURM's start second, else the
+            // summary's.
+            start_unix_s: nonneg::<u64>(at(sched_start, r)).unwrap_or(start_ms / 1000),
+            end_unix_s: end_ms.div_euclid(1000),
+            name: owned(name, r),
+            partition: owned(partition, r),
+            state: owned(state, r).unwrap_or_default(),
+            elapsed_s: at(elapsed, r).unwrap_or(0.0),
+            alloc_cores: nonneg(at(cores, r)),
+            alloc_gpus: nonneg(at(gpus, r)),
+            alloc_mem_per_node_bytes: nonneg(at(mem_req, r)),
+            mem_peak_bytes: nonneg(at(mem_peak, r)),
+            cpu_eff_pct: at(cpu_eff, r),
+            core_hours_alloc: at(core_alloc, r),
+            core_hours_wasted: at(core_wasted, r),
+            mem_gb_hours_wasted: at(mem_wasted, r),
+            gpu_hours_wasted: at(gpu_wasted, r),
+            gpus_idle: nonneg(at(gpus_idle, r)),
+            gpus_never_used: nonneg(at(gpus_never, r)),
+            mem_peak_p95_bytes: None,
+            partition_busy_pct: None,
+            waste_hours: 0.0,
+            uid,
+            user: user.to_string(),
+            script_sha256: owned(script, r),
+            start_unix_ms: start_ms,
+            end_unix_ms: end_ms as u64,
+            cpu_usage_s: at(cpu_usage, r),
+            // Never null as written; a null would be no wish.
+            mail_never: !mail_never.is_null(r) && mail_never.value(r),
+        });
     }
     Ok(out)
 }

@@ -299,9 +299,30 @@ pub fn dry_run(cfg: &Config, ev: &Evaluation, zone: Zone) -> String {
     for n in &ev.notes {
         out += &format!("note: {n}\n");
     }
-    for u in &ev.users {
-        out += "\n";
-        out += &user_block(cfg, u, zone, true);
+    // The users' blocks on every core, in order (each block is the user's alone).
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let per = ev.users.len().div_ceil(threads.max(1)).max(1);
+    let block = |users: &[UserAlert]| {
+        let mut s = String::new();
+        for u in users {
+            s += "\n";
+            s += &user_block(cfg, u, zone, true);
+        }
+        s
+    };
+    let parts: Vec<String> = std::thread::scope(|sc| {
+        let handles: Vec<_> = ev
+            .users
+            .chunks(per)
+            .map(|users| sc.spawn(move || block(users)))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+            .collect()
+    });
+    for p in parts {
+        out += &p;
     }
     out
 }
