@@ -1310,12 +1310,12 @@ struct Occupancy {
 }
 
 impl Occupancy {
-    /// The share of its partition's capacity allocated when a job started there.
     /// [`Occupancy::busy_pct`] of the job in row `row` of `v` (its partition and start).
     fn of_row(&self, v: &View, row: usize) -> Result<Option<f64>> {
         Ok(self.busy_pct(v.t("partition")?.get(row), oi(v.i("start_unix_ms")?, row)))
     }
 
+    /// The share of its partition's capacity allocated when a job started there.
     fn busy_pct(&self, part: Option<&str>, start_ms: Option<i64>) -> Option<f64> {
         let (part, s) = (part?, start_ms?);
         let cap = *self.capacity.get(part).filter(|c| **c > 0)?;

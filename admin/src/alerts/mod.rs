@@ -536,6 +536,15 @@ impl<V> Runs<V> {
             .map(|(_, v)| v)
     }
 
+    fn is_empty(&self) -> bool {
+        self.by_id.is_empty()
+    }
+
+    /// Whether some run has this job id and start second (of any cluster).
+    fn has_id(&self, job_id: i64, start_s: i64) -> bool {
+        self.by_id.contains_key(&(job_id, start_s))
+    }
+
     /// The run of `j`, as the reports key it (the start second of the summary's start).
     fn of(&self, j: &AlertJob) -> Option<&V> {
         self.get(
@@ -844,7 +853,7 @@ fn candidates(src: &Sources, rules: &[(Rule, u32)], reports: &ReportRuns) -> Row
         .into_iter()
         .filter(|r| match r {
             Rule::MemRequest => !with_history.is_empty(),
-            Rule::CpuOnGpu => !busy.by_id.is_empty(),
+            Rule::CpuOnGpu => !busy.is_empty(),
             _ => true,
         })
         .collect();
@@ -922,8 +931,7 @@ fn candidates(src: &Sources, rules: &[(Rule, u32)], reports: &ReportRuns) -> Row
                     alloc_h.is_some_and(|h| h >= a.cpu_on_gpu.min_core_hours)
                         && run.is_some_and(|(job_id, start)| {
                             let start_s = (nonneg::<u64>(at(start, r)).unwrap_or(0) / 1000) as i64;
-                            busy.by_id
-                                .contains_key(&(at(job_id, r).unwrap_or(-1), start_s))
+                            busy.has_id(at(job_id, r).unwrap_or(-1), start_s)
                         })
                 }
             });
