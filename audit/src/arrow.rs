@@ -4,7 +4,11 @@
 use super::row::{JobRow, NodeRow, COLUMNS, NODE_COLUMNS};
 use super::table::{ColType, Value};
 use arrow_array::builder::{BooleanBuilder, Float64Builder, Int64Builder, StringBuilder};
-use arrow_array::{ArrayRef, RecordBatch};
+use arrow_array::types::Int32Type;
+use arrow_array::{
+    Array, ArrayRef, BooleanArray, DictionaryArray, Float64Array, Int64Array, RecordBatch,
+    StringArray,
+};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use std::sync::Arc;
 
@@ -290,4 +294,109 @@ pub fn with_derived(b: &RecordBatch, columns: &[&str]) -> anyhow::Result<RecordB
         arrays.push(a);
     }
     Ok(RecordBatch::try_new(Arc::new(Schema::new(fields)), arrays)?)
+}
+
+/// Typed access to one batch's columns by name.
+pub struct View<'a> {
+    b: &'a RecordBatch,
+}
+
+impl<'a> View<'a> {
+    pub fn new(b: &'a RecordBatch) -> View<'a> {
+        View { b }
+    }
+    /// The batch's rows.
+    pub fn rows(&self) -> usize {
+        self.b.num_rows()
+    }
+    #[inline]
+    pub fn col<T: 'static>(&self, name: &str) -> anyhow::Result<&'a T> {
+        let a = self
+            .b
+            .column_by_name(name)
+            .ok_or_else(|| anyhow::anyhow!("the index has no column {name}"))?;
+        a.as_any()
+            .downcast_ref::<T>()
+            .ok_or_else(|| anyhow::anyhow!("column {name} has type {}", a.data_type()))
+    }
+    /// A text column, plain or dictionary-encoded (see [`Text`]).
+    #[inline]
+    pub fn t(&self, n: &str) -> anyhow::Result<Text<'a>> {
+        let a = self
+            .b
+            .column_by_name(n)
+            .ok_or_else(|| anyhow::anyhow!("the index has no column {n}"))?;
+        if let Some(s) = a.as_any().downcast_ref::<StringArray>() {
+            return Ok(Text::Plain(s));
+        }
+        if let Some(d) = a.as_any().downcast_ref::<DictionaryArray<Int32Type>>() {
+            if let Some(values) = d.values().as_any().downcast_ref::<StringArray>() {
+                return Ok(Text::Dict(d, values));
+            }
+        }
+        anyhow::bail!("column {n} has type {}", a.data_type())
+    }
+    #[inline]
+    pub fn i(&self, n: &str) -> anyhow::Result<&'a Int64Array> {
+        self.col(n)
+    }
+    #[inline]
+    pub fn f(&self, n: &str) -> anyhow::Result<&'a Float64Array> {
+        self.col(n)
+    }
+    #[inline]
+    pub fn b(&self, n: &str) -> anyhow::Result<&'a BooleanArray> {
+        self.col(n)
+    }
+}
+
+/// A text column as read: plain UTF-8 (rows in memory, [`crate::index::ParquetEngine::scan`]) or
+/// dictionary-encoded (the index's low-cardinality columns as the Parquet engine's aggregation reads
+/// them: each distinct value is looked at once per batch, not once per row).
+#[derive(Clone, Copy)]
+pub enum Text<'a> {
+    Plain(&'a StringArray),
+    Dict(&'a DictionaryArray<Int32Type>, &'a StringArray),
+}
+
+impl<'a> Text<'a> {
+    #[inline]
+    pub fn get(&self, i: usize) -> Option<&'a str> {
+        match self {
+            Text::Plain(a) => (!a.is_null(i)).then(|| a.value(i)),
+            Text::Dict(d, values) => {
+                if d.is_null(i) {
+                    return None;
+                }
+                let k = d.keys().value(i) as usize;
+                (!values.is_null(k)).then(|| values.value(k))
+            }
+        }
+    }
+
+    /// Rows whose value is one of `list` (a null never matches).
+    pub fn retain_in(&self, keep: &mut Vec<usize>, list: &[String]) {
+        match self {
+            Text::Plain(_) => {
+                keep.retain(|&i| self.get(i).is_some_and(|x| list.iter().any(|w| w == x)))
+            }
+            Text::Dict(d, values) => {
+                let hit: Vec<bool> = (0..values.len())
+                    .map(|k| !values.is_null(k) && list.iter().any(|w| w == values.value(k)))
+                    .collect();
+                let keys = d.keys();
+                keep.retain(|&i| !d.is_null(i) && hit[keys.value(i) as usize]);
+            }
+        }
+    }
+}
+/// Row `i`'s value (`None`: null).
+#[inline]
+pub fn oi(a: &Int64Array, i: usize) -> Option<i64> {
+    (!a.is_null(i)).then(|| a.value(i))
+}
+/// Row `i`'s value (`None`: null).
+#[inline]
+pub fn of(a: &Float64Array, i: usize) -> Option<f64> {
+    (!a.is_null(i)).then(|| a.value(i))
 }

@@ -2,17 +2,14 @@
 //! engine reads only the columns a query needs into batches and calls [`evaluate`]; [`MemEngine`]
 //! does the same over rows in memory (tests, small archives). Typed column access, no per-row serde.
 
-use super::arrow::job_batch;
+use super::arrow::{job_batch, of, oi, Text, View};
 use super::query::{
     day_text, month_text, wall_keys, Engine, GroupKey, Query, Report, Result, Zone, JOB_COLUMNS,
 };
 use super::rollup::{fixed, float, EFF_PAIRS};
 use super::row::JobRow;
 use super::table::{ColType, Table, Value};
-use arrow_array::types::Int32Type;
-use arrow_array::{
-    Array, BooleanArray, DictionaryArray, Float64Array, Int64Array, RecordBatch, StringArray,
-};
+use arrow_array::{Array, BooleanArray, Float64Array, Int64Array, RecordBatch};
 use jobscope_model::time;
 use std::collections::HashMap;
 
@@ -111,95 +108,10 @@ pub(crate) const USAGE_INPUTS: &[&str] = &[
 /// How many sums a usage group keeps: one per [`USAGE_INPUTS`].
 const N_INPUTS: usize = USAGE_INPUTS.len();
 
-/// Typed access to one batch's columns by name.
-struct View<'a> {
-    b: &'a RecordBatch,
-}
-
-impl<'a> View<'a> {
-    fn col<T: 'static>(&self, name: &str) -> Result<&'a T> {
-        let a = self
-            .b
-            .column_by_name(name)
-            .ok_or_else(|| anyhow::anyhow!("the index has no column {name}"))?;
-        a.as_any()
-            .downcast_ref::<T>()
-            .ok_or_else(|| anyhow::anyhow!("column {name} has type {}", a.data_type()))
-    }
-    /// A text column, plain or dictionary-encoded (see [`Text`]).
-    fn t(&self, n: &str) -> Result<Text<'a>> {
-        let a = self
-            .b
-            .column_by_name(n)
-            .ok_or_else(|| anyhow::anyhow!("the index has no column {n}"))?;
-        if let Some(s) = a.as_any().downcast_ref::<StringArray>() {
-            return Ok(Text::Plain(s));
-        }
-        if let Some(d) = a.as_any().downcast_ref::<DictionaryArray<Int32Type>>() {
-            if let Some(values) = d.values().as_any().downcast_ref::<StringArray>() {
-                return Ok(Text::Dict(d, values));
-            }
-        }
-        anyhow::bail!("column {n} has type {}", a.data_type())
-    }
-    fn i(&self, n: &str) -> Result<&'a Int64Array> {
-        self.col(n)
-    }
-    fn f(&self, n: &str) -> Result<&'a Float64Array> {
-        self.col(n)
-    }
-}
-
-/// A text column as read: plain UTF-8 (rows in memory, [`crate::index::ParquetEngine::scan`]) or
-/// dictionary-encoded (the index's low-cardinality columns as the Parquet engine's aggregation reads
-/// them: each distinct value is looked at once per batch, not once per row).
-#[derive(Clone, Copy)]
-enum Text<'a> {
-    Plain(&'a StringArray),
-    Dict(&'a DictionaryArray<Int32Type>, &'a StringArray),
-}
-
-impl<'a> Text<'a> {
-    fn get(&self, i: usize) -> Option<&'a str> {
-        match self {
-            Text::Plain(a) => (!a.is_null(i)).then(|| a.value(i)),
-            Text::Dict(d, values) => {
-                if d.is_null(i) {
-                    return None;
-                }
-                let k = d.keys().value(i) as usize;
-                (!values.is_null(k)).then(|| values.value(k))
-            }
-        }
-    }
-
-    /// Rows whose value is one of `list` (a null never matches).
-    fn retain_in(&self, keep: &mut Vec<usize>, list: &[String]) {
-        match self {
-            Text::Plain(_) => {
-                keep.retain(|&i| self.get(i).is_some_and(|x| list.iter().any(|w| w == x)))
-            }
-            Text::Dict(d, values) => {
-                let hit: Vec<bool> = (0..values.len())
-                    .map(|k| !values.is_null(k) && list.iter().any(|w| w == values.value(k)))
-                    .collect();
-                let keys = d.keys();
-                keep.retain(|&i| !d.is_null(i) && hit[keys.value(i) as usize]);
-            }
-        }
-    }
-}
-fn oi(a: &Int64Array, i: usize) -> Option<i64> {
-    (!a.is_null(i)).then(|| a.value(i))
-}
-fn of(a: &Float64Array, i: usize) -> Option<f64> {
-    (!a.is_null(i)).then(|| a.value(i))
-}
-
 /// The rows of a batch that pass the window and the filters (the batch has at least
 /// [`filter_columns`]).
 pub fn matching(q: &Query, b: &RecordBatch) -> Result<Vec<usize>> {
-    let v = View { b };
+    let v = View::new(b);
     let end = v.i("end_unix_ms")?;
     let f = &q.filters;
     let mut keep: Vec<usize> = (0..b.num_rows())
@@ -525,7 +437,7 @@ impl Usage {
         if rows.is_empty() {
             return Ok(());
         }
-        let v = View { b };
+        let v = View::new(b);
         let inputs: Vec<&Float64Array> =
             USAGE_INPUTS.iter().map(|n| v.f(n)).collect::<Result<_>>()?;
         let mut srcs = self.key_sources(&v)?;
@@ -674,7 +586,7 @@ impl Usage {
         rows: ((i64, i64), i64),
     ) -> Result<()> {
         use crate::rollup::{values_column, RollupView, EFF_SUMS};
-        let v = View { b };
+        let v = View::new(b);
         let mut keep = crate::rollup::rows_of(b, rows)?;
         retain_rollup_filters(q, b, &mut keep)?;
         if keep.is_empty() {
@@ -1011,7 +923,7 @@ impl Usage {
 /// Keeps the rows of a rollup batch that pass the query's filters (those a rollup keys: the uid
 /// and the text columns).
 pub fn retain_rollup_filters(q: &Query, b: &RecordBatch, keep: &mut Vec<usize>) -> Result<()> {
-    let v = View { b };
+    let v = View::new(b);
     if let Some(uid) = q.filters.uid {
         let a = v.i("uid")?;
         keep.retain(|&i| oi(a, i) == Some(i64::from(uid)));
@@ -1048,7 +960,7 @@ struct JobRef {
 }
 
 fn job_values(b: &RecordBatch, i: usize) -> Result<Vec<Value>> {
-    let v = View { b };
+    let v = View::new(b);
     JOB_COLUMNS
         .iter()
         .map(|(name, kind, _)| {
@@ -1095,32 +1007,39 @@ fn desc_nulls_last(a: Option<f64>, b: Option<f64>) -> std::cmp::Ordering {
     }
 }
 
+/// The rows of `batches` that `q` matches and `keep` keeps (it gets a batch and its matching
+/// rows, and takes its columns once per batch).
 fn job_refs(
     q: &Query,
     batches: &[RecordBatch],
-    extra: impl Fn(&View, usize) -> Result<bool>,
+    keep: impl Fn(&View, &mut Vec<usize>) -> Result<()>,
 ) -> Result<Vec<JobRef>> {
     let mut out = Vec::new();
     for (bi, b) in batches.iter().enumerate() {
-        let v = View { b };
+        let v = View::new(b);
         let end = v.i("end_unix_ms")?;
         let id = v.i("job_id")?;
-        for i in matching(q, b)? {
-            if extra(&v, i)? {
-                out.push(JobRef {
-                    batch: bi,
-                    row: i,
-                    end_ms: end.value(i),
-                    job_id: oi(id, i).unwrap_or(0),
-                });
-            }
+        let mut rows = matching(q, b)?;
+        keep(&v, &mut rows)?;
+        for i in rows {
+            out.push(JobRef {
+                batch: bi,
+                row: i,
+                end_ms: end.value(i),
+                job_id: oi(id, i).unwrap_or(0),
+            });
         }
     }
     Ok(out)
 }
 
+/// Each batch's float column `name` (`None`: the batch has none), looked up once.
+fn float_cols<'a>(batches: &'a [RecordBatch], name: &str) -> Vec<Option<&'a Float64Array>> {
+    batches.iter().map(|b| View::new(b).f(name).ok()).collect()
+}
+
 fn jobs(q: &Query, batches: &[RecordBatch]) -> Result<Table> {
-    let mut refs = job_refs(q, batches, |_, _| Ok(true))?;
+    let mut refs = job_refs(q, batches, |_, _| Ok(()))?;
     refs.sort_by_key(|r| (r.end_ms, r.job_id));
     let mut t = q.empty_table();
     for r in refs.iter().take(q.limit.unwrap_or(usize::MAX)) {
@@ -1130,25 +1049,20 @@ fn jobs(q: &Query, batches: &[RecordBatch]) -> Result<Table> {
 }
 
 fn gpu_idle(q: &Query, batches: &[RecordBatch]) -> Result<Table> {
-    let mut refs = job_refs(q, batches, |v, i| {
-        Ok(oi(v.i("gpus_idle")?, i).is_some_and(|n| n > 0)
-            || oi(v.i("gpus_never_used")?, i).is_some_and(|n| n > 0))
+    let mut refs = job_refs(q, batches, |v, rows| {
+        let (idle, never) = (v.i("gpus_idle")?, v.i("gpus_never_used")?);
+        rows.retain(|&i| oi(idle, i).is_some_and(|n| n > 0) || oi(never, i).is_some_and(|n| n > 0));
+        Ok(())
     })?;
-    let wasted = |r: &JobRef| -> Option<f64> {
-        View {
-            b: &batches[r.batch],
-        }
-        .f("gpu_hours_wasted")
-        .ok()
-        .and_then(|a| of(a, r.row))
-    };
+    let wasted_cols = float_cols(batches, "gpu_hours_wasted");
+    let wasted = |r: &JobRef| wasted_cols[r.batch].and_then(|a| of(a, r.row));
     refs.sort_by(|a, b| {
         desc_nulls_last(wasted(a), wasted(b)).then((a.end_ms, a.job_id).cmp(&(b.end_ms, b.job_id)))
     });
     let mut t = q.empty_table();
     for r in refs.iter().take(q.limit.unwrap_or(usize::MAX)) {
         let b = &batches[r.batch];
-        let v = View { b };
+        let v = View::new(b);
         let mut row = job_values(b, r.row)?;
         row.push(cell(&v, "gpus_idle", ColType::Int, r.row)?);
         row.push(cell(&v, "gpus_never_used", ColType::Int, r.row)?);
@@ -1173,7 +1087,7 @@ pub fn cpu_only_on_gpu_of(
     listed: &[RecordBatch],
     busy_pct: f64,
 ) -> Result<Table> {
-    let (occ, refs) = cpu_only_refs(q, occupancy, listed)?;
+    let (occ, refs) = cpu_only_refs(q, occupancy, listed, true)?;
     let mut t = q.empty_table();
     for r in refs.iter().take(q.limit.unwrap_or(usize::MAX)) {
         t.rows
@@ -1209,7 +1123,7 @@ pub fn cpu_only_on_gpu_summary(
     top_n: usize,
     fetch: impl FnOnce(&[(i64, i64)]) -> Result<Vec<RecordBatch>>,
 ) -> Result<CpuOnGpuSummary> {
-    let (occ, refs) = cpu_only_refs(q, occupancy, occupancy)?;
+    let (occ, refs) = cpu_only_refs(q, occupancy, occupancy, true)?;
     let mut out = CpuOnGpuSummary {
         jobs: 0,
         busy_jobs: 0,
@@ -1227,9 +1141,7 @@ pub fn cpu_only_on_gpu_summary(
     };
     let mut top: Vec<Key> = Vec::new();
     for r in refs.iter().take(q.limit.unwrap_or(usize::MAX)) {
-        let v = View {
-            b: &occupancy[r.batch],
-        };
+        let v = View::new(&occupancy[r.batch]);
         let part = v.t("partition")?.get(r.row).map(str::to_string);
         let busy = occ.of_row(&v, r.row)?.is_some_and(|p| p >= busy_pct);
         let h = of(v.f("core_hours_alloc")?, r.row).unwrap_or(0.0);
@@ -1258,10 +1170,8 @@ pub fn cpu_only_on_gpu_summary(
     let ids: Vec<(i64, i64)> = top.iter().map(|k| (k.1, k.2)).collect();
     let details = fetch(&ids)?;
     let mut at: HashMap<Key, (usize, usize)> = HashMap::new();
-    for r in job_refs(q, &details, |_, _| Ok(true))? {
-        let v = View {
-            b: &details[r.batch],
-        };
+    for r in job_refs(q, &details, |_, _| Ok(()))? {
+        let v = View::new(&details[r.batch]);
         at.entry(key_of(&v, &r)?).or_insert((r.batch, r.row));
     }
     for key in &top {
@@ -1286,15 +1196,26 @@ pub fn cpu_only_busy_runs(
     occupancy: &[RecordBatch],
     busy_pct: f64,
 ) -> Result<Vec<(RunKey, f64)>> {
-    let (occ, refs) = cpu_only_refs(q, occupancy, occupancy)?;
+    // In the report's order only where a limit takes its first ones: the runs are a set.
+    let (occ, refs) = cpu_only_refs(q, occupancy, occupancy, q.limit.is_some())?;
+    // Each batch's columns once, not per row.
+    let cols = occupancy
+        .iter()
+        .map(|b| {
+            let v = View::new(b);
+            Ok((v.t("partition")?, v.i("start_unix_ms")?, v.t("cluster")?))
+        })
+        .collect::<Result<Vec<_>>>()?;
     let mut out = Vec::new();
     for r in refs.iter().take(q.limit.unwrap_or(usize::MAX)) {
-        let v = View {
-            b: &occupancy[r.batch],
-        };
-        if let Some(pct) = occ.of_row(&v, r.row)?.filter(|p| *p >= busy_pct) {
-            let cluster = v.t("cluster")?.get(r.row).map(str::to_string);
-            let start_s = oi(v.i("start_unix_ms")?, r.row).map_or(-1, |ms| ms.div_euclid(1000));
+        let (part, start, cluster) = &cols[r.batch];
+        let start_ms = oi(start, r.row);
+        if let Some(pct) = occ
+            .busy_pct(part.get(r.row), start_ms)
+            .filter(|p| *p >= busy_pct)
+        {
+            let cluster = cluster.get(r.row).map(str::to_string);
+            let start_s = start_ms.map_or(-1, |ms| ms.div_euclid(1000));
             out.push(((cluster, r.job_id, start_s), pct));
         }
     }
@@ -1337,7 +1258,7 @@ impl Occupancy {
         let mut parts: HashMap<String, Vec<(i64, i64, i64)>> = HashMap::new();
         let mut gpu_parts: std::collections::HashSet<String> = Default::default();
         for b in occupancy {
-            let v = View { b };
+            let v = View::new(b);
             let (p, s, e, c, g) = (
                 v.t("partition")?,
                 v.i("start_unix_ms")?,
@@ -1407,28 +1328,28 @@ impl Occupancy {
     }
 }
 
-/// The occupancy and the jobs the `cpu-on-gpu` report lists, in its order (core-hours allocated,
-/// largest first; then end time and job id).
+/// The occupancy and the jobs the `cpu-on-gpu` report lists, `in_order`: in its order
+/// (core-hours allocated, largest first; then end time and job id).
 fn cpu_only_refs(
     q: &Query,
     occupancy: &[RecordBatch],
     listed: &[RecordBatch],
+    in_order: bool,
 ) -> Result<(Occupancy, Vec<JobRef>)> {
     let occ = Occupancy::of(q, occupancy)?;
-    let mut refs = job_refs(q, listed, |v, i| {
-        Ok(oi(v.i("alloc_gpus")?, i).is_none_or(|n| n <= 0)
-            && v.t("partition")?
-                .get(i)
-                .is_some_and(|p| occ.gpu_parts.contains(p)))
+    let mut refs = job_refs(q, listed, |v, rows| {
+        let (gpus, part) = (v.i("alloc_gpus")?, v.t("partition")?);
+        rows.retain(|&i| {
+            oi(gpus, i).is_none_or(|n| n <= 0)
+                && part.get(i).is_some_and(|p| occ.gpu_parts.contains(p))
+        });
+        Ok(())
     })?;
-    let alloc = |r: &JobRef| {
-        View {
-            b: &listed[r.batch],
-        }
-        .f("core_hours_alloc")
-        .ok()
-        .and_then(|a| of(a, r.row))
-    };
+    if !in_order {
+        return Ok((occ, refs));
+    }
+    let alloc_cols = float_cols(listed, "core_hours_alloc");
+    let alloc = |r: &JobRef| alloc_cols[r.batch].and_then(|a| of(a, r.row));
     refs.sort_by(|a, b| {
         desc_nulls_last(alloc(a), alloc(b)).then((a.end_ms, a.job_id).cmp(&(b.end_ms, b.job_id)))
     });
@@ -1438,7 +1359,7 @@ fn cpu_only_refs(
 /// A `cpu-on-gpu` row: the job's columns, its partition's busy share at its start, and whether
 /// that is at least `busy_pct`.
 fn cpu_only_row(occ: &Occupancy, b: &RecordBatch, row: usize, busy_pct: f64) -> Result<Vec<Value>> {
-    let v = View { b };
+    let v = View::new(b);
     let pct = occ.of_row(&v, row)?;
     let mut out = job_values(b, row)?;
     out.push(pct.map_or(Value::Null, Value::Float));
@@ -1478,7 +1399,7 @@ impl Heat {
     /// Adds the jobs of batch `b` that `q` selects.
     pub fn add(&mut self, q: &Query, b: &RecordBatch) -> Result<()> {
         const WEEK_MS: i64 = 7 * 24 * HOUR_MS;
-        let v = View { b };
+        let v = View::new(b);
         let (s, e, c) = (
             v.i("start_unix_ms")?,
             v.i("end_unix_ms")?,
@@ -1570,6 +1491,7 @@ impl Engine for MemEngine {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use arrow_array::StringArray;
 
     #[test]
     fn a_job_on_n_nodes_is_one_pair_per_node_of_a_nth_share() {

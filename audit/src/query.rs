@@ -173,7 +173,14 @@ impl Zone {
 
 /// The local zone's name: `TZ` as the C library reads it (a leading `:` dropped; a path under a
 /// `zoneinfo/` directory named by what follows; empty is UTC), else the system's.
+/// Looked up once per process: every printed time asks (a table of times asked once per cell, a
+/// look at /etc/localtime each time).
 fn local_zone_name() -> Option<String> {
+    static NAME: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    NAME.get_or_init(local_zone_name_now).clone()
+}
+
+fn local_zone_name_now() -> Option<String> {
     match std::env::var("TZ") {
         Ok(tz) => {
             let tz = tz.strip_prefix(':').unwrap_or(&tz);

@@ -336,37 +336,45 @@ pub fn text_within(t: &Table, zone: Zone, max_cols: Option<usize>) -> String {
         }
     }
     let right = |c: usize| !matches!(t.columns[c].kind, ColType::Text);
-    let line = |vals: &[String]| {
-        let mut s = String::new();
+    let spaces = |s: &mut String, n: usize| s.extend(std::iter::repeat_n(' ', n));
+    let line = |s: &mut String, vals: &[String]| {
+        let from = s.len();
         for (c, v) in vals.iter().enumerate() {
             if c > 0 {
                 s.push_str("  ");
             }
             // Cut short to the column (only free text is ever longer), the cut shown by `…`.
-            let v = if width(v) > widths[c] {
-                clean_line_cols(v, widths[c])
+            let w = width(v);
+            let cut;
+            let (v, w) = if w > widths[c] {
+                cut = clean_line_cols(v, widths[c]);
+                (&cut, width(&cut))
             } else {
-                v.clone()
+                (v, w)
             };
-            let pad = widths[c].saturating_sub(width(&v));
+            let pad = widths[c].saturating_sub(w);
             if right(c) {
-                s.push_str(&" ".repeat(pad));
-                s.push_str(&v);
+                spaces(s, pad);
+                s.push_str(v);
             } else {
-                s.push_str(&v);
+                s.push_str(v);
                 if c + 1 < vals.len() {
-                    s.push_str(&" ".repeat(pad));
+                    spaces(s, pad);
                 }
             }
         }
-        s.trim_end().to_string() + "\n"
+        let end = from + s[from..].trim_end().len();
+        s.truncate(end);
+        s.push('\n');
     };
-    let mut out = line(&names);
-    out.push_str(&line(
+    let mut out = String::new();
+    line(&mut out, &names);
+    line(
+        &mut out,
         &widths.iter().map(|w| "-".repeat(*w)).collect::<Vec<_>>(),
-    ));
+    );
     for r in &cells {
-        out.push_str(&line(r));
+        line(&mut out, r);
     }
     if t.rows.is_empty() {
         out.push_str("(no jobs match)\n");

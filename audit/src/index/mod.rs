@@ -403,6 +403,12 @@ pub(crate) const FAST_COLUMNS: &[&str] = &[
     "gpu_hours_wasted",
     "gpu_energy_kwh",
     "cpu_wait_hours",
+    // Read for every job of a window by the row filters of `audit gpu-idle` and `cpu-on-gpu`
+    // and of `jobscope alerts` (admin/src/alerts/mod.rs, `candidates`).
+    "job_id",
+    "cpu_eff_pct",
+    "gpus_idle",
+    "gpus_never_used",
 ];
 
 /// A part of fewer rows than this is all SNAPPY: GZIP saves nothing worth having on a few rows, and
@@ -1969,7 +1975,13 @@ impl ParquetEngine {
                     |acc: &mut BTreeSet<String>, _, b| {
                         let (p, g) = (text(&b, "partition")?, int(&b, "alloc_gpus")?);
                         for i in matching(&scope, &b)? {
-                            if !g.is_null(i) && g.value(i) > 0 && !p.is_null(i) {
+                            // Looked up before it is copied: most rows name a partition
+                            // already found.
+                            if !g.is_null(i)
+                                && g.value(i) > 0
+                                && !p.is_null(i)
+                                && !acc.contains(p.value(i))
+                            {
                                 acc.insert(p.value(i).to_string());
                             }
                         }
