@@ -5,7 +5,7 @@
 use crate::audit::{index_settings, is_admin};
 use anyhow::{bail, Result};
 use clap::{Args, Subcommand};
-use jobscope_admin::alerts::{self, send, state::Sent, words, Sources};
+use jobscope_admin::alerts::{self, send, state::Sent, words, InFull, Sources};
 use jobscope_archive::Store;
 use jobscope_audit::index::{Index, ParquetEngine};
 use jobscope_audit::query::Zone;
@@ -70,6 +70,12 @@ pub fn run(cfg: &Config, a: AlertsArgs) -> Result<()> {
         engine: &engine,
         index_dir: &dir,
         now_unix_s: (jobscope_common::now_unix_ms() / 1000) as i64,
+        // Scripts get every job of each finding; people (and the mails) the tables' rows.
+        in_full: if a.json {
+            InFull::Every
+        } else {
+            InFull::First(cfg.alerts.max_jobs_listed as usize)
+        },
     };
     if sending {
         let rep = send::send(&src, zone)?;

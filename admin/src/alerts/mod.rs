@@ -23,9 +23,10 @@ pub mod words;
 #[cfg(test)]
 mod tests;
 
-use anyhow::{Context, Result};
-use arrow_array::{Array, BooleanArray, Float64Array, Int64Array, RecordBatch, StringArray};
+use anyhow::Result;
+use arrow_array::{Array, BooleanArray, Float64Array, Int64Array, RecordBatch};
 use jobscope_archive::history::{advice_for, read_user, Run, UserHistory};
+use jobscope_audit::arrow::{of, oi, Text, View};
 use jobscope_audit::index::{KeepRows, ParquetEngine, RowPredicate};
 use jobscope_audit::query::{Query, Report, Window};
 use jobscope_config::Config;
@@ -33,8 +34,9 @@ use jobscope_model::job::JobState;
 use jobscope_model::summary::analysis::HistoryBasis;
 use jobscope_report::present::{clean, history as advice_words, AdviceView};
 use serde::Serialize;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::Path;
+use std::sync::Arc;
 
 /// The rules, in the order a mail lists them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -109,17 +111,18 @@ impl WasteUnit {
 }
 
 /// One job of a finding: the index row's figures an alert shows (units in the names; null: not
-/// known), and its waste under the rule.
+/// known), and its waste under the rule. `S` is how its text is held: owned (`String`) in a
+/// finding, borrowed from the index's decoded columns (`&str`) while the rules test it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct AlertJob {
-    pub cluster: Option<String>,
+pub struct AlertJob<S = String> {
+    pub cluster: Option<S>,
     pub job_id: u32,
     /// The archive's start second of the run (with `cluster` and `job_id`, the run's key).
     pub start_unix_s: u64,
     pub end_unix_s: i64,
-    pub name: Option<String>,
-    pub partition: Option<String>,
-    pub state: String,
+    pub name: Option<S>,
+    pub partition: Option<S>,
+    pub state: S,
     pub elapsed_s: f64,
     pub alloc_cores: Option<u32>,
     pub alloc_gpus: Option<u32>,
@@ -141,9 +144,9 @@ pub struct AlertJob {
     #[serde(skip)]
     uid: u32,
     #[serde(skip)]
-    user: String,
+    user: S,
     #[serde(skip)]
-    script_sha256: Option<String>,
+    script_sha256: Option<S>,
     #[serde(skip)]
     start_unix_ms: u64,
     #[serde(skip)]
@@ -155,14 +158,18 @@ pub struct AlertJob {
     mail_never: bool,
 }
 
-impl AlertJob {
-    /// The run's key in the record of sent alerts: `<cluster>/<job_id>/<start_s>`.
+/// A run's key in the record of sent alerts: `<cluster>/<job_id>/<start_s>`.
+fn run_key(cluster: Option<&str>, job_id: u32, start_unix_s: u64) -> String {
+    format!("{}/{job_id}/{start_unix_s}", cluster.unwrap_or(""))
+}
+
+impl<S: AsRef<str>> AlertJob<S> {
+    /// The run's key in the record of sent alerts ([`run_key`]).
     pub fn key(&self) -> String {
-        format!(
-            "{}/{}/{}",
-            self.cluster.as_deref().unwrap_or(""),
+        run_key(
+            self.cluster.as_ref().map(S::as_ref),
             self.job_id,
-            self.start_unix_s
+            self.start_unix_s,
         )
     }
 
@@ -177,6 +184,72 @@ impl AlertJob {
     }
 }
 
+impl AlertJob<&str> {
+    /// The job as a finding lists it: its text owned, and what the pass `p` gave it.
+    fn owned(&self, p: Pass) -> AlertJob {
+        let own = |t: Option<&str>| t.map(str::to_string);
+        AlertJob {
+            cluster: own(self.cluster),
+            job_id: self.job_id,
+            start_unix_s: self.start_unix_s,
+            end_unix_s: self.end_unix_s,
+            name: own(self.name),
+            partition: own(self.partition),
+            state: self.state.to_string(),
+            elapsed_s: self.elapsed_s,
+            alloc_cores: self.alloc_cores,
+            alloc_gpus: self.alloc_gpus,
+            alloc_mem_per_node_bytes: self.alloc_mem_per_node_bytes,
+            mem_peak_bytes: self.mem_peak_bytes,
+            cpu_eff_pct: self.cpu_eff_pct,
+            core_hours_alloc: self.core_hours_alloc,
+            core_hours_wasted: self.core_hours_wasted,
+            mem_gb_hours_wasted: self.mem_gb_hours_wasted,
+            gpu_hours_wasted: self.gpu_hours_wasted,
+            gpus_idle: self.gpus_idle,
+            gpus_never_used: self.gpus_never_used,
+            mem_peak_p95_bytes: p.mem_peak_p95_bytes,
+            partition_busy_pct: p.partition_busy_pct,
+            waste_hours: p.waste_hours,
+            uid: self.uid,
+            user: self.user.to_string(),
+            script_sha256: own(self.script_sha256),
+            start_unix_ms: self.start_unix_ms,
+            end_unix_ms: self.end_unix_ms,
+            cpu_usage_s: self.cpu_usage_s,
+            mail_never: self.mail_never,
+        }
+    }
+}
+
+/// A run of a finding and its waste: every job of the finding has one, listed in full or not
+/// (what the record of sent alerts keeps, and what the totals sum).
+#[derive(Debug, Clone, PartialEq)]
+pub struct FoundRun {
+    /// Shared by the runs of one cluster.
+    pub cluster: Option<Arc<str>>,
+    pub job_id: u32,
+    pub start_unix_s: u64,
+    pub end_unix_s: i64,
+    pub waste_hours: f64,
+}
+
+impl FoundRun {
+    /// The run's key in the record of sent alerts ([`run_key`]).
+    pub fn key(&self) -> String {
+        run_key(self.cluster.as_deref(), self.job_id, self.start_unix_s)
+    }
+}
+
+/// Which jobs of a finding an evaluation makes in full ([`Finding::jobs`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InFull {
+    /// Every one (`--json`).
+    Every,
+    /// The first so many (the tables of the dry run and the mail: `alerts.max_jobs_listed`).
+    First(usize),
+}
+
 /// What one rule found for one user.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Finding {
@@ -185,8 +258,12 @@ pub struct Finding {
     /// Σ of the jobs' waste.
     pub waste_hours: f64,
     pub waste_unit: WasteUnit,
-    /// The jobs, most wasteful first (then by end time).
+    /// The jobs in full, most wasteful first (then by end time, then job id): every one, or
+    /// the first ones ([`Sources::in_full`]).
     pub jobs: Vec<AlertJob>,
+    /// Every job's run and waste, in the same order.
+    #[serde(skip)]
+    pub runs: Vec<FoundRun>,
 }
 
 /// What is decided for one user.
@@ -232,7 +309,7 @@ impl UserAlert {
             .findings
             .iter()
             .flat_map(|f| {
-                f.jobs.iter().map(|j| {
+                f.runs.iter().map(|j| {
                     let run = (j.cluster.as_deref(), j.job_id, j.start_unix_s);
                     ((f.waste_unit, run.0, run.1, run.2), j.waste_hours)
                 })
@@ -254,7 +331,7 @@ impl UserAlert {
             .map(|f| {
                 (
                     f.rule,
-                    f.jobs.iter().map(|j| (j.key(), j.end_unix_s)).collect(),
+                    f.runs.iter().map(|j| (j.key(), j.end_unix_s)).collect(),
                 )
             })
             .collect()
@@ -329,175 +406,151 @@ const COLUMNS: &[&str] = &[
     "mail_never",
 ];
 
-/// The typed columns of one batch by name, each looked up once per batch (not per cell).
-struct Cols<'a>(&'a RecordBatch);
-
-impl<'a> Cols<'a> {
-    fn any(&self, n: &str) -> Result<&'a dyn Array> {
-        self.0
-            .column_by_name(n)
-            .map(|a| a.as_ref())
-            .with_context(|| format!("the index has no column {n}"))
-    }
-    fn typed<T: Array + 'static>(&self, n: &str) -> Result<&'a T> {
-        let a = self.any(n)?;
-        a.as_any()
-            .downcast_ref()
-            .with_context(|| format!("column {n} has type {}", a.data_type()))
-    }
-    fn ints(&self, n: &str) -> Result<&'a Int64Array> {
-        self.typed(n)
-    }
-    fn floats(&self, n: &str) -> Result<&'a Float64Array> {
-        self.typed(n)
-    }
-    fn texts(&self, n: &str) -> Result<&'a StringArray> {
-        self.typed(n)
-    }
-    fn bools(&self, n: &str) -> Result<&'a BooleanArray> {
-        self.typed(n)
-    }
-}
-
-/// Row `r`'s value of a number column (`None`: null).
-fn at<T: arrow_array::ArrowPrimitiveType>(
-    a: &arrow_array::PrimitiveArray<T>,
-    r: usize,
-) -> Option<T::Native> {
-    (!a.is_null(r)).then(|| a.value(r))
-}
-
-/// Row `r`'s text (`None`: null).
-fn text(a: &StringArray, r: usize) -> Option<&str> {
-    (!a.is_null(r)).then(|| a.value(r))
-}
-
 /// Counts and sizes from the index are never negative; one that is (a damaged part) is unknown.
 fn nonneg<T: TryFrom<i64>>(v: Option<i64>) -> Option<T> {
     v.and_then(|x| T::try_from(x).ok())
 }
 
-/// The jobs that ended in `window` with a uid and a user name (an alert has no one to go to
-/// otherwise) that `keep` keeps (the others' columns are not decoded), in the index's end order.
-/// Each reader makes the jobs of the batches it decodes, so they are made on every core.
-fn scan_jobs(
+/// The rows of the index that ended in `window` and that `keep` keeps (the others' columns are
+/// not decoded), as decoded ([`COLUMNS`], the low-cardinality text as dictionaries), in the
+/// index's end order. Nothing is made per row here: the rules read the rows where they lie
+/// ([`JobCols::job`]), and a finding makes in full only the jobs it lists.
+fn scan_rows(
     eng: &ParquetEngine,
     window: &Window,
     keep: Option<RowPredicate>,
-) -> Result<Vec<AlertJob>> {
+) -> Result<Vec<RecordBatch>> {
     let mut q = Query::new(Report::Jobs);
     q.window = window.clone();
     let per_reader = eng.fold_where(
         &q,
         COLUMNS,
-        false,
+        true,
         keep,
         Vec::new,
-        |acc: &mut Vec<(usize, Vec<AlertJob>)>, unit, b| {
-            acc.push((unit, jobs_of(&b, window)?));
+        |acc: &mut Vec<(usize, RecordBatch)>, unit, b| {
+            acc.push((unit, b));
             Ok(())
         },
     )?;
-    let mut units: Vec<(usize, Vec<AlertJob>)> = per_reader.into_iter().flatten().collect();
+    let mut units: Vec<(usize, RecordBatch)> = per_reader.into_iter().flatten().collect();
     // Stable: the batches of one row group keep their order.
     units.sort_by_key(|(unit, _)| *unit);
-    // Sized once: the jobs are large, and a growing list would copy them all each time.
-    let mut out = Vec::with_capacity(units.iter().map(|(_, jobs)| jobs.len()).sum());
-    for (_, jobs) in units {
-        out.extend(jobs);
-    }
-    Ok(out)
+    Ok(units.into_iter().map(|(_, b)| b).collect())
 }
 
-/// The jobs of one batch of [`COLUMNS`] (see [`scan_jobs`]).
-fn jobs_of(b: &RecordBatch, window: &Window) -> Result<Vec<AlertJob>> {
-    let mut out = Vec::with_capacity(b.num_rows());
-    let c = Cols(b);
-    let (cluster, job_id, sched_start, start, end) = (
-        c.texts("cluster")?,
-        c.ints("job_id")?,
-        c.ints("scheduler_start_unix_s")?,
-        c.ints("start_unix_ms")?,
-        c.ints("end_unix_ms")?,
-    );
-    let (name, script, user, uid, partition, state) = (
-        c.texts("name")?,
-        c.texts("script_sha256")?,
-        c.texts("user")?,
-        c.ints("uid")?,
-        c.texts("partition")?,
-        c.texts("state")?,
-    );
-    let (elapsed, cores, gpus, mem_req, mem_peak, cpu_usage) = (
-        c.floats("elapsed_s")?,
-        c.ints("alloc_cores")?,
-        c.ints("alloc_gpus")?,
-        c.ints("alloc_mem_per_node_bytes")?,
-        c.ints("mem_peak_bytes")?,
-        c.floats("cpu_usage_s")?,
-    );
-    let (cpu_eff, core_alloc, core_wasted, mem_wasted, gpu_wasted) = (
-        c.floats("cpu_eff_pct")?,
-        c.floats("core_hours_alloc")?,
-        c.floats("core_hours_wasted")?,
-        c.floats("mem_gb_hours_wasted")?,
-        c.floats("gpu_hours_wasted")?,
-    );
-    let (gpus_idle, gpus_never, mail_never) = (
-        c.ints("gpus_idle")?,
-        c.ints("gpus_never_used")?,
-        c.bools("mail_never")?,
-    );
-    let owned = |a: &StringArray, r| text(a, r).map(str::to_string);
-    for r in 0..b.num_rows() {
+/// The columns of one batch of [`COLUMNS`], each looked up once per batch (not per row).
+struct JobCols<'a> {
+    cluster: Text<'a>,
+    job_id: &'a Int64Array,
+    sched_start: &'a Int64Array,
+    start: &'a Int64Array,
+    end: &'a Int64Array,
+    name: Text<'a>,
+    script: Text<'a>,
+    user: Text<'a>,
+    uid: &'a Int64Array,
+    partition: Text<'a>,
+    state: Text<'a>,
+    elapsed: &'a Float64Array,
+    cores: &'a Int64Array,
+    gpus: &'a Int64Array,
+    mem_req: &'a Int64Array,
+    mem_peak: &'a Int64Array,
+    cpu_usage: &'a Float64Array,
+    cpu_eff: &'a Float64Array,
+    core_alloc: &'a Float64Array,
+    core_wasted: &'a Float64Array,
+    mem_wasted: &'a Float64Array,
+    gpu_wasted: &'a Float64Array,
+    gpus_idle: &'a Int64Array,
+    gpus_never: &'a Int64Array,
+    mail_never: &'a BooleanArray,
+}
+
+impl<'a> JobCols<'a> {
+    fn of(b: &'a RecordBatch) -> Result<JobCols<'a>> {
+        let v = View::new(b);
+        Ok(JobCols {
+            cluster: v.t("cluster")?,
+            job_id: v.i("job_id")?,
+            sched_start: v.i("scheduler_start_unix_s")?,
+            start: v.i("start_unix_ms")?,
+            end: v.i("end_unix_ms")?,
+            name: v.t("name")?,
+            script: v.t("script_sha256")?,
+            user: v.t("user")?,
+            uid: v.i("uid")?,
+            partition: v.t("partition")?,
+            state: v.t("state")?,
+            elapsed: v.f("elapsed_s")?,
+            cores: v.i("alloc_cores")?,
+            gpus: v.i("alloc_gpus")?,
+            mem_req: v.i("alloc_mem_per_node_bytes")?,
+            mem_peak: v.i("mem_peak_bytes")?,
+            cpu_usage: v.f("cpu_usage_s")?,
+            cpu_eff: v.f("cpu_eff_pct")?,
+            core_alloc: v.f("core_hours_alloc")?,
+            core_wasted: v.f("core_hours_wasted")?,
+            mem_wasted: v.f("mem_gb_hours_wasted")?,
+            gpu_wasted: v.f("gpu_hours_wasted")?,
+            gpus_idle: v.i("gpus_idle")?,
+            gpus_never: v.i("gpus_never_used")?,
+            mail_never: v.b("mail_never")?,
+        })
+    }
+
+    fn rows(&self) -> usize {
+        self.end.len()
+    }
+
+    /// Row `r` as an alert shows it, its text borrowed; `None` without an end time, a uid or a
+    /// user name (an alert has no one to go to), or a job id.
+    fn job(&self, r: usize) -> Option<AlertJob<&'a str>> {
         let (Some(end_ms), Some(uid), Some(user), Some(job_id)) = (
-            at(end, r),
-            nonneg::<u32>(at(uid, r)),
-            text(user, r),
-            nonneg::<u32>(at(job_id, r)),
+            oi(self.end, r).and_then(|e| u64::try_from(e).ok()),
+            nonneg::<u32>(oi(self.uid, r)),
+            self.user.get(r),
+            nonneg::<u32>(oi(self.job_id, r)),
         ) else {
-            continue;
+            return None;
         };
-        if !window.contains_end_ms(end_ms) || end_ms < 0 {
-            continue;
-        }
-        let start_ms = nonneg::<u64>(at(start, r)).unwrap_or(0);
-        out.push(AlertJob {
-            cluster: owned(cluster, r),
+        let start_ms = nonneg::<u64>(oi(self.start, r)).unwrap_or(0);
+        Some(AlertJob {
+            cluster: self.cluster.get(r),
             job_id,
             // The archive's key (jobscope_archive::Key::of): SLURM's start second, else the
             // summary's.
-            start_unix_s: nonneg::<u64>(at(sched_start, r)).unwrap_or(start_ms / 1000),
-            end_unix_s: end_ms.div_euclid(1000),
-            name: owned(name, r),
-            partition: owned(partition, r),
-            state: owned(state, r).unwrap_or_default(),
-            elapsed_s: at(elapsed, r).unwrap_or(0.0),
-            alloc_cores: nonneg(at(cores, r)),
-            alloc_gpus: nonneg(at(gpus, r)),
-            alloc_mem_per_node_bytes: nonneg(at(mem_req, r)),
-            mem_peak_bytes: nonneg(at(mem_peak, r)),
-            cpu_eff_pct: at(cpu_eff, r),
-            core_hours_alloc: at(core_alloc, r),
-            core_hours_wasted: at(core_wasted, r),
-            mem_gb_hours_wasted: at(mem_wasted, r),
-            gpu_hours_wasted: at(gpu_wasted, r),
-            gpus_idle: nonneg(at(gpus_idle, r)),
-            gpus_never_used: nonneg(at(gpus_never, r)),
+            start_unix_s: nonneg::<u64>(oi(self.sched_start, r)).unwrap_or(start_ms / 1000),
+            end_unix_s: (end_ms / 1000) as i64,
+            name: self.name.get(r),
+            partition: self.partition.get(r),
+            state: self.state.get(r).unwrap_or_default(),
+            elapsed_s: of(self.elapsed, r).unwrap_or(0.0),
+            alloc_cores: nonneg(oi(self.cores, r)),
+            alloc_gpus: nonneg(oi(self.gpus, r)),
+            alloc_mem_per_node_bytes: nonneg(oi(self.mem_req, r)),
+            mem_peak_bytes: nonneg(oi(self.mem_peak, r)),
+            cpu_eff_pct: of(self.cpu_eff, r),
+            core_hours_alloc: of(self.core_alloc, r),
+            core_hours_wasted: of(self.core_wasted, r),
+            mem_gb_hours_wasted: of(self.mem_wasted, r),
+            gpu_hours_wasted: of(self.gpu_wasted, r),
+            gpus_idle: nonneg(oi(self.gpus_idle, r)),
+            gpus_never_used: nonneg(oi(self.gpus_never, r)),
             mem_peak_p95_bytes: None,
             partition_busy_pct: None,
             waste_hours: 0.0,
             uid,
-            user: user.to_string(),
-            script_sha256: owned(script, r),
+            user,
+            script_sha256: self.script.get(r),
             start_unix_ms: start_ms,
-            end_unix_ms: end_ms as u64,
-            cpu_usage_s: at(cpu_usage, r),
+            end_unix_ms: end_ms,
+            cpu_usage_s: of(self.cpu_usage, r),
             // Never null as written; a null would be no wish.
-            mail_never: !mail_never.is_null(r) && mail_never.value(r),
-        });
+            mail_never: !self.mail_never.is_null(r) && self.mail_never.value(r),
+        })
     }
-    Ok(out)
 }
 
 /// The runs of one job id and start second: each one's cluster and figure (several clusters can
@@ -546,9 +599,9 @@ impl<V> Runs<V> {
     }
 
     /// The run of `j`, as the reports key it (the start second of the summary's start).
-    fn of(&self, j: &AlertJob) -> Option<&V> {
+    fn of(&self, j: &AlertJob<&str>) -> Option<&V> {
         self.get(
-            j.cluster.as_deref(),
+            j.cluster,
             i64::from(j.job_id),
             (j.start_unix_ms / 1000) as i64,
         )
@@ -562,21 +615,47 @@ pub struct Sources<'a> {
     /// The index directory (the run history is under it).
     pub index_dir: &'a Path,
     pub now_unix_s: i64,
+    /// Which jobs of each finding are made in full.
+    pub in_full: InFull,
 }
 
-/// The user's run history, read once per user (`None`: none, or not readable).
+/// The users' run histories, each read once (`None`: none, or not readable), shared by the
+/// threads that decide for the users.
 struct Histories<'a> {
     dir: &'a Path,
-    read: HashMap<u32, Option<UserHistory>>,
+    /// The users with a history file: the others' are not looked for.
+    users: Arc<HashSet<u32>>,
+    read: std::sync::Mutex<HashMap<u32, Option<Arc<UserHistory>>>>,
 }
 
-impl Histories<'_> {
-    fn of(&mut self, uid: u32) -> Option<&UserHistory> {
-        let dir = self.dir;
-        self.read
-            .entry(uid)
-            .or_insert_with(|| read_user(dir, uid).ok().flatten())
-            .as_ref()
+impl<'a> Histories<'a> {
+    /// The histories under the index directory `dir` (listed now, read when asked for).
+    fn under(dir: &'a Path) -> Histories<'a> {
+        let users = std::fs::read_dir(dir.join(jobscope_archive::history::HISTORY_DIR))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.strip_suffix(".json")?.parse().ok())
+            .collect();
+        Histories {
+            dir,
+            users: Arc::new(users),
+            read: Default::default(),
+        }
+    }
+
+    fn of(&self, uid: u32) -> Option<Arc<UserHistory>> {
+        if !self.users.contains(&uid) {
+            return None;
+        }
+        if let Some(h) = self.read.lock().ok()?.get(&uid) {
+            return h.clone();
+        }
+        // Read outside the lock: a user's history is read by one thread (the users are split
+        // between them), so at worst twice.
+        let h = read_user(self.dir, uid).ok().flatten().map(Arc::new);
+        self.read.lock().ok()?.insert(uid, h.clone());
+        h
     }
 }
 
@@ -585,12 +664,12 @@ impl Histories<'_> {
 fn advice(
     cfg: &Config,
     h: &UserHistory,
-    j: &AlertJob,
+    j: &AlertJob<&str>,
 ) -> Option<jobscope_model::summary::analysis::HistoryAdvice> {
     advice_for(
         h,
-        j.name.as_deref(),
-        j.script_sha256.as_deref(),
+        j.name,
+        j.script_sha256,
         j.run(),
         cfg.audit.history_min_runs,
         &cfg.report,
@@ -606,24 +685,14 @@ struct Pass {
     partition_busy_pct: Option<f64>,
 }
 
-impl Pass {
-    /// `j` as the finding of this pass lists it.
-    fn apply(self, mut j: AlertJob) -> AlertJob {
-        j.waste_hours = self.waste_hours;
-        j.mem_peak_p95_bytes = self.mem_peak_p95_bytes;
-        j.partition_busy_pct = self.partition_busy_pct;
-        j
-    }
-}
-
 /// Whether `j` passes `rule`'s test of one job, and what it gets. `reports` holds the runs of the
 /// audit's `gpu-idle` report and the busy ones of its `cpu-on-gpu` report with their busy share.
 fn passes(
     cfg: &Config,
     rule: Rule,
-    j: &AlertJob,
+    j: &AlertJob<&str>,
     reports: &ReportRuns,
-    hist: &mut Histories,
+    hist: &Histories,
 ) -> Option<Pass> {
     let a = &cfg.alerts;
     let (mut p95_found, mut busy_pct) = (None, None);
@@ -648,7 +717,7 @@ fn passes(
             };
             let p95 = hist
                 .of(j.uid)
-                .and_then(|h| advice(cfg, h, j))
+                .and_then(|h| advice(cfg, &h, j))
                 .and_then(|adv| adv.mem_peak_p95_bytes)
                 .filter(|p| *p > 0);
             match p95 {
@@ -681,13 +750,13 @@ fn passes(
 }
 
 /// Whether the jobs that passed `rule`'s test of one job meet its threshold.
-fn meets(cfg: &Config, rule: Rule, jobs: &[AlertJob]) -> bool {
+fn meets(cfg: &Config, rule: Rule, hits: &[Hit]) -> bool {
     let a = &cfg.alerts;
-    let n = jobs.len() as u64;
+    let n = hits.len() as u64;
     match rule {
         Rule::GpuIdle => {
-            !jobs.is_empty()
-                && jobs.iter().map(|j| j.waste_hours).sum::<f64>() >= a.gpu_idle.min_gpu_hours
+            !hits.is_empty()
+                && hits.iter().map(|h| h.pass.waste_hours).sum::<f64>() >= a.gpu_idle.min_gpu_hours
         }
         Rule::CpuEfficiency => n >= u64::from(a.cpu_efficiency.min_jobs),
         Rule::MemRequest => n >= u64::from(a.mem_request.min_jobs),
@@ -700,31 +769,36 @@ fn meets(cfg: &Config, rule: Rule, jobs: &[AlertJob]) -> bool {
 /// period each user was last mailed in.
 pub trait Reported {
     /// Whether run `j` was reported to its user for `rule`.
-    fn was_reported(&self, rule: Rule, j: &AlertJob) -> bool;
+    fn was_reported(&self, rule: Rule, j: &AlertJob<&str>) -> bool;
     fn mailed_in(&self, uid: u32) -> Option<i64>;
 }
 
 /// At most this many `#SBATCH` blocks in one alert.
 const MAX_ADVICE_BLOCKS: usize = 5;
 
-/// The advice blocks for the jobs of `findings`: one per batch script or job name the history
-/// has enough runs of, for the most wasteful jobs first (each as "this run"), worded as the
-/// end-of-job report words them and headed by the job they were made for, job names cleaned.
-fn advice_blocks(cfg: &Config, h: &UserHistory, findings: &[Finding]) -> Vec<AdviceBlock> {
+/// The advice blocks for `jobs` (a user's findings' jobs, each finding's most wasteful first):
+/// one per batch script or job name the history has enough runs of, for the most wasteful jobs
+/// first (each as "this run"), worded as the end-of-job report words them and headed by the job
+/// they were made for, job names cleaned.
+fn advice_blocks<'a>(
+    cfg: &Config,
+    h: &UserHistory,
+    jobs: impl Iterator<Item = AlertJob<&'a str>>,
+) -> Vec<AdviceBlock> {
     let mut tried = BTreeSet::new();
     let mut given = BTreeSet::new();
     let mut out = Vec::new();
-    for j in findings.iter().flat_map(|f| &f.jobs) {
-        if !tried.insert((j.script_sha256.clone(), j.name.clone())) {
+    for j in jobs {
+        if !tried.insert((j.script_sha256, j.name)) {
             continue;
         }
-        let Some(mut a) = advice(cfg, h, j) else {
+        let Some(mut a) = advice(cfg, h, &j) else {
             continue;
         };
         // Two names of one script get the same advice: given once.
         let same = match a.basis {
-            HistoryBasis::SameScript => (j.script_sha256.clone(), None),
-            HistoryBasis::SameName => (None, j.name.clone()),
+            HistoryBasis::SameScript => (j.script_sha256, None),
+            HistoryBasis::SameName => (None, j.name),
         };
         if !given.insert(same) {
             continue;
@@ -752,10 +826,11 @@ fn advice_blocks(cfg: &Config, h: &UserHistory, findings: &[Finding]) -> Vec<Adv
 
 /// Evaluates the enabled rules over the index as of `src.now_unix_s`, leaving out what `sent`
 /// says was reported, and decides for each user with a finding. Phases: the enabled rules; what
-/// the audit's own reports decide ([`ReportRuns::ask`]); each job against each rule
-/// ([`passing_jobs`]); then per user, the opt-outs taken away ([`OptOuts::drop_from`]), the rules
-/// still met ([`findings_of`]) and the decision ([`decide`]).
-pub fn evaluate(src: &Sources, sent: &dyn Reported) -> Result<Evaluation> {
+/// the audit's own reports decide ([`ReportRuns::ask`]); the rows that can pass a rule
+/// ([`candidates`], [`scan_rows`]); each of them against each rule ([`passing_jobs`]); then per
+/// user, the opt-outs taken away ([`drop_opted_out`]), the rules still met, the advice, the
+/// findings ([`findings_of`]) and the decision ([`decide`]).
+pub fn evaluate(src: &Sources, sent: &(dyn Reported + Sync)) -> Result<Evaluation> {
     let cfg = src.cfg;
     let now = src.now_unix_s;
     let rules = enabled_rules(cfg);
@@ -777,27 +852,122 @@ pub fn evaluate(src: &Sources, sent: &dyn Reported) -> Result<Evaluation> {
     }
     let longest = rules.iter().map(|r| r.1).max().unwrap_or(1);
     let reports = ReportRuns::ask(src, &rules)?;
-    let keep = candidates(src, &rules, &reports);
-    let jobs = scan_jobs(src.engine, &rule_window(now, longest), Some(keep))?;
-    let mut hist = Histories {
-        dir: src.index_dir,
-        read: HashMap::new(),
-    };
-    let by_user = passing_jobs(src, sent, &rules, jobs, &reports, &mut hist);
-    for (uid, mut per_rule) in by_user {
-        per_rule.retain(|rule, jobs| meets(cfg, *rule, jobs));
-        if per_rule.is_empty() {
-            continue;
+    let hist = Histories::under(src.index_dir);
+    let keep = candidates(src, &rules, &reports, &hist);
+    let batches = scan_rows(src.engine, &rule_window(now, longest), Some(keep))?;
+    let rows = batches
+        .iter()
+        .map(JobCols::of)
+        .collect::<Result<Vec<JobCols>>>()?;
+    let by_user: Vec<_> = passing_jobs(src, sent, &rules, &rows, &reports, &hist)
+        .into_iter()
+        .collect();
+    let decided = ev.period_start_unix_s;
+    ev.users = in_order_on_every_core(&by_user, |users| {
+        let mut clusters = Clusters::default();
+        users
+            .iter()
+            .filter_map(|(uid, per_rule)| {
+                let found = Found {
+                    src,
+                    rules: &rules,
+                    rows: &rows,
+                    hist: &hist,
+                };
+                found.user_alert(*uid, per_rule.clone(), sent, decided, &mut clusters)
+            })
+            .collect::<Vec<_>>()
+    })
+    .into_iter()
+    .flatten()
+    .collect();
+    Ok(ev)
+}
+
+/// `f` over `items` in chunks, one per core, the results in the items' order.
+pub(crate) fn in_order_on_every_core<T: Sync, R: Send>(
+    items: &[T],
+    f: impl Fn(&[T]) -> R + Sync,
+) -> Vec<R> {
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let per = items.len().div_ceil(threads.max(1)).max(1);
+    let f = &f;
+    std::thread::scope(|sc| {
+        let handles: Vec<_> = items
+            .chunks(per)
+            .map(|chunk| sc.spawn(move || f(chunk)))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+            .collect()
+    })
+}
+
+/// What one user's alert is made from, past the rules' tests.
+struct Found<'s, 'r> {
+    src: &'s Sources<'s>,
+    rules: &'s [(Rule, u32)],
+    rows: &'s [JobCols<'r>],
+    hist: &'s Histories<'s>,
+}
+
+impl<'r> Found<'_, 'r> {
+    /// Row `at` as an alert shows it (every hit is a row [`JobCols::job`] made before).
+    fn job(&self, (b, r): At) -> Option<AlertJob<&'r str>> {
+        self.rows.get(b as usize)?.job(r as usize)
+    }
+
+    /// The run of hit `h` as a finding holds it.
+    fn run(&self, h: &Hit, clusters: &mut Clusters) -> FoundRun {
+        let cluster = self
+            .rows
+            .get(h.at.0 as usize)
+            .and_then(|c| c.cluster.get(h.at.1 as usize));
+        FoundRun {
+            cluster: clusters.of(cluster),
+            job_id: h.job_id,
+            start_unix_s: h.start_unix_s,
+            end_unix_s: (h.end_unix_ms / 1000) as i64,
+            waste_hours: h.pass.waste_hours,
         }
-        let user = per_rule
-            .values()
-            .flatten()
-            .next()
-            .map(|j| j.user.clone())
-            .unwrap_or_default();
+    }
+
+    /// The alert of user `uid` from the jobs that passed each rule (`per_rule`): the rules still
+    /// met, the opt-outs taken away ([`drop_opted_out`]), the advice, the findings
+    /// ([`findings_of`]) and the decision ([`decide`]). `None`: no rule met.
+    fn user_alert(
+        &self,
+        uid: u32,
+        mut per_rule: BTreeMap<Rule, Vec<Hit>>,
+        sent: &dyn Reported,
+        period_start_s: i64,
+        clusters: &mut Clusters,
+    ) -> Option<UserAlert> {
+        let cfg = self.src.cfg;
+        still_met(cfg, &mut per_rule);
+        let user = self
+            .job(per_rule.values().flatten().next()?.at)?
+            .user
+            .to_string();
         // Only the jobs of rules that fired: the user's wish can only take jobs away.
         let notes = drop_opted_out(&mut per_rule);
-        let findings = findings_of(cfg, &rules, per_rule);
+        still_met(cfg, &mut per_rule);
+        let advice = match self.hist.of(uid) {
+            Some(h) => advice_blocks(
+                cfg,
+                &h,
+                per_rule.values().flatten().filter_map(|h| self.job(h.at)),
+            ),
+            None => Vec::new(),
+        };
+        let findings = findings_of(
+            self.rules,
+            per_rule,
+            self.src.in_full,
+            &|h| Some(self.job(h.at)?.owned(h.pass)),
+            &mut |h| self.run(h, clusters),
+        );
         let to = jobscope_deliver::mail::message::choose_recipient(
             None,
             Some(&user),
@@ -807,13 +977,9 @@ pub fn evaluate(src: &Sources, sent: &dyn Reported) -> Result<Evaluation> {
             &findings,
             to.as_ref().err().map(|e| e.to_string()),
             sent.mailed_in(uid),
-            ev.period_start_unix_s,
+            period_start_s,
         );
-        let advice = match hist.of(uid) {
-            Some(h) if !findings.is_empty() => advice_blocks(cfg, h, &findings),
-            _ => Vec::new(),
-        };
-        ev.users.push(UserAlert {
+        Some(UserAlert {
             uid,
             user,
             to: to.ok().map(|r| r.mailbox.email.to_string()),
@@ -822,29 +988,24 @@ pub fn evaluate(src: &Sources, sent: &dyn Reported) -> Result<Evaluation> {
             findings,
             advice,
             notes,
-        });
+        })
     }
-    Ok(ev)
 }
 
 /// The rows that can pass the test of one job of an enabled rule: what [`passes`] asks of a job,
 /// less what needs more than its row (the user's history, beyond having one; the records), so
 /// that the others' columns are never decoded. A year of 3 million jobs holds a few hundred
 /// thousand such rows.
-fn candidates(src: &Sources, rules: &[(Rule, u32)], reports: &ReportRuns) -> RowPredicate {
+fn candidates(
+    src: &Sources,
+    rules: &[(Rule, u32)],
+    reports: &ReportRuns,
+    hist: &Histories,
+) -> RowPredicate {
     let a = src.cfg.alerts.clone();
     let on: Vec<Rule> = rules.iter().map(|r| r.0).collect();
-    // The users with a run history (`mem_request` has nothing to compare with for the others).
-    let with_history: std::collections::HashSet<u32> = if on.contains(&Rule::MemRequest) {
-        std::fs::read_dir(src.index_dir.join(jobscope_archive::history::HISTORY_DIR))
-            .into_iter()
-            .flatten()
-            .flatten()
-            .filter_map(|e| e.file_name().to_str()?.strip_suffix(".json")?.parse().ok())
-            .collect()
-    } else {
-        Default::default()
-    };
+    // `mem_request` has nothing to compare with for users without a run history.
+    let with_history = hist.users.clone();
     let busy = reports.busy.clone();
     // The rules a row can pass at all: `mem_request` needs a user with a history, `cpu_on_gpu` a
     // busy run. Each reads only its own columns: text columns, the costly ones to decode for
@@ -876,62 +1037,62 @@ fn candidates(src: &Sources, rules: &[(Rule, u32)], reports: &ReportRuns) -> Row
         wanted.push("core_hours_alloc");
     }
     let timeout = JobState::Timeout.as_str();
-    let keep: KeepRows = std::sync::Arc::new(move |b: &RecordBatch| {
+    let keep: KeepRows = Arc::new(move |b: &RecordBatch| {
         let b = jobscope_audit::arrow::with_derived(b, &wanted)?;
-        let c = Cols(&b);
+        let c = View::new(&b);
         let has = |r: Rule| on.contains(&r);
-        let uid = c.ints("uid")?;
+        let uid = c.i("uid")?;
         let alloc_h = if has(Rule::CpuEfficiency) || has(Rule::CpuOnGpu) {
-            Some(c.floats("core_hours_alloc")?)
+            Some(c.f("core_hours_alloc")?)
         } else {
             None
         };
         let gpu_wasted = has(Rule::GpuIdle)
-            .then(|| c.floats("gpu_hours_wasted"))
+            .then(|| c.f("gpu_hours_wasted"))
             .transpose()?;
         let cpu_eff = has(Rule::CpuEfficiency)
-            .then(|| c.floats("cpu_eff_pct"))
+            .then(|| c.f("cpu_eff_pct"))
             .transpose()?;
         let mem = if has(Rule::MemRequest) {
             Some((
-                c.ints("alloc_mem_per_node_bytes")?,
-                c.texts("name")?,
-                c.texts("script_sha256")?,
+                c.i("alloc_mem_per_node_bytes")?,
+                c.t("name")?,
+                c.t("script_sha256")?,
             ))
         } else {
             None
         };
-        let state = has(Rule::Timeouts).then(|| c.texts("state")).transpose()?;
+        let state = has(Rule::Timeouts).then(|| c.t("state")).transpose()?;
         let run = if has(Rule::CpuOnGpu) {
-            Some((c.ints("job_id")?, c.ints("start_unix_ms")?))
+            Some((c.i("job_id")?, c.i("start_unix_ms")?))
         } else {
             None
         };
         let mut out = vec![false; b.num_rows()];
         for (r, k) in out.iter_mut().enumerate() {
-            let Some(uid) = nonneg::<u32>(at(uid, r)) else {
+            let Some(uid) = nonneg::<u32>(oi(uid, r)) else {
                 continue;
             };
-            let alloc_h = alloc_h.and_then(|a| at(a, r));
+            let alloc_h = alloc_h.and_then(|a| of(a, r));
             *k = on.iter().any(|rule| match rule {
-                Rule::GpuIdle => gpu_wasted.and_then(|g| at(g, r)).is_some_and(|w| w > 0.0),
+                Rule::GpuIdle => gpu_wasted.and_then(|g| of(g, r)).is_some_and(|w| w > 0.0),
                 Rule::CpuEfficiency => {
                     cpu_eff
-                        .and_then(|e| at(e, r))
+                        .and_then(|e| of(e, r))
                         .is_some_and(|e| e < a.cpu_efficiency.max_cpu_eff_pct)
                         && alloc_h.is_some_and(|h| h >= a.cpu_efficiency.min_core_hours)
                 }
                 Rule::MemRequest => mem.is_some_and(|(req, name, script)| {
                     with_history.contains(&uid)
                         && !req.is_null(r)
-                        && !(name.is_null(r) && script.is_null(r))
+                        && (name.get(r).is_some() || script.get(r).is_some())
                 }),
-                Rule::Timeouts => state.is_some_and(|s| text(s, r) == Some(timeout)),
+                Rule::Timeouts => state.is_some_and(|s| s.get(r) == Some(timeout)),
                 Rule::CpuOnGpu => {
                     alloc_h.is_some_and(|h| h >= a.cpu_on_gpu.min_core_hours)
                         && run.is_some_and(|(job_id, start)| {
-                            let start_s = (nonneg::<u64>(at(start, r)).unwrap_or(0) / 1000) as i64;
-                            busy.has_id(at(job_id, r).unwrap_or(-1), start_s)
+                            let start_s = (nonneg::<u64>(oi(start, r)).unwrap_or(0) / 1000) as i64;
+                            busy.has_id(oi(job_id, r).unwrap_or(-1), start_s)
                         })
                 }
             });
@@ -985,18 +1146,15 @@ impl ReportRuns {
                     .engine
                     .report_rows(&q, &["cluster", "job_id", "start_unix_ms"])?
                 {
-                    let c = Cols(&b);
-                    let (cluster, job_id, start) = (
-                        c.texts("cluster")?,
-                        c.ints("job_id")?,
-                        c.ints("start_unix_ms")?,
-                    );
+                    let c = View::new(&b);
+                    let (cluster, job_id, start) =
+                        (c.t("cluster")?, c.i("job_id")?, c.i("start_unix_ms")?);
                     for r in 0..b.num_rows() {
                         gpu_idle.insert(
                             (
-                                text(cluster, r).map(str::to_string),
-                                at(job_id, r).unwrap_or(-1),
-                                at(start, r).map_or(-1, |ms| ms.div_euclid(1000)),
+                                cluster.get(r).map(str::to_string),
+                                oi(job_id, r).unwrap_or(-1),
+                                oi(start, r).map_or(-1, |ms| ms.div_euclid(1000)),
                             ),
                             (),
                         );
@@ -1010,80 +1168,113 @@ impl ReportRuns {
         }
         Ok(ReportRuns {
             gpu_idle,
-            busy: std::sync::Arc::new(busy),
+            busy: Arc::new(busy),
         })
     }
 }
 
-/// uid → rule → the jobs that passed the rule's test, not reported before.
-type PerUser = BTreeMap<u32, BTreeMap<Rule, Vec<AlertJob>>>;
+/// Where a row is: (batch, row in it) of [`scan_rows`]'s batches.
+type At = (u32, u32);
 
-/// Each job of `jobs` against each rule whose window holds its end: the ones that pass and were
-/// not reported to their user for that rule, by user and rule, each rule's jobs most wasteful
-/// first (then by end time, then job id). The passes are found and sorted as small entries
-/// first; then each job is moved once into its finding, and copied only for a second rule it
-/// passes (a TIMEOUT at 3 % CPU is in two).
+/// A job that passed a rule's test of one job: what sorts and counts it, and where its row is.
+#[derive(Debug, Clone, Copy)]
+struct Hit {
+    uid: u32,
+    rule: Rule,
+    end_unix_ms: u64,
+    job_id: u32,
+    /// The archive's start second (the run's key).
+    start_unix_s: u64,
+    at: At,
+    pass: Pass,
+    mail_never: bool,
+}
+
+/// uid → rule → the jobs that passed the rule's test, not reported before.
+type PerUser = BTreeMap<u32, BTreeMap<Rule, Vec<Hit>>>;
+
+/// The order of a finding's jobs: most wasteful first, then by end time, then job id (then the
+/// index's order).
+fn by_waste(a: &Hit, b: &Hit) -> std::cmp::Ordering {
+    b.pass
+        .waste_hours
+        .total_cmp(&a.pass.waste_hours)
+        .then((a.end_unix_ms, a.job_id, a.at).cmp(&(b.end_unix_ms, b.job_id, b.at)))
+}
+
+/// Each row of `rows` against each rule whose window holds its end: the ones that pass and were
+/// not reported to their user for that rule, by user and rule, in [`by_waste`] order. A job two
+/// rules take (a TIMEOUT at 3 % CPU) is a hit of each.
 fn passing_jobs(
     src: &Sources,
-    sent: &dyn Reported,
+    sent: &(dyn Reported + Sync),
     rules: &[(Rule, u32)],
-    jobs: Vec<AlertJob>,
+    rows: &[JobCols],
     reports: &ReportRuns,
-    hist: &mut Histories,
+    hist: &Histories,
 ) -> PerUser {
     let windows: Vec<(Rule, Window)> = rules
         .iter()
         .map(|(rule, days)| (*rule, rule_window(src.now_unix_s, *days)))
         .collect();
-    // (uid, rule, waste, end, job id, index in `jobs`, the pass)
-    let mut hits: Vec<(u32, Rule, f64, u64, u32, usize, Pass)> = Vec::new();
-    let mut uses = vec![0u8; jobs.len()];
-    for (i, j) in jobs.iter().enumerate() {
-        for (rule, window) in &windows {
-            if !window.contains_end_ms(j.end_unix_ms as i64) || sent.was_reported(*rule, j) {
-                continue;
-            }
-            if let Some(p) = passes(src.cfg, *rule, j, reports, hist) {
-                hits.push((j.uid, *rule, p.waste_hours, j.end_unix_ms, j.job_id, i, p));
-                uses[i] += 1;
+    // The batches on every core: a hit is one row's alone.
+    let numbered: Vec<(usize, &JobCols)> = rows.iter().enumerate().collect();
+    let mut hits: Vec<Hit> = in_order_on_every_core(&numbered, |batches| {
+        let mut hits = Vec::new();
+        for (b, cols) in batches {
+            for r in 0..cols.rows() {
+                let Some(j) = cols.job(r) else {
+                    continue;
+                };
+                for (rule, window) in &windows {
+                    if !window.contains_end_ms(j.end_unix_ms as i64) || sent.was_reported(*rule, &j)
+                    {
+                        continue;
+                    }
+                    if let Some(pass) = passes(src.cfg, *rule, &j, reports, hist) {
+                        hits.push(Hit {
+                            uid: j.uid,
+                            rule: *rule,
+                            end_unix_ms: j.end_unix_ms,
+                            job_id: j.job_id,
+                            start_unix_s: j.start_unix_s,
+                            at: (*b as u32, r as u32),
+                            pass,
+                            mail_never: j.mail_never,
+                        });
+                    }
+                }
             }
         }
-    }
-    hits.sort_unstable_by(|a, b| {
-        (a.0, a.1)
-            .cmp(&(b.0, b.1))
-            .then(b.2.total_cmp(&a.2))
-            .then((a.3, a.4, a.5).cmp(&(b.3, b.4, b.5)))
-    });
-    let mut slots: Vec<Option<AlertJob>> = jobs.into_iter().map(Some).collect();
+        hits
+    })
+    .concat();
+    hits.sort_unstable_by(|a, b| (a.uid, a.rule).cmp(&(b.uid, b.rule)).then(by_waste(a, b)));
     let mut by_user = PerUser::new();
-    for group in hits.chunk_by(|a, b| (a.0, a.1) == (b.0, b.1)) {
-        let (uid, rule) = (group[0].0, group[0].1);
-        let mut listed = Vec::with_capacity(group.len());
-        for &(.., i, p) in group {
-            uses[i] -= 1;
-            let j = if uses[i] == 0 {
-                slots[i].take()
-            } else {
-                slots[i].clone()
-            };
-            listed.extend(j.map(|j| p.apply(j)));
-        }
-        by_user.entry(uid).or_default().insert(rule, listed);
+    for group in hits.chunk_by(|a, b| (a.uid, a.rule) == (b.uid, b.rule)) {
+        by_user
+            .entry(group[0].uid)
+            .or_default()
+            .insert(group[0].rule, group.to_vec());
     }
     by_user
 }
 
+/// Keeps the rules whose jobs meet their threshold.
+fn still_met(cfg: &Config, per_rule: &mut BTreeMap<Rule, Vec<Hit>>) {
+    per_rule.retain(|rule, hits| meets(cfg, *rule, hits));
+}
+
 /// Takes out of `per_rule` the jobs run with `--jobscope-mail=never` and says how many (each job
 /// once, though it be in several rules).
-fn drop_opted_out(per_rule: &mut BTreeMap<Rule, Vec<AlertJob>>) -> Vec<String> {
+fn drop_opted_out(per_rule: &mut BTreeMap<Rule, Vec<Hit>>) -> Vec<String> {
     let mut opted = BTreeSet::new();
-    for jobs in per_rule.values_mut() {
-        jobs.retain(|j| {
-            if j.mail_never {
-                opted.insert(j.key());
+    for hits in per_rule.values_mut() {
+        hits.retain(|h| {
+            if h.mail_never {
+                opted.insert(h.at);
             }
-            !j.mail_never
+            !h.mail_never
         });
     }
     match opted.len() {
@@ -1093,31 +1284,50 @@ fn drop_opted_out(per_rule: &mut BTreeMap<Rule, Vec<AlertJob>>) -> Vec<String> {
     }
 }
 
-/// The findings of the rules still met by the jobs left, each's jobs most wasteful first (then by
-/// end time, then job id).
+/// The clusters' names, each held once for all the runs of the findings.
+#[derive(Default)]
+struct Clusters(BTreeMap<String, Arc<str>>);
+
+impl Clusters {
+    fn of(&mut self, c: Option<&str>) -> Option<Arc<str>> {
+        let c = c?;
+        if let Some(a) = self.0.get(c) {
+            return Some(a.clone());
+        }
+        let a: Arc<str> = c.into();
+        self.0.insert(c.to_string(), a.clone());
+        Some(a)
+    }
+}
+
+/// The findings of the rules in `per_rule` (those met), each's jobs in [`by_waste`] order: every
+/// run with its waste (`run`), and in full (`job`) the jobs `in_full` asks for.
 fn findings_of(
-    cfg: &Config,
     rules: &[(Rule, u32)],
-    per_rule: BTreeMap<Rule, Vec<AlertJob>>,
+    per_rule: BTreeMap<Rule, Vec<Hit>>,
+    in_full: InFull,
+    job: &dyn Fn(&Hit) -> Option<AlertJob>,
+    run: &mut dyn FnMut(&Hit) -> FoundRun,
 ) -> Vec<Finding> {
     per_rule
         .into_iter()
-        .filter(|(rule, jobs)| meets(cfg, *rule, jobs))
-        .map(|(rule, mut jobs)| {
+        .map(|(rule, mut hits)| {
             // In this order already when they come from `passing_jobs`: then a pass that moves
             // nothing.
-            jobs.sort_by(|a, b| {
-                b.waste_hours
-                    .total_cmp(&a.waste_hours)
-                    .then(a.end_unix_ms.cmp(&b.end_unix_ms))
-                    .then(a.job_id.cmp(&b.job_id))
-            });
+            hits.sort_by(by_waste);
+            let full = match in_full {
+                InFull::Every => hits.len(),
+                InFull::First(n) => n.min(hits.len()),
+            };
+            let jobs = hits[..full].iter().filter_map(job).collect();
+            let runs: Vec<FoundRun> = hits.iter().map(&mut *run).collect();
             Finding {
                 rule,
                 window_days: rules.iter().find(|r| r.0 == rule).map_or(0, |r| r.1),
-                waste_hours: jobs.iter().map(|j| j.waste_hours).sum(),
+                waste_hours: runs.iter().map(|r| r.waste_hours).sum(),
                 waste_unit: rule.unit(),
                 jobs,
+                runs,
             }
         })
         .collect()

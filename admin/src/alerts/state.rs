@@ -41,7 +41,7 @@ pub struct UserSent {
 }
 
 impl Reported for Sent {
-    fn was_reported(&self, rule: Rule, j: &AlertJob) -> bool {
+    fn was_reported(&self, rule: Rule, j: &AlertJob<&str>) -> bool {
         // The key is spelled only for a user with runs reported under the rule.
         self.users
             .get(&j.uid)

@@ -84,15 +84,21 @@ impl Site {
         jobscope_audit::history::write_history(&idx).unwrap();
     }
 
-    fn evaluate_at(&self, now: i64, sent: &Sent) -> Evaluation {
+    fn evaluate_listing(&self, now: i64, sent: &Sent, in_full: InFull) -> Evaluation {
         let eng = ParquetEngine::open(&self.settings.dir).unwrap();
         let src = Sources {
             cfg: &self.cfg,
             engine: &eng,
             index_dir: &self.settings.dir,
             now_unix_s: now,
+            in_full,
         };
         evaluate(&src, sent).unwrap()
+    }
+
+    /// Every job of each finding in full (as `--json`).
+    fn evaluate_at(&self, now: i64, sent: &Sent) -> Evaluation {
+        self.evaluate_listing(now, sent, InFull::Every)
     }
 
     fn evaluate(&self) -> Evaluation {
@@ -106,6 +112,8 @@ impl Site {
             engine: &eng,
             index_dir: &self.settings.dir,
             now_unix_s: now,
+            // What the mails list, as `jobscope alerts send` asks.
+            in_full: InFull::First(self.cfg.alerts.max_jobs_listed as usize),
         };
         send::send(&src, Zone::Utc).unwrap()
     }
@@ -811,12 +819,42 @@ fn alert_job(job_id: u32, end_unix_ms: u64, waste_hours: f64) -> AlertJob {
 }
 
 fn finding(rule: Rule, jobs: Vec<AlertJob>) -> Finding {
+    let runs = jobs
+        .iter()
+        .map(|j| FoundRun {
+            cluster: j.cluster.as_deref().map(Arc::from),
+            job_id: j.job_id,
+            start_unix_s: j.start_unix_s,
+            end_unix_s: j.end_unix_s,
+            waste_hours: j.waste_hours,
+        })
+        .collect();
     Finding {
         rule,
         window_days: 7,
         waste_hours: 1.0,
         waste_unit: rule.unit(),
         jobs,
+        runs,
+    }
+}
+
+/// A hit of job `job_id` (its row: batch 0, row `job_id`) with what the phases after the rules'
+/// tests read.
+fn hit(job_id: u32, end_unix_ms: u64, waste_hours: f64) -> Hit {
+    Hit {
+        uid: 1001,
+        rule: Rule::Timeouts,
+        end_unix_ms,
+        job_id,
+        start_unix_s: 1000 + u64::from(job_id),
+        at: (0, job_id),
+        pass: Pass {
+            waste_hours,
+            mem_peak_p95_bytes: None,
+            partition_busy_pct: None,
+        },
+        mail_never: false,
     }
 }
 
@@ -862,9 +900,9 @@ fn the_decision_is_opted_out_then_no_address_then_already_mailed_then_mail() {
 
 #[test]
 fn opted_out_jobs_are_taken_away_and_counted_once() {
-    let job = |id, never| AlertJob {
+    let job = |id, never| Hit {
         mail_never: never,
-        ..alert_job(id, 1, 1.0)
+        ..hit(id, 1, 1.0)
     };
     let mut per_rule = BTreeMap::new();
     per_rule.insert(
@@ -879,7 +917,7 @@ fn opted_out_jobs_are_taken_away_and_counted_once() {
     let notes = drop_opted_out(&mut per_rule);
     let left: Vec<(Rule, Vec<u32>)> = per_rule
         .iter()
-        .map(|(r, js)| (*r, js.iter().map(|j| j.job_id).collect()))
+        .map(|(r, hs)| (*r, hs.iter().map(|h| h.job_id).collect()))
         .collect();
     assert_eq!(
         left,
@@ -901,25 +939,92 @@ fn findings_keep_the_rules_still_met_with_the_most_wasteful_jobs_first() {
     cfg.alerts.timeouts.min_jobs = 3;
     cfg.alerts.cpu_efficiency.min_jobs = 2;
     let rules = [(Rule::CpuEfficiency, 14), (Rule::Timeouts, 7)];
-    let per_rule = BTreeMap::from([
+    let mut per_rule = BTreeMap::from([
         // 3 jobs: met. Equal waste: the earlier end first, then the lower id.
         (
             Rule::Timeouts,
             vec![
-                alert_job(9, 2_000, 1.0),
-                alert_job(3, 9_000, 5.0),
-                alert_job(8, 1_000, 1.0),
-                alert_job(7, 1_000, 1.0),
+                hit(9, 2_000, 1.0),
+                hit(3, 9_000, 5.0),
+                hit(8, 1_000, 1.0),
+                hit(7, 1_000, 1.0),
             ],
         ),
         // 1 job of the 2 needed (the others opted out): no longer met.
-        (Rule::CpuEfficiency, vec![alert_job(4, 1_000, 9.0)]),
+        (Rule::CpuEfficiency, vec![hit(4, 1_000, 9.0)]),
     ]);
-    let f = findings_of(&cfg, &rules, per_rule);
+    still_met(&cfg, &mut per_rule);
+    let mut made = Vec::new();
+    let f = findings_of(
+        &rules,
+        per_rule,
+        InFull::First(2),
+        &|h| Some(alert_job(h.job_id, h.end_unix_ms, h.pass.waste_hours)),
+        &mut |h| {
+            made.push(h.job_id);
+            FoundRun {
+                cluster: Some("c1".into()),
+                job_id: h.job_id,
+                start_unix_s: h.start_unix_s,
+                end_unix_s: (h.end_unix_ms / 1000) as i64,
+                waste_hours: h.pass.waste_hours,
+            }
+        },
+    );
     assert_eq!(f.len(), 1);
     assert_eq!(f[0].rule, Rule::Timeouts);
     assert_eq!(f[0].window_days, 7);
-    let order: Vec<u32> = f[0].jobs.iter().map(|j| j.job_id).collect();
+    let order: Vec<u32> = f[0].runs.iter().map(|j| j.job_id).collect();
     assert_eq!(order, [3, 7, 8, 9]);
+    assert_eq!(made, [3, 7, 8, 9], "each run made once");
+    // The first two in full, with the waste their pass gave them.
+    let full: Vec<(u32, f64)> = f[0]
+        .jobs
+        .iter()
+        .map(|j| (j.job_id, j.waste_hours))
+        .collect();
+    assert_eq!(full, [(3, 5.0), (7, 1.0)]);
     assert!(close(f[0].waste_hours, 8.0), "{}", f[0].waste_hours);
+}
+
+/// A finding made with its first jobs in full (the dry run, the mails) holds every run, and says
+/// and records what the one with every job in full (`--json`) says and records: the first jobs
+/// are the same, the waste and the runs too, and the dry run's text is the same to the byte.
+#[test]
+fn a_finding_lists_its_first_jobs_in_full_and_counts_every_one() {
+    let mut site = site();
+    site.cfg.alerts.timeouts.enabled = true;
+    site.cfg.alerts.timeouts.min_jobs = 2;
+    site.cfg.alerts.max_jobs_listed = 2;
+    // Five TIMEOUTs of alice's, 8 core-hours each (7200 s on 4 cores), and two of bob's.
+    site.write(&[
+        job(150, ALICE, "cpu", 1, timeout),
+        job(151, ALICE, "cpu", 2, timeout),
+        job(152, ALICE, "cpu", 3, timeout),
+        job(153, ALICE, "cpu", 4, timeout),
+        job(154, ALICE, "cpu", 5, timeout),
+        job(160, BOB, "cpu", 1, timeout),
+        job(161, BOB, "cpu", 2, timeout),
+    ]);
+    let now = now_s();
+    let every = site.evaluate_listing(now, &Sent::default(), InFull::Every);
+    let first = site.evaluate_listing(now, &Sent::default(), InFull::First(2));
+    let (a_every, a_first) = (
+        user(&every, "alice").unwrap(),
+        user(&first, "alice").unwrap(),
+    );
+    let (fe, ff) = (&a_every.findings[0], &a_first.findings[0]);
+    assert_eq!(fe.jobs.len(), 5);
+    assert_eq!(ff.jobs.len(), 2);
+    assert_eq!(ff.jobs[..], fe.jobs[..2]);
+    assert_eq!(ff.runs.len(), 5);
+    assert_eq!(ff.runs, fe.runs);
+    assert!(close(ff.waste_hours, 40.0), "{}", ff.waste_hours);
+    assert_eq!(a_first.waste(), a_every.waste());
+    assert_eq!(a_first.reported(), a_every.reported());
+    assert_eq!(a_first.reported()[&Rule::Timeouts].len(), 5);
+    let text = words::dry_run(&site.cfg, &first, Zone::Utc);
+    assert_eq!(text, words::dry_run(&site.cfg, &every, Zone::Utc));
+    assert!(text.contains("… and 3 more jobs"), "{text}");
+    assert!(text.contains("2 jobs in the last 7 days"), "bob's: {text}");
 }

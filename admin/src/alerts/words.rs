@@ -33,7 +33,7 @@ fn jobs(n: usize) -> String {
 /// What a rule found, in one sentence, with the rule's threshold.
 pub fn sentence(cfg: &Config, f: &Finding) -> String {
     let a = &cfg.alerts;
-    let (n, days, w) = (f.jobs.len(), f.window_days, fmt_hours(Some(f.waste_hours)));
+    let (n, days, w) = (f.runs.len(), f.window_days, fmt_hours(Some(f.waste_hours)));
     match f.rule {
         Rule::GpuIdle => format!(
             "{w} GPU-hours of GPUs idle or never used in {} that ended in the last {days} days \
@@ -149,22 +149,21 @@ pub fn table(f: &Finding, max: usize) -> Table {
 
 /// `text` with every line indented by `by` spaces.
 fn indent(text: &str, by: usize) -> String {
-    let pad = " ".repeat(by);
-    text.lines()
-        .map(|l| {
-            if l.is_empty() {
-                "\n".to_string()
-            } else {
-                format!("{pad}{l}\n")
-            }
-        })
-        .collect()
+    let mut out = String::with_capacity(text.len() + by * 32);
+    for l in text.lines() {
+        if !l.is_empty() {
+            out.extend(std::iter::repeat_n(' ', by));
+            out.push_str(l);
+        }
+        out.push('\n');
+    }
+    out
 }
 
 /// The finding's table, indented, with the number of jobs left out of it.
 fn jobs_table(f: &Finding, max: usize, zone: Zone, by: usize) -> String {
     let mut out = indent(&render::text(&table(f, max), zone), by);
-    match f.jobs.len().saturating_sub(max) {
+    match f.runs.len().saturating_sub(max) {
         0 => {}
         1 => out += &format!("{}… and 1 more job\n", " ".repeat(by)),
         n => out += &format!("{}… and {n} more jobs\n", " ".repeat(by)),
@@ -300,26 +299,13 @@ pub fn dry_run(cfg: &Config, ev: &Evaluation, zone: Zone) -> String {
         out += &format!("note: {n}\n");
     }
     // The users' blocks on every core, in order (each block is the user's alone).
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let per = ev.users.len().div_ceil(threads.max(1)).max(1);
-    let block = |users: &[UserAlert]| {
+    let parts = super::in_order_on_every_core(&ev.users, |users| {
         let mut s = String::new();
         for u in users {
             s += "\n";
             s += &user_block(cfg, u, zone, true);
         }
         s
-    };
-    let parts: Vec<String> = std::thread::scope(|sc| {
-        let handles: Vec<_> = ev
-            .users
-            .chunks(per)
-            .map(|users| sc.spawn(move || block(users)))
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
-            .collect()
     });
     for p in parts {
         out += &p;
@@ -406,7 +392,7 @@ pub fn summary_table(mailed: &[&UserAlert]) -> Table {
             Value::Int(
                 u.findings
                     .iter()
-                    .flat_map(|f| f.jobs.iter().map(|j| j.key()))
+                    .flat_map(|f| f.runs.iter().map(|j| j.key()))
                     .collect::<std::collections::BTreeSet<_>>()
                     .len() as i64,
             ),
