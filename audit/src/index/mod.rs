@@ -37,7 +37,7 @@ pub mod rollups;
 
 use crate::arrow::{
     job_batch, node_batch, node_schema, stored_inputs, stored_job_batch, stored_job_schema,
-    with_derived,
+    with_derived, View,
 };
 use crate::eval::{evaluate, needed_columns};
 use crate::query::Zone;
@@ -1625,10 +1625,22 @@ impl ParquetEngine {
         columns: &[&str],
         keep: Option<RowPredicate>,
     ) -> Result<Vec<RecordBatch>> {
+        self.scan_where_as(q, columns, false, keep)
+    }
+
+    /// [`ParquetEngine::scan_where`]; `dict`: the low-cardinality text as dictionaries (see
+    /// [`ParquetEngine::fold`]).
+    pub fn scan_where_as(
+        &self,
+        q: &Query,
+        columns: &[&str],
+        dict: bool,
+        keep: Option<RowPredicate>,
+    ) -> Result<Vec<RecordBatch>> {
         let per_part = self.fold_where(
             q,
             columns,
-            false,
+            dict,
             keep,
             Vec::new,
             |acc: &mut Vec<(usize, RecordBatch)>, part, b| {
@@ -1922,16 +1934,9 @@ impl ParquetEngine {
     /// two columns). `None`: every row of the row groups the window touches.
     fn rows_a_report_needs(&self, q: &Query) -> Result<Option<RowPredicate>> {
         use crate::eval::{filter_columns, matching};
-        use arrow_array::StringArray;
         let int = |b: &RecordBatch, n: &str| -> Result<Int64Array> {
             b.column_by_name(n)
                 .and_then(|a| a.as_any().downcast_ref::<Int64Array>())
-                .cloned()
-                .with_context(|| format!("the index's {n} column"))
-        };
-        let text = |b: &RecordBatch, n: &str| -> Result<StringArray> {
-            b.column_by_name(n)
-                .and_then(|a| a.as_any().downcast_ref::<StringArray>())
                 .cloned()
                 .with_context(|| format!("the index's {n} column"))
         };
@@ -1967,22 +1972,21 @@ impl ParquetEngine {
                 };
                 let mut light = filter_columns(&scope);
                 light.extend(["partition", "alloc_gpus"]);
+                // The partition as a dictionary: its names are not made per row.
                 let found = self.fold(
                     &scope,
                     &light,
-                    false,
+                    true,
                     BTreeSet::new,
                     |acc: &mut BTreeSet<String>, _, b| {
-                        let (p, g) = (text(&b, "partition")?, int(&b, "alloc_gpus")?);
+                        let (p, g) = (View::new(&b).t("partition")?, int(&b, "alloc_gpus")?);
                         for i in matching(&scope, &b)? {
                             // Looked up before it is copied: most rows name a partition
                             // already found.
-                            if !g.is_null(i)
-                                && g.value(i) > 0
-                                && !p.is_null(i)
-                                && !acc.contains(p.value(i))
-                            {
-                                acc.insert(p.value(i).to_string());
+                            if let Some(p) = p.get(i).filter(|_| !g.is_null(i) && g.value(i) > 0) {
+                                if !acc.contains(p) {
+                                    acc.insert(p.to_string());
+                                }
                             }
                         }
                         Ok(())
@@ -1992,10 +1996,10 @@ impl ParquetEngine {
                 cols = filter_columns(&scope);
                 cols.push("partition");
                 std::sync::Arc::new(move |b: &RecordBatch| {
-                    let p = text(b, "partition")?;
+                    let p = View::new(b).t("partition")?;
                     let mut keep = vec![false; b.num_rows()];
                     for i in matching(&scope, b)? {
-                        keep[i] = !p.is_null(i) && gpu_parts.contains(p.value(i));
+                        keep[i] = p.get(i).is_some_and(|p| gpu_parts.contains(p));
                     }
                     Ok(keep)
                 })
@@ -2116,7 +2120,8 @@ impl ParquetEngine {
             }
             let mut seen = BTreeSet::new();
             light.retain(|c| seen.insert(*c));
-            let occupancy = self.scan_where(q, &light, keep.clone())?;
+            // Text as dictionaries: the occupancy reads a partition per row, never a copy.
+            let occupancy = self.scan_where_as(q, &light, true, keep.clone())?;
             if !list {
                 return Ok((occupancy, Vec::new()));
             }
