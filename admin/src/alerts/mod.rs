@@ -863,18 +863,18 @@ pub fn evaluate(src: &Sources, sent: &(dyn Reported + Sync)) -> Result<Evaluatio
         .into_iter()
         .collect();
     let decided = ev.period_start_unix_s;
-    ev.users = in_order_on_every_core(&by_user, |users| {
+    ev.users = in_order_on_every_core(by_user, |users| {
         let mut clusters = Clusters::default();
+        let found = Found {
+            src,
+            rules: &rules,
+            rows: &rows,
+            hist: &hist,
+        };
         users
-            .iter()
+            .into_iter()
             .filter_map(|(uid, per_rule)| {
-                let found = Found {
-                    src,
-                    rules: &rules,
-                    rows: &rows,
-                    hist: &hist,
-                };
-                found.user_alert(*uid, per_rule.clone(), sent, decided, &mut clusters)
+                found.user_alert(uid, per_rule, sent, decided, &mut clusters)
             })
             .collect::<Vec<_>>()
     })
@@ -884,17 +884,27 @@ pub fn evaluate(src: &Sources, sent: &(dyn Reported + Sync)) -> Result<Evaluatio
     Ok(ev)
 }
 
-/// `f` over `items` in chunks, one per core, the results in the items' order.
-pub(crate) fn in_order_on_every_core<T: Sync, R: Send>(
-    items: &[T],
-    f: impl Fn(&[T]) -> R + Sync,
+/// `f` over `items` in chunks, one per core, each chunk moved to its thread; the results in the
+/// items' order.
+pub(crate) fn in_order_on_every_core<T: Send, R: Send>(
+    items: Vec<T>,
+    f: impl Fn(Vec<T>) -> R + Sync,
 ) -> Vec<R> {
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     let per = items.len().div_ceil(threads.max(1)).max(1);
+    let mut chunks = Vec::new();
+    let mut items = items.into_iter();
+    loop {
+        let chunk: Vec<T> = items.by_ref().take(per).collect();
+        if chunk.is_empty() {
+            break;
+        }
+        chunks.push(chunk);
+    }
     let f = &f;
     std::thread::scope(|sc| {
-        let handles: Vec<_> = items
-            .chunks(per)
+        let handles: Vec<_> = chunks
+            .into_iter()
             .map(|chunk| sc.spawn(move || f(chunk)))
             .collect();
         handles
@@ -945,6 +955,9 @@ impl<'r> Found<'_, 'r> {
         clusters: &mut Clusters,
     ) -> Option<UserAlert> {
         let cfg = self.src.cfg;
+        for hits in per_rule.values_mut() {
+            hits.sort_unstable_by(by_waste);
+        }
         still_met(cfg, &mut per_rule);
         let user = self
             .job(per_rule.values().flatten().next()?.at)?
@@ -1203,8 +1216,9 @@ fn by_waste(a: &Hit, b: &Hit) -> std::cmp::Ordering {
 }
 
 /// Each row of `rows` against each rule whose window holds its end: the ones that pass and were
-/// not reported to their user for that rule, by user and rule, in [`by_waste`] order. A job two
-/// rules take (a TIMEOUT at 3 % CPU) is a hit of each.
+/// not reported to their user for that rule, by user and rule, in the index's order (each
+/// user's are put in [`by_waste`] order on the thread that decides for the user). A job two rules
+/// take (a TIMEOUT at 3 % CPU) is a hit of each.
 fn passing_jobs(
     src: &Sources,
     sent: &(dyn Reported + Sync),
@@ -1219,7 +1233,7 @@ fn passing_jobs(
         .collect();
     // The batches on every core: a hit is one row's alone.
     let numbered: Vec<(usize, &JobCols)> = rows.iter().enumerate().collect();
-    let mut hits: Vec<Hit> = in_order_on_every_core(&numbered, |batches| {
+    let hits: Vec<Vec<Hit>> = in_order_on_every_core(numbered, |batches| {
         let mut hits = Vec::new();
         for (b, cols) in batches {
             for r in 0..cols.rows() {
@@ -1238,7 +1252,7 @@ fn passing_jobs(
                             end_unix_ms: j.end_unix_ms,
                             job_id: j.job_id,
                             start_unix_s: j.start_unix_s,
-                            at: (*b as u32, r as u32),
+                            at: (b as u32, r as u32),
                             pass,
                             mail_never: j.mail_never,
                         });
@@ -1247,15 +1261,15 @@ fn passing_jobs(
             }
         }
         hits
-    })
-    .concat();
-    hits.sort_unstable_by(|a, b| (a.uid, a.rule).cmp(&(b.uid, b.rule)).then(by_waste(a, b)));
+    });
     let mut by_user = PerUser::new();
-    for group in hits.chunk_by(|a, b| (a.uid, a.rule) == (b.uid, b.rule)) {
+    for h in hits.into_iter().flatten() {
         by_user
-            .entry(group[0].uid)
+            .entry(h.uid)
             .or_default()
-            .insert(group[0].rule, group.to_vec());
+            .entry(h.rule)
+            .or_default()
+            .push(h);
     }
     by_user
 }

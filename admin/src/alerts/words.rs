@@ -299,7 +299,7 @@ pub fn dry_run(cfg: &Config, ev: &Evaluation, zone: Zone) -> String {
         out += &format!("note: {n}\n");
     }
     // The users' blocks on every core, in order (each block is the user's alone).
-    let parts = super::in_order_on_every_core(&ev.users, |users| {
+    let parts = super::in_order_on_every_core(ev.users.iter().collect(), |users| {
         let mut s = String::new();
         for u in users {
             s += "\n";
