@@ -827,9 +827,8 @@ fn advice_blocks<'a>(
 /// Evaluates the enabled rules over the index as of `src.now_unix_s`, leaving out what `sent`
 /// says was reported, and decides for each user with a finding. Phases: the enabled rules; what
 /// the audit's own reports decide ([`ReportRuns::ask`]); the rows that can pass a rule
-/// ([`candidates`], [`scan_rows`]); each of them against each rule ([`passing_jobs`]); then per
-/// user, the opt-outs taken away ([`drop_opted_out`]), the rules still met, the advice, the
-/// findings ([`findings_of`]) and the decision ([`decide`]).
+/// ([`candidates`], [`scan_rows`]); each of them against each rule ([`passing_jobs`]); then each
+/// user's alert ([`Found::user_alert`]), the users split between the cores.
 pub fn evaluate(src: &Sources, sent: &(dyn Reported + Sync)) -> Result<Evaluation> {
     let cfg = src.cfg;
     let now = src.now_unix_s;
