@@ -422,21 +422,7 @@ fn scan_rows(
 ) -> Result<Vec<RecordBatch>> {
     let mut q = Query::new(Report::Jobs);
     q.window = window.clone();
-    let per_reader = eng.fold_where(
-        &q,
-        COLUMNS,
-        true,
-        keep,
-        Vec::new,
-        |acc: &mut Vec<(usize, RecordBatch)>, unit, b| {
-            acc.push((unit, b));
-            Ok(())
-        },
-    )?;
-    let mut units: Vec<(usize, RecordBatch)> = per_reader.into_iter().flatten().collect();
-    // Stable: the batches of one row group keep their order.
-    units.sort_by_key(|(unit, _)| *unit);
-    Ok(units.into_iter().map(|(_, b)| b).collect())
+    eng.scan_where_as(&q, COLUMNS, true, keep)
 }
 
 /// The columns of one batch of [`COLUMNS`], each looked up once per batch (not per row).
