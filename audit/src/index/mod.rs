@@ -1934,12 +1934,6 @@ impl ParquetEngine {
     /// two columns). `None`: every row of the row groups the window touches.
     fn rows_a_report_needs(&self, q: &Query) -> Result<Option<RowPredicate>> {
         use crate::eval::{filter_columns, matching};
-        let int = |b: &RecordBatch, n: &str| -> Result<Int64Array> {
-            b.column_by_name(n)
-                .and_then(|a| a.as_any().downcast_ref::<Int64Array>())
-                .cloned()
-                .with_context(|| format!("the index's {n} column"))
-        };
         let q2 = q.clone();
         let mut cols = filter_columns(q);
         let keep: KeepRows = match &q.report {
@@ -1951,11 +1945,12 @@ impl ParquetEngine {
             AuditReport::GpuIdle => {
                 cols.extend(["gpus_idle", "gpus_never_used"]);
                 std::sync::Arc::new(move |b: &RecordBatch| {
-                    let (idle, never) = (int(b, "gpus_idle")?, int(b, "gpus_never_used")?);
+                    let v = View::new(b);
+                    let (idle, never) = (v.i("gpus_idle")?, v.i("gpus_never_used")?);
                     let some = |a: &Int64Array, i: usize| !a.is_null(i) && a.value(i) > 0;
                     let mut keep = vec![false; b.num_rows()];
                     for i in matching(&q2, b)? {
-                        keep[i] = some(&idle, i) || some(&never, i);
+                        keep[i] = some(idle, i) || some(never, i);
                     }
                     Ok(keep)
                 })
@@ -1979,7 +1974,8 @@ impl ParquetEngine {
                     true,
                     BTreeSet::new,
                     |acc: &mut BTreeSet<String>, _, b| {
-                        let (p, g) = (View::new(&b).t("partition")?, int(&b, "alloc_gpus")?);
+                        let v = View::new(&b);
+                        let (p, g) = (v.t("partition")?, v.i("alloc_gpus")?);
                         for i in matching(&scope, &b)? {
                             // Looked up before it is copied: most rows name a partition
                             // already found.
