@@ -637,8 +637,8 @@ impl<'a> Histories<'a> {
         if let Some(h) = self.read.lock().ok()?.get(&uid) {
             return h.clone();
         }
-        // Read outside the lock: a user's history is read by one thread (the users are split
-        // between them), so at worst twice.
+        // Read outside the lock: while the rows are tested, two threads may ask for one user's
+        // at once and both read it (at worst once per thread); after, each user is one thread's.
         let h = read_user(self.dir, uid).ok().flatten().map(Arc::new);
         self.read.lock().ok()?.insert(uid, h.clone());
         h
@@ -951,7 +951,9 @@ impl<'r> Found<'_, 'r> {
         // Only the jobs of rules that fired: the user's wish can only take jobs away.
         let notes = drop_opted_out(&mut per_rule);
         still_met(cfg, &mut per_rule);
-        let advice = match self.hist.of(uid) {
+        // No history read for a user with nothing left to advise on.
+        let history = (!per_rule.is_empty()).then(|| self.hist.of(uid)).flatten();
+        let advice = match history {
             Some(h) => advice_blocks(
                 cfg,
                 &h,
@@ -1285,7 +1287,7 @@ fn drop_opted_out(per_rule: &mut BTreeMap<Rule, Vec<Hit>>) -> Vec<String> {
 
 /// The clusters' names, each held once for all the runs of the findings.
 #[derive(Default)]
-struct Clusters(BTreeMap<String, Arc<str>>);
+struct Clusters(BTreeSet<Arc<str>>);
 
 impl Clusters {
     fn of(&mut self, c: Option<&str>) -> Option<Arc<str>> {
@@ -1294,7 +1296,7 @@ impl Clusters {
             return Some(a.clone());
         }
         let a: Arc<str> = c.into();
-        self.0.insert(c.to_string(), a.clone());
+        self.0.insert(a.clone());
         Some(a)
     }
 }
